@@ -1,0 +1,38 @@
+//! atomos: a distributed transactional memory.
+//!
+//! Application threads run *atomic sections* over shared objects named by keys; atomos makes
+//! them appear to run one at a time. This crate is the API applications are written against:
+//!
+//! ```
+//! use atomos::{Node, TRef, TxError};
+//!
+//! let node = Node::local();
+//! let a: TRef<i64> = TRef::new("alice");
+//! let b: TRef<i64> = TRef::new("bob");
+//! node.atomically(|tx| {
+//!     tx.create(&a, 100)?;
+//!     tx.create(&b, 0)
+//! })?;
+//! node.atomically(|tx| {
+//!     let amount = 30;
+//!     if *tx.read(&a)? < amount {
+//!         return Err(TxError::abort("insufficient funds"));
+//!     }
+//!     tx.modify(&a, |v| *v -= amount)?;
+//!     tx.modify(&b, |v| *v += amount)
+//! })?;
+//! let total = node.atomically_read(|tx| Ok(*tx.read(&a)? + *tx.read(&b)?))?;
+//! assert_eq!(total, 100);
+//! # Ok::<(), TxError>(())
+//! ```
+
+#![deny(missing_docs)]
+
+mod node;
+
+pub use atomos_core::history;
+pub use atomos_core::{
+    AbortCause, AbortCounts, ContentionPolicy, Engine, EngineConfig, Key, Message, Object, Stats,
+    Step, TRef, Tx, TxError, TxOptions,
+};
+pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};

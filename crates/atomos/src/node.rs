@@ -1,0 +1,221 @@
+//! The node: the handle applications run transactions through.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use atomos_core::{ContentionPolicy, Engine, EngineConfig, Stats, Step, Tx, TxError, TxOptions};
+
+/// How a node keeps its objects consistent with other nodes. Application code is the same under
+/// every protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// One node, objects in this process only.
+    #[default]
+    Local,
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Protocol::Local => f.write_str("local"),
+        }
+    }
+}
+
+impl FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "local" => Ok(Protocol::Local),
+            other => Err(format!("unknown protocol {other:?} (known: local)")),
+        }
+    }
+}
+
+/// Settings of a node.
+#[derive(Clone, Debug, Default)]
+pub struct NodeConfig {
+    /// The consistency protocol.
+    pub protocol: Protocol,
+    /// The node's contention manager (transactions may override it).
+    pub contention: ContentionPolicy,
+    /// Options transactions get when their caller gives none.
+    pub default_options: TxOptions,
+    /// Record committed transactions for the serializability checker (tests only: slow).
+    pub record_history: bool,
+}
+
+/// A node: owns the transactional engine and runs transactions on it. Cloning a `Node` gives
+/// another handle to the same node, usable from any thread.
+#[derive(Clone)]
+pub struct Node {
+    engine: Arc<Engine>,
+    protocol: Protocol,
+}
+
+impl Node {
+    /// A single local node with default settings.
+    pub fn local() -> Node {
+        Node::new(NodeConfig::default())
+    }
+
+    /// A node with the given settings.
+    pub fn new(config: NodeConfig) -> Node {
+        let engine = Engine::new(EngineConfig {
+            contention: config.contention,
+            record_history: config.record_history,
+            default_options: config.default_options,
+        });
+        Node {
+            engine: Arc::new(engine),
+            protocol: config.protocol,
+        }
+    }
+
+    /// The node's protocol.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The engine behind this node.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Counters since the node started.
+    pub fn stats(&self) -> Stats {
+        self.engine.stats()
+    }
+
+    /// Runs `f` as a transaction, re-running it on conflict, and returns its result. Errors other
+    /// than conflicts abort the transaction and are returned unchanged.
+    pub fn atomically<R>(
+        &self,
+        f: impl FnMut(&mut Tx<'_>) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.engine.atomically(f)
+    }
+
+    /// Like [`Node::atomically`] with the application's own error type: `?` works on
+    /// transactional operations (through `From<TxError>`) and on the application's calls.
+    pub fn try_atomically<R, E: From<TxError>>(
+        &self,
+        f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        self.engine.run(&self.engine.config().default_options, f)
+    }
+
+    /// Runs `f` as a read-only transaction over a consistent snapshot: it never aborts, and a
+    /// write inside it is an error ([`TxError::WriteInReadOnly`]).
+    pub fn atomically_read<R>(
+        &self,
+        f: impl FnMut(&mut Tx<'_>) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        let opts = TxOptions {
+            read_only: true,
+            ..self.engine.config().default_options.clone()
+        };
+        self.engine.run(&opts, f)
+    }
+
+    /// A transaction with options of its own.
+    pub fn tx(&self) -> TxBuilder<'_> {
+        TxBuilder {
+            node: self,
+            opts: self.engine.config().default_options.clone(),
+        }
+    }
+
+    /// A checkpointed transaction over `state`; add steps with [`Steps::step`].
+    pub fn steps<'a, S: Clone>(&'a self, state: S) -> Steps<'a, S> {
+        Steps {
+            node: self,
+            opts: self.engine.config().default_options.clone(),
+            state,
+            steps: Vec::new(),
+        }
+    }
+}
+
+/// Options for one transaction, then the transaction.
+pub struct TxBuilder<'n> {
+    node: &'n Node,
+    opts: TxOptions,
+}
+
+impl<'n> TxBuilder<'n> {
+    /// Priority under the priority contention manager (higher wins).
+    pub fn priority(mut self, p: u16) -> Self {
+        self.opts.priority = p;
+        self
+    }
+
+    /// Give up after this many attempts.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.opts.max_attempts = Some(n);
+        self
+    }
+
+    /// Give up after this long (also bounds waiting in `retry()`).
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.opts.timeout = Some(d);
+        self
+    }
+
+    /// Use this contention manager.
+    pub fn contention(mut self, c: ContentionPolicy) -> Self {
+        self.opts.contention = Some(c);
+        self
+    }
+
+    /// Run as a read-only snapshot.
+    pub fn read_only(mut self) -> Self {
+        self.opts.read_only = true;
+        self
+    }
+
+    /// Runs the transaction (see [`Node::atomically`]).
+    pub fn run<R>(self, f: impl FnMut(&mut Tx<'_>) -> Result<R, TxError>) -> Result<R, TxError> {
+        self.node.engine.run(&self.opts, f)
+    }
+
+    /// Runs the transaction with the application's error type (see [`Node::try_atomically`]).
+    pub fn try_run<R, E: From<TxError>>(
+        self,
+        f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        self.node.engine.run(&self.opts, f)
+    }
+}
+
+/// A transaction written as steps over a cloneable state: on a conflict it resumes from the
+/// latest step whose earlier reads are still valid instead of restarting.
+pub struct Steps<'a, S> {
+    node: &'a Node,
+    opts: TxOptions,
+    state: S,
+    steps: Vec<Step<'a, S>>,
+}
+
+impl<'a, S: Clone> Steps<'a, S> {
+    /// Adds a step; a checkpoint is taken before it.
+    pub fn step(mut self, f: impl FnMut(&mut Tx<'_>, &mut S) -> Result<(), TxError> + 'a) -> Self {
+        self.steps.push(Box::new(f));
+        self
+    }
+
+    /// Uses these options for the transaction.
+    pub fn options(mut self, opts: TxOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+
+    /// Runs the steps as one transaction and returns the final state.
+    pub fn run(mut self) -> Result<S, TxError> {
+        self.node
+            .engine
+            .run_steps(&self.opts, self.state, &mut self.steps)
+    }
+}

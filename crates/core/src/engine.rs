@@ -1,0 +1,422 @@
+//! The engine: one node's objects, clock and transactions, and the loop that runs an atomic
+//! section until it commits.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+
+use crate::contention::{pause, ContentionPolicy};
+use crate::error::TxError;
+use crate::history::HistoryLog;
+use crate::open::AbstractLocks;
+use crate::retry::RetrySignal;
+use crate::slots::SlotRegistry;
+use crate::stats::{AbortCause, Event, Stats};
+use crate::store::Store;
+use crate::tx::{HandlerEntry, Mode, ReadEntry, Tx, TxState};
+
+/// Engine-wide settings.
+#[derive(Clone, Debug, Default)]
+pub struct EngineConfig {
+    /// The contention manager transactions use unless their options say otherwise.
+    pub contention: ContentionPolicy,
+    /// Record every committed transaction's reads and writes (for the serializability checker).
+    /// Costs a lock and allocations per commit: for tests.
+    pub record_history: bool,
+    /// Options a transaction gets when its caller gives none.
+    pub default_options: TxOptions,
+}
+
+/// Options of one transaction.
+#[derive(Clone, Debug, Default)]
+pub struct TxOptions {
+    /// Higher wins conflicts under [`ContentionPolicy::Priority`].
+    pub priority: u16,
+    /// Give up with [`TxError::RetryBudgetExhausted`] after this many attempts (`None`: never).
+    pub max_attempts: Option<u32>,
+    /// Give up with [`TxError::Timeout`] once this much time has passed (`None`: never).
+    pub timeout: Option<Duration>,
+    /// Overrides the engine's contention manager.
+    pub contention: Option<ContentionPolicy>,
+    /// Run as a read-only snapshot: never aborts; a write is an error.
+    pub read_only: bool,
+}
+
+static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One node's transactional engine: object cells, the version clock, and the machinery that runs
+/// transactions over them from many threads. It performs no I/O.
+pub struct Engine {
+    pub(crate) id: u64,
+    pub(crate) clock: CachePadded<AtomicU64>,
+    pub(crate) store: Store,
+    pub(crate) slots: Arc<SlotRegistry>,
+    pub(crate) retry_signal: RetrySignal,
+    pub(crate) abstract_locks: AbstractLocks,
+    pub(crate) history: Option<HistoryLog>,
+    config: EngineConfig,
+}
+
+thread_local! {
+    /// Transaction states kept for reuse, by engine.
+    static STATES: RefCell<Vec<Box<TxState>>> = const { RefCell::new(Vec::new()) };
+}
+const CACHED_STATES: usize = 8;
+
+impl Engine {
+    /// A new, empty engine.
+    pub fn new(config: EngineConfig) -> Engine {
+        Engine {
+            id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
+            clock: CachePadded::new(AtomicU64::new(0)),
+            store: Store::new(),
+            slots: SlotRegistry::new(),
+            retry_signal: RetrySignal::new(),
+            abstract_locks: AbstractLocks::new(),
+            history: config.record_history.then(HistoryLog::new),
+            config,
+        }
+    }
+
+    /// The engine's settings.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Counters since the engine started.
+    pub fn stats(&self) -> Stats {
+        self.slots.stats()
+    }
+
+    /// The commit history, when the engine records one.
+    pub fn history(&self) -> Option<&HistoryLog> {
+        self.history.as_ref()
+    }
+
+    /// The version clock: the timestamp of the latest commit.
+    pub fn clock(&self) -> u64 {
+        self.clock.load(Ordering::Acquire)
+    }
+
+    /// Number of object cells (objects that exist, existed, or were looked up).
+    pub fn object_cells(&self) -> usize {
+        self.store.len()
+    }
+
+    /// How many versions of the object `key` are kept (1 when no snapshot needs older ones;
+    /// 0 for an unknown key). For tests and memory accounting.
+    pub fn version_count(&self, key: &crate::Key) -> usize {
+        let cell = self.store.cell(key);
+        cell.number_of_versions(&crossbeam_epoch::pin())
+    }
+
+    /// Whether the named abstract lock is held by some transaction.
+    pub fn abstract_lock_held(&self, name: &str) -> bool {
+        self.abstract_locks.is_held(name)
+    }
+
+    pub(crate) fn take_state(&self) -> Box<TxState> {
+        let cached = STATES
+            .try_with(|s| {
+                let mut s = s.borrow_mut();
+                let pos = s.iter().position(|t| t.engine_id == self.id)?;
+                Some(s.swap_remove(pos))
+            })
+            .ok()
+            .flatten();
+        cached.unwrap_or_else(|| Box::new(TxState::new(self)))
+    }
+
+    pub(crate) fn put_state(&self, st: Box<TxState>) {
+        let _ = STATES.try_with(move |s| {
+            let mut s = s.borrow_mut();
+            if s.len() >= CACHED_STATES {
+                s.remove(0);
+            }
+            s.push(st);
+        });
+    }
+
+    /// Runs `f` as a transaction with the engine's default options; see [`Engine::run`].
+    pub fn atomically<R>(
+        &self,
+        f: impl FnMut(&mut Tx<'_>) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.run(&self.config.default_options, f)
+    }
+
+    /// Runs `f` as a transaction until it commits, and returns its result.
+    ///
+    /// On a conflict the attempt is rolled back and `f` runs again (after the contention
+    /// manager's back-off); after `tx.retry()` it runs again once something it read changed.
+    /// If `f` returns an error that is not such a signal, the transaction aborts and the error
+    /// is returned unchanged. The error type is the caller's, so the closure can use `?` both on
+    /// transactional operations and on its own fallible calls.
+    pub fn run<R, E: From<TxError>>(
+        &self,
+        opts: &TxOptions,
+        f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        match self.run_as(opts, 0, false, f) {
+            Ok((r, _)) => Ok(r),
+            Err(RunError::User(e)) => Err(e),
+            Err(RunError::Tx(e)) => Err(E::from(e)),
+        }
+    }
+
+    /// The transaction loop. `owner` is the abstract-lock identity inherited from an open-nesting
+    /// parent (0 for a top-level transaction).
+    pub(crate) fn run_as<R, E>(
+        &self,
+        opts: &TxOptions,
+        owner: u64,
+        open_nested: bool,
+        mut f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
+    ) -> Result<(R, Option<ForParent>), RunError<E>> {
+        let mut st = self.take_state();
+        let mut attempts = Attempts::new(self, &mut st, opts, owner, open_nested);
+        loop {
+            st.begin(self, attempts.mode);
+            let mut tx = Tx::new(self, st);
+            let out = f(&mut tx);
+            st = tx.into_state();
+            let cause = match out {
+                Ok(r) => match st.abort.take() {
+                    None => match st.commit(self) {
+                        Ok(()) => {
+                            st.after_commit();
+                            return Ok((r, self.finish(st, true).run(self)));
+                        }
+                        Err(cause) => cause,
+                    },
+                    Some(cause) => cause,
+                },
+                Err(e) => match st.abort.take() {
+                    Some(cause) => cause,
+                    None => {
+                        st.bump(Event::UserAbort);
+                        st.end_attempt();
+                        self.finish(st, false).run(self);
+                        return Err(RunError::User(e));
+                    }
+                },
+            };
+            if let Err(e) = attempts.aborted(self, &mut st, cause) {
+                self.finish(st, false).run(self);
+                return Err(RunError::Tx(e));
+            }
+        }
+    }
+
+    /// Ends a top-level transaction (or an open-nested one): returns the state to the cache and
+    /// the handlers to run and locks to release. An open-nested transaction that committed keeps
+    /// its handlers and locks for its parent.
+    pub(crate) fn finish(&self, mut st: Box<TxState>, committed: bool) -> Finished {
+        let keep_for_parent = committed && st.open_nested;
+        let mut handlers = std::mem::take(&mut st.handlers);
+        if st.open_nested && !committed {
+            // The block's effects never committed: there is nothing to compensate.
+            handlers.clear();
+        }
+        let locks = std::mem::take(&mut st.abstract_locks);
+        let owner = st.owner;
+        st.owner = 0;
+        st.open_nested = false;
+        self.put_state(st);
+        if keep_for_parent {
+            return Finished::ForParent(ForParent { handlers, locks });
+        }
+        handlers.retain(|h| h.on_commit == committed);
+        if !committed {
+            handlers.reverse();
+        }
+        Finished::Done {
+            handlers,
+            locks,
+            owner,
+        }
+    }
+
+    /// Runs the handlers of an abort inside a transaction (nested rollback), latest first.
+    pub(crate) fn run_handlers(&self, handlers: Vec<HandlerEntry>) {
+        for mut h in handlers {
+            if self.atomically(|tx| (h.run)(tx)).is_err() {
+                // A failed handler is counted; the transaction that registered it has ended.
+                let st = self.take_state();
+                st.bump(Event::HandlerFailure);
+                self.put_state(st);
+            }
+        }
+    }
+
+    /// Waits until one of `reads` changes (or, with none, until the clock passes `since`).
+    fn wait_for_change(&self, reads: &[ReadEntry], since: u64, deadline: Option<Instant>) -> bool {
+        self.retry_signal.wait_until(deadline, || {
+            if reads.is_empty() {
+                return self.clock() > since;
+            }
+            reads.iter().any(|r| {
+                // SAFETY: cells live as long as the store.
+                unsafe { &*r.cell }.lock_word() != r.version << 1
+            })
+        })
+    }
+}
+
+/// How a run ended without committing: an application error or a transaction error.
+pub(crate) enum RunError<E> {
+    User(E),
+    Tx(TxError),
+}
+
+/// What is left to do once a transaction's state went back to the cache.
+pub(crate) enum Finished {
+    Done {
+        handlers: Vec<HandlerEntry>,
+        locks: Vec<String>,
+        owner: u64,
+    },
+    ForParent(ForParent),
+}
+
+/// What a committed open-nested block hands to its parent: its actions and abstract locks.
+pub(crate) struct ForParent {
+    pub(crate) handlers: Vec<HandlerEntry>,
+    pub(crate) locks: Vec<String>,
+}
+
+impl Finished {
+    /// Runs the handlers and releases the abstract locks of a top-level transaction; returns
+    /// what an open-nested block hands to its parent.
+    pub(crate) fn run(self, engine: &Engine) -> Option<ForParent> {
+        match self {
+            Finished::Done {
+                handlers,
+                locks,
+                owner,
+            } => {
+                engine.run_handlers(handlers);
+                engine.abstract_locks.release(&locks, owner);
+                None
+            }
+            Finished::ForParent(p) => Some(p),
+        }
+    }
+}
+
+/// The bookkeeping of one transaction across its attempts.
+pub(crate) struct Attempts {
+    pub(crate) mode: Mode,
+    count: u32,
+    consecutive: u32,
+    /// Some attempt wrote: never switch to a read-only snapshot.
+    ever_wrote: bool,
+    max: Option<u32>,
+    deadline: Option<Instant>,
+}
+
+impl Attempts {
+    pub(crate) fn new(
+        engine: &Engine,
+        st: &mut TxState,
+        opts: &TxOptions,
+        owner: u64,
+        open_nested: bool,
+    ) -> Attempts {
+        st.priority = opts.priority;
+        st.policy = opts.contention.unwrap_or(engine.config.contention);
+        st.explicit_read_only = opts.read_only;
+        st.age = engine.clock();
+        st.owner = owner;
+        st.open_nested = open_nested;
+        Attempts {
+            mode: if opts.read_only {
+                Mode::ReadOnly
+            } else {
+                Mode::Update
+            },
+            count: 0,
+            consecutive: 0,
+            ever_wrote: false,
+            max: opts.max_attempts,
+            deadline: opts.timeout.map(|t| Instant::now() + t),
+        }
+    }
+
+    /// Handles an aborted attempt: rolls it back, runs its compensations, waits as the cause and
+    /// contention manager say. `Err` when the transaction must give up.
+    pub(crate) fn aborted(
+        &mut self,
+        engine: &Engine,
+        st: &mut Box<TxState>,
+        cause: AbortCause,
+    ) -> Result<(), TxError> {
+        st.bump(Event::Abort(cause));
+        self.count += 1;
+        self.consecutive += 1;
+        let since = st.ub;
+        let watch = (cause == AbortCause::ExplicitRetry).then(|| st.reads.clone());
+        self.ever_wrote |= !st.writes.is_empty() || cause == AbortCause::Upgrade;
+        st.end_attempt();
+        // The attempt has ended: compensations of what it committed through open nesting run
+        // now (an open-nested attempt committed nothing, so it has none), and its abstract locks
+        // are released.
+        let mut handlers: Vec<HandlerEntry> =
+            st.handlers.drain(..).filter(|h| !h.on_commit).collect();
+        if !st.open_nested && !handlers.is_empty() {
+            handlers.reverse();
+            engine.run_handlers(handlers);
+        }
+        if !st.abstract_locks.is_empty() {
+            let locks = std::mem::take(&mut st.abstract_locks);
+            engine.abstract_locks.release(&locks, st.owner);
+        }
+        // An open-nested transaction that lost an abstract lock aborts its parent instead.
+        if cause == AbortCause::AbstractLock && st.open_nested {
+            return Err(TxError::Conflict);
+        }
+        if self.max.is_some_and(|m| self.count >= m) {
+            return Err(TxError::RetryBudgetExhausted {
+                attempts: self.count,
+            });
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(TxError::Timeout {
+                attempts: self.count,
+            });
+        }
+        match cause {
+            AbortCause::Upgrade => self.mode = Mode::Update,
+            AbortCause::ExplicitRetry => {
+                st.bump(Event::RetryWait);
+                let reads = watch.unwrap_or_default();
+                if !engine.wait_for_change(&reads, since, self.deadline) {
+                    return Err(TxError::Timeout {
+                        attempts: self.count,
+                    });
+                }
+                self.consecutive = 0;
+            }
+            _ => {
+                // A reader that did not write re-runs as a read-only snapshot, which cannot abort.
+                if !self.ever_wrote && self.consecutive >= 2 {
+                    self.mode = Mode::ReadOnly;
+                }
+                let wait = st
+                    .policy
+                    .backoff(self.consecutive, st.priority, st.jitter.next());
+                pause(wait);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Engine::new(EngineConfig::default())
+    }
+}

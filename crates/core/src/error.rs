@@ -1,0 +1,92 @@
+//! The errors a transaction can end with.
+
+use std::fmt;
+
+use crate::key::Key;
+
+/// Why a transaction did not commit, as seen by the code that ran it.
+///
+/// [`TxError::Conflict`] and [`TxError::Retry`] are signals: an operation returns them so the
+/// closure can stop early with `?`, and the engine then re-runs the transaction. They reach the
+/// caller of `atomically` only wrapped in [`TxError::RetryBudgetExhausted`] or
+/// [`TxError::Timeout`]. Every other variant aborts the transaction (nothing it wrote becomes
+/// visible) and is returned to the caller unchanged, without a re-run.
+#[derive(Debug, thiserror::Error)]
+pub enum TxError {
+    /// The object does not exist (never created, or deleted).
+    #[error("object {key} does not exist")]
+    NotFound {
+        /// The missing object's key.
+        key: Key,
+    },
+    /// `create` named an object that already exists.
+    #[error("object {key} already exists")]
+    AlreadyExists {
+        /// The existing object's key.
+        key: Key,
+    },
+    /// The object holds a value of another type than the reference asked for.
+    #[error("object {key} does not hold a value of type {expected}")]
+    WrongType {
+        /// The object's key.
+        key: Key,
+        /// The type the reference asked for.
+        expected: &'static str,
+    },
+    /// A write was attempted in a transaction declared read-only.
+    #[error("write to {key} inside a read-only transaction")]
+    WriteInReadOnly {
+        /// The object that was to be written.
+        key: Key,
+    },
+    /// The transaction conflicted with another one and will be re-run (a signal; see above).
+    #[error("transaction conflict; it will be re-run")]
+    Conflict,
+    /// The transaction asked to wait for a change of what it read (a signal; see above).
+    #[error("transaction waits for a change of what it read")]
+    Retry,
+    /// The transaction was re-run as often as its retry budget allows and never committed.
+    #[error("transaction gave up after {attempts} attempts")]
+    RetryBudgetExhausted {
+        /// How many attempts were made.
+        attempts: u32,
+    },
+    /// The transaction's time limit passed before it committed.
+    #[error("transaction timed out after {attempts} attempts")]
+    Timeout {
+        /// How many attempts were made.
+        attempts: u32,
+    },
+    /// An error of the application's own, which aborted the transaction.
+    #[error("{0}")]
+    User(Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+impl TxError {
+    /// Wraps an application error so that `?` can return it from a transaction.
+    pub fn user<E: std::error::Error + Send + Sync + 'static>(e: E) -> TxError {
+        TxError::User(Box::new(e))
+    }
+
+    /// An application error from a message.
+    pub fn abort(message: impl Into<String>) -> TxError {
+        TxError::User(Box::new(Message(message.into())))
+    }
+
+    /// Whether this error is a re-run signal rather than an outcome.
+    pub fn is_signal(&self) -> bool {
+        matches!(self, TxError::Conflict | TxError::Retry)
+    }
+}
+
+/// A plain-text application error made by [`TxError::abort`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message(pub String);
+
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Message {}

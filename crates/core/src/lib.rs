@@ -1,0 +1,34 @@
+//! The per-node transactional engine of atomos.
+//!
+//! Objects live in cells with a versioned lock and a chain of committed versions. Transactions
+//! are opaque and time-based (LSA/TL2 style): a node version clock, reads validated by version
+//! with lazy snapshot extension, commit-time locking of the write set and read-set validation.
+//! Read-only transactions read a multi-version snapshot and never abort; old versions are
+//! reclaimed once no running snapshot can see them. Closed nesting, checkpoints and open nesting
+//! give partial rollback and early release. Nothing here performs I/O.
+
+#![deny(missing_docs)]
+
+mod cell;
+mod contention;
+mod engine;
+mod error;
+pub mod history;
+mod key;
+mod nesting;
+mod open;
+mod retry;
+mod slots;
+mod stats;
+mod store;
+mod tref;
+mod tx;
+
+pub use contention::ContentionPolicy;
+pub use engine::{Engine, EngineConfig, TxOptions};
+pub use error::{Message, TxError};
+pub use key::Key;
+pub use nesting::Step;
+pub use stats::{AbortCause, AbortCounts, Stats};
+pub use tref::{Object, TRef};
+pub use tx::Tx;

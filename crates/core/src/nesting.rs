@@ -1,0 +1,157 @@
+//! Closed nesting and checkpoints: partial rollback inside one transaction.
+
+use crate::engine::{Attempts, Engine, RunError, TxOptions};
+use crate::error::TxError;
+use crate::stats::{AbortCause, Event};
+use crate::tx::{Mark, Tx};
+
+/// Whether an abort cause can be handled by rolling back part of the transaction.
+fn partially_recoverable(cause: AbortCause) -> bool {
+    matches!(
+        cause,
+        AbortCause::ReadLocked
+            | AbortCause::ReadValidation
+            | AbortCause::LockConflict
+            | AbortCause::CommitValidation
+    )
+}
+
+impl<'e> Tx<'e> {
+    /// Runs `f` as a closed-nested transaction. If a conflict arises inside and everything the
+    /// enclosing transaction read before the block is still valid, only the block is rolled back
+    /// and re-run; otherwise the whole transaction aborts. On success the block's reads and
+    /// writes become the parent's. If `f` returns an application error, the block's effects are
+    /// undone and the error is returned to the parent, which may handle it.
+    pub fn nested<R>(
+        &mut self,
+        mut f: impl FnMut(&mut Tx<'e>) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        loop {
+            let st = self.st();
+            if st.abort.is_some() {
+                return Err(TxError::Conflict);
+            }
+            let mark = st.mark();
+            st.open_scope();
+            let out = f(self);
+            let st = self.st();
+            match st.abort.take() {
+                None => match out {
+                    Ok(r) => {
+                        st.close_scope(&mark);
+                        return Ok(r);
+                    }
+                    Err(e) => {
+                        let compensations = st.rollback_to(&mark);
+                        self.engine.run_handlers(compensations);
+                        return Err(e);
+                    }
+                },
+                Some(cause)
+                    if partially_recoverable(cause)
+                        && st.extend_prefix(self.engine, mark.reads) =>
+                {
+                    let compensations = st.rollback_to(&mark);
+                    st.bump(Event::NestedRollback);
+                    self.engine.run_handlers(compensations);
+                }
+                Some(cause) => {
+                    st.abort = Some(cause);
+                    st.close_scope(&mark);
+                    return Err(out.err().unwrap_or(TxError::Conflict));
+                }
+            }
+        }
+    }
+}
+
+/// One step of a checkpointed transaction.
+pub type Step<'a, S> = Box<dyn FnMut(&mut Tx<'_>, &mut S) -> Result<(), TxError> + 'a>;
+
+impl Engine {
+    /// Runs a transaction written as steps over a state `S`. Before each step the state is
+    /// cloned as a checkpoint; when a conflict arises (during a step or at commit), the
+    /// transaction resumes from the latest checkpoint whose earlier reads are all still valid,
+    /// instead of restarting from the first step. Returns the final state once committed.
+    pub fn run_steps<S: Clone>(
+        &self,
+        opts: &TxOptions,
+        init: S,
+        steps: &mut [Step<'_, S>],
+    ) -> Result<S, TxError> {
+        let mut st = self.take_state();
+        let mut attempts = Attempts::new(self, &mut st, opts, 0, false);
+        let mut checkpoints: Vec<(Mark, S)> = Vec::with_capacity(steps.len());
+        loop {
+            st.begin(self, attempts.mode);
+            let mut tx = Tx::new(self, st);
+            checkpoints.clear();
+            let mut state = init.clone();
+            let mut i = 0;
+            let outcome: Result<(), RunError<TxError>> = loop {
+                if i == steps.len() {
+                    let s = tx.st();
+                    if s.abort.is_none() {
+                        match s.commit(self) {
+                            Ok(()) => break Ok(()),
+                            Err(cause) => s.abort = Some(cause),
+                        }
+                    }
+                } else {
+                    checkpoints.truncate(i);
+                    checkpoints.push((tx.st().mark(), state.clone()));
+                    let out = (steps[i])(&mut tx, &mut state);
+                    match (out, tx.st().abort) {
+                        (Ok(()), None) => {
+                            i += 1;
+                            continue;
+                        }
+                        (Err(e), None) => break Err(RunError::User(e)),
+                        _ => {}
+                    }
+                }
+                // A conflict: find the latest checkpoint after the first whose reads still hold.
+                let s = tx.st();
+                let cause = s.abort.expect("conflict without a cause");
+                if !partially_recoverable(cause) {
+                    break Err(RunError::Tx(TxError::Conflict));
+                }
+                let resume = (1..checkpoints.len())
+                    .rev()
+                    .find(|&k| s.reads_valid(checkpoints[k].0.reads));
+                match resume {
+                    Some(k) if s.extend_prefix(self, checkpoints[k].0.reads) => {
+                        s.bump(Event::Abort(cause));
+                        let compensations = s.rollback_to(&checkpoints[k].0);
+                        s.bump(Event::CheckpointResume);
+                        self.run_handlers(compensations);
+                        state = checkpoints[k].1.clone();
+                        i = k;
+                    }
+                    _ => break Err(RunError::Tx(TxError::Conflict)),
+                }
+            };
+            st = tx.into_state();
+            match outcome {
+                Ok(()) => {
+                    st.after_commit();
+                    self.finish(st, true).run(self);
+                    return Ok(state);
+                }
+                Err(RunError::User(e)) => {
+                    st.bump(Event::UserAbort);
+                    st.end_attempt();
+                    self.finish(st, false).run(self);
+                    return Err(e);
+                }
+                Err(RunError::Tx(_)) => {
+                    let cause = st.abort.take().unwrap_or(AbortCause::CommitValidation);
+                    if let Err(e) = attempts.aborted(self, &mut st, cause) {
+                        self.finish(st, false).run(self);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! The node's object table: key to cell.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
+
+use crate::cell::Cell;
+use crate::key::Key;
+
+/// Maps keys to cells. A cell, once made, stays for the store's lifetime (an absent or deleted
+/// object is a cell whose newest version says so), so a pointer to a cell is valid as long as the
+/// store is.
+pub(crate) struct Store {
+    cells: DashMap<Key, Arc<Cell>, FxBuildHasher>,
+}
+
+impl Store {
+    pub(crate) fn new() -> Store {
+        Store {
+            cells: DashMap::with_hasher(FxBuildHasher),
+        }
+    }
+
+    /// The cell for `key`, made empty (absent object) if there was none.
+    pub(crate) fn cell(&self, key: &Key) -> Arc<Cell> {
+        if let Some(c) = self.cells.get(key) {
+            return Arc::clone(&c);
+        }
+        Arc::clone(
+            &self
+                .cells
+                .entry(key.clone())
+                .or_insert_with(|| Arc::new(Cell::new(key.clone()))),
+        )
+    }
+
+    /// Number of cells (objects that exist, existed, or were looked up).
+    pub(crate) fn len(&self) -> usize {
+        self.cells.len()
+    }
+}

@@ -1,0 +1,748 @@
+//! A running transaction: its snapshot, read set, write set, and the operations the closure of an
+//! atomic section calls.
+
+use std::any::Any;
+use std::cell::UnsafeCell;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_epoch::Guard;
+use rustc_hash::FxHashMap;
+
+use crate::cell::{decode, owner_word, Cell, LockState, Value};
+use crate::contention::{ContentionPolicy, Jitter, OnLocked, LOCK_WAIT_SPINS};
+use crate::engine::Engine;
+use crate::error::TxError;
+use crate::history::CommitRecord;
+use crate::slots::Slot;
+use crate::stats::{AbortCause, Event};
+use crate::tref::{Object, TRef};
+
+/// Write sets up to this size are searched linearly; larger ones through a hash index.
+const LINEAR_WRITES: usize = 16;
+/// A thread recomputes the reclamation horizon after this many of its commits.
+const HORIZON_EVERY: u32 = 64;
+
+/// How an attempt reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Reads the multi-version snapshot at `TxState::ub`; never aborts; keeps no read set.
+    ReadOnly,
+    /// Reads the newest versions, validated against `TxState::ub`, extended when possible.
+    Update,
+}
+
+/// A read of a committed version.
+#[derive(Clone, Copy)]
+pub(crate) struct ReadEntry {
+    pub(crate) cell: *const Cell,
+    pub(crate) version: u64,
+}
+
+/// A buffered write. `value == None` deletes the object.
+pub(crate) struct WriteEntry {
+    pub(crate) cell: *const Cell,
+    pub(crate) value: Option<Value>,
+    /// The lock word the cell had when commit locked it.
+    pub(crate) locked_from: u64,
+}
+
+/// What a transaction sees of an object.
+pub(crate) enum Seen {
+    Absent,
+    Present(*const (dyn Any + Send + Sync)),
+}
+
+#[inline]
+fn seen_of(value: Option<&Value>) -> Seen {
+    match value {
+        Some(b) => Seen::Present(&**b as *const (dyn Any + Send + Sync)),
+        None => Seen::Absent,
+    }
+}
+
+/// Action run as its own transaction after the top-level transaction commits or aborts.
+pub(crate) type Handler = Box<dyn FnMut(&mut Tx<'_>) -> Result<(), TxError> + Send>;
+
+pub(crate) struct HandlerEntry {
+    pub(crate) on_commit: bool,
+    pub(crate) run: Handler,
+}
+
+/// A point a transaction can roll back to (closed nesting, checkpoints).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mark {
+    pub(crate) reads: usize,
+    pub(crate) writes: usize,
+    pub(crate) undo: usize,
+    pub(crate) handlers: usize,
+    pub(crate) undo_floor: usize,
+}
+
+/// The reusable per-thread state behind a [`Tx`]. Its vectors keep their capacity between
+/// transactions, so a warmed-up thread allocates nothing for bookkeeping.
+pub(crate) struct TxState {
+    pub(crate) engine_id: u64,
+    pub(crate) slot: Arc<Slot>,
+    pub(crate) mode: Mode,
+    /// Read-only was asked for by the caller (a write is then an error, not an upgrade).
+    pub(crate) explicit_read_only: bool,
+    /// Snapshot upper bound: every version read is at or below it.
+    pub(crate) ub: u64,
+    pub(crate) reads: Vec<ReadEntry>,
+    pub(crate) writes: Vec<WriteEntry>,
+    write_index: FxHashMap<usize, usize>,
+    write_filter: u64,
+    /// Values replaced inside a nested block or checkpointed step: (write index, old value).
+    undo: Vec<(usize, Option<Value>)>,
+    /// Writes below this index belong to an enclosing block and are undo-logged when replaced.
+    undo_floor: usize,
+    /// Replaced values kept alive until the attempt ends: references to them may be held.
+    retired: Vec<Value>,
+    pub(crate) guard: Option<Guard>,
+    /// Set when the attempt must abort; every later operation fails fast.
+    pub(crate) abort: Option<AbortCause>,
+    pub(crate) priority: u16,
+    /// Start clock of the first attempt: the transaction's age for contention management.
+    pub(crate) age: u64,
+    pub(crate) policy: ContentionPolicy,
+    pub(crate) jitter: Jitter,
+    pub(crate) handlers: Vec<HandlerEntry>,
+    /// Abstract locks this transaction acquired (released when the top-level transaction ends).
+    pub(crate) abstract_locks: Vec<String>,
+    /// Identity under which abstract locks are held (0 until first needed).
+    pub(crate) owner: u64,
+    /// Open-nested transactions hand their locks and handlers to their parent.
+    pub(crate) open_nested: bool,
+    commits_since_horizon: u32,
+}
+
+impl TxState {
+    pub(crate) fn new(engine: &Engine) -> TxState {
+        let slot = engine.slots.register();
+        let seed = Arc::as_ptr(&slot) as u64 ^ engine.id.rotate_left(32);
+        TxState {
+            engine_id: engine.id,
+            slot,
+            mode: Mode::Update,
+            explicit_read_only: false,
+            ub: 0,
+            reads: Vec::new(),
+            writes: Vec::new(),
+            write_index: FxHashMap::default(),
+            write_filter: 0,
+            undo: Vec::new(),
+            undo_floor: 0,
+            retired: Vec::new(),
+            guard: None,
+            abort: None,
+            priority: 0,
+            age: 0,
+            policy: ContentionPolicy::default(),
+            jitter: Jitter::new(seed),
+            handlers: Vec::new(),
+            abstract_locks: Vec::new(),
+            owner: 0,
+            open_nested: false,
+            commits_since_horizon: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn bump(&self, e: Event) {
+        self.slot.counters.bump(e);
+    }
+
+    /// Starts an attempt in `mode`.
+    pub(crate) fn begin(&mut self, engine: &Engine, mode: Mode) {
+        self.mode = mode;
+        self.abort = None;
+        self.guard = Some(crossbeam_epoch::pin());
+        self.ub = match mode {
+            Mode::ReadOnly => self.slot.begin_snapshot(&engine.slots, &engine.clock),
+            Mode::Update => engine.clock.load(Ordering::Acquire),
+        };
+    }
+
+    /// Ends an attempt: forgets everything it read and wrote, releases its snapshot and guard.
+    pub(crate) fn end_attempt(&mut self) {
+        if self.mode == Mode::ReadOnly {
+            self.slot.end_snapshot();
+        }
+        self.reads.clear();
+        self.writes.clear();
+        self.write_index.clear();
+        self.write_filter = 0;
+        self.undo.clear();
+        self.undo_floor = 0;
+        self.retired.clear();
+        self.guard = None;
+    }
+
+    #[inline]
+    fn guard(&self) -> &Guard {
+        // Operations run only between `begin` and `end_attempt`.
+        self.guard
+            .as_ref()
+            .expect("transaction operation outside an attempt")
+    }
+
+    #[inline]
+    fn fail(&mut self, cause: AbortCause) -> TxError {
+        if self.abort.is_none() {
+            self.abort = Some(cause);
+        }
+        TxError::Conflict
+    }
+
+    #[inline]
+    fn check_live(&self) -> Result<(), TxError> {
+        match self.abort {
+            None => Ok(()),
+            Some(AbortCause::ExplicitRetry) => Err(TxError::Retry),
+            Some(_) => Err(TxError::Conflict),
+        }
+    }
+
+    #[inline]
+    fn filter_bit(cell: *const Cell) -> u64 {
+        1u64 << ((cell as usize >> 4) & 63)
+    }
+
+    #[inline]
+    pub(crate) fn find_write(&self, cell: *const Cell) -> Option<usize> {
+        if self.write_filter & Self::filter_bit(cell) == 0 {
+            return None;
+        }
+        if self.writes.len() <= LINEAR_WRITES {
+            self.writes.iter().rposition(|w| std::ptr::eq(w.cell, cell))
+        } else {
+            self.write_index.get(&(cell as usize)).copied()
+        }
+    }
+
+    fn push_write(&mut self, cell: *const Cell, value: Option<Value>) {
+        let idx = self.writes.len();
+        self.writes.push(WriteEntry {
+            cell,
+            value,
+            locked_from: 0,
+        });
+        self.write_filter |= Self::filter_bit(cell);
+        if idx == LINEAR_WRITES {
+            for (i, w) in self.writes.iter().enumerate() {
+                self.write_index.insert(w.cell as usize, i);
+            }
+        } else if idx > LINEAR_WRITES {
+            self.write_index.insert(cell as usize, idx);
+        }
+    }
+
+    fn replace_write(&mut self, idx: usize, value: Option<Value>) {
+        let old = std::mem::replace(&mut self.writes[idx].value, value);
+        if idx < self.undo_floor {
+            self.undo.push((idx, old));
+        } else if let Some(old) = old {
+            self.retired.push(old);
+        }
+    }
+
+    /// Reads the committed state of `cell` (the write set is not consulted).
+    fn read_committed(&mut self, engine: &Engine, cell: &Cell) -> Result<Seen, TxError> {
+        match self.mode {
+            Mode::ReadOnly => Ok(self.read_snapshot(engine, cell)),
+            Mode::Update => self.read_latest(engine, cell),
+        }
+    }
+
+    /// Multi-version read at the snapshot: waits out a committer, never aborts.
+    fn read_snapshot(&mut self, engine: &Engine, cell: &Cell) -> Seen {
+        let mut spins = 0u32;
+        // A committer that holds the lock may be installing a version at or below our snapshot
+        // (it took its timestamp before we took ours): wait for it. Lock hold times are short.
+        while let LockState::Held { .. } = decode(cell.lock_word()) {
+            spins += 1;
+            if spins < LOCK_WAIT_SPINS {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let (version, seen) = {
+            let guard = self.guard();
+            let mut cur = cell.head(guard);
+            let mut found = (0, Seen::Absent);
+            // SAFETY: versions are reclaimed through the epoch collector; our guard keeps every
+            // version reachable at pin time alive, and the horizon keeps ours reachable.
+            while let Some(v) = unsafe { cur.as_ref() } {
+                if v.ts <= self.ub {
+                    found = (v.ts, seen_of(v.value.as_ref()));
+                    break;
+                }
+                cur = v.prev.load(Ordering::Acquire, guard);
+            }
+            found
+        };
+        if engine.history.is_some() {
+            self.reads.push(ReadEntry { cell, version });
+        }
+        seen
+    }
+
+    /// Read of the newest version, validated against the snapshot bound.
+    fn read_latest(&mut self, engine: &Engine, cell: &Cell) -> Result<Seen, TxError> {
+        let mut spins = 0u32;
+        loop {
+            let l1 = cell.lock_word();
+            let version = match decode(l1) {
+                LockState::Free(v) => v,
+                LockState::Held { priority, age } => {
+                    spins += 1;
+                    if spins < LOCK_WAIT_SPINS
+                        && self
+                            .policy
+                            .on_locked(self.priority, self.age, priority, age)
+                            == OnLocked::Wait
+                    {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    return Err(self.fail(AbortCause::ReadLocked));
+                }
+            };
+            let seen = {
+                let head = cell.head(self.guard());
+                // SAFETY: see `read_snapshot`.
+                seen_of(unsafe { head.as_ref() }.and_then(|v| v.value.as_ref()))
+            };
+            if cell.lock_word() != l1 {
+                continue;
+            }
+            if version > self.ub && !self.extend(engine) {
+                return Err(self.fail(AbortCause::ReadValidation));
+            }
+            self.reads.push(ReadEntry { cell, version });
+            return Ok(seen);
+        }
+    }
+
+    /// Whether every read in `reads[..upto]` still names the newest version of its cell.
+    pub(crate) fn reads_valid(&self, upto: usize) -> bool {
+        self.reads[..upto].iter().all(|r| {
+            // SAFETY: cells live as long as their engine's store.
+            let word = unsafe { &*r.cell }.lock_word();
+            word == r.version << 1
+        })
+    }
+
+    /// Lazy snapshot extension: move the bound to now if nothing read has changed.
+    pub(crate) fn extend(&mut self, engine: &Engine) -> bool {
+        self.extend_prefix(engine, self.reads.len())
+    }
+
+    /// Extends the snapshot to now if `reads[..upto]` are unchanged (those after are about to be
+    /// dropped by a partial rollback).
+    pub(crate) fn extend_prefix(&mut self, engine: &Engine, upto: usize) -> bool {
+        let now = engine.clock.load(Ordering::Acquire);
+        if self.reads_valid(upto) {
+            self.ub = now;
+            self.bump(Event::SnapshotExtension);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A mark to roll back to later.
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            reads: self.reads.len(),
+            writes: self.writes.len(),
+            undo: self.undo.len(),
+            handlers: self.handlers.len(),
+            undo_floor: self.undo_floor,
+        }
+    }
+
+    /// Makes writes made from now on undo-logged when they replace earlier ones.
+    pub(crate) fn open_scope(&mut self) {
+        self.undo_floor = self.writes.len();
+    }
+
+    /// Ends the scope opened after `mark` without rolling back.
+    pub(crate) fn close_scope(&mut self, mark: &Mark) {
+        self.undo_floor = mark.undo_floor;
+    }
+
+    /// Undoes everything done since `mark` and returns the on-abort handlers registered since
+    /// then (to be run by the caller, latest first).
+    pub(crate) fn rollback_to(&mut self, mark: &Mark) -> Vec<HandlerEntry> {
+        self.reads.truncate(mark.reads);
+        while self.undo.len() > mark.undo {
+            let (idx, old) = self.undo.pop().expect("undo entry");
+            self.writes[idx].value = old;
+        }
+        if self.writes.len() > mark.writes {
+            for w in self.writes.drain(mark.writes..) {
+                self.write_index.remove(&(w.cell as usize));
+            }
+            if self.writes.len() <= LINEAR_WRITES {
+                self.write_index.clear();
+            }
+            self.write_filter = self
+                .writes
+                .iter()
+                .fold(0, |f, w| f | Self::filter_bit(w.cell));
+        }
+        self.undo_floor = mark.undo_floor;
+        self.abort = None;
+        let mut aborted: Vec<HandlerEntry> = self
+            .handlers
+            .drain(mark.handlers..)
+            .filter(|h| !h.on_commit)
+            .collect();
+        aborted.reverse();
+        aborted
+    }
+
+    /// Commit: lock the write set, take a timestamp, validate the read set, install, unlock.
+    /// On failure every lock is released and the read and write sets are kept (a checkpointed
+    /// transaction may resume from them).
+    pub(crate) fn commit(&mut self, engine: &Engine) -> Result<(), AbortCause> {
+        if self.mode == Mode::ReadOnly || self.writes.is_empty() {
+            if let Some(h) = &engine.history {
+                h.record(self.record(None));
+            }
+            self.bump(if self.mode == Mode::ReadOnly {
+                Event::ReadOnlyCommit
+            } else {
+                Event::Commit
+            });
+            if self.mode == Mode::ReadOnly {
+                self.bump(Event::Commit);
+            }
+            return Ok(());
+        }
+        let owner = owner_word(self.priority, self.age);
+        for i in 0..self.writes.len() {
+            // SAFETY: cells live as long as their engine's store.
+            let cell = unsafe { &*self.writes[i].cell };
+            let mut spins = 0u32;
+            loop {
+                let word = cell.lock_word();
+                match decode(word) {
+                    LockState::Free(_) => {
+                        if cell.try_lock(word, owner) {
+                            self.writes[i].locked_from = word;
+                            break;
+                        }
+                    }
+                    LockState::Held { priority, age } => {
+                        spins += 1;
+                        if spins >= LOCK_WAIT_SPINS
+                            || self
+                                .policy
+                                .on_locked(self.priority, self.age, priority, age)
+                                == OnLocked::Abort
+                        {
+                            self.unlock_first(i);
+                            return Err(AbortCause::LockConflict);
+                        }
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
+        // Global version clock with TL2's "GV4": one CAS; a committer that loses the race shares
+        // the winner's timestamp instead of retrying, which keeps the clock line from ping-ponging.
+        let cur = engine.clock.load(Ordering::Acquire);
+        let (wv, alone) =
+            match engine
+                .clock
+                .compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => (cur + 1, cur == self.ub),
+                Err(now) => (now, false),
+            };
+        if !alone && !self.validate_locked() {
+            self.unlock_first(self.writes.len());
+            return Err(AbortCause::CommitValidation);
+        }
+        let horizon = engine.slots.horizon();
+        let guard = self.guard.as_ref().expect("commit outside an attempt");
+        for w in &mut self.writes {
+            // SAFETY: cells live as long as their engine's store; we hold the lock.
+            let cell = unsafe { &*w.cell };
+            cell.install(wv, w.value.take(), horizon, guard);
+            cell.unlock(wv);
+        }
+        if let Some(h) = &engine.history {
+            h.record(self.record(Some(wv)));
+        }
+        engine.retry_signal.notify();
+        self.bump(Event::Commit);
+        self.commits_since_horizon += 1;
+        if self.commits_since_horizon >= HORIZON_EVERY {
+            self.commits_since_horizon = 0;
+            engine.slots.advance_horizon(&engine.clock);
+        }
+        Ok(())
+    }
+
+    /// Read-set validation while holding the write set's locks.
+    fn validate_locked(&self) -> bool {
+        self.reads.iter().all(|r| {
+            // SAFETY: cells live as long as their engine's store.
+            let word = unsafe { &*r.cell }.lock_word();
+            if word == r.version << 1 {
+                return true;
+            }
+            match decode(word) {
+                LockState::Held { .. } => match self.find_write(r.cell) {
+                    Some(i) => self.writes[i].locked_from == r.version << 1,
+                    None => false,
+                },
+                LockState::Free(_) => false,
+            }
+        })
+    }
+
+    fn unlock_first(&self, n: usize) {
+        for w in &self.writes[..n] {
+            // SAFETY: cells live as long as their engine's store; we hold these locks.
+            let cell = unsafe { &*w.cell };
+            cell.unlock(w.locked_from >> 1);
+        }
+    }
+
+    fn record(&self, wv: Option<u64>) -> CommitRecord {
+        // SAFETY (both maps): cells live as long as their engine's store.
+        CommitRecord {
+            reads: self
+                .reads
+                .iter()
+                .map(|r| (unsafe { &*r.cell }.key().clone(), r.version))
+                .collect(),
+            writes: match wv {
+                Some(wv) => self
+                    .writes
+                    .iter()
+                    .map(|w| (unsafe { &*w.cell }.key().clone(), wv))
+                    .collect(),
+                None => Vec::new(),
+            },
+        }
+    }
+
+    /// Bookkeeping after a successful commit.
+    pub(crate) fn after_commit(&mut self) {
+        self.end_attempt();
+    }
+}
+
+/// The handle an atomic section's closure receives.
+///
+/// Every operation validates what it reads: the closure never observes a state that no serial
+/// execution produces (opacity), even in an attempt that later aborts. When an operation returns
+/// [`TxError::Conflict`] or [`TxError::Retry`], return it with `?`; the engine re-runs the
+/// closure. References handed out by [`Tx::read`] stay valid until the closure returns.
+pub struct Tx<'e> {
+    pub(crate) engine: &'e Engine,
+    pub(crate) state: UnsafeCell<Box<TxState>>,
+}
+
+impl<'e> Tx<'e> {
+    pub(crate) fn new(engine: &'e Engine, state: Box<TxState>) -> Tx<'e> {
+        Tx {
+            engine,
+            state: UnsafeCell::new(state),
+        }
+    }
+
+    pub(crate) fn into_state(self) -> Box<TxState> {
+        self.state.into_inner()
+    }
+
+    /// The transaction's state.
+    ///
+    /// SAFETY (for every caller): `Tx` is `!Sync`, no operation calls back into application code
+    /// while it holds this borrow, and references handed to the application point into heap
+    /// values that the state keeps alive until the attempt ends, never into the state itself.
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
+    pub(crate) fn st(&self) -> &mut TxState {
+        unsafe { &mut **self.state.get() }
+    }
+
+    /// The engine this transaction runs on.
+    pub fn engine(&self) -> &'e Engine {
+        self.engine
+    }
+
+    #[inline]
+    fn cell<T>(&self, r: &TRef<T>) -> &'e Cell {
+        let cell: *const Cell = match r.cached(self.engine.id) {
+            Some(c) => Arc::as_ptr(c),
+            None => {
+                let c = self.engine.store.cell(r.key());
+                let p = Arc::as_ptr(&c);
+                r.remember(self.engine.id, c);
+                p
+            }
+        };
+        // SAFETY: the store holds every cell for the engine's lifetime.
+        unsafe { &*cell }
+    }
+
+    /// What the transaction sees of `cell`: its own buffered write, else the committed state.
+    #[inline]
+    fn see(&self, cell: &Cell) -> Result<Seen, TxError> {
+        let st = self.st();
+        st.check_live()?;
+        if let Some(i) = st.find_write(cell) {
+            return Ok(seen_of(st.writes[i].value.as_ref()));
+        }
+        st.read_committed(self.engine, cell)
+    }
+
+    #[inline]
+    fn typed<T: Object>(cell: &Cell, seen: Seen) -> Result<&T, TxError> {
+        match seen {
+            Seen::Absent => Err(TxError::NotFound {
+                key: cell.key().clone(),
+            }),
+            // SAFETY: the value is kept alive until the attempt ends (see `Tx::st`).
+            Seen::Present(p) => {
+                unsafe { &*p }
+                    .downcast_ref::<T>()
+                    .ok_or_else(|| TxError::WrongType {
+                        key: cell.key().clone(),
+                        expected: std::any::type_name::<T>(),
+                    })
+            }
+        }
+    }
+
+    /// The object's value, shared (not copied).
+    #[inline]
+    pub fn read<T: Object>(&self, r: &TRef<T>) -> Result<&T, TxError> {
+        let cell = self.cell(r);
+        let seen = self.see(cell)?;
+        Self::typed(cell, seen)
+    }
+
+    /// Whether the object exists.
+    pub fn exists<T: Object>(&self, r: &TRef<T>) -> Result<bool, TxError> {
+        let cell = self.cell(r);
+        Ok(matches!(self.see(cell)?, Seen::Present(_)))
+    }
+
+    /// Buffers a write; the caller has passed `upgrade_check` and seen the object.
+    fn buffer(&self, cell: &Cell, value: Option<Value>) -> Result<(), TxError> {
+        let st = self.st();
+        match st.find_write(cell) {
+            Some(i) => st.replace_write(i, value),
+            None => st.push_write(cell, value),
+        }
+        Ok(())
+    }
+
+    fn upgrade_check(&self, cell: &Cell) -> Result<(), TxError> {
+        let st = self.st();
+        if st.mode == Mode::ReadOnly {
+            st.check_live()?;
+            if st.explicit_read_only {
+                return Err(TxError::WriteInReadOnly {
+                    key: cell.key().clone(),
+                });
+            }
+            return Err(st.fail(AbortCause::Upgrade));
+        }
+        Ok(())
+    }
+
+    /// Replaces the value of an existing object.
+    pub fn write<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
+        let cell = self.cell(r);
+        self.upgrade_check(cell)?;
+        let seen = self.see(cell)?;
+        Self::typed::<T>(cell, seen)?;
+        self.buffer(cell, Some(Box::new(value)))
+    }
+
+    /// Applies `f` to a copy of the object's value and writes the result back; returns what `f`
+    /// returned.
+    pub fn modify<T: Object, R>(
+        &self,
+        r: &TRef<T>,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> Result<R, TxError> {
+        let cell = self.cell(r);
+        self.upgrade_check(cell)?;
+        let seen = self.see(cell)?;
+        let mut value = Self::typed::<T>(cell, seen)?.clone();
+        let out = f(&mut value);
+        self.buffer(cell, Some(Box::new(value)))?;
+        Ok(out)
+    }
+
+    /// Creates (publishes) a new object; fails with [`TxError::AlreadyExists`] if it exists.
+    pub fn create<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
+        let cell = self.cell(r);
+        self.upgrade_check(cell)?;
+        if let Seen::Present(_) = self.see(cell)? {
+            return Err(TxError::AlreadyExists {
+                key: cell.key().clone(),
+            });
+        }
+        self.buffer(cell, Some(Box::new(value)))
+    }
+
+    /// Deletes an existing object; later reads find it missing.
+    pub fn delete<T: Object>(&self, r: &TRef<T>) -> Result<(), TxError> {
+        let cell = self.cell(r);
+        self.upgrade_check(cell)?;
+        let seen = self.see(cell)?;
+        Self::typed::<T>(cell, seen)?;
+        self.buffer(cell, None)
+    }
+
+    /// Abandons this attempt and blocks until an object it read changes, then re-runs the
+    /// transaction (or fails with [`TxError::Timeout`] once its time limit passes). Use as
+    /// `return tx.retry();`.
+    pub fn retry<R>(&self) -> Result<R, TxError> {
+        let st = self.st();
+        st.check_live()?;
+        st.abort = Some(AbortCause::ExplicitRetry);
+        Err(TxError::Retry)
+    }
+
+    /// Whether this attempt reads a read-only snapshot.
+    pub fn is_read_only(&self) -> bool {
+        self.st().mode == Mode::ReadOnly
+    }
+
+    /// This transaction's priority.
+    pub fn priority(&self) -> u16 {
+        self.st().priority
+    }
+
+    /// Registers an action to run, as its own transaction, after the top-level transaction
+    /// commits. In an open-nested block it is handed to the parent when the block commits.
+    pub fn on_commit(&self, f: impl FnMut(&mut Tx<'_>) -> Result<(), TxError> + Send + 'static) {
+        self.st().handlers.push(HandlerEntry {
+            on_commit: true,
+            run: Box::new(f),
+        });
+    }
+
+    /// Registers a compensating action to run, as its own transaction, if the top-level
+    /// transaction aborts (or the closed-nested block around this call rolls back). Actions run
+    /// latest first.
+    pub fn on_abort(&self, f: impl FnMut(&mut Tx<'_>) -> Result<(), TxError> + Send + 'static) {
+        self.st().handlers.push(HandlerEntry {
+            on_commit: false,
+            run: Box::new(f),
+        });
+    }
+}
