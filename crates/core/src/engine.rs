@@ -359,7 +359,7 @@ impl Attempts {
         self.consecutive += 1;
         let since = st.ub;
         let watch = (cause == AbortCause::ExplicitRetry).then(|| st.reads.clone());
-        self.ever_wrote |= !st.writes.is_empty() || cause == AbortCause::Upgrade;
+        self.ever_wrote |= st.wants_write;
         st.end_attempt();
         // The attempt has ended: compensations of what it committed through open nesting run
         // now (an open-nested attempt committed nothing, so it has none), and its abstract locks

@@ -114,6 +114,8 @@ pub(crate) struct TxState {
     pub(crate) owner: u64,
     /// Open-nested transactions hand their locks and handlers to their parent.
     pub(crate) open_nested: bool,
+    /// The attempt called a writing operation (even if it aborted before buffering the write).
+    pub(crate) wants_write: bool,
     commits_since_horizon: u32,
 }
 
@@ -144,6 +146,7 @@ impl TxState {
             abstract_locks: Vec::new(),
             owner: 0,
             open_nested: false,
+            wants_write: false,
             commits_since_horizon: 0,
         }
     }
@@ -157,6 +160,7 @@ impl TxState {
     pub(crate) fn begin(&mut self, engine: &Engine, mode: Mode) {
         self.mode = mode;
         self.abort = None;
+        self.wants_write = false;
         self.guard = Some(crossbeam_epoch::pin());
         self.ub = match mode {
             Mode::ReadOnly => self.slot.begin_snapshot(&engine.slots, &engine.clock),
@@ -647,8 +651,11 @@ impl<'e> Tx<'e> {
         Ok(())
     }
 
+    /// Called before any write: a read-only attempt cannot write (an explicit one fails, a
+    /// detected one re-runs as an update transaction); an update attempt notes that it writes.
     fn upgrade_check(&self, cell: &Cell) -> Result<(), TxError> {
         let st = self.st();
+        st.wants_write = true;
         if st.mode == Mode::ReadOnly {
             st.check_live()?;
             if st.explicit_read_only {
