@@ -1,0 +1,361 @@
+//! Runs a workload on a node with many threads for a fixed time and reports what it measured.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use atomos::{ContentionPolicy, Node, NodeConfig, Protocol, Stats, TxError};
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use serde::Serialize;
+
+use crate::workloads::{WorkloadKind, WorkloadParams};
+
+/// One latency sample is taken every this many operations (timing every one would cost a
+/// noticeable share of a sub-microsecond transaction).
+const SAMPLE_EVERY: u64 = 8;
+/// Workers publish their operation counts this often, for the progress line.
+const PUBLISH_EVERY: u64 = 1024;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// The workload.
+    pub workload: WorkloadKind,
+    /// The protocol.
+    pub protocol: Protocol,
+    /// Nodes in the cluster (1 for `local`).
+    pub nodes: usize,
+    /// Worker threads.
+    pub threads: usize,
+    /// Object count (see [`WorkloadParams::objects`]).
+    pub objects: usize,
+    /// Fraction of read-only operations.
+    pub read_ratio: f64,
+    /// Bank: accounts read by a balance operation (`None`: all).
+    pub balance_k: Option<usize>,
+    /// Measured run time.
+    pub duration: Duration,
+    /// Contention manager.
+    pub contention: ContentionPolicy,
+    /// Seed of the workers' random generators.
+    pub seed: u64,
+    /// Print a live progress line to standard error.
+    pub progress: bool,
+}
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The configuration is not usable.
+    #[error("invalid benchmark configuration: {0}")]
+    Config(String),
+    /// A transaction failed with an error that is not a conflict.
+    #[error("transaction failed: {0}")]
+    Tx(#[from] TxError),
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Slowest sample.
+    pub max: f64,
+    /// Number of samples (one per `SAMPLE_EVERY` operations).
+    pub samples: u64,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// Workload name.
+    pub workload: String,
+    /// Protocol name.
+    pub protocol: String,
+    /// Nodes.
+    pub nodes: usize,
+    /// Worker threads.
+    pub threads: usize,
+    /// Objects.
+    pub objects: usize,
+    /// Read-only fraction.
+    pub read_ratio: f64,
+    /// Bank balance width (`null`: all accounts).
+    pub balance_k: Option<usize>,
+    /// Contention manager.
+    pub contention: String,
+    /// Measured seconds.
+    pub duration_s: f64,
+    /// Committed transactions (one per operation).
+    pub committed: u64,
+    /// Aborted attempts.
+    pub aborted: u64,
+    /// Committed transactions per second.
+    pub throughput_tps: f64,
+    /// Aborted attempts per attempt.
+    pub abort_rate: f64,
+    /// Latency of a whole operation (all its attempts).
+    pub latency_us: Latency,
+    /// Whether the workload's invariant held at the end.
+    pub invariant_ok: bool,
+    /// What the invariant check found.
+    pub invariant: String,
+    /// Engine counters over the measured run.
+    pub stats: Stats,
+}
+
+impl BenchConfig {
+    fn validate(&self) -> Result<(), BenchError> {
+        let bad = |m: String| Err(BenchError::Config(m));
+        if self.threads == 0 {
+            return bad("--threads must be at least 1".into());
+        }
+        if self.objects < 2 {
+            return bad("--objects must be at least 2".into());
+        }
+        if !(0.0..=1.0).contains(&self.read_ratio) {
+            return bad(format!("--read-ratio must be within 0..=1, not {}", self.read_ratio));
+        }
+        if self.duration.is_zero() {
+            return bad("--duration must be positive".into());
+        }
+        if self.protocol == Protocol::Local && self.nodes != 1 {
+            return bad(format!("protocol local runs on one node, not {}", self.nodes));
+        }
+        if self.balance_k == Some(0) {
+            return bad("--balance-k must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Runs the benchmark.
+pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
+    cfg.validate()?;
+    let node = Node::new(NodeConfig {
+        protocol: cfg.protocol,
+        contention: cfg.contention,
+        ..NodeConfig::default()
+    });
+    let params = WorkloadParams {
+        objects: cfg.objects,
+        read_ratio: cfg.read_ratio,
+        balance_k: cfg.balance_k,
+        threads: cfg.threads,
+    };
+    let workload: Arc<dyn crate::Workload> = Arc::from(cfg.workload.build(&params));
+    workload.setup(&node)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let done_ops = Arc::new(AtomicU64::new(0));
+    let before = node.stats();
+    let start = Instant::now();
+    let workers: Vec<_> = (0..cfg.threads)
+        .map(|t| {
+            let (node, workload, stop, done_ops) = (node.clone(), workload.clone(), stop.clone(), done_ops.clone());
+            let seed = cfg.seed.wrapping_add(t as u64 * 0x9e37_79b9);
+            thread::spawn(move || -> Result<(u64, Histogram<u64>), TxError> {
+                let mut rng = SmallRng::seed_from_u64(seed);
+                let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+                let mut ops = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if ops % SAMPLE_EVERY == 0 {
+                        let t0 = Instant::now();
+                        workload.op(&node, t, &mut rng)?;
+                        hist.saturating_record(t0.elapsed().as_nanos() as u64);
+                    } else {
+                        workload.op(&node, t, &mut rng)?;
+                    }
+                    ops += 1;
+                    if ops % PUBLISH_EVERY == 0 {
+                        done_ops.fetch_add(PUBLISH_EVERY, Ordering::Relaxed);
+                    }
+                }
+                Ok((ops, hist))
+            })
+        })
+        .collect();
+
+    let mut last_print = Instant::now();
+    while start.elapsed() < cfg.duration {
+        thread::sleep(Duration::from_millis(50).min(cfg.duration.saturating_sub(start.elapsed())));
+        if cfg.progress && last_print.elapsed() >= Duration::from_secs(1) {
+            last_print = Instant::now();
+            let secs = start.elapsed().as_secs_f64();
+            let ops = done_ops.load(Ordering::Relaxed);
+            eprint!(
+                "\r  {:>5.1}s  {:>12} tx  {:>10.0} tx/s   ",
+                secs,
+                ops,
+                ops as f64 / secs
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut committed = 0;
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+    let mut failure = None;
+    for w in workers {
+        match w.join().expect("benchmark worker panicked") {
+            Ok((ops, h)) => {
+                committed += ops;
+                hist.add(&h).expect("histograms with equal bounds");
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    if cfg.progress {
+        eprintln!();
+    }
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    let after = node.stats();
+    let stats = stats_delta(&before, &after);
+    let aborted = stats.aborts.total();
+    let check = workload.check(&node)?;
+    let us = |ns: u64| ns as f64 / 1000.0;
+    Ok(BenchReport {
+        workload: cfg.workload.name().to_string(),
+        protocol: cfg.protocol.to_string(),
+        nodes: cfg.nodes,
+        threads: cfg.threads,
+        objects: cfg.objects,
+        read_ratio: cfg.read_ratio,
+        balance_k: cfg.balance_k,
+        contention: format!("{:?}", cfg.contention),
+        duration_s: elapsed,
+        committed,
+        aborted,
+        throughput_tps: committed as f64 / elapsed,
+        abort_rate: if committed + aborted == 0 {
+            0.0
+        } else {
+            aborted as f64 / (committed + aborted) as f64
+        },
+        latency_us: Latency {
+            p50: us(hist.value_at_quantile(0.5)),
+            p90: us(hist.value_at_quantile(0.9)),
+            p99: us(hist.value_at_quantile(0.99)),
+            max: us(hist.max()),
+            samples: hist.len(),
+        },
+        invariant_ok: check.ok,
+        invariant: check.detail,
+        stats,
+    })
+}
+
+fn stats_delta(a: &Stats, b: &Stats) -> Stats {
+    let mut d = b.clone();
+    d.commits -= a.commits;
+    d.read_only_commits -= a.read_only_commits;
+    d.aborts.read_locked -= a.aborts.read_locked;
+    d.aborts.read_validation -= a.aborts.read_validation;
+    d.aborts.lock_conflict -= a.aborts.lock_conflict;
+    d.aborts.commit_validation -= a.aborts.commit_validation;
+    d.aborts.abstract_lock -= a.aborts.abstract_lock;
+    d.aborts.explicit_retry -= a.aborts.explicit_retry;
+    d.aborts.upgrade -= a.aborts.upgrade;
+    d.retry_waits -= a.retry_waits;
+    d.nested_rollbacks -= a.nested_rollbacks;
+    d.checkpoint_resumes -= a.checkpoint_resumes;
+    d.snapshot_extensions -= a.snapshot_extensions;
+    d.user_aborts -= a.user_aborts;
+    d.handler_failures -= a.handler_failures;
+    d
+}
+
+impl BenchReport {
+    /// A short human-readable summary.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} on {} ({} node, {} threads, {} objects, read ratio {}): {:.0} tx/s, {} committed, abort rate {:.4}, \
+             latency p50 {:.2} us p99 {:.2} us; invariant {}: {}",
+            self.workload,
+            self.protocol,
+            self.nodes,
+            self.threads,
+            self.objects,
+            self.read_ratio,
+            self.throughput_tps,
+            self.committed,
+            self.abort_rate,
+            self.latency_us.p50,
+            self.latency_us.p99,
+            if self.invariant_ok { "OK" } else { "VIOLATED" },
+            self.invariant
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quick(kind: WorkloadKind, objects: usize, read_ratio: f64) -> BenchReport {
+        run(&BenchConfig {
+            workload: kind,
+            protocol: Protocol::Local,
+            nodes: 1,
+            threads: 3,
+            objects,
+            read_ratio,
+            balance_k: None,
+            duration: Duration::from_millis(300),
+            contention: ContentionPolicy::Backoff,
+            seed: 7,
+            progress: false,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn every_workload_keeps_its_invariant_under_contention() {
+        for kind in WorkloadKind::ALL {
+            // Small structures, mostly updates: many conflicts.
+            let r = quick(kind, 32, 0.2);
+            assert!(r.invariant_ok, "{}: {}", kind, r.invariant);
+            assert!(r.committed > 0, "{kind} committed nothing");
+            assert!(r.latency_us.samples > 0);
+        }
+    }
+
+    #[test]
+    fn read_only_operations_never_abort() {
+        let r = quick(WorkloadKind::Bank, 64, 1.0);
+        assert_eq!(r.aborted, 0);
+        assert_eq!(r.stats.read_only_commits, r.committed);
+    }
+
+    #[test]
+    fn bad_configuration_is_refused() {
+        let mut cfg = BenchConfig {
+            workload: WorkloadKind::Bank,
+            protocol: Protocol::Local,
+            nodes: 1,
+            threads: 1,
+            objects: 10,
+            read_ratio: 1.5,
+            balance_k: None,
+            duration: Duration::from_millis(10),
+            contention: ContentionPolicy::Backoff,
+            seed: 1,
+            progress: false,
+        };
+        assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
+        cfg.read_ratio = 0.5;
+        cfg.nodes = 3;
+        assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
+    }
+}

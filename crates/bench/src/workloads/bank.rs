@@ -1,0 +1,89 @@
+//! Bank: transfers between random accounts; read-only balance over all or k accounts.
+
+use atomos::{Key, Node, TRef, TxError};
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+use super::{Check, Workload, WorkloadParams};
+
+const INITIAL: i64 = 1_000;
+
+/// The Bank workload (HyflowCPP thesis 6.2.1.1). Invariant: the total never changes.
+pub struct Bank {
+    accounts: Vec<TRef<i64>>,
+    read_ratio: f64,
+    balance_k: Option<usize>,
+}
+
+impl Bank {
+    /// A bank with `p.objects` accounts.
+    pub fn new(p: &WorkloadParams) -> Bank {
+        Bank {
+            accounts: (0..p.objects.max(2) as u64).map(|i| TRef::new(Key::with_index("bank/", i))).collect(),
+            read_ratio: p.read_ratio,
+            balance_k: p.balance_k,
+        }
+    }
+
+    /// The sum of all balances, read as one snapshot.
+    pub fn total(&self, node: &Node) -> Result<i64, TxError> {
+        node.atomically_read(|tx| {
+            let mut sum = 0;
+            for a in &self.accounts {
+                sum += *tx.read(a)?;
+            }
+            Ok(sum)
+        })
+    }
+}
+
+impl Workload for Bank {
+    fn setup(&self, node: &Node) -> Result<(), TxError> {
+        for chunk in self.accounts.chunks(1024) {
+            node.atomically(|tx| {
+                for a in chunk {
+                    tx.create(a, INITIAL)?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn op(&self, node: &Node, _thread: usize, rng: &mut SmallRng) -> Result<(), TxError> {
+        let n = self.accounts.len();
+        if rng.random_bool(self.read_ratio) {
+            match self.balance_k {
+                None => self.total(node).map(|_| ()),
+                Some(k) => {
+                    let picks: Vec<usize> = (0..k).map(|_| rng.random_range(0..n)).collect();
+                    node.atomically_read(|tx| {
+                        let mut sum = 0i64;
+                        for &i in &picks {
+                            sum += *tx.read(&self.accounts[i])?;
+                        }
+                        Ok(sum)
+                    })
+                    .map(|_| ())
+                }
+            }
+        } else {
+            let from = rng.random_range(0..n);
+            let to = (from + rng.random_range(1..n)) % n;
+            let amount = rng.random_range(1..=10);
+            node.atomically(|tx| {
+                tx.modify(&self.accounts[from], |b| *b -= amount)?;
+                tx.modify(&self.accounts[to], |b| *b += amount)
+            })
+        }
+    }
+
+    fn check(&self, node: &Node) -> Result<Check, TxError> {
+        let total = self.total(node)?;
+        let want = INITIAL * self.accounts.len() as i64;
+        Ok(Check {
+            ok: total == want,
+            detail: format!("bank total {total}, expected {want}"),
+        })
+    }
+}

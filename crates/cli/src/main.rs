@@ -1,0 +1,192 @@
+//! The `atomos` command.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use atomos::{ContentionPolicy, Protocol};
+use atomos_bench::{BenchConfig, WorkloadKind};
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// atomos: a distributed transactional memory.
+#[derive(Parser)]
+#[command(name = "atomos", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs a short bank workload on an embedded node, with a live progress line, and checks
+    /// that the total balance never changed.
+    Demo {
+        /// Seconds to run.
+        #[arg(long, default_value_t = 3.0)]
+        duration: f64,
+        /// Worker threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+    /// Runs a benchmark workload and reports throughput, abort rate, latency and its invariant.
+    Bench(BenchArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Contention {
+    AbortSelf,
+    Backoff,
+    Priority,
+}
+
+impl From<Contention> for ContentionPolicy {
+    fn from(c: Contention) -> Self {
+        match c {
+            Contention::AbortSelf => ContentionPolicy::AbortSelf,
+            Contention::Backoff => ContentionPolicy::Backoff,
+            Contention::Priority => ContentionPolicy::Priority,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// bank, linkedlist, skiplist, bst, hashtable; or footprint (memory of --objects objects).
+    workload: String,
+    /// Consistency protocol.
+    #[arg(long, default_value = "local")]
+    protocol: String,
+    /// Nodes in the benchmarked cluster.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+    /// Worker threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Accounts (bank), initial set size (sets; key range is twice that) or objects (footprint).
+    /// Default: the workload's own (HyflowCPP thesis 6.2.1).
+    #[arg(long)]
+    objects: Option<usize>,
+    /// Fraction of read-only operations.
+    #[arg(long, default_value_t = 0.5)]
+    read_ratio: f64,
+    /// Bank: a balance reads this many random accounts instead of all.
+    #[arg(long)]
+    balance_k: Option<usize>,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Contention manager.
+    #[arg(long, value_enum, default_value = "backoff")]
+    contention: Contention,
+    /// Seed of the workers' random generators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the report to this file as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo { duration, threads } => demo(duration, threads),
+        Command::Bench(args) => bench(args),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(msg) => {
+            eprintln!("atomos: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn seconds(s: f64, what: &str) -> Result<Duration, String> {
+    if s.is_finite() && s > 0.0 {
+        Ok(Duration::from_secs_f64(s))
+    } else {
+        Err(format!("{what} must be a positive number of seconds, not {s}"))
+    }
+}
+
+fn demo(duration: f64, threads: usize) -> Result<bool, String> {
+    println!("atomos demo: {threads} threads move money between 1,024 accounts on an embedded node;");
+    println!("a fifth of the transactions read every balance as one snapshot.");
+    let report = atomos_bench::run(&BenchConfig {
+        workload: WorkloadKind::Bank,
+        protocol: Protocol::Local,
+        nodes: 1,
+        threads,
+        objects: 1024,
+        read_ratio: 0.2,
+        balance_k: None,
+        duration: seconds(duration, "--duration")?,
+        contention: ContentionPolicy::Backoff,
+        seed: 1,
+        progress: true,
+    })
+    .map_err(|e| e.to_string())?;
+    println!(
+        "{} transactions committed ({:.0}/s), {} aborted attempts, p50 {:.2} us, p99 {:.2} us",
+        report.committed, report.throughput_tps, report.aborted, report.latency_us.p50, report.latency_us.p99
+    );
+    println!(
+        "invariant: {} ({})",
+        if report.invariant_ok { "OK" } else { "VIOLATED" },
+        report.invariant
+    );
+    Ok(report.invariant_ok)
+}
+
+fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<(), String> {
+    if let Some(path) = path {
+        let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn bench(args: BenchArgs) -> Result<bool, String> {
+    if args.workload == "footprint" {
+        let objects = args.objects.unwrap_or(1_000_000);
+        let report = atomos_bench::footprint::run(objects).map_err(|e| e.to_string())?;
+        println!(
+            "footprint: {} objects of {} bytes: resident {:.1} MiB -> {:.1} MiB ({:.0} bytes per object), created in {:.2} s; read-back {}",
+            report.objects,
+            report.value_bytes,
+            report.rss_before_mb,
+            report.rss_after_mb,
+            report.bytes_per_object,
+            report.create_s,
+            if report.invariant_ok { "OK" } else { "FAILED" }
+        );
+        write_json(&args.json, &report)?;
+        return Ok(report.invariant_ok);
+    }
+    let workload: WorkloadKind = args.workload.parse()?;
+    let protocol: Protocol = args.protocol.parse()?;
+    let cfg = BenchConfig {
+        workload,
+        protocol,
+        nodes: args.nodes,
+        threads: args.threads,
+        objects: args.objects.unwrap_or(workload.default_objects()),
+        read_ratio: args.read_ratio,
+        balance_k: args.balance_k,
+        duration: seconds(args.duration, "--duration")?,
+        contention: args.contention.into(),
+        seed: args.seed,
+        progress: !args.quiet,
+    };
+    let report = atomos_bench::run(&cfg).map_err(|e| e.to_string())?;
+    println!("{}", report.summary());
+    write_json(&args.json, &report)?;
+    Ok(report.invariant_ok)
+}
