@@ -15,7 +15,9 @@ use rand::{Rng, SeedableRng};
 const THREADS: usize = 4;
 
 fn bank(node: &Node, accounts: usize, initial: i64) -> Vec<TRef<i64>> {
-    let refs: Vec<TRef<i64>> = (0..accounts as u64).map(|i| TRef::new(atomos::Key::with_index("acct/", i))).collect();
+    let refs: Vec<TRef<i64>> = (0..accounts as u64)
+        .map(|i| TRef::new(atomos::Key::with_index("acct/", i)))
+        .collect();
     node.atomically(|tx| {
         for r in &refs {
             tx.create(r, initial)?;
@@ -27,8 +29,12 @@ fn bank(node: &Node, accounts: usize, initial: i64) -> Vec<TRef<i64>> {
 }
 
 fn total(node: &Node, refs: &[TRef<i64>]) -> i64 {
-    node.atomically_read(|tx| refs.iter().map(|r| tx.read(r).map(|v| *v)).sum::<Result<i64, TxError>>())
-        .unwrap()
+    node.atomically_read(|tx| {
+        refs.iter()
+            .map(|r| tx.read(r).map(|v| *v))
+            .sum::<Result<i64, TxError>>()
+    })
+    .unwrap()
 }
 
 fn run_bank(policy: ContentionPolicy) {
@@ -131,10 +137,13 @@ fn transactions_never_observe_inconsistent_state() {
                         violations.fetch_add(1, Ordering::Relaxed);
                     }
                     if !read_only && i % 2 == 0 {
-                        tx.write(&TRef::<u64>::new(1000 + i % 5), a).or_else(|e| match e {
-                            TxError::NotFound { .. } => tx.create(&TRef::<u64>::new(1000 + i % 5), a),
-                            e => Err(e),
-                        })?;
+                        tx.write(&TRef::<u64>::new(1000 + i % 5), a)
+                            .or_else(|e| match e {
+                                TxError::NotFound { .. } => {
+                                    tx.create(&TRef::<u64>::new(1000 + i % 5), a)
+                                }
+                                e => Err(e),
+                            })?;
                     }
                     Ok(())
                 };
@@ -198,13 +207,20 @@ fn run_mix(mixes: &[Vec<Vec<Op>>], read_only_every: usize) -> Vec<atomos::histor
                         for op in ops {
                             let r = match op {
                                 Op::Read(k) => tx.read(&keys[*k as usize]).map(|_| ()),
-                                Op::Add(k, d) if !tx.is_read_only() => tx.modify(&keys[*k as usize], |v| *v += d),
-                                Op::Create(k) if !tx.is_read_only() => tx.create(&keys[*k as usize], 0),
-                                Op::Delete(k) if !tx.is_read_only() => tx.delete(&keys[*k as usize]),
+                                Op::Add(k, d) if !tx.is_read_only() => {
+                                    tx.modify(&keys[*k as usize], |v| *v += d)
+                                }
+                                Op::Create(k) if !tx.is_read_only() => {
+                                    tx.create(&keys[*k as usize], 0)
+                                }
+                                Op::Delete(k) if !tx.is_read_only() => {
+                                    tx.delete(&keys[*k as usize])
+                                }
                                 _ => tx.exists(&keys[0]).map(|_| ()),
                             };
                             match r {
-                                Err(TxError::NotFound { .. }) | Err(TxError::AlreadyExists { .. }) => {}
+                                Err(TxError::NotFound { .. })
+                                | Err(TxError::AlreadyExists { .. }) => {}
                                 other => other?,
                             }
                         }
@@ -245,7 +261,9 @@ proptest! {
 /// (as a lost update would), is rejected.
 #[test]
 fn checker_rejects_a_doctored_engine_history() {
-    let mix: Vec<Vec<Op>> = (0..50).map(|i| vec![Op::Read(i % 3), Op::Add(i % 3, 1)]).collect();
+    let mix: Vec<Vec<Op>> = (0..50)
+        .map(|i| vec![Op::Read(i % 3), Op::Add(i % 3, 1)])
+        .collect();
     let mut history = run_mix(&[mix], usize::MAX);
     assert_eq!(check_serializable(&history), Ok(()));
     // Find two successive writers of one key and make the second read what the first read.
@@ -254,7 +272,12 @@ fn checker_rejects_a_doctored_engine_history() {
         .filter(|&t| history[t].writes.iter().any(|(k, _)| *k == key))
         .collect();
     let (first, second) = (writers[1], writers[2]);
-    let stale = history[first].reads.iter().find(|(k, _)| *k == key).unwrap().1;
+    let stale = history[first]
+        .reads
+        .iter()
+        .find(|(k, _)| *k == key)
+        .unwrap()
+        .1;
     for r in history[second].reads.iter_mut().filter(|(k, _)| *k == key) {
         r.1 = stale;
     }
@@ -305,5 +328,8 @@ fn old_versions_are_reclaimed() {
     for _ in 0..200 {
         node.atomically(|tx| tx.modify(&x, |v| *v += 1)).unwrap();
     }
-    assert!(node.engine().version_count(x.key()) <= bound, "versions reclaimed after the snapshot ended");
+    assert!(
+        node.engine().version_count(x.key()) <= bound,
+        "versions reclaimed after the snapshot ended"
+    );
 }

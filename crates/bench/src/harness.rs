@@ -122,13 +122,19 @@ impl BenchConfig {
             return bad("--objects must be at least 2".into());
         }
         if !(0.0..=1.0).contains(&self.read_ratio) {
-            return bad(format!("--read-ratio must be within 0..=1, not {}", self.read_ratio));
+            return bad(format!(
+                "--read-ratio must be within 0..=1, not {}",
+                self.read_ratio
+            ));
         }
         if self.duration.is_zero() {
             return bad("--duration must be positive".into());
         }
         if self.protocol == Protocol::Local && self.nodes != 1 {
-            return bad(format!("protocol local runs on one node, not {}", self.nodes));
+            return bad(format!(
+                "protocol local runs on one node, not {}",
+                self.nodes
+            ));
         }
         if self.balance_k == Some(0) {
             return bad("--balance-k must be at least 1".into());
@@ -160,11 +166,17 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     let start = Instant::now();
     let workers: Vec<_> = (0..cfg.threads)
         .map(|t| {
-            let (node, workload, stop, done_ops) = (node.clone(), workload.clone(), stop.clone(), done_ops.clone());
+            let (node, workload, stop, done_ops) = (
+                node.clone(),
+                workload.clone(),
+                stop.clone(),
+                done_ops.clone(),
+            );
             let seed = cfg.seed.wrapping_add(t as u64 * 0x9e37_79b9);
             thread::spawn(move || -> Result<(u64, Histogram<u64>), TxError> {
                 let mut rng = SmallRng::seed_from_u64(seed);
-                let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+                let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
+                    .expect("histogram bounds");
                 let mut ops = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     if ops % SAMPLE_EVERY == 0 {
@@ -202,7 +214,8 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     }
     stop.store(true, Ordering::Relaxed);
     let mut committed = 0;
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+    let mut hist =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
     let mut failure = None;
     for w in workers {
         match w.join().expect("benchmark worker panicked") {

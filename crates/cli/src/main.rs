@@ -112,12 +112,16 @@ fn seconds(s: f64, what: &str) -> Result<Duration, String> {
     if s.is_finite() && s > 0.0 {
         Ok(Duration::from_secs_f64(s))
     } else {
-        Err(format!("{what} must be a positive number of seconds, not {s}"))
+        Err(format!(
+            "{what} must be a positive number of seconds, not {s}"
+        ))
     }
 }
 
 fn demo(duration: f64, threads: usize) -> Result<bool, String> {
-    println!("atomos demo: {threads} threads move money between 1,024 accounts on an embedded node;");
+    println!(
+        "atomos demo: {threads} threads move money between 1,024 accounts on an embedded node;"
+    );
     println!("a fifth of the transactions read every balance as one snapshot.");
     let report = atomos_bench::run(&BenchConfig {
         workload: WorkloadKind::Bank,
@@ -135,11 +139,19 @@ fn demo(duration: f64, threads: usize) -> Result<bool, String> {
     .map_err(|e| e.to_string())?;
     println!(
         "{} transactions committed ({:.0}/s), {} aborted attempts, p50 {:.2} us, p99 {:.2} us",
-        report.committed, report.throughput_tps, report.aborted, report.latency_us.p50, report.latency_us.p99
+        report.committed,
+        report.throughput_tps,
+        report.aborted,
+        report.latency_us.p50,
+        report.latency_us.p99
     );
     println!(
         "invariant: {} ({})",
-        if report.invariant_ok { "OK" } else { "VIOLATED" },
+        if report.invariant_ok {
+            "OK"
+        } else {
+            "VIOLATED"
+        },
         report.invariant
     );
     Ok(report.invariant_ok)
@@ -148,7 +160,8 @@ fn demo(duration: f64, threads: usize) -> Result<bool, String> {
 fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<(), String> {
     if let Some(path) = path {
         let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
 }

@@ -4,27 +4,17 @@
 //! newest version) or an owner word with bit 0 set (locked by a committing transaction, which
 //! records its priority and age there so a contention manager can decide who waits).
 
-use std::any::Any;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+use crossbeam_epoch::Guard;
 
 use crate::key::Key;
-
-/// A type-erased object value. Values are kept typed in memory and never encoded locally.
-pub type Value = Box<dyn Any + Send + Sync>;
-
-/// One committed version of an object. `value == None` marks a deletion.
-pub(crate) struct Version {
-    pub(crate) ts: u64,
-    pub(crate) value: Option<Value>,
-    pub(crate) prev: Atomic<Version>,
-}
+use crate::version::{OwnedVersion, Version};
 
 /// The shared home of one object on one node.
 pub struct Cell {
     lock: AtomicU64,
-    head: Atomic<Version>,
+    head: AtomicPtr<Version>,
     key: Key,
 }
 
@@ -62,7 +52,7 @@ impl Cell {
     pub(crate) fn new(key: Key) -> Cell {
         Cell {
             lock: AtomicU64::new(0),
-            head: Atomic::null(),
+            head: AtomicPtr::new(std::ptr::null_mut()),
             key,
         }
     }
@@ -91,82 +81,75 @@ impl Cell {
         self.lock.store(version << 1, Ordering::Release);
     }
 
+    /// The newest version (null: never written). Dereference only under an epoch guard.
     #[inline]
-    pub(crate) fn head<'g>(&self, guard: &'g Guard) -> Shared<'g, Version> {
-        self.head.load(Ordering::Acquire, guard)
+    pub(crate) fn head(&self) -> *const Version {
+        self.head.load(Ordering::Acquire)
     }
 
-    /// Installs a new newest version. The caller holds the cell's lock. Versions that no snapshot
-    /// at or after `horizon` can read are unlinked and handed to epoch reclamation.
-    pub(crate) fn install(&self, ts: u64, value: Option<Value>, horizon: u64, guard: &Guard) {
-        let old = self.head.load(Ordering::Relaxed, guard);
-        let node = Owned::new(Version {
-            ts,
-            value,
-            prev: Atomic::null(),
-        });
-        node.prev.store(old, Ordering::Relaxed);
-        let new = node.into_shared(guard);
+    /// Installs `node` as the newest version with timestamp `ts`. The caller holds the cell's
+    /// lock. Versions that no snapshot at or after `horizon` can read are unlinked and handed
+    /// to epoch reclamation.
+    pub(crate) fn install(&self, mut node: OwnedVersion, ts: u64, horizon: u64, guard: &Guard) {
+        let old = self.head.load(Ordering::Relaxed);
+        let header = node.header_mut();
+        header.ts = ts;
+        *header.prev.get_mut() = old;
+        let new = node.into_raw();
         self.head.store(new, Ordering::Release);
         // Keep every version newer than the horizon and the newest one at or below it.
         let mut keep = new;
         // SAFETY: versions reachable from the head are only unlinked by the lock holder (us), and
-        // unlinked ones are destroyed through the epoch collector, so `guard` keeps them alive.
+        // unlinked ones are freed through the epoch collector, so they outlive any reader's guard.
         unsafe {
-            while let Some(v) = keep.as_ref() {
-                if v.ts <= horizon {
-                    break;
-                }
-                let prev = v.prev.load(Ordering::Acquire, guard);
+            while (*keep).ts > horizon {
+                let prev = (*keep).prev.load(Ordering::Acquire);
                 if prev.is_null() {
                     return;
                 }
                 keep = prev;
             }
-            if let Some(v) = keep.as_ref() {
-                let cut = v.prev.swap(Shared::null(), Ordering::AcqRel, guard);
-                retire_chain(cut, guard);
+            let cut = (*keep).prev.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !cut.is_null() {
+                let chain = SendPtr(cut);
+                guard.defer_unchecked(move || free_chain(chain));
             }
         }
     }
 
     /// How many versions are still linked (for tests and memory accounting).
-    pub(crate) fn number_of_versions(&self, guard: &Guard) -> usize {
+    pub(crate) fn number_of_versions(&self, _guard: &Guard) -> usize {
         let mut n = 0;
-        let mut cur = self.head(guard);
+        let mut cur = self.head();
         // SAFETY: guarded traversal of the version chain.
         while let Some(v) = unsafe { cur.as_ref() } {
             n += 1;
-            cur = v.prev.load(Ordering::Acquire, guard);
+            cur = v.prev.load(Ordering::Acquire);
         }
         n
     }
 }
 
-/// Hands every version of a chain that was unlinked from its cell to the epoch collector.
-///
-/// # Safety
-/// `chain` must be unreachable from any cell, and owned by the caller.
-unsafe fn retire_chain<'g>(mut chain: Shared<'g, Version>, guard: &'g Guard) {
-    while let Some(v) = chain.as_ref() {
-        let next = v.prev.load(Ordering::Acquire, guard);
-        guard.defer_destroy(chain);
-        chain = next;
+/// A version chain in transit to the collector.
+struct SendPtr(*mut Version);
+// SAFETY: the chain is unreachable; only the collector touches it.
+unsafe impl Send for SendPtr {}
+
+/// Frees a chain of versions that no cell reaches and no guard can still see.
+fn free_chain(chain: SendPtr) {
+    let mut cur = chain.0;
+    while !cur.is_null() {
+        // SAFETY: the chain was unlinked before the epoch in which this runs.
+        let node = unsafe { OwnedVersion::from_raw(cur) };
+        cur = unsafe { (*cur).prev.load(Ordering::Relaxed) };
+        drop(node);
     }
 }
 
 impl Drop for Cell {
     fn drop(&mut self) {
-        // SAFETY: a cell is dropped when its last owner goes; nothing can reach its versions.
-        unsafe {
-            let guard = crossbeam_epoch::unprotected();
-            let mut cur = self.head.load(Ordering::Relaxed, guard);
-            while !cur.is_null() {
-                let next = cur.deref().prev.load(Ordering::Relaxed, guard);
-                drop(cur.into_owned());
-                cur = next;
-            }
-        }
+        // A cell is dropped when its last owner goes; nothing can reach its versions.
+        free_chain(SendPtr(*self.head.get_mut()));
     }
 }
 
@@ -191,11 +174,11 @@ mod tests {
         let cell = Cell::new(Key::from("x"));
         let guard = crossbeam_epoch::pin();
         for ts in 1..=10 {
-            cell.install(ts, Some(Box::new(ts)), 5, &guard);
+            cell.install(OwnedVersion::new(Some(ts)), ts, 5, &guard);
         }
         // Versions 5..=10 survive: 5 is the newest at or below the horizon.
         assert_eq!(cell.number_of_versions(&guard), 6);
-        cell.install(11, Some(Box::new(11u64)), 11, &guard);
+        cell.install(OwnedVersion::new(Some(11u64)), 11, 11, &guard);
         assert_eq!(cell.number_of_versions(&guard), 1);
     }
 }

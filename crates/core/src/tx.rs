@@ -1,7 +1,6 @@
 //! A running transaction: its snapshot, read set, write set, and the operations the closure of an
 //! atomic section calls.
 
-use std::any::Any;
 use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -9,7 +8,7 @@ use std::sync::Arc;
 use crossbeam_epoch::Guard;
 use rustc_hash::FxHashMap;
 
-use crate::cell::{decode, owner_word, Cell, LockState, Value};
+use crate::cell::{decode, owner_word, Cell, LockState};
 use crate::contention::{ContentionPolicy, Jitter, OnLocked, LOCK_WAIT_SPINS};
 use crate::engine::Engine;
 use crate::error::TxError;
@@ -17,6 +16,7 @@ use crate::history::CommitRecord;
 use crate::slots::Slot;
 use crate::stats::{AbortCause, Event};
 use crate::tref::{Object, TRef};
+use crate::version::{OwnedVersion, Version};
 
 /// Write sets up to this size are searched linearly; larger ones through a hash index.
 const LINEAR_WRITES: usize = 16;
@@ -39,10 +39,11 @@ pub(crate) struct ReadEntry {
     pub(crate) version: u64,
 }
 
-/// A buffered write. `value == None` deletes the object.
+/// A buffered write: the version node it will install (a deletion marker deletes the object).
+/// `None` once installed.
 pub(crate) struct WriteEntry {
     pub(crate) cell: *const Cell,
-    pub(crate) value: Option<Value>,
+    pub(crate) node: Option<OwnedVersion>,
     /// The lock word the cell had when commit locked it.
     pub(crate) locked_from: u64,
 }
@@ -50,14 +51,16 @@ pub(crate) struct WriteEntry {
 /// What a transaction sees of an object.
 pub(crate) enum Seen {
     Absent,
-    Present(*const (dyn Any + Send + Sync)),
+    Present(*const Version),
 }
 
+/// What a version pointer (null: never written) shows.
 #[inline]
-fn seen_of(value: Option<&Value>) -> Seen {
-    match value {
-        Some(b) => Seen::Present(&**b as *const (dyn Any + Send + Sync)),
-        None => Seen::Absent,
+fn seen_of(v: *const Version) -> Seen {
+    // SAFETY: callers pass null or a version kept alive by their guard or write set.
+    match unsafe { v.as_ref() } {
+        Some(version) if version.is_present() => Seen::Present(v),
+        _ => Seen::Absent,
     }
 }
 
@@ -94,11 +97,11 @@ pub(crate) struct TxState {
     write_index: FxHashMap<usize, usize>,
     write_filter: u64,
     /// Values replaced inside a nested block or checkpointed step: (write index, old value).
-    undo: Vec<(usize, Option<Value>)>,
+    undo: Vec<(usize, Option<OwnedVersion>)>,
     /// Writes below this index belong to an enclosing block and are undo-logged when replaced.
     undo_floor: usize,
     /// Replaced values kept alive until the attempt ends: references to them may be held.
-    retired: Vec<Value>,
+    retired: Vec<OwnedVersion>,
     pub(crate) guard: Option<Guard>,
     /// Set when the attempt must abort; every later operation fails fast.
     pub(crate) abort: Option<AbortCause>,
@@ -184,14 +187,6 @@ impl TxState {
     }
 
     #[inline]
-    fn guard(&self) -> &Guard {
-        // Operations run only between `begin` and `end_attempt`.
-        self.guard
-            .as_ref()
-            .expect("transaction operation outside an attempt")
-    }
-
-    #[inline]
     fn fail(&mut self, cause: AbortCause) -> TxError {
         if self.abort.is_none() {
             self.abort = Some(cause);
@@ -225,11 +220,11 @@ impl TxState {
         }
     }
 
-    fn push_write(&mut self, cell: *const Cell, value: Option<Value>) {
+    fn push_write(&mut self, cell: *const Cell, node: OwnedVersion) {
         let idx = self.writes.len();
         self.writes.push(WriteEntry {
             cell,
-            value,
+            node: Some(node),
             locked_from: 0,
         });
         self.write_filter |= Self::filter_bit(cell);
@@ -242,8 +237,8 @@ impl TxState {
         }
     }
 
-    fn replace_write(&mut self, idx: usize, value: Option<Value>) {
-        let old = std::mem::replace(&mut self.writes[idx].value, value);
+    fn replace_write(&mut self, idx: usize, node: OwnedVersion) {
+        let old = self.writes[idx].node.replace(node);
         if idx < self.undo_floor {
             self.undo.push((idx, old));
         } else if let Some(old) = old {
@@ -272,21 +267,19 @@ impl TxState {
                 std::thread::yield_now();
             }
         }
-        let (version, seen) = {
-            let guard = self.guard();
-            let mut cur = cell.head(guard);
-            let mut found = (0, Seen::Absent);
-            // SAFETY: versions are reclaimed through the epoch collector; our guard keeps every
-            // version reachable at pin time alive, and the horizon keeps ours reachable.
-            while let Some(v) = unsafe { cur.as_ref() } {
-                if v.ts <= self.ub {
-                    found = (v.ts, seen_of(v.value.as_ref()));
-                    break;
-                }
-                cur = v.prev.load(Ordering::Acquire, guard);
+        debug_assert!(self.guard.is_some(), "read outside an attempt");
+        let mut cur = cell.head();
+        let mut found = (0, Seen::Absent);
+        // SAFETY: versions are reclaimed through the epoch collector; our guard keeps every
+        // version reachable at pin time alive, and the horizon keeps ours reachable.
+        while let Some(v) = unsafe { cur.as_ref() } {
+            if v.ts <= self.ub {
+                found = (v.ts, seen_of(cur));
+                break;
             }
-            found
-        };
+            cur = v.prev.load(Ordering::Acquire);
+        }
+        let (version, seen) = found;
         if engine.history.is_some() {
             self.reads.push(ReadEntry { cell, version });
         }
@@ -314,11 +307,9 @@ impl TxState {
                     return Err(self.fail(AbortCause::ReadLocked));
                 }
             };
-            let seen = {
-                let head = cell.head(self.guard());
-                // SAFETY: see `read_snapshot`.
-                seen_of(unsafe { head.as_ref() }.and_then(|v| v.value.as_ref()))
-            };
+            debug_assert!(self.guard.is_some(), "read outside an attempt");
+            // The head is kept alive by our epoch guard (see `read_snapshot`).
+            let seen = seen_of(cell.head());
             if cell.lock_word() != l1 {
                 continue;
             }
@@ -384,7 +375,7 @@ impl TxState {
         self.reads.truncate(mark.reads);
         while self.undo.len() > mark.undo {
             let (idx, old) = self.undo.pop().expect("undo entry");
-            self.writes[idx].value = old;
+            self.writes[idx].node = old;
         }
         if self.writes.len() > mark.writes {
             for w in self.writes.drain(mark.writes..) {
@@ -477,7 +468,12 @@ impl TxState {
         for w in &mut self.writes {
             // SAFETY: cells live as long as their engine's store; we hold the lock.
             let cell = unsafe { &*w.cell };
-            cell.install(wv, w.value.take(), horizon, guard);
+            cell.install(
+                w.node.take().expect("write installed twice"),
+                wv,
+                horizon,
+                guard,
+            );
             cell.unlock(wv);
         }
         if let Some(h) = &engine.history {
@@ -604,7 +600,12 @@ impl<'e> Tx<'e> {
         let st = self.st();
         st.check_live()?;
         if let Some(i) = st.find_write(cell) {
-            return Ok(seen_of(st.writes[i].value.as_ref()));
+            return Ok(seen_of(
+                st.writes[i]
+                    .node
+                    .as_ref()
+                    .map_or(std::ptr::null(), OwnedVersion::as_ptr),
+            ));
         }
         st.read_committed(self.engine, cell)
     }
@@ -615,15 +616,17 @@ impl<'e> Tx<'e> {
             Seen::Absent => Err(TxError::NotFound {
                 key: cell.key().clone(),
             }),
-            // SAFETY: the value is kept alive until the attempt ends (see `Tx::st`).
-            Seen::Present(p) => {
-                unsafe { &*p }
-                    .downcast_ref::<T>()
-                    .ok_or_else(|| TxError::WrongType {
-                        key: cell.key().clone(),
-                        expected: std::any::type_name::<T>(),
-                    })
-            }
+            // SAFETY: the version is kept alive until the attempt ends (see `Tx::st`).
+            Seen::Present(p) => match unsafe { &*p }.get::<T>() {
+                Ok(Some(v)) => Ok(v),
+                Ok(None) => Err(TxError::NotFound {
+                    key: cell.key().clone(),
+                }),
+                Err(()) => Err(TxError::WrongType {
+                    key: cell.key().clone(),
+                    expected: std::any::type_name::<T>(),
+                }),
+            },
         }
     }
 
@@ -642,11 +645,11 @@ impl<'e> Tx<'e> {
     }
 
     /// Buffers a write; the caller has passed `upgrade_check` and seen the object.
-    fn buffer(&self, cell: &Cell, value: Option<Value>) -> Result<(), TxError> {
+    fn buffer(&self, cell: &Cell, node: OwnedVersion) -> Result<(), TxError> {
         let st = self.st();
         match st.find_write(cell) {
-            Some(i) => st.replace_write(i, value),
-            None => st.push_write(cell, value),
+            Some(i) => st.replace_write(i, node),
+            None => st.push_write(cell, node),
         }
         Ok(())
     }
@@ -674,7 +677,7 @@ impl<'e> Tx<'e> {
         self.upgrade_check(cell)?;
         let seen = self.see(cell)?;
         Self::typed::<T>(cell, seen)?;
-        self.buffer(cell, Some(Box::new(value)))
+        self.buffer(cell, OwnedVersion::new(Some(value)))
     }
 
     /// Applies `f` to a copy of the object's value and writes the result back; returns what `f`
@@ -689,7 +692,7 @@ impl<'e> Tx<'e> {
         let seen = self.see(cell)?;
         let mut value = Self::typed::<T>(cell, seen)?.clone();
         let out = f(&mut value);
-        self.buffer(cell, Some(Box::new(value)))?;
+        self.buffer(cell, OwnedVersion::new(Some(value)))?;
         Ok(out)
     }
 
@@ -702,7 +705,7 @@ impl<'e> Tx<'e> {
                 key: cell.key().clone(),
             });
         }
-        self.buffer(cell, Some(Box::new(value)))
+        self.buffer(cell, OwnedVersion::new(Some(value)))
     }
 
     /// Deletes an existing object; later reads find it missing.
@@ -711,7 +714,7 @@ impl<'e> Tx<'e> {
         self.upgrade_check(cell)?;
         let seen = self.see(cell)?;
         Self::typed::<T>(cell, seen)?;
-        self.buffer(cell, None)
+        self.buffer(cell, OwnedVersion::new::<T>(None))
     }
 
     /// Abandons this attempt and blocks until an object it read changes, then re-runs the

@@ -19,7 +19,9 @@ impl Bank {
     /// A bank with `p.objects` accounts.
     pub fn new(p: &WorkloadParams) -> Bank {
         Bank {
-            accounts: (0..p.objects.max(2) as u64).map(|i| TRef::new(Key::with_index("bank/", i))).collect(),
+            accounts: (0..p.objects.max(2) as u64)
+                .map(|i| TRef::new(Key::with_index("bank/", i)))
+                .collect(),
             read_ratio: p.read_ratio,
             balance_k: p.balance_k,
         }

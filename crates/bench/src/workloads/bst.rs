@@ -51,12 +51,21 @@ impl Bst {
             }
             let left = v < n.value;
             link = Link::Child(r, left);
-            cur = if left { n.left.as_ref() } else { n.right.as_ref() };
+            cur = if left {
+                n.left.as_ref()
+            } else {
+                n.right.as_ref()
+            };
         }
         Ok((link, None))
     }
 
-    fn set_link(&self, tx: &Tx<'_>, link: Link<'_>, to: Option<TRef<TreeNode>>) -> Result<(), TxError> {
+    fn set_link(
+        &self,
+        tx: &Tx<'_>,
+        link: Link<'_>,
+        to: Option<TRef<TreeNode>>,
+    ) -> Result<(), TxError> {
         match link {
             Link::Root => tx.write(&self.root, to),
             Link::Child(r, true) => tx.modify(r, |n| n.left = to),

@@ -13,7 +13,9 @@ impl HashTable {
     /// A table of `buckets` buckets named under `prefix`.
     pub fn new(prefix: &str, buckets: usize) -> HashTable {
         HashTable {
-            buckets: (0..buckets.max(1) as u64).map(|i| TRef::new(Key::with_index(prefix, i))).collect(),
+            buckets: (0..buckets.max(1) as u64)
+                .map(|i| TRef::new(Key::with_index(prefix, i)))
+                .collect(),
         }
     }
 

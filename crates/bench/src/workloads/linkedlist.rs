@@ -86,7 +86,8 @@ impl IntSet for LinkedList {
     fn remove(&self, node: &Node, v: i64) -> Result<bool, TxError> {
         node.atomically(|tx| {
             let (prev_ref, prev, cur) = self.find(tx, v)?;
-            let (Some(cur), Some(cur_ref)) = (cur.filter(|c| c.value == v), prev.next.as_ref()) else {
+            let (Some(cur), Some(cur_ref)) = (cur.filter(|c| c.value == v), prev.next.as_ref())
+            else {
                 return Ok(false);
             };
             let after = cur.next.clone();

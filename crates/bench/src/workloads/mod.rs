@@ -107,9 +107,13 @@ impl WorkloadKind {
         match self {
             WorkloadKind::Bank => Box::new(Bank::new(p)),
             WorkloadKind::LinkedList => Box::new(SetWorkload::new(LinkedList::new("ll"), p)),
-            WorkloadKind::SkipList => Box::new(SetWorkload::new(SkipList::new("sl", p.objects * 2), p)),
+            WorkloadKind::SkipList => {
+                Box::new(SetWorkload::new(SkipList::new("sl", p.objects * 2), p))
+            }
             WorkloadKind::Bst => Box::new(SetWorkload::new(Bst::new("bst"), p)),
-            WorkloadKind::HashTable => Box::new(SetWorkload::new(HashTable::new("ht", p.objects), p)),
+            WorkloadKind::HashTable => {
+                Box::new(SetWorkload::new(HashTable::new("ht", p.objects), p))
+            }
         }
     }
 }
@@ -126,6 +130,10 @@ impl FromStr for WorkloadKind {
         WorkloadKind::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown workload {s:?} (known: bank, linkedlist, skiplist, bst, hashtable)"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown workload {s:?} (known: bank, linkedlist, skiplist, bst, hashtable)"
+                )
+            })
     }
 }

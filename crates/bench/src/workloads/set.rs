@@ -51,7 +51,9 @@ impl<S: IntSet> SetWorkload<S> {
             range: (p.objects.max(1) * 2) as i64,
             initial: p.objects.max(1),
             read_ratio: p.read_ratio,
-            net: (0..p.threads.max(1)).map(|_| PaddedCounter::default()).collect(),
+            net: (0..p.threads.max(1))
+                .map(|_| PaddedCounter::default())
+                .collect(),
         }
     }
 }
@@ -87,10 +89,20 @@ impl<S: IntSet> Workload for SetWorkload<S> {
     }
 
     fn check(&self, node: &Node) -> Result<Check, TxError> {
-        let expected = self.initial as i64 + self.net.iter().map(|c| c.0.load(Ordering::Relaxed)).sum::<i64>();
+        let expected = self.initial as i64
+            + self
+                .net
+                .iter()
+                .map(|c| c.0.load(Ordering::Relaxed))
+                .sum::<i64>();
         let mut elements = match self.set.elements(node)? {
             Ok(e) => e,
-            Err(msg) => return Ok(Check { ok: false, detail: msg }),
+            Err(msg) => {
+                return Ok(Check {
+                    ok: false,
+                    detail: msg,
+                })
+            }
         };
         if !self.set.ordered() {
             elements.sort_unstable();
@@ -103,7 +115,11 @@ impl<S: IntSet> Workload for SetWorkload<S> {
             detail: format!(
                 "set size {} (expected {expected}), {} order, values {} range",
                 elements.len(),
-                if strictly_increasing { "strict" } else { "BROKEN" },
+                if strictly_increasing {
+                    "strict"
+                } else {
+                    "BROKEN"
+                },
                 if in_range { "in" } else { "OUT OF" },
             ),
         })

@@ -37,7 +37,11 @@ impl SkipList {
     }
 
     /// For each level, the last node below `v` (its reference and value).
-    fn preds<'a>(&'a self, tx: &'a Tx<'_>, v: i64) -> Result<Vec<(&'a TRef<SkipNode>, &'a SkipNode)>, TxError> {
+    fn preds<'a>(
+        &'a self,
+        tx: &'a Tx<'_>,
+        v: i64,
+    ) -> Result<Vec<(&'a TRef<SkipNode>, &'a SkipNode)>, TxError> {
         let mut preds = vec![(&self.head, tx.read(&self.head)?); self.levels];
         let (mut pred_ref, mut pred) = preds[0];
         for lvl in (0..self.levels).rev() {
