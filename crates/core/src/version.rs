@@ -4,7 +4,9 @@
 //! the epoch guard they read it under lives. The value stays typed (no encoding on the local
 //! path); its type is checked by comparing `TypeId`s, with no virtual call.
 
+use std::alloc::Layout;
 use std::any::TypeId;
+use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicPtr;
@@ -27,7 +29,92 @@ impl<T: Send + Sync + 'static> VTableFor<T> {
 /// # Safety
 /// `p` must come from [`OwnedVersion::new::<T>`] and be owned by the caller.
 unsafe fn drop_typed<T>(p: *mut Version) {
-    drop(Box::from_raw(p as *mut Typed<T>));
+    let p = p as *mut Typed<T>;
+    std::ptr::drop_in_place(p);
+    release_block(p as *mut u8, Layout::new::<Typed<T>>());
+}
+
+/// Blocks up to this size are recycled per thread; larger ones go straight to the allocator.
+const POOLED_MAX: usize = 256;
+const CLASS: usize = 16;
+/// Free blocks kept per size class and thread.
+const POOL_CAP: usize = 512;
+
+thread_local! {
+    /// Free version blocks of this thread, by size class. A version is usually freed by another
+    /// thread than the one that made it (the next writer of its object retires it); recycling
+    /// blocks where they are freed avoids the allocator's slow path for cross-thread frees.
+    static POOL: RefCell<Pool> = const { RefCell::new(Pool([const { Vec::new() }; POOLED_MAX / CLASS])) };
+}
+
+/// Free blocks by size class; gives them back to the allocator when its thread ends.
+struct Pool([Vec<NonNull<u8>>; POOLED_MAX / CLASS]);
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for (class, blocks) in self.0.iter_mut().enumerate() {
+            // SAFETY: a valid power-of-two alignment and a small size.
+            let layout = unsafe { Layout::from_size_align_unchecked((class + 1) * CLASS, CLASS) };
+            for b in blocks.drain(..) {
+                // SAFETY: every pooled block was allocated with its class layout.
+                unsafe { std::alloc::dealloc(b.as_ptr(), layout) };
+            }
+        }
+    }
+}
+
+/// The pooled layout for `layout`, if it is small enough to pool.
+#[inline]
+fn pool_class(layout: Layout) -> Option<(usize, Layout)> {
+    if layout.size() > POOLED_MAX || layout.align() > CLASS {
+        return None;
+    }
+    let class = layout.size().div_ceil(CLASS).max(1);
+    // SAFETY: CLASS is a power of two and the size is a small multiple of it.
+    Some((class - 1, unsafe {
+        Layout::from_size_align_unchecked(class * CLASS, CLASS)
+    }))
+}
+
+/// A block for a value of `layout`.
+#[inline]
+fn acquire_block(layout: Layout) -> *mut u8 {
+    let Some((class, block)) = pool_class(layout) else {
+        // SAFETY: version nodes have a non-zero size.
+        return unsafe { std::alloc::alloc(layout) };
+    };
+    let recycled = POOL
+        .try_with(|p| p.borrow_mut().0[class].pop())
+        .ok()
+        .flatten();
+    match recycled {
+        Some(b) => b.as_ptr(),
+        // SAFETY: non-zero size.
+        None => unsafe { std::alloc::alloc(block) },
+    }
+}
+
+/// Returns a block obtained from [`acquire_block`] with the same `layout`.
+#[inline]
+unsafe fn release_block(p: *mut u8, layout: Layout) {
+    let Some((class, block)) = pool_class(layout) else {
+        std::alloc::dealloc(p, layout);
+        return;
+    };
+    let kept = POOL
+        .try_with(|pool| {
+            let mut pool = pool.borrow_mut();
+            if pool.0[class].len() < POOL_CAP {
+                pool.0[class].push(NonNull::new_unchecked(p));
+                true
+            } else {
+                false
+            }
+        })
+        .unwrap_or(false);
+    if !kept {
+        std::alloc::dealloc(p, block);
+    }
 }
 
 /// The header every version node starts with.
@@ -79,16 +166,24 @@ unsafe impl Sync for OwnedVersion {}
 impl OwnedVersion {
     /// A node holding `value` (`None`: a deletion marker for an object of type `T`).
     pub(crate) fn new<T: Send + Sync + 'static>(value: Option<T>) -> OwnedVersion {
-        let node = Box::new(Typed {
-            header: Version {
-                ts: 0,
-                prev: AtomicPtr::new(std::ptr::null_mut()),
-                vtable: &VTableFor::<T>::VTABLE,
-                present: value.is_some(),
-            },
-            value,
-        });
-        OwnedVersion(NonNull::from(Box::leak(node)).cast())
+        let layout = Layout::new::<Typed<T>>();
+        let block = acquire_block(layout) as *mut Typed<T>;
+        let Some(block) = NonNull::new(block) else {
+            std::alloc::handle_alloc_error(layout);
+        };
+        // SAFETY: the block is fresh, sized and aligned for a `Typed<T>`.
+        unsafe {
+            block.as_ptr().write(Typed {
+                header: Version {
+                    ts: 0,
+                    prev: AtomicPtr::new(std::ptr::null_mut()),
+                    vtable: &VTableFor::<T>::VTABLE,
+                    present: value.is_some(),
+                },
+                value,
+            });
+        }
+        OwnedVersion(block.cast())
     }
 
     /// The node, for reading while it is owned here.
