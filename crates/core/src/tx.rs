@@ -247,6 +247,7 @@ impl TxState {
     }
 
     /// Reads the committed state of `cell` (the write set is not consulted).
+    #[inline]
     fn read_committed(&mut self, engine: &Engine, cell: &Cell) -> Result<Seen, TxError> {
         match self.mode {
             Mode::ReadOnly => Ok(self.read_snapshot(engine, cell)),
@@ -255,6 +256,7 @@ impl TxState {
     }
 
     /// Multi-version read at the snapshot: waits out a committer, never aborts.
+    #[inline]
     fn read_snapshot(&mut self, engine: &Engine, cell: &Cell) -> Seen {
         let mut spins = 0u32;
         // A committer that holds the lock may be installing a version at or below our snapshot

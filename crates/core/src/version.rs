@@ -8,29 +8,41 @@ use std::alloc::Layout;
 use std::any::TypeId;
 use std::cell::RefCell;
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicPtr;
 
 /// Type-specific operations of a version node.
 struct VTable {
     type_id: TypeId,
+    /// Whether nodes with this table hold a value (false: deletion markers).
+    present: bool,
     drop: unsafe fn(*mut Version),
 }
 
 struct VTableFor<T>(PhantomData<T>);
 
 impl<T: Send + Sync + 'static> VTableFor<T> {
-    const VTABLE: VTable = VTable {
+    const PRESENT: VTable = VTable {
         type_id: TypeId::of::<T>(),
-        drop: drop_typed::<T>,
+        present: true,
+        drop: drop_typed::<T, true>,
+    };
+    const DELETED: VTable = VTable {
+        type_id: TypeId::of::<T>(),
+        present: false,
+        drop: drop_typed::<T, false>,
     };
 }
 
 /// # Safety
-/// `p` must come from [`OwnedVersion::new::<T>`] and be owned by the caller.
-unsafe fn drop_typed<T>(p: *mut Version) {
+/// `p` must come from [`OwnedVersion::new::<T>`] and be owned by the caller; `PRESENT` must
+/// say whether its value was initialized.
+unsafe fn drop_typed<T, const PRESENT: bool>(p: *mut Version) {
     let p = p as *mut Typed<T>;
-    std::ptr::drop_in_place(p);
+    if PRESENT {
+        (*p).value.assume_init_drop();
+    }
     release_block(p as *mut u8, Layout::new::<Typed<T>>());
 }
 
@@ -125,33 +137,40 @@ pub(crate) struct Version {
     /// The next older version.
     pub(crate) prev: AtomicPtr<Version>,
     vtable: &'static VTable,
-    /// False for a deletion marker.
-    present: bool,
 }
 
+/// A node: the header, then the value (uninitialized in a deletion marker).
 #[repr(C)]
 struct Typed<T> {
     header: Version,
-    value: Option<T>,
+    value: MaybeUninit<T>,
 }
 
 impl Version {
     /// Whether this version holds a value (false: the object was deleted).
     #[inline]
     pub(crate) fn is_present(&self) -> bool {
-        self.present
+        self.vtable.present
     }
 
     /// The value, if this version is present and holds a `T`; `Err` if it holds another type.
     #[inline]
-    pub(crate) fn get<T: 'static>(&self) -> Result<Option<&T>, ()> {
-        if self.vtable.type_id != TypeId::of::<T>() {
-            return if self.present { Err(()) } else { Ok(None) };
+    pub(crate) fn get<T: Send + Sync + 'static>(&self) -> Result<Option<&T>, ()> {
+        // Fast path: the table's address identifies a present `T` without reading the table.
+        // (A constant may have several addresses, so a mismatch proves nothing: compare ids.)
+        let present_t = std::ptr::eq(self.vtable, &VTableFor::<T>::PRESENT)
+            || (self.vtable.present && self.vtable.type_id == TypeId::of::<T>());
+        if present_t {
+            // SAFETY: this header starts a `Typed<T>` (`repr(C)`, header first) whose value is
+            // initialized.
+            let node = unsafe { &*(self as *const Version as *const Typed<T>) };
+            return Ok(Some(unsafe { node.value.assume_init_ref() }));
         }
-        // SAFETY: the type id says this header starts a `Typed<T>` (`repr(C)`, header first).
-        Ok(unsafe { &*(self as *const Version as *const Typed<T>) }
-            .value
-            .as_ref())
+        if self.vtable.present {
+            Err(())
+        } else {
+            Ok(None)
+        }
     }
 }
 
@@ -177,10 +196,16 @@ impl OwnedVersion {
                 header: Version {
                     ts: 0,
                     prev: AtomicPtr::new(std::ptr::null_mut()),
-                    vtable: &VTableFor::<T>::VTABLE,
-                    present: value.is_some(),
+                    vtable: if value.is_some() {
+                        &VTableFor::<T>::PRESENT
+                    } else {
+                        &VTableFor::<T>::DELETED
+                    },
                 },
-                value,
+                value: match value {
+                    Some(v) => MaybeUninit::new(v),
+                    None => MaybeUninit::uninit(),
+                },
             });
         }
         OwnedVersion(block.cast())
