@@ -75,7 +75,7 @@ fn missing_objects_are_typed_errors() {
     let node = Node::local();
     let r: TRef<u32> = TRef::new("nothing here");
     assert!(matches!(
-        node.atomically(|tx| tx.read(&r).map(|v| *v)),
+        node.atomically(|tx| tx.read(&r).copied()),
         Err(TxError::NotFound { .. })
     ));
     assert!(matches!(
@@ -101,7 +101,7 @@ fn missing_objects_are_typed_errors() {
 fn wrong_type_is_a_typed_error_and_changes_nothing() {
     let node = node_with(&[("n", 7)]);
     let as_string: TRef<String> = TRef::new("n");
-    match node.atomically(|tx| tx.read(&as_string).map(|s| s.clone())) {
+    match node.atomically(|tx| tx.read(&as_string).cloned()) {
         Err(TxError::WrongType { key, expected }) => {
             assert_eq!(key, "n".into());
             assert!(expected.contains("String"));
@@ -484,4 +484,25 @@ fn trefs_work_as_values_and_across_nodes() {
             .unwrap();
         assert_eq!(sum, want);
     }
+}
+
+#[test]
+fn a_panicking_transaction_changes_nothing_and_releases_its_locks() {
+    let node = node_with(&[("x", 1)]);
+    let x: TRef<i64> = TRef::new("x");
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        node.atomically(|tx| {
+            tx.open_nested(|tx| tx.abstract_lock("P"))?;
+            tx.write(&x, 99)?;
+            panic!("application bug");
+            #[allow(unreachable_code)]
+            Ok(())
+        })
+    }));
+    assert!(panicked.is_err());
+    assert!(!node.engine().abstract_lock_held("P"));
+    assert_eq!(node.atomically_read(|tx| Ok(*tx.read(&x)?)).unwrap(), 1);
+    // The node is still usable from this thread.
+    node.atomically(|tx| tx.modify(&x, |v| *v += 1)).unwrap();
+    assert_eq!(node.atomically_read(|tx| Ok(*tx.read(&x)?)).unwrap(), 2);
 }

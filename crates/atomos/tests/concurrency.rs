@@ -31,7 +31,7 @@ fn bank(node: &Node, accounts: usize, initial: i64) -> Vec<TRef<i64>> {
 fn total(node: &Node, refs: &[TRef<i64>]) -> i64 {
     node.atomically_read(|tx| {
         refs.iter()
-            .map(|r| tx.read(r).map(|v| *v))
+            .map(|r| tx.read(r).copied())
             .sum::<Result<i64, TxError>>()
     })
     .unwrap()

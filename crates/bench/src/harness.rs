@@ -179,7 +179,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                     .expect("histogram bounds");
                 let mut ops = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    if ops % SAMPLE_EVERY == 0 {
+                    if ops.is_multiple_of(SAMPLE_EVERY) {
                         let t0 = Instant::now();
                         workload.op(&node, t, &mut rng)?;
                         hist.saturating_record(t0.elapsed().as_nanos() as u64);
@@ -187,7 +187,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                         workload.op(&node, t, &mut rng)?;
                     }
                     ops += 1;
-                    if ops % PUBLISH_EVERY == 0 {
+                    if ops.is_multiple_of(PUBLISH_EVERY) {
                         done_ops.fetch_add(PUBLISH_EVERY, Ordering::Relaxed);
                     }
                 }

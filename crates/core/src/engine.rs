@@ -2,6 +2,7 @@
 //! section until it commits.
 
 use std::cell::RefCell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,7 +62,9 @@ pub struct Engine {
 }
 
 thread_local! {
-    /// Transaction states kept for reuse, by engine.
+    /// Transaction states kept for reuse, by engine. Boxed: a state moves in and out of the
+    /// cache on every transaction, and moving a pointer is cheaper than moving the state.
+    #[allow(clippy::vec_box)]
     static STATES: RefCell<Vec<Box<TxState>>> = const { RefCell::new(Vec::new()) };
 }
 const CACHED_STATES: usize = 8;
@@ -181,8 +184,15 @@ impl Engine {
         loop {
             st.begin(self, attempts.mode);
             let mut tx = Tx::new(self, st);
-            let out = f(&mut tx);
+            let out = catch_unwind(AssertUnwindSafe(|| f(&mut tx)));
             st = tx.into_state();
+            let out = match out {
+                Ok(out) => out,
+                Err(panic) => {
+                    self.abandon(st);
+                    resume_unwind(panic);
+                }
+            };
             let cause = match out {
                 Ok(r) => match st.abort.take() {
                     None => match st.commit(self) {
@@ -238,6 +248,20 @@ impl Engine {
             locks,
             owner,
         }
+    }
+
+    /// Cleans up after a closure that panicked: nothing it wrote is installed, its abstract
+    /// locks are released, its actions are dropped (none runs: the program is unwinding).
+    pub(crate) fn abandon(&self, mut st: Box<TxState>) {
+        st.end_attempt();
+        st.handlers.clear();
+        // A top-level transaction holds all its family's locks; an open-nested block only those
+        // it took itself in this attempt. Either way they are released.
+        let locks = std::mem::take(&mut st.abstract_locks);
+        self.abstract_locks.release(&locks, st.owner);
+        st.owner = 0;
+        st.open_nested = false;
+        self.put_state(st);
     }
 
     /// Runs the handlers of an abort inside a transaction (nested rollback), latest first.

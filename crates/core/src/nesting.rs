@@ -1,5 +1,7 @@
 //! Closed nesting and checkpoints: partial rollback inside one transaction.
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
 use crate::engine::{Attempts, Engine, RunError, TxOptions};
 use crate::error::TxError;
 use crate::stats::{AbortCause, Event};
@@ -100,7 +102,14 @@ impl Engine {
                 } else {
                     checkpoints.truncate(i);
                     checkpoints.push((tx.st().mark(), state.clone()));
-                    let out = (steps[i])(&mut tx, &mut state);
+                    let out =
+                        match catch_unwind(AssertUnwindSafe(|| (steps[i])(&mut tx, &mut state))) {
+                            Ok(out) => out,
+                            Err(panic) => {
+                                self.abandon(tx.into_state());
+                                resume_unwind(panic);
+                            }
+                        };
                     match (out, tx.st().abort) {
                         (Ok(()), None) => {
                             i += 1;

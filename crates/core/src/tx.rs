@@ -573,7 +573,7 @@ impl<'e> Tx<'e> {
     #[allow(clippy::mut_from_ref)]
     #[inline]
     pub(crate) fn st(&self) -> &mut TxState {
-        unsafe { &mut **self.state.get() }
+        unsafe { &mut *self.state.get() }
     }
 
     /// The engine this transaction runs on.

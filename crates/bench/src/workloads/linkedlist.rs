@@ -78,7 +78,7 @@ impl IntSet for LinkedList {
             let next = prev.next.clone();
             let new_ref = self.node_ref(v);
             tx.create(&new_ref, ListNode { value: v, next })?;
-            tx.modify(&prev_ref, |p| p.next = Some(new_ref.clone()))?;
+            tx.modify(prev_ref, |p| p.next = Some(new_ref.clone()))?;
             Ok(true)
         })
     }
