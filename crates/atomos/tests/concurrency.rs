@@ -333,3 +333,70 @@ fn old_versions_are_reclaimed() {
         "versions reclaimed after the snapshot ended"
     );
 }
+
+/// References handed out by `read` stay valid while writers replace, unlink and free versions:
+/// readers hold them across a long transaction and check their contents did not change (a
+/// version freed too early is recycled for a newer value at once).
+#[test]
+fn references_outlive_concurrent_overwrites() {
+    let node = Node::local();
+    let refs: Arc<Vec<TRef<String>>> = Arc::new(
+        (0..4u64)
+            .map(|i| TRef::new(atomos::Key::with_index("s/", i)))
+            .collect(),
+    );
+    node.atomically(|tx| {
+        for r in refs.iter() {
+            tx.create(r, "0:0".repeat(8))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (node, refs, stop) = (node.clone(), refs.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let r = &refs[(n % 4) as usize];
+                node.atomically(|tx| tx.write(r, format!("{n}:{n}").repeat(8)))
+                    .unwrap();
+            }
+        })
+    };
+    // Let the writer get going first.
+    while node.engine().clock() < 100 {
+        thread::yield_now();
+    }
+    let well_formed = |s: &str| {
+        let unit = &s[..s.len() / 8];
+        let mut parts = unit.split(':');
+        s == unit.repeat(8) && parts.next() == parts.next()
+    };
+    for read_only in [true, false] {
+        for _ in 0..1_000 {
+            let body = |tx: &mut atomos::Tx<'_>| {
+                let held: Vec<&String> =
+                    refs.iter().map(|r| tx.read(r)).collect::<Result<_, _>>()?;
+                let copies: Vec<String> = held.iter().map(|s| s.to_string()).collect();
+                // Give the writer time to retire what we hold, then look again.
+                for _ in 0..20_000 {
+                    std::hint::spin_loop();
+                }
+                Ok(held
+                    .iter()
+                    .zip(&copies)
+                    .all(|(s, c)| well_formed(s) && *s == c))
+            };
+            let ok = if read_only {
+                node.atomically_read(body)
+            } else {
+                node.atomically(body)
+            };
+            assert!(ok.unwrap(), "a held reference changed under the reader");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+}

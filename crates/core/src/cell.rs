@@ -6,8 +6,6 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-use crossbeam_epoch::Guard;
-
 use crate::key::Key;
 use crate::version::{OwnedVersion, Version};
 
@@ -88,9 +86,9 @@ impl Cell {
     }
 
     /// Installs `node` as the newest version with timestamp `ts`. The caller holds the cell's
-    /// lock. Versions that no snapshot at or after `horizon` can read are unlinked and handed
-    /// to epoch reclamation.
-    pub(crate) fn install(&self, mut node: OwnedVersion, ts: u64, horizon: u64, guard: &Guard) {
+    /// lock. Versions that no snapshot at or after `horizon` can read are unlinked and returned
+    /// (null if none) for the caller to retire: readers may still hold them.
+    pub(crate) fn install(&self, mut node: OwnedVersion, ts: u64, horizon: u64) -> Retired {
         let old = self.head.load(Ordering::Relaxed);
         let header = node.header_mut();
         header.ts = ts;
@@ -99,29 +97,25 @@ impl Cell {
         self.head.store(new, Ordering::Release);
         // Keep every version newer than the horizon and the newest one at or below it.
         let mut keep = new;
-        // SAFETY: versions reachable from the head are only unlinked by the lock holder (us), and
-        // unlinked ones are freed through the epoch collector, so they outlive any reader's guard.
+        // SAFETY: versions reachable from the head are unlinked only by the lock holder (us) and
+        // freed only once no reader can hold them (see `reclaim`).
         unsafe {
             while (*keep).ts > horizon {
                 let prev = (*keep).prev.load(Ordering::Acquire);
                 if prev.is_null() {
-                    return;
+                    return Retired(std::ptr::null_mut());
                 }
                 keep = prev;
             }
-            let cut = (*keep).prev.swap(std::ptr::null_mut(), Ordering::AcqRel);
-            if !cut.is_null() {
-                let chain = SendPtr(cut);
-                guard.defer_unchecked(move || free_chain(chain));
-            }
+            Retired((*keep).prev.swap(std::ptr::null_mut(), Ordering::SeqCst))
         }
     }
 
     /// How many versions are still linked (for tests and memory accounting).
-    pub(crate) fn number_of_versions(&self, _guard: &Guard) -> usize {
+    pub(crate) fn number_of_versions(&self) -> usize {
         let mut n = 0;
         let mut cur = self.head();
-        // SAFETY: guarded traversal of the version chain.
+        // SAFETY: callers make sure no version of this cell is retired meanwhile.
         while let Some(v) = unsafe { cur.as_ref() } {
             n += 1;
             cur = v.prev.load(Ordering::Acquire);
@@ -130,26 +124,36 @@ impl Cell {
     }
 }
 
-/// A version chain in transit to the collector.
-struct SendPtr(*mut Version);
-// SAFETY: the chain is unreachable; only the collector touches it.
-unsafe impl Send for SendPtr {}
+/// A chain of versions unlinked from its cell, owned by whoever holds this (null: empty).
+pub(crate) struct Retired(pub(crate) *mut Version);
 
-/// Frees a chain of versions that no cell reaches and no guard can still see.
-fn free_chain(chain: SendPtr) {
-    let mut cur = chain.0;
-    while !cur.is_null() {
-        // SAFETY: the chain was unlinked before the epoch in which this runs.
-        let node = unsafe { OwnedVersion::from_raw(cur) };
-        cur = unsafe { (*cur).prev.load(Ordering::Relaxed) };
-        drop(node);
+// SAFETY: the chain is unreachable from any cell; only its holder touches it.
+unsafe impl Send for Retired {}
+
+impl Retired {
+    /// Whether the chain is empty.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_null()
+    }
+}
+
+impl Drop for Retired {
+    /// Frees the chain. Only drop it once no reader can hold any of its versions.
+    fn drop(&mut self) {
+        let mut cur = self.0;
+        while !cur.is_null() {
+            // SAFETY: the chain is owned here and unreachable.
+            let node = unsafe { OwnedVersion::from_raw(cur) };
+            cur = unsafe { (*cur).prev.load(Ordering::Relaxed) };
+            drop(node);
+        }
     }
 }
 
 impl Drop for Cell {
     fn drop(&mut self) {
         // A cell is dropped when its last owner goes; nothing can reach its versions.
-        free_chain(SendPtr(*self.head.get_mut()));
+        drop(Retired(*self.head.get_mut()));
     }
 }
 
@@ -172,13 +176,13 @@ mod tests {
     #[test]
     fn install_trims_versions_below_the_horizon() {
         let cell = Cell::new(Key::from("x"));
-        let guard = crossbeam_epoch::pin();
         for ts in 1..=10 {
-            cell.install(OwnedVersion::new(Some(ts)), ts, 5, &guard);
+            drop(cell.install(OwnedVersion::new(Some(ts)), ts, 5));
         }
         // Versions 5..=10 survive: 5 is the newest at or below the horizon.
-        assert_eq!(cell.number_of_versions(&guard), 6);
-        cell.install(OwnedVersion::new(Some(11u64)), 11, 11, &guard);
-        assert_eq!(cell.number_of_versions(&guard), 1);
+        assert_eq!(cell.number_of_versions(), 6);
+        let retired = cell.install(OwnedVersion::new(Some(11u64)), 11, 11);
+        assert!(!retired.is_empty());
+        assert_eq!(cell.number_of_versions(), 1);
     }
 }

@@ -110,10 +110,11 @@ impl Engine {
     }
 
     /// How many versions of the object `key` are kept (1 when no snapshot needs older ones;
-    /// 0 for an unknown key). For tests and memory accounting.
+    /// 0 for an unknown key). For tests and memory accounting; call it while no transaction
+    /// writes the object.
     pub fn version_count(&self, key: &crate::Key) -> usize {
         let cell = self.store.cell(key);
-        cell.number_of_versions(&crossbeam_epoch::pin())
+        cell.number_of_versions()
     }
 
     /// Whether the named abstract lock is held by some transaction.
@@ -197,7 +198,7 @@ impl Engine {
                 Ok(r) => match st.abort.take() {
                     None => match st.commit(self) {
                         Ok(()) => {
-                            st.after_commit();
+                            st.after_commit(self);
                             return Ok((r, self.finish(st, true).run(self)));
                         }
                         Err(cause) => cause,

@@ -143,7 +143,7 @@ impl Engine {
             st = tx.into_state();
             match outcome {
                 Ok(()) => {
-                    st.after_commit();
+                    st.after_commit(self);
                     self.finish(st, true).run(self);
                     return Ok(state);
                 }

@@ -1,7 +1,16 @@
-//! Per-thread slots: where a thread publishes its read-only snapshot and counts its statistics.
+//! Per-thread slots, and the reclamation of versions they protect.
 //!
-//! A slot is written by one thread only, so transactions never write a shared cache line for
-//! bookkeeping. The engine reads all slots to compute the reclamation horizon and statistics.
+//! A running attempt publishes its start timestamp in its thread's slot. That one value does two
+//! jobs: it is the snapshot a read-only attempt reads (so versions it needs are not unlinked:
+//! the *horizon*), and it protects every version node the attempt may hold a reference to from
+//! being freed (epoch-style reclamation, with the version clock as the epoch). A slot is written
+//! by one thread only, so transactions never write a shared cache line for bookkeeping.
+//!
+//! Reclamation rule: a chain unlinked by a committer is stamped with the clock value `r` read
+//! after the unlink (behind a SeqCst fence). It may be freed once a later scan finds no attempt
+//! that published a start `<= r`. An attempt that published `s > r` read the clock after the
+//! stamp was read, and its SeqCst fence comes after the unlinker's, so it cannot reach the
+//! chain; an attempt that published before the scan's fence is seen by the scan.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -9,25 +18,29 @@ use std::sync::{Arc, Weak};
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
+use crate::cell::Retired;
 use crate::stats::{Counters, Stats};
 
-/// Marks a slot with no running read-only snapshot.
+/// Marks a slot with no running attempt.
 const IDLE: u64 = u64::MAX;
+
+/// Version chains waiting to be freed, each with the clock value read after it was unlinked.
+pub(crate) type Garbage = Vec<(u64, Retired)>;
 
 /// One thread's slot.
 pub(crate) struct Slot {
-    snapshot: CachePadded<AtomicU64>,
+    active: CachePadded<AtomicU64>,
     pub(crate) counters: CachePadded<Counters>,
     registry: Weak<SlotRegistry>,
 }
 
 impl Slot {
-    /// Publishes a read-only snapshot and returns its timestamp, which the reclaimer will not
-    /// overtake until [`Slot::end_snapshot`].
-    pub(crate) fn begin_snapshot(&self, registry: &SlotRegistry, clock: &AtomicU64) -> u64 {
-        let mut s = clock.load(Ordering::Acquire);
+    /// Publishes the start of an attempt and returns its timestamp: the horizon will not
+    /// overtake it and nothing retired after it is freed until [`Slot::end`].
+    pub(crate) fn begin(&self, registry: &SlotRegistry, clock: &AtomicU64) -> u64 {
+        let mut s = clock.load(Ordering::SeqCst);
         loop {
-            self.snapshot.store(s, Ordering::SeqCst);
+            self.active.store(s, Ordering::SeqCst);
             // Pairs with the reclaimer's store of `pending` before it scans the slots: either it
             // sees our slot, or we see its pending horizon and move our snapshot up to it.
             fence(Ordering::SeqCst);
@@ -35,12 +48,24 @@ impl Slot {
             if pending <= s {
                 return s;
             }
-            s = clock.load(Ordering::Acquire).max(pending);
+            s = clock.load(Ordering::SeqCst).max(pending);
         }
     }
 
-    pub(crate) fn end_snapshot(&self) {
-        self.snapshot.store(IDLE, Ordering::Release);
+    /// Ends the attempt: it holds no version any more.
+    pub(crate) fn end(&self) {
+        self.active.store(IDLE, Ordering::Release);
+    }
+
+    /// Hands garbage of a state that goes away to the registry (or frees it if the engine is
+    /// gone, when no reader can remain).
+    pub(crate) fn orphan(&self, garbage: Garbage) {
+        if garbage.is_empty() {
+            return;
+        }
+        if let Some(reg) = self.registry.upgrade() {
+            reg.orphans.lock().extend(garbage);
+        }
     }
 }
 
@@ -55,11 +80,13 @@ impl Drop for Slot {
 /// All slots of one engine, and the version horizon below which no snapshot reads.
 pub(crate) struct SlotRegistry {
     slots: Mutex<Vec<Weak<Slot>>>,
-    /// The horizon a reclaimer is about to publish (see [`Slot::begin_snapshot`]).
+    /// The horizon a reclaimer is about to publish (see [`Slot::begin`]).
     pending: CachePadded<AtomicU64>,
     /// No running or future snapshot reads below this timestamp.
     horizon: CachePadded<AtomicU64>,
     retired: Counters,
+    /// Garbage left by transaction states that were dropped.
+    orphans: Mutex<Garbage>,
 }
 
 impl SlotRegistry {
@@ -69,13 +96,14 @@ impl SlotRegistry {
             pending: CachePadded::new(AtomicU64::new(0)),
             horizon: CachePadded::new(AtomicU64::new(0)),
             retired: Counters::default(),
+            orphans: Mutex::new(Vec::new()),
         })
     }
 
     /// A new slot for the calling thread.
     pub(crate) fn register(self: &Arc<Self>) -> Arc<Slot> {
         let slot = Arc::new(Slot {
-            snapshot: CachePadded::new(AtomicU64::new(IDLE)),
+            active: CachePadded::new(AtomicU64::new(IDLE)),
             counters: CachePadded::new(Counters::default()),
             registry: Arc::downgrade(self),
         });
@@ -91,18 +119,23 @@ impl SlotRegistry {
         self.horizon.load(Ordering::Acquire)
     }
 
-    /// Recomputes the horizon from the clock and the running snapshots.
-    pub(crate) fn advance_horizon(&self, clock: &AtomicU64) {
-        let now = clock.load(Ordering::Acquire);
+    /// Scans the slots: advances the horizon and returns the oldest published start (IDLE if
+    /// none): garbage stamped below it may be freed. Frees orphaned garbage that qualifies.
+    pub(crate) fn scan(&self, clock: &AtomicU64) -> u64 {
+        let now = clock.load(Ordering::SeqCst);
         self.pending.fetch_max(now, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        let mut h = now;
+        let mut oldest = IDLE;
         for w in self.slots.lock().iter() {
             if let Some(slot) = w.upgrade() {
-                h = h.min(slot.snapshot.load(Ordering::SeqCst));
+                oldest = oldest.min(slot.active.load(Ordering::SeqCst));
             }
         }
-        self.horizon.fetch_max(h, Ordering::AcqRel);
+        self.horizon.fetch_max(now.min(oldest), Ordering::AcqRel);
+        if let Some(mut orphans) = self.orphans.try_lock() {
+            orphans.retain(|(stamp, _)| *stamp >= oldest);
+        }
+        oldest
     }
 
     /// Sums every slot's counters, including slots of threads that have ended.
@@ -127,16 +160,16 @@ mod tests {
         let reg = SlotRegistry::new();
         let clock = AtomicU64::new(10);
         let a = reg.register();
-        let s = a.begin_snapshot(&reg, &clock);
+        let s = a.begin(&reg, &clock);
         assert_eq!(s, 10);
         clock.store(50, Ordering::SeqCst);
-        reg.advance_horizon(&clock);
+        assert_eq!(reg.scan(&clock), 10);
         assert_eq!(reg.horizon(), 10);
-        a.end_snapshot();
-        reg.advance_horizon(&clock);
+        a.end();
+        assert_eq!(reg.scan(&clock), IDLE);
         assert_eq!(reg.horizon(), 50);
         // A snapshot that begins now may not start below the pending horizon.
         let b = reg.register();
-        assert!(b.begin_snapshot(&reg, &clock) >= 50);
+        assert!(b.begin(&reg, &clock) >= 50);
     }
 }

@@ -2,10 +2,9 @@
 //! atomic section calls.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-use crossbeam_epoch::Guard;
 use rustc_hash::FxHashMap;
 
 use crate::cell::{decode, owner_word, Cell, LockState};
@@ -13,15 +12,17 @@ use crate::contention::{ContentionPolicy, Jitter, OnLocked, LOCK_WAIT_SPINS};
 use crate::engine::Engine;
 use crate::error::TxError;
 use crate::history::CommitRecord;
-use crate::slots::Slot;
+use crate::slots::{Garbage, Slot};
 use crate::stats::{AbortCause, Event};
 use crate::tref::{Object, TRef};
 use crate::version::{OwnedVersion, Version};
 
 /// Write sets up to this size are searched linearly; larger ones through a hash index.
 const LINEAR_WRITES: usize = 16;
-/// A thread recomputes the reclamation horizon after this many of its commits.
+/// A thread recomputes the reclamation horizon and frees its garbage after this many commits,
+/// or once it holds this many retired chains.
 const HORIZON_EVERY: u32 = 64;
+const GARBAGE_LIMIT: usize = 256;
 
 /// How an attempt reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +49,24 @@ pub(crate) struct WriteEntry {
     pub(crate) locked_from: u64,
 }
 
+/// Why an operation stopped early: the attempt must be abandoned. Small, so the read path
+/// returns it in registers; it becomes a [`TxError`] at the public boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Signal {
+    Conflict,
+    Retry,
+}
+
+impl From<Signal> for TxError {
+    #[inline]
+    fn from(s: Signal) -> TxError {
+        match s {
+            Signal::Conflict => TxError::Conflict,
+            Signal::Retry => TxError::Retry,
+        }
+    }
+}
+
 /// What a transaction sees of an object.
 pub(crate) enum Seen {
     Absent,
@@ -57,7 +76,7 @@ pub(crate) enum Seen {
 /// What a version pointer (null: never written) shows.
 #[inline]
 fn seen_of(v: *const Version) -> Seen {
-    // SAFETY: callers pass null or a version kept alive by their guard or write set.
+    // SAFETY: callers pass null or a version kept alive by their published slot or write set.
     match unsafe { v.as_ref() } {
         Some(version) if version.is_present() => Seen::Present(v),
         _ => Seen::Absent,
@@ -102,7 +121,10 @@ pub(crate) struct TxState {
     undo_floor: usize,
     /// Replaced values kept alive until the attempt ends: references to them may be held.
     retired: Vec<OwnedVersion>,
-    pub(crate) guard: Option<Guard>,
+    /// Version chains this thread unlinked, waiting until no attempt can hold them.
+    garbage: Garbage,
+    /// Inside an attempt (its start is published in the slot).
+    in_attempt: bool,
     /// Set when the attempt must abort; every later operation fails fast.
     pub(crate) abort: Option<AbortCause>,
     pub(crate) priority: u16,
@@ -139,7 +161,8 @@ impl TxState {
             undo: Vec::new(),
             undo_floor: 0,
             retired: Vec::new(),
-            guard: None,
+            garbage: Vec::new(),
+            in_attempt: false,
             abort: None,
             priority: 0,
             age: 0,
@@ -164,18 +187,15 @@ impl TxState {
         self.mode = mode;
         self.abort = None;
         self.wants_write = false;
-        self.guard = Some(crossbeam_epoch::pin());
-        self.ub = match mode {
-            Mode::ReadOnly => self.slot.begin_snapshot(&engine.slots, &engine.clock),
-            Mode::Update => engine.clock.load(Ordering::Acquire),
-        };
+        // Publishing the start protects every version this attempt reaches (see `slots`), and
+        // is the snapshot of a read-only attempt.
+        self.ub = self.slot.begin(&engine.slots, &engine.clock);
+        self.in_attempt = true;
     }
 
-    /// Ends an attempt: forgets everything it read and wrote, releases its snapshot and guard.
+    /// Ends an attempt: forgets everything it read and wrote and unpublishes its start, after
+    /// which it holds no reference to any version.
     pub(crate) fn end_attempt(&mut self) {
-        if self.mode == Mode::ReadOnly {
-            self.slot.end_snapshot();
-        }
         self.reads.clear();
         self.writes.clear();
         self.write_index.clear();
@@ -183,23 +203,26 @@ impl TxState {
         self.undo.clear();
         self.undo_floor = 0;
         self.retired.clear();
-        self.guard = None;
+        if self.in_attempt {
+            self.slot.end();
+            self.in_attempt = false;
+        }
     }
 
     #[inline]
-    fn fail(&mut self, cause: AbortCause) -> TxError {
+    fn fail(&mut self, cause: AbortCause) -> Signal {
         if self.abort.is_none() {
             self.abort = Some(cause);
         }
-        TxError::Conflict
+        Signal::Conflict
     }
 
     #[inline]
-    fn check_live(&self) -> Result<(), TxError> {
+    fn check_live(&self) -> Result<(), Signal> {
         match self.abort {
             None => Ok(()),
-            Some(AbortCause::ExplicitRetry) => Err(TxError::Retry),
-            Some(_) => Err(TxError::Conflict),
+            Some(AbortCause::ExplicitRetry) => Err(Signal::Retry),
+            Some(_) => Err(Signal::Conflict),
         }
     }
 
@@ -248,7 +271,7 @@ impl TxState {
 
     /// Reads the committed state of `cell` (the write set is not consulted).
     #[inline]
-    fn read_committed(&mut self, engine: &Engine, cell: &Cell) -> Result<Seen, TxError> {
+    fn read_committed(&mut self, engine: &Engine, cell: &Cell) -> Result<Seen, Signal> {
         match self.mode {
             Mode::ReadOnly => Ok(self.read_snapshot(engine, cell)),
             Mode::Update => self.read_latest(engine, cell),
@@ -269,11 +292,11 @@ impl TxState {
                 std::thread::yield_now();
             }
         }
-        debug_assert!(self.guard.is_some(), "read outside an attempt");
+        debug_assert!(self.in_attempt, "read outside an attempt");
         let mut cur = cell.head();
         let mut found = (0, Seen::Absent);
-        // SAFETY: versions are reclaimed through the epoch collector; our guard keeps every
-        // version reachable at pin time alive, and the horizon keeps ours reachable.
+        // SAFETY: our published start keeps every version we can reach from being freed, and the
+        // horizon keeps the one our snapshot needs linked.
         while let Some(v) = unsafe { cur.as_ref() } {
             if v.ts <= self.ub {
                 found = (v.ts, seen_of(cur));
@@ -289,7 +312,7 @@ impl TxState {
     }
 
     /// Read of the newest version, validated against the snapshot bound.
-    fn read_latest(&mut self, engine: &Engine, cell: &Cell) -> Result<Seen, TxError> {
+    fn read_latest(&mut self, engine: &Engine, cell: &Cell) -> Result<Seen, Signal> {
         let mut spins = 0u32;
         loop {
             let l1 = cell.lock_word();
@@ -309,8 +332,8 @@ impl TxState {
                     return Err(self.fail(AbortCause::ReadLocked));
                 }
             };
-            debug_assert!(self.guard.is_some(), "read outside an attempt");
-            // The head is kept alive by our epoch guard (see `read_snapshot`).
+            debug_assert!(self.in_attempt, "read outside an attempt");
+            // The head is kept alive by our published start (see `read_snapshot`).
             let seen = seen_of(cell.head());
             if cell.lock_word() != l1 {
                 continue;
@@ -466,17 +489,23 @@ impl TxState {
             return Err(AbortCause::CommitValidation);
         }
         let horizon = engine.slots.horizon();
-        let guard = self.guard.as_ref().expect("commit outside an attempt");
+        let garbage_before = self.garbage.len();
         for w in &mut self.writes {
             // SAFETY: cells live as long as their engine's store; we hold the lock.
             let cell = unsafe { &*w.cell };
-            cell.install(
-                w.node.take().expect("write installed twice"),
-                wv,
-                horizon,
-                guard,
-            );
+            let retired = cell.install(w.node.take().expect("write installed twice"), wv, horizon);
             cell.unlock(wv);
+            if !retired.is_empty() {
+                self.garbage.push((0, retired));
+            }
+        }
+        if self.garbage.len() > garbage_before {
+            // Stamp what this commit unlinked with a clock value read after the unlinking.
+            fence(Ordering::SeqCst);
+            let stamp = engine.clock.load(Ordering::Relaxed);
+            for g in &mut self.garbage[garbage_before..] {
+                g.0 = stamp;
+            }
         }
         if let Some(h) = &engine.history {
             h.record(self.record(Some(wv)));
@@ -484,10 +513,6 @@ impl TxState {
         engine.retry_signal.notify();
         self.bump(Event::Commit);
         self.commits_since_horizon += 1;
-        if self.commits_since_horizon >= HORIZON_EVERY {
-            self.commits_since_horizon = 0;
-            engine.slots.advance_horizon(&engine.clock);
-        }
         Ok(())
     }
 
@@ -536,9 +561,22 @@ impl TxState {
         }
     }
 
-    /// Bookkeeping after a successful commit.
-    pub(crate) fn after_commit(&mut self) {
+    /// Bookkeeping after a successful commit: every so often, advance the horizon and free the
+    /// garbage no attempt can hold any more.
+    pub(crate) fn after_commit(&mut self, engine: &Engine) {
         self.end_attempt();
+        if self.commits_since_horizon >= HORIZON_EVERY || self.garbage.len() >= GARBAGE_LIMIT {
+            self.commits_since_horizon = 0;
+            let oldest = engine.slots.scan(&engine.clock);
+            self.garbage.retain(|(stamp, _)| *stamp >= oldest);
+        }
+    }
+}
+
+impl Drop for TxState {
+    fn drop(&mut self) {
+        self.end_attempt();
+        self.slot.orphan(std::mem::take(&mut self.garbage));
     }
 }
 
@@ -598,7 +636,7 @@ impl<'e> Tx<'e> {
 
     /// What the transaction sees of `cell`: its own buffered write, else the committed state.
     #[inline]
-    fn see(&self, cell: &Cell) -> Result<Seen, TxError> {
+    fn see(&self, cell: &Cell) -> Result<Seen, Signal> {
         let st = self.st();
         st.check_live()?;
         if let Some(i) = st.find_write(cell) {
@@ -668,7 +706,7 @@ impl<'e> Tx<'e> {
                     key: cell.key().clone(),
                 });
             }
-            return Err(st.fail(AbortCause::Upgrade));
+            return Err(st.fail(AbortCause::Upgrade).into());
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! Version nodes: one allocation holding a header and the typed value after it.
 //!
 //! A committed version is never changed again, so readers may hold `&T` into it for as long as
-//! the epoch guard they read it under lives. The value stays typed (no encoding on the local
+//! the attempt that read it runs (see `slots`). The value stays typed (no encoding on the local
 //! path); its type is checked by comparing `TypeId`s, with no virtual call.
 
 use std::alloc::Layout;
