@@ -113,8 +113,8 @@ impl Engine {
     /// 0 for an unknown key). For tests and memory accounting; call it while no transaction
     /// writes the object.
     pub fn version_count(&self, key: &crate::Key) -> usize {
-        let cell = self.store.cell(key);
-        cell.number_of_versions()
+        // SAFETY: the store keeps its cells for the engine's lifetime.
+        unsafe { &*self.store.cell(key) }.number_of_versions()
     }
 
     /// Whether the named abstract lock is held by some transaction.

@@ -1,7 +1,5 @@
 //! The node's object table: key to cell.
 
-use std::sync::Arc;
-
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
@@ -12,7 +10,7 @@ use crate::key::Key;
 /// object is a cell whose newest version says so), so a pointer to a cell is valid as long as the
 /// store is.
 pub(crate) struct Store {
-    cells: DashMap<Key, Arc<Cell>, FxBuildHasher>,
+    cells: DashMap<Key, Box<Cell>, FxBuildHasher>,
 }
 
 impl Store {
@@ -22,17 +20,16 @@ impl Store {
         }
     }
 
-    /// The cell for `key`, made empty (absent object) if there was none.
-    pub(crate) fn cell(&self, key: &Key) -> Arc<Cell> {
+    /// The cell for `key`, made empty (absent object) if there was none. The pointer is valid
+    /// for the store's lifetime.
+    pub(crate) fn cell(&self, key: &Key) -> *const Cell {
         if let Some(c) = self.cells.get(key) {
-            return Arc::clone(&c);
+            return &**c;
         }
-        Arc::clone(
-            &self
-                .cells
-                .entry(key.clone())
-                .or_insert_with(|| Arc::new(Cell::new(key.clone()))),
-        )
+        &**self
+            .cells
+            .entry(key.clone())
+            .or_insert_with(|| Box::new(Cell::new(key.clone())))
     }
 
     /// Number of cells (objects that exist, existed, or were looked up).

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -19,17 +19,67 @@ impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> Object for
 ///
 /// A `TRef` is only a name: it can be made before the object exists, stored inside other objects
 /// (it encodes as its key), and used from any thread. After its first use on a node it remembers
-/// that node's cell, so later accesses skip the object table; clones share what was remembered.
+/// that node's cell, so later accesses skip the object table; clones copy what was remembered.
 pub struct TRef<T> {
     key: Key,
-    cache: OnceLock<CachedCell>,
+    cache: CellCache,
     _type: PhantomData<fn() -> T>,
 }
 
-#[derive(Clone)]
-pub(crate) struct CachedCell {
-    pub(crate) engine: u64,
-    pub(crate) cell: Arc<Cell>,
+/// The cell a `TRef` found on one engine, set at most once.
+///
+/// It holds a plain pointer, not a counted one, so cloning and dropping `TRef`s (which linked
+/// structures do on every update) touches no shared counter. The pointer is used only by a
+/// transaction of the engine whose id is stored next to it: that engine is then alive, and an
+/// engine keeps every cell it made until it is dropped. Engine ids are never reused.
+struct CellCache {
+    /// 0: empty; `SETTING`: being set; else the engine's id.
+    engine: AtomicU64,
+    cell: AtomicPtr<Cell>,
+}
+
+const SETTING: u64 = u64::MAX;
+
+impl CellCache {
+    const fn empty() -> CellCache {
+        CellCache {
+            engine: AtomicU64::new(0),
+            cell: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    #[inline]
+    fn get(&self, engine: u64) -> Option<*const Cell> {
+        if self.engine.load(Ordering::Acquire) == engine {
+            Some(self.cell.load(Ordering::Relaxed))
+        } else {
+            None
+        }
+    }
+
+    fn set(&self, engine: u64, cell: *const Cell) {
+        if self
+            .engine
+            .compare_exchange(0, SETTING, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.cell.store(cell as *mut Cell, Ordering::Relaxed);
+            self.engine.store(engine, Ordering::Release);
+        }
+    }
+}
+
+impl Clone for CellCache {
+    fn clone(&self) -> Self {
+        let engine = self.engine.load(Ordering::Acquire);
+        if engine == 0 || engine == SETTING {
+            return CellCache::empty();
+        }
+        CellCache {
+            engine: AtomicU64::new(engine),
+            cell: AtomicPtr::new(self.cell.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 impl<T> TRef<T> {
@@ -37,7 +87,7 @@ impl<T> TRef<T> {
     pub fn new(key: impl Into<Key>) -> TRef<T> {
         TRef {
             key: key.into(),
-            cache: OnceLock::new(),
+            cache: CellCache::empty(),
             _type: PhantomData,
         }
     }
@@ -47,18 +97,16 @@ impl<T> TRef<T> {
         &self.key
     }
 
-    /// The cell remembered for `engine`, if any.
+    /// The cell remembered for `engine`, if any. Dereference it only inside a transaction of
+    /// that engine.
     #[inline]
-    pub(crate) fn cached(&self, engine: u64) -> Option<&Arc<Cell>> {
-        match self.cache.get() {
-            Some(c) if c.engine == engine => Some(&c.cell),
-            _ => None,
-        }
+    pub(crate) fn cached(&self, engine: u64) -> Option<*const Cell> {
+        self.cache.get(engine)
     }
 
-    /// Remembers `cell` as this reference's cell on `engine` (first node wins).
-    pub(crate) fn remember(&self, engine: u64, cell: Arc<Cell>) {
-        let _ = self.cache.set(CachedCell { engine, cell });
+    /// Remembers `cell` as this reference's cell on `engine` (the first engine wins).
+    pub(crate) fn remember(&self, engine: u64, cell: *const Cell) {
+        self.cache.set(engine, cell);
     }
 }
 

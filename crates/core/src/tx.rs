@@ -622,12 +622,11 @@ impl<'e> Tx<'e> {
     #[inline]
     fn cell<T>(&self, r: &TRef<T>) -> &'e Cell {
         let cell: *const Cell = match r.cached(self.engine.id) {
-            Some(c) => Arc::as_ptr(c),
+            Some(c) => c,
             None => {
                 let c = self.engine.store.cell(r.key());
-                let p = Arc::as_ptr(&c);
                 r.remember(self.engine.id, c);
-                p
+                c
             }
         };
         // SAFETY: the store holds every cell for the engine's lifetime.
