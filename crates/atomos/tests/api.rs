@@ -506,3 +506,16 @@ fn a_panicking_transaction_changes_nothing_and_releases_its_locks() {
     node.atomically(|tx| tx.modify(&x, |v| *v += 1)).unwrap();
     assert_eq!(node.atomically_read(|tx| Ok(*tx.read(&x)?)).unwrap(), 2);
 }
+
+#[test]
+fn a_tref_outlives_the_node_it_was_used_on() {
+    let r: TRef<u32> = TRef::new("k");
+    {
+        let first = Node::local();
+        first.atomically(|tx| tx.create(&r, 1)).unwrap();
+    }
+    let second = Node::local();
+    assert!(matches!(second.atomically(|tx| tx.read(&r).copied()), Err(TxError::NotFound { .. })));
+    second.atomically(|tx| tx.create(&r, 2)).unwrap();
+    assert_eq!(second.atomically_read(|tx| tx.read(&r).copied()).unwrap(), 2);
+}
