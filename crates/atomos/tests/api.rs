@@ -515,7 +515,13 @@ fn a_tref_outlives_the_node_it_was_used_on() {
         first.atomically(|tx| tx.create(&r, 1)).unwrap();
     }
     let second = Node::local();
-    assert!(matches!(second.atomically(|tx| tx.read(&r).copied()), Err(TxError::NotFound { .. })));
+    assert!(matches!(
+        second.atomically(|tx| tx.read(&r).copied()),
+        Err(TxError::NotFound { .. })
+    ));
     second.atomically(|tx| tx.create(&r, 2)).unwrap();
-    assert_eq!(second.atomically_read(|tx| tx.read(&r).copied()).unwrap(), 2);
+    assert_eq!(
+        second.atomically_read(|tx| tx.read(&r).copied()).unwrap(),
+        2
+    );
 }

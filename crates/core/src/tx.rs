@@ -67,19 +67,33 @@ impl From<Signal> for TxError {
     }
 }
 
-/// What a transaction sees of an object.
+/// What a transaction sees of an object: no version at all, or a version, which may be a
+/// deletion marker (its type table says so; checking it is left to the caller, so the plain read
+/// path reads the table only once).
 pub(crate) enum Seen {
     Absent,
     Present(*const Version),
 }
 
+impl Seen {
+    /// Whether the object exists.
+    #[inline]
+    fn exists(&self) -> bool {
+        match self {
+            Seen::Absent => false,
+            // SAFETY: the version is kept alive until the attempt ends.
+            Seen::Present(p) => unsafe { &**p }.is_present(),
+        }
+    }
+}
+
 /// What a version pointer (null: never written) shows.
 #[inline]
 fn seen_of(v: *const Version) -> Seen {
-    // SAFETY: callers pass null or a version kept alive by their published slot or write set.
-    match unsafe { v.as_ref() } {
-        Some(version) if version.is_present() => Seen::Present(v),
-        _ => Seen::Absent,
+    if v.is_null() {
+        Seen::Absent
+    } else {
+        Seen::Present(v)
     }
 }
 
@@ -680,7 +694,7 @@ impl<'e> Tx<'e> {
     /// Whether the object exists.
     pub fn exists<T: Object>(&self, r: &TRef<T>) -> Result<bool, TxError> {
         let cell = self.cell(r);
-        Ok(matches!(self.see(cell)?, Seen::Present(_)))
+        Ok(self.see(cell)?.exists())
     }
 
     /// Buffers a write; the caller has passed `upgrade_check` and seen the object.
@@ -739,7 +753,7 @@ impl<'e> Tx<'e> {
     pub fn create<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
         let cell = self.cell(r);
         self.upgrade_check(cell)?;
-        if let Seen::Present(_) = self.see(cell)? {
+        if self.see(cell)?.exists() {
             return Err(TxError::AlreadyExists {
                 key: cell.key().clone(),
             });
