@@ -1,7 +1,7 @@
 //! The engine: one node's objects, clock and transactions, and the loop that runs an atomic
 //! section until it commits.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -62,8 +62,10 @@ pub struct Engine {
 }
 
 thread_local! {
-    /// Transaction states kept for reuse, by engine. Boxed: a state moves in and out of the
-    /// cache on every transaction, and moving a pointer is cheaper than moving the state.
+    /// The transaction state this thread used last (the common case: one engine per thread).
+    static HOT_STATE: Cell<Option<Box<TxState>>> = const { Cell::new(None) };
+    /// Other transaction states kept for reuse, by engine. Boxed: a state moves in and out of
+    /// the cache on every transaction, and moving a pointer is cheaper than moving the state.
     #[allow(clippy::vec_box)]
     static STATES: RefCell<Vec<Box<TxState>>> = const { RefCell::new(Vec::new()) };
 }
@@ -123,6 +125,19 @@ impl Engine {
     }
 
     pub(crate) fn take_state(&self) -> Box<TxState> {
+        let hot = HOT_STATE
+            .try_with(|h| match h.take() {
+                Some(st) if st.engine_id == self.id => Some(st),
+                other => {
+                    h.set(other);
+                    None
+                }
+            })
+            .ok()
+            .flatten();
+        if let Some(st) = hot {
+            return st;
+        }
         let cached = STATES
             .try_with(|s| {
                 let mut s = s.borrow_mut();
@@ -135,12 +150,15 @@ impl Engine {
     }
 
     pub(crate) fn put_state(&self, st: Box<TxState>) {
+        let Ok(Some(previous)) = HOT_STATE.try_with(|h| h.replace(Some(st))) else {
+            return;
+        };
         let _ = STATES.try_with(move |s| {
             let mut s = s.borrow_mut();
             if s.len() >= CACHED_STATES {
                 s.remove(0);
             }
-            s.push(st);
+            s.push(previous);
         });
     }
 
@@ -199,6 +217,13 @@ impl Engine {
                     None => match st.commit(self) {
                         Ok(()) => {
                             st.after_commit(self);
+                            if st.handlers.is_empty() && st.abstract_locks.is_empty() {
+                                // Nothing to run or release: the common case.
+                                st.owner = 0;
+                                st.open_nested = false;
+                                self.put_state(st);
+                                return Ok((r, None));
+                            }
                             return Ok((r, self.finish(st, true).run(self)));
                         }
                         Err(cause) => cause,

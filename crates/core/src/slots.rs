@@ -40,11 +40,13 @@ impl Slot {
     pub(crate) fn begin(&self, registry: &SlotRegistry, clock: &AtomicU64) -> u64 {
         let mut s = clock.load(Ordering::SeqCst);
         loop {
-            self.active.store(s, Ordering::SeqCst);
-            // Pairs with the reclaimer's store of `pending` before it scans the slots: either it
-            // sees our slot, or we see its pending horizon and move our snapshot up to it.
+            self.active.store(s, Ordering::Relaxed);
+            // Pairs with the fence a scan makes after raising `pending` and before it reads the
+            // slots: either it sees our slot, or we see its pending horizon and move our start up
+            // to it. Also orders every read of this attempt after the publication (see the
+            // reclamation rule above).
             fence(Ordering::SeqCst);
-            let pending = registry.pending.load(Ordering::SeqCst);
+            let pending = registry.pending.load(Ordering::Relaxed);
             if pending <= s {
                 return s;
             }
