@@ -201,7 +201,7 @@ impl Engine {
         let mut st = self.take_state();
         let mut attempts = Attempts::new(self, &mut st, opts, owner, open_nested);
         loop {
-            st.begin(self, attempts.mode);
+            attempts.begin(self, &mut st);
             let mut tx = Tx::new(self, st);
             let out = catch_unwind(AssertUnwindSafe(|| f(&mut tx)));
             st = tx.into_state();
@@ -379,7 +379,6 @@ impl Attempts {
         st.priority = opts.priority;
         st.policy = opts.contention.unwrap_or(engine.config.contention);
         st.explicit_read_only = opts.read_only;
-        st.age = engine.clock();
         st.owner = owner;
         st.open_nested = open_nested;
         Attempts {
@@ -393,6 +392,15 @@ impl Attempts {
             ever_wrote: false,
             max: opts.max_attempts,
             deadline: opts.timeout.map(|t| Instant::now() + t),
+        }
+    }
+
+    /// Starts an attempt. The first one's start time is the transaction's age.
+    #[inline]
+    pub(crate) fn begin(&mut self, engine: &Engine, st: &mut TxState) {
+        st.begin(engine, self.mode);
+        if self.count == 0 {
+            st.age = st.ub;
         }
     }
 

@@ -85,7 +85,7 @@ impl Engine {
         let mut attempts = Attempts::new(self, &mut st, opts, 0, false);
         let mut checkpoints: Vec<(Mark, S)> = Vec::with_capacity(steps.len());
         loop {
-            st.begin(self, attempts.mode);
+            attempts.begin(self, &mut st);
             let mut tx = Tx::new(self, st);
             checkpoints.clear();
             let mut state = init.clone();
