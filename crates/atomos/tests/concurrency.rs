@@ -97,7 +97,8 @@ fn bank_total_is_invariant_under_contention_with_priorities() {
 }
 
 /// Writers keep x == y. Readers, in update and read-only mode, check inside the transaction,
-/// before it commits or aborts, that they never see them differ.
+/// before it commits or aborts, that they never see them differ. (It caught a snapshot
+/// extension that did not validate the read that triggered it: about one run in fifteen failed.)
 #[test]
 fn transactions_never_observe_inconsistent_state() {
     let node = Node::local();
@@ -127,7 +128,7 @@ fn transactions_never_observe_inconsistent_state() {
     for read_only in [false, true] {
         let (node, x, y, violations) = (node.clone(), x.clone(), y.clone(), violations.clone());
         handles.push(thread::spawn(move || {
-            for i in 0..20_000u64 {
+            for i in 0..60_000u64 {
                 let body = |tx: &mut atomos::Tx<'_>| {
                     let a = *tx.read(&x)?;
                     // Touch an unrelated object in between, to widen the window.
@@ -164,7 +165,7 @@ fn transactions_never_observe_inconsistent_state() {
         h.join().unwrap();
     }
     assert_eq!(violations.load(Ordering::Relaxed), 0);
-    assert!(node.stats().read_only_commits >= 20_000);
+    assert!(node.stats().read_only_commits >= 60_000);
 }
 
 /// One operation of a random transaction.

@@ -352,10 +352,13 @@ impl TxState {
             if cell.lock_word() != l1 {
                 continue;
             }
+            // Record the read first: an extension must validate it too, or a commit that takes
+            // a timestamp at or below the new bound after this read could write this object
+            // unseen (found by `transactions_never_observe_inconsistent_state`).
+            self.reads.push(ReadEntry { cell, version });
             if version > self.ub && !self.extend(engine) {
                 return Err(self.fail(AbortCause::ReadValidation));
             }
-            self.reads.push(ReadEntry { cell, version });
             return Ok(seen);
         }
     }
