@@ -240,13 +240,17 @@ fn run_mix(mixes: &[Vec<Vec<Op>>], read_only_every: usize) -> Vec<atomos::histor
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+    // PROPTEST_CASES=N runs more cases on demand.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64),
+        ..ProptestConfig::default()
+    })]
 
     /// Random mixes from several threads: the recorded history has no dependency cycle.
     #[test]
     fn random_mixes_are_serializable(
         mixes in proptest::collection::vec(
-            proptest::collection::vec(proptest::collection::vec(op(), 1..8), 20..80),
+            proptest::collection::vec(proptest::collection::vec(op(), 1..8), 50..200),
             2..5,
         ),
         read_only_every in 2usize..6,
