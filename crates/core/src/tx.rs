@@ -283,15 +283,6 @@ impl TxState {
         }
     }
 
-    /// Reads the committed state of `cell` (the write set is not consulted).
-    #[inline]
-    fn read_committed(&mut self, engine: &Engine, cell: &Cell) -> Result<Seen, Signal> {
-        match self.mode {
-            Mode::ReadOnly => Ok(self.read_snapshot(engine, cell)),
-            Mode::Update => self.read_latest(engine, cell),
-        }
-    }
-
     /// Multi-version read at the snapshot: waits out a committer, never aborts.
     #[inline]
     fn read_snapshot(&mut self, engine: &Engine, cell: &Cell) -> Seen {
@@ -654,6 +645,10 @@ impl<'e> Tx<'e> {
     #[inline]
     fn see(&self, cell: &Cell) -> Result<Seen, Signal> {
         let st = self.st();
+        if st.mode == Mode::ReadOnly {
+            // A snapshot read: no write set to consult, no conflict to fail fast on.
+            return Ok(st.read_snapshot(self.engine, cell));
+        }
         st.check_live()?;
         if let Some(i) = st.find_write(cell) {
             return Ok(seen_of(
@@ -663,7 +658,7 @@ impl<'e> Tx<'e> {
                     .map_or(std::ptr::null(), OwnedVersion::as_ptr),
             ));
         }
-        st.read_committed(self.engine, cell)
+        st.read_latest(self.engine, cell)
     }
 
     #[inline]
