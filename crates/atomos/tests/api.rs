@@ -525,3 +525,15 @@ fn a_tref_outlives_the_node_it_was_used_on() {
         2
     );
 }
+
+#[test]
+fn failing_actions_are_counted() {
+    let node = node_with(&[("x", 0)]);
+    node.atomically(|tx| {
+        tx.on_commit(|_| Err(TxError::abort("notification failed")));
+        tx.write(&TRef::<i64>::new("x"), 1)
+    })
+    .unwrap();
+    assert_eq!(node.stats().handler_failures, 1);
+    assert_eq!(node.stats().commits, 2);
+}

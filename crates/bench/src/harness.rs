@@ -234,7 +234,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         return Err(e.into());
     }
     let after = node.stats();
-    let stats = stats_delta(&before, &after);
+    let stats = after.since(&before);
     let aborted = stats.aborts.total();
     let check = workload.check(&node)?;
     let us = |ns: u64| ns as f64 / 1000.0;
@@ -267,26 +267,6 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         invariant: check.detail,
         stats,
     })
-}
-
-fn stats_delta(a: &Stats, b: &Stats) -> Stats {
-    let mut d = b.clone();
-    d.commits -= a.commits;
-    d.read_only_commits -= a.read_only_commits;
-    d.aborts.read_locked -= a.aborts.read_locked;
-    d.aborts.read_validation -= a.aborts.read_validation;
-    d.aborts.lock_conflict -= a.aborts.lock_conflict;
-    d.aborts.commit_validation -= a.aborts.commit_validation;
-    d.aborts.abstract_lock -= a.aborts.abstract_lock;
-    d.aborts.explicit_retry -= a.aborts.explicit_retry;
-    d.aborts.upgrade -= a.aborts.upgrade;
-    d.retry_waits -= a.retry_waits;
-    d.nested_rollbacks -= a.nested_rollbacks;
-    d.checkpoint_resumes -= a.checkpoint_resumes;
-    d.snapshot_extensions -= a.snapshot_extensions;
-    d.user_aborts -= a.user_aborts;
-    d.handler_failures -= a.handler_failures;
-    d
 }
 
 impl BenchReport {

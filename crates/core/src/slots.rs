@@ -19,7 +19,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
 use crate::cell::Retired;
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counters, Event, Stats};
 
 /// Marks a slot with no running attempt.
 const IDLE: u64 = u64::MAX;
@@ -138,6 +138,11 @@ impl SlotRegistry {
             orphans.retain(|(stamp, _)| *stamp >= oldest);
         }
         oldest
+    }
+
+    /// Counts a rare event that happens outside any thread's transaction (shared counter).
+    pub(crate) fn count_rare(&self, e: Event) {
+        self.retired.add(e);
     }
 
     /// Sums every slot's counters, including slots of threads that have ended.

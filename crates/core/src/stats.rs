@@ -77,6 +77,11 @@ impl Counters {
         c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
+    /// Counts one event from any thread (read-modify-write: for rare events only).
+    pub(crate) fn add(&self, e: Event) {
+        self.counter(e).fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn add_into(&self, s: &mut Stats) {
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         s.commits += r(&self.commits);
@@ -147,6 +152,33 @@ impl AbortCounts {
             + self.abstract_lock
             + self.explicit_retry
             + self.upgrade
+    }
+}
+
+impl Stats {
+    /// The counts between `earlier` and this snapshot (of the same engine).
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        let (a, b) = (&self.aborts, &earlier.aborts);
+        Stats {
+            commits: d(self.commits, earlier.commits),
+            read_only_commits: d(self.read_only_commits, earlier.read_only_commits),
+            aborts: AbortCounts {
+                read_locked: d(a.read_locked, b.read_locked),
+                read_validation: d(a.read_validation, b.read_validation),
+                lock_conflict: d(a.lock_conflict, b.lock_conflict),
+                commit_validation: d(a.commit_validation, b.commit_validation),
+                abstract_lock: d(a.abstract_lock, b.abstract_lock),
+                explicit_retry: d(a.explicit_retry, b.explicit_retry),
+                upgrade: d(a.upgrade, b.upgrade),
+            },
+            retry_waits: d(self.retry_waits, earlier.retry_waits),
+            nested_rollbacks: d(self.nested_rollbacks, earlier.nested_rollbacks),
+            checkpoint_resumes: d(self.checkpoint_resumes, earlier.checkpoint_resumes),
+            snapshot_extensions: d(self.snapshot_extensions, earlier.snapshot_extensions),
+            user_aborts: d(self.user_aborts, earlier.user_aborts),
+            handler_failures: d(self.handler_failures, earlier.handler_failures),
+        }
     }
 }
 

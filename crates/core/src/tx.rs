@@ -441,13 +441,9 @@ impl TxState {
             if let Some(h) = &engine.history {
                 h.record(self.record(None));
             }
-            self.bump(if self.mode == Mode::ReadOnly {
-                Event::ReadOnlyCommit
-            } else {
-                Event::Commit
-            });
+            self.bump(Event::Commit);
             if self.mode == Mode::ReadOnly {
-                self.bump(Event::Commit);
+                self.bump(Event::ReadOnlyCommit);
             }
             return Ok(());
         }
