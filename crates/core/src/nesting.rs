@@ -2,6 +2,7 @@
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
+use crate::contention::pause;
 use crate::engine::{Attempts, Engine, RunError, TxOptions};
 use crate::error::TxError;
 use crate::stats::{AbortCause, Event};
@@ -28,6 +29,7 @@ impl<'e> Tx<'e> {
         &mut self,
         mut f: impl FnMut(&mut Tx<'e>) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
+        let mut rollbacks = 0;
         loop {
             let st = self.st();
             if st.abort.is_some() {
@@ -55,7 +57,10 @@ impl<'e> Tx<'e> {
                 {
                     let compensations = st.rollback_to(&mark);
                     st.bump(Event::NestedRollback);
+                    rollbacks += 1;
+                    let wait = st.policy.backoff(rollbacks, st.priority, st.jitter.next());
                     self.engine.run_handlers(compensations);
+                    pause(wait);
                 }
                 Some(cause) => {
                     st.abort = Some(cause);
