@@ -405,3 +405,53 @@ fn references_outlive_concurrent_overwrites() {
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
 }
+
+/// Read-only transactions run their closure exactly once, however hard writers hammer what they
+/// read.
+#[test]
+fn read_only_transactions_never_abort_under_write_contention() {
+    let node = Node::new(NodeConfig {
+        contention: ContentionPolicy::AbortSelf,
+        ..NodeConfig::default()
+    });
+    let refs = Arc::new(bank(&node, 4, 100));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|t| {
+            let (node, refs, stop) = (node.clone(), refs.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let (a, b) = (i % 4, (i + 1) % 4);
+                    node.atomically(|tx| {
+                        tx.modify(&refs[a], |v| *v -= 1)?;
+                        tx.modify(&refs[b], |v| *v += 1)
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    while node.engine().clock() < 1_000 {
+        thread::yield_now();
+    }
+    let mut runs = 0u64;
+    for _ in 0..20_000 {
+        let sum = node
+            .atomically_read(|tx| {
+                runs += 1;
+                refs.iter()
+                    .map(|r| tx.read(r).copied())
+                    .sum::<Result<i64, TxError>>()
+            })
+            .unwrap();
+        assert_eq!(sum, 400);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(runs, 20_000, "a read-only closure ran more than once");
+    assert!(node.stats().aborts.total() > 0, "the writers did conflict");
+}
