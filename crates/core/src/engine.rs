@@ -77,7 +77,7 @@ impl Engine {
         Engine {
             id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
             clock: CachePadded::new(AtomicU64::new(0)),
-            store: Store::new(),
+            store: Store::new(config.record_history),
             slots: SlotRegistry::new(),
             retry_signal: RetrySignal::new(),
             abstract_locks: AbstractLocks::new(),

@@ -11,13 +11,24 @@ use crate::key::Key;
 /// store is.
 pub(crate) struct Store {
     cells: DashMap<Key, Box<Cell>, FxBuildHasher>,
+    /// Cell to key, kept only when the engine records histories (cells do not hold their key).
+    names: Option<DashMap<usize, Key, FxBuildHasher>>,
 }
 
 impl Store {
-    pub(crate) fn new() -> Store {
+    pub(crate) fn new(record_names: bool) -> Store {
         Store {
             cells: DashMap::with_hasher(FxBuildHasher),
+            names: record_names.then(|| DashMap::with_hasher(FxBuildHasher)),
         }
+    }
+
+    /// The key of a cell of this store, if the store keeps names (else an empty key).
+    pub(crate) fn key_of(&self, cell: *const Cell) -> Key {
+        self.names
+            .as_ref()
+            .and_then(|n| n.get(&(cell as usize)).map(|k| k.clone()))
+            .unwrap_or_else(|| Key::from_bytes(&[]))
     }
 
     /// The cell for `key`, made empty (absent object) if there was none. The pointer is valid
@@ -26,10 +37,14 @@ impl Store {
         if let Some(c) = self.cells.get(key) {
             return &**c;
         }
-        &**self
+        let cell: *const Cell = &**self
             .cells
             .entry(key.clone())
-            .or_insert_with(|| Box::new(Cell::new(key.clone())))
+            .or_insert_with(|| Box::new(Cell::new()));
+        if let Some(names) = &self.names {
+            names.entry(cell as usize).or_insert_with(|| key.clone());
+        }
+        cell
     }
 
     /// Number of cells (objects that exist, existed, or were looked up).

@@ -12,6 +12,7 @@ use crate::contention::{ContentionPolicy, Jitter, OnLocked, LOCK_WAIT_SPINS};
 use crate::engine::Engine;
 use crate::error::TxError;
 use crate::history::CommitRecord;
+use crate::key::Key;
 use crate::slots::{Garbage, Slot};
 use crate::stats::{AbortCause, Event};
 use crate::tref::{Object, TRef};
@@ -439,7 +440,7 @@ impl TxState {
     pub(crate) fn commit(&mut self, engine: &Engine) -> Result<(), AbortCause> {
         if self.mode == Mode::ReadOnly || self.writes.is_empty() {
             if let Some(h) = &engine.history {
-                h.record(self.record(None));
+                h.record(self.record(engine, None));
             }
             self.bump(Event::Commit);
             if self.mode == Mode::ReadOnly {
@@ -512,7 +513,7 @@ impl TxState {
             }
         }
         if let Some(h) = &engine.history {
-            h.record(self.record(Some(wv)));
+            h.record(self.record(engine, Some(wv)));
         }
         engine.retry_signal.notify();
         self.bump(Event::Commit);
@@ -546,19 +547,18 @@ impl TxState {
         }
     }
 
-    fn record(&self, wv: Option<u64>) -> CommitRecord {
-        // SAFETY (both maps): cells live as long as their engine's store.
+    fn record(&self, engine: &Engine, wv: Option<u64>) -> CommitRecord {
         CommitRecord {
             reads: self
                 .reads
                 .iter()
-                .map(|r| (unsafe { &*r.cell }.key().clone(), r.version))
+                .map(|r| (engine.store.key_of(r.cell), r.version))
                 .collect(),
             writes: match wv {
                 Some(wv) => self
                     .writes
                     .iter()
-                    .map(|w| (unsafe { &*w.cell }.key().clone(), wv))
+                    .map(|w| (engine.store.key_of(w.cell), wv))
                     .collect(),
                 None => Vec::new(),
             },
@@ -658,19 +658,17 @@ impl<'e> Tx<'e> {
     }
 
     #[inline]
-    fn typed<T: Object>(cell: &Cell, seen: Seen) -> Result<&T, TxError> {
+    /// The value `seen` shows as a `T`. The caller bounds `'a` by its borrow of the transaction,
+    /// which keeps the version alive.
+    fn typed<'a, T: Object>(key: &Key, seen: Seen) -> Result<&'a T, TxError> {
         match seen {
-            Seen::Absent => Err(TxError::NotFound {
-                key: cell.key().clone(),
-            }),
+            Seen::Absent => Err(TxError::NotFound { key: key.clone() }),
             // SAFETY: the version is kept alive until the attempt ends (see `Tx::st`).
             Seen::Present(p) => match unsafe { &*p }.get::<T>() {
                 Ok(Some(v)) => Ok(v),
-                Ok(None) => Err(TxError::NotFound {
-                    key: cell.key().clone(),
-                }),
+                Ok(None) => Err(TxError::NotFound { key: key.clone() }),
                 Err(()) => Err(TxError::WrongType {
-                    key: cell.key().clone(),
+                    key: key.clone(),
                     expected: std::any::type_name::<T>(),
                 }),
             },
@@ -682,7 +680,7 @@ impl<'e> Tx<'e> {
     pub fn read<T: Object>(&self, r: &TRef<T>) -> Result<&T, TxError> {
         let cell = self.cell(r);
         let seen = self.see(cell)?;
-        Self::typed(cell, seen)
+        Self::typed(r.key(), seen)
     }
 
     /// Whether the object exists.
@@ -703,15 +701,13 @@ impl<'e> Tx<'e> {
 
     /// Called before any write: a read-only attempt cannot write (an explicit one fails, a
     /// detected one re-runs as an update transaction); an update attempt notes that it writes.
-    fn upgrade_check(&self, cell: &Cell) -> Result<(), TxError> {
+    fn upgrade_check(&self, key: &Key) -> Result<(), TxError> {
         let st = self.st();
         st.wants_write = true;
         if st.mode == Mode::ReadOnly {
             st.check_live()?;
             if st.explicit_read_only {
-                return Err(TxError::WriteInReadOnly {
-                    key: cell.key().clone(),
-                });
+                return Err(TxError::WriteInReadOnly { key: key.clone() });
             }
             return Err(st.fail(AbortCause::Upgrade).into());
         }
@@ -721,9 +717,9 @@ impl<'e> Tx<'e> {
     /// Replaces the value of an existing object.
     pub fn write<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
         let cell = self.cell(r);
-        self.upgrade_check(cell)?;
+        self.upgrade_check(r.key())?;
         let seen = self.see(cell)?;
-        Self::typed::<T>(cell, seen)?;
+        Self::typed::<T>(r.key(), seen)?;
         self.buffer(cell, OwnedVersion::new(Some(value)))
     }
 
@@ -735,9 +731,9 @@ impl<'e> Tx<'e> {
         f: impl FnOnce(&mut T) -> R,
     ) -> Result<R, TxError> {
         let cell = self.cell(r);
-        self.upgrade_check(cell)?;
+        self.upgrade_check(r.key())?;
         let seen = self.see(cell)?;
-        let mut value = Self::typed::<T>(cell, seen)?.clone();
+        let mut value = Self::typed::<T>(r.key(), seen)?.clone();
         let out = f(&mut value);
         self.buffer(cell, OwnedVersion::new(Some(value)))?;
         Ok(out)
@@ -746,10 +742,10 @@ impl<'e> Tx<'e> {
     /// Creates (publishes) a new object; fails with [`TxError::AlreadyExists`] if it exists.
     pub fn create<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
         let cell = self.cell(r);
-        self.upgrade_check(cell)?;
+        self.upgrade_check(r.key())?;
         if self.see(cell)?.exists() {
             return Err(TxError::AlreadyExists {
-                key: cell.key().clone(),
+                key: r.key().clone(),
             });
         }
         self.buffer(cell, OwnedVersion::new(Some(value)))
@@ -758,9 +754,9 @@ impl<'e> Tx<'e> {
     /// Deletes an existing object; later reads find it missing.
     pub fn delete<T: Object>(&self, r: &TRef<T>) -> Result<(), TxError> {
         let cell = self.cell(r);
-        self.upgrade_check(cell)?;
+        self.upgrade_check(r.key())?;
         let seen = self.see(cell)?;
-        Self::typed::<T>(cell, seen)?;
+        Self::typed::<T>(r.key(), seen)?;
         self.buffer(cell, OwnedVersion::new::<T>(None))
     }
 
