@@ -436,8 +436,14 @@ fn read_only_transactions_never_abort_under_write_contention() {
     while node.engine().clock() < 1_000 {
         thread::yield_now();
     }
-    let mut runs = 0u64;
-    for _ in 0..20_000 {
+    // Read until the writers have committed plenty meanwhile (they may be descheduled for a
+    // while: there are more threads than cores).
+    let clock_before = node.engine().clock();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut transactions, mut runs) = (0u64, 0u64);
+    while transactions < 20_000 || node.engine().clock() - clock_before < 20_000 {
+        assert!(Instant::now() < deadline, "writers made no progress");
+        transactions += 1;
         let sum = node
             .atomically_read(|tx| {
                 runs += 1;
@@ -452,6 +458,5 @@ fn read_only_transactions_never_abort_under_write_contention() {
     for w in writers {
         w.join().unwrap();
     }
-    assert_eq!(runs, 20_000, "a read-only closure ran more than once");
-    assert!(node.stats().aborts.total() > 0, "the writers did conflict");
+    assert_eq!(runs, transactions, "a read-only closure ran more than once");
 }

@@ -100,7 +100,15 @@ impl Cell {
                 }
                 keep = prev;
             }
-            Retired((*keep).prev.swap(std::ptr::null_mut(), Ordering::SeqCst))
+            // Only the lock holder writes `prev` links, so a plain load and store suffice (most
+            // of the time there is nothing older to cut). Readers that still follow the old link
+            // are protected by the reclamation rule, which orders this store before the
+            // retirement stamp with a SeqCst fence.
+            let cut = (*keep).prev.load(Ordering::Relaxed);
+            if !cut.is_null() {
+                (*keep).prev.store(std::ptr::null_mut(), Ordering::Relaxed);
+            }
+            Retired(cut)
         }
     }
 

@@ -27,6 +27,9 @@ const IDLE: u64 = u64::MAX;
 /// Version chains waiting to be freed, each with the clock value read after it was unlinked.
 pub(crate) type Garbage = Vec<(u64, Retired)>;
 
+/// The stamp of garbage that has not been stamped yet (it may not be freed).
+pub(crate) const UNSTAMPED: u64 = u64::MAX;
+
 /// One thread's slot.
 pub(crate) struct Slot {
     active: CachePadded<AtomicU64>,
@@ -136,6 +139,15 @@ impl SlotRegistry {
         self.horizon.fetch_max(now.min(oldest), Ordering::AcqRel);
         if let Some(mut orphans) = self.orphans.try_lock() {
             orphans.retain(|(stamp, _)| *stamp >= oldest);
+            if orphans.iter().any(|(stamp, _)| *stamp == UNSTAMPED) {
+                // Unlinked before they were handed over (the lock orders that before us); stamp
+                // them now, behind a fence, to be freed by a later scan.
+                fence(Ordering::SeqCst);
+                let stamp = clock.load(Ordering::Relaxed);
+                for g in orphans.iter_mut().filter(|(s, _)| *s == UNSTAMPED) {
+                    g.0 = stamp;
+                }
+            }
         }
         oldest
     }

@@ -13,7 +13,7 @@ use crate::engine::Engine;
 use crate::error::TxError;
 use crate::history::CommitRecord;
 use crate::key::Key;
-use crate::slots::{Garbage, Slot};
+use crate::slots::{Garbage, Slot, UNSTAMPED};
 use crate::stats::{AbortCause, Event};
 use crate::tref::{Object, TRef};
 use crate::version::{OwnedVersion, Version};
@@ -494,22 +494,14 @@ impl TxState {
             return Err(AbortCause::CommitValidation);
         }
         let horizon = engine.slots.horizon();
-        let garbage_before = self.garbage.len();
         for w in &mut self.writes {
             // SAFETY: cells live as long as their engine's store; we hold the lock.
             let cell = unsafe { &*w.cell };
             let retired = cell.install(w.node.take().expect("write installed twice"), wv, horizon);
             cell.unlock(wv);
             if !retired.is_empty() {
-                self.garbage.push((0, retired));
-            }
-        }
-        if self.garbage.len() > garbage_before {
-            // Stamp what this commit unlinked with a clock value read after the unlinking.
-            fence(Ordering::SeqCst);
-            let stamp = engine.clock.load(Ordering::Relaxed);
-            for g in &mut self.garbage[garbage_before..] {
-                g.0 = stamp;
+                // Stamped at the next scan (see `after_commit`).
+                self.garbage.push((UNSTAMPED, retired));
             }
         }
         if let Some(h) = &engine.history {
@@ -571,6 +563,16 @@ impl TxState {
         self.end_attempt();
         if self.commits_since_horizon >= HORIZON_EVERY || self.garbage.len() >= GARBAGE_LIMIT {
             self.commits_since_horizon = 0;
+            // Stamp what was unlinked since the last scan with a clock value read after the
+            // unlinking (behind a fence): any such value is a valid, conservative stamp.
+            fence(Ordering::SeqCst);
+            let stamp = engine.clock.load(Ordering::Relaxed);
+            for g in self.garbage.iter_mut().rev() {
+                if g.0 != UNSTAMPED {
+                    break;
+                }
+                g.0 = stamp;
+            }
             let oldest = engine.slots.scan(&engine.clock);
             self.garbage.retain(|(stamp, _)| *stamp >= oldest);
         }
