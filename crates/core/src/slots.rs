@@ -6,8 +6,8 @@
 //! being freed (epoch-style reclamation, with the version clock as the epoch). A slot is written
 //! by one thread only, so transactions never write a shared cache line for bookkeeping.
 //!
-//! Reclamation rule: a chain unlinked by a committer is stamped with the clock value `r` read
-//! after the unlink (behind a SeqCst fence). It may be freed once a later scan finds no attempt
+//! Reclamation rule: a chain unlinked by a committer is stamped with a clock value `r` read
+//! after the unlink, behind a SeqCst fence (the committer stamps at its next scan). It may be freed once a later scan finds no attempt
 //! that published a start `<= r`. An attempt that published `s > r` read the clock after the
 //! stamp was read, and its SeqCst fence comes after the unlinker's, so it cannot reach the
 //! chain; an attempt that published before the scan's fence is seen by the scan.
