@@ -30,6 +30,11 @@
 
 mod node;
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 pub use atomos_core::history;
 pub use atomos_core::{
     AbortCause, AbortCounts, ContentionPolicy, Engine, EngineConfig, Key, Message, Object, Stats,
