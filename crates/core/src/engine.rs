@@ -18,6 +18,7 @@ use crate::slots::SlotRegistry;
 use crate::stats::{AbortCause, Event, Stats};
 use crate::store::Store;
 use crate::tx::{HandlerEntry, Mode, ReadEntry, Tx, TxState};
+use crate::urgent::Urgent;
 
 /// Engine-wide settings.
 #[derive(Clone, Debug, Default)]
@@ -57,6 +58,7 @@ pub struct Engine {
     pub(crate) slots: Arc<SlotRegistry>,
     pub(crate) retry_signal: RetrySignal,
     pub(crate) abstract_locks: AbstractLocks,
+    pub(crate) urgent: Urgent,
     pub(crate) history: Option<HistoryLog>,
     config: EngineConfig,
 }
@@ -70,6 +72,8 @@ thread_local! {
     static STATES: RefCell<Vec<Box<TxState>>> = const { RefCell::new(Vec::new()) };
 }
 const CACHED_STATES: usize = 8;
+/// Consecutive conflicts after which a transaction under the priority manager becomes urgent.
+const URGENT_AFTER: u32 = 3;
 
 impl Engine {
     /// A new, empty engine.
@@ -81,6 +85,7 @@ impl Engine {
             slots: SlotRegistry::new(),
             retry_signal: RetrySignal::new(),
             abstract_locks: AbstractLocks::new(),
+            urgent: Urgent::new(),
             history: config.record_history.then(HistoryLog::new),
             config,
         }
@@ -149,7 +154,12 @@ impl Engine {
         cached.unwrap_or_else(|| Box::new(TxState::new(self)))
     }
 
-    pub(crate) fn put_state(&self, st: Box<TxState>) {
+    pub(crate) fn put_state(&self, mut st: Box<TxState>) {
+        // The transaction has ended: it is urgent no more.
+        if st.urgent != 0 {
+            self.urgent.release(st.urgent);
+            st.urgent = 0;
+        }
         let Ok(Some(previous)) = HOT_STATE.try_with(|h| h.replace(Some(st))) else {
             return;
         };
@@ -460,6 +470,14 @@ impl Attempts {
                 // A reader that did not write re-runs as a read-only snapshot, which cannot abort.
                 if !self.ever_wrote && self.consecutive >= 2 {
                     self.mode = Mode::ReadOnly;
+                }
+                // A prioritized transaction that keeps losing asks lower priorities to hold
+                // their commits for a moment (see `urgent`).
+                if st.policy == ContentionPolicy::Priority
+                    && self.consecutive >= URGENT_AFTER
+                    && st.urgent == 0
+                {
+                    st.urgent = engine.urgent.claim(st.priority);
                 }
                 let wait = st
                     .policy

@@ -23,6 +23,7 @@ mod stats;
 mod store;
 mod tref;
 mod tx;
+mod urgent;
 mod version;
 
 pub use contention::ContentionPolicy;

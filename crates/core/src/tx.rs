@@ -156,6 +156,8 @@ pub(crate) struct TxState {
     pub(crate) open_nested: bool,
     /// The attempt called a writing operation (even if it aborted before buffering the write).
     pub(crate) wants_write: bool,
+    /// This transaction's claim on being urgent (0: none; see `urgent`).
+    pub(crate) urgent: u64,
     commits_since_horizon: u32,
 }
 
@@ -188,6 +190,7 @@ impl TxState {
             owner: 0,
             open_nested: false,
             wants_write: false,
+            urgent: 0,
             commits_since_horizon: 0,
         }
     }
@@ -448,6 +451,7 @@ impl TxState {
             }
             return Ok(());
         }
+        engine.urgent.yield_to_higher(self.priority, self.urgent);
         let owner = owner_word(self.priority, self.age);
         for i in 0..self.writes.len() {
             // SAFETY: cells live as long as their engine's store.
