@@ -28,6 +28,7 @@
 
 #![deny(missing_docs)]
 
+pub mod config;
 mod node;
 
 /// The README's examples, compiled and run as doctests.

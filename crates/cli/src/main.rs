@@ -33,6 +33,13 @@ enum Command {
     },
     /// Runs a benchmark workload and reports throughput, abort rate, latency and its invariant.
     Bench(BenchArgs),
+    /// Reads a node configuration (file and ATOMOS_... environment variables), validates it and
+    /// prints the settings a node would run with (the secret hidden), or what is wrong.
+    CheckConfig {
+        /// The TOML file (optional: defaults and the environment apply without one).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -97,6 +104,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo { duration, threads } => demo(duration, threads),
         Command::Bench(args) => bench(args),
+        Command::CheckConfig { config } => check_config(config),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -106,6 +114,13 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn check_config(path: Option<PathBuf>) -> Result<bool, String> {
+    let settings = atomos::config::load(path.as_deref(), |name| std::env::var(name).ok())
+        .map_err(|e| e.to_string())?;
+    println!("{settings:#?}");
+    Ok(true)
 }
 
 fn seconds(s: f64, what: &str) -> Result<Duration, String> {

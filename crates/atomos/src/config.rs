@@ -1,0 +1,357 @@
+//! Node configuration: a TOML file, every key overridable by an `ATOMOS_...` environment
+//! variable, defaults that work, and errors that name the key and the problem.
+//!
+//! ```toml
+//! cluster = "prod"
+//! node_id = 1
+//! listen = "127.0.0.1:7401"
+//! data_dir = "./data/1"
+//! secret = "..."            # or ATOMOS_SECRET
+//! protocol = "local"
+//! contention = "backoff"    # abort-self | backoff | priority
+//! log_level = "info"        # error | warn | info | debug | trace
+//! metrics = "127.0.0.1:9401"  # off unless set
+//! max_frame_bytes = 16777216
+//!
+//! [[peers]]
+//! id = 2
+//! address = "127.0.0.1:7402"
+//! ```
+//!
+//! Environment variables: `ATOMOS_CLUSTER`, `ATOMOS_NODE_ID`, `ATOMOS_LISTEN`,
+//! `ATOMOS_DATA_DIR`, `ATOMOS_SECRET`, `ATOMOS_PROTOCOL`, `ATOMOS_CONTENTION`,
+//! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, and `ATOMOS_PEERS` as
+//! `id=address,id=address`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use atomos_core::ContentionPolicy;
+use serde::Deserialize;
+
+use crate::node::Protocol;
+
+/// Why a configuration cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {message}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The file is not valid TOML for this schema (unknown keys included).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's explanation, with line and column.
+        message: String,
+    },
+    /// A key has a value that cannot be used.
+    #[error("configuration key {key}: {problem}")]
+    Invalid {
+        /// The key (file key, or the environment variable that set it).
+        key: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+fn invalid(key: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        problem: problem.into(),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    cluster: Option<String>,
+    node_id: Option<u64>,
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    secret: Option<String>,
+    protocol: Option<String>,
+    contention: Option<String>,
+    log_level: Option<String>,
+    metrics: Option<String>,
+    max_frame_bytes: Option<usize>,
+    peers: Option<Vec<FilePeer>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePeer {
+    id: u64,
+    address: String,
+}
+
+/// A member of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Its node id.
+    pub id: u64,
+    /// Where it listens.
+    pub address: SocketAddr,
+}
+
+/// The cluster's shared secret; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret's bytes.
+    pub fn expose(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<hidden>")
+    }
+}
+
+/// A node's validated settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeSettings {
+    /// Cluster name (peers of another cluster are refused).
+    pub cluster: String,
+    /// This node's id.
+    pub node_id: u64,
+    /// Where this node listens.
+    pub listen: SocketAddr,
+    /// Where this node keeps its data.
+    pub data_dir: PathBuf,
+    /// The cluster secret (required when the cluster has other members).
+    pub secret: Option<Secret>,
+    /// The consistency protocol.
+    pub protocol: Protocol,
+    /// The contention manager.
+    pub contention: ContentionPolicy,
+    /// Log level.
+    pub log_level: String,
+    /// Address of the Prometheus text endpoint, if enabled.
+    pub metrics: Option<SocketAddr>,
+    /// Largest frame accepted from a peer.
+    pub max_frame_bytes: usize,
+    /// The other members, by id.
+    pub peers: Vec<Peer>,
+}
+
+const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+fn address(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+    SocketAddr::from_str(value.trim()).map_err(|_| {
+        invalid(
+            key,
+            format!("{value:?} is not an address like 127.0.0.1:7400"),
+        )
+    })
+}
+
+/// Reads `path` (if given) and the environment through `env`, applies defaults and validates.
+/// `env` is `|name| std::env::var(name).ok()` in the program, and a map in tests.
+pub fn load(
+    path: Option<&Path>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<NodeSettings, ConfigError> {
+    let file = match path {
+        None => FileConfig::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+            toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: e.to_string().trim_end().to_string(),
+            })?
+        }
+    };
+    // Each value: the environment if set, else the file, with the name to blame.
+    let pick = |var: &str, key: &str, from_file: Option<String>| -> Option<(String, String)> {
+        env(var)
+            .map(|v| (var.to_string(), v))
+            .or(from_file.map(|v| (key.to_string(), v)))
+    };
+
+    let cluster = match pick("ATOMOS_CLUSTER", "cluster", file.cluster) {
+        Some((key, v)) if v.trim().is_empty() => return Err(invalid(&key, "must not be empty")),
+        Some((_, v)) => v,
+        None => "atomos".to_string(),
+    };
+    let node_id = match pick(
+        "ATOMOS_NODE_ID",
+        "node_id",
+        file.node_id.map(|n| n.to_string()),
+    ) {
+        Some((key, v)) => v
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| invalid(&key, format!("{v:?} is not a node id (a whole number)")))?,
+        None => 0,
+    };
+    let listen = match pick("ATOMOS_LISTEN", "listen", file.listen) {
+        Some((key, v)) => address(&key, &v)?,
+        None => address("listen", "127.0.0.1:7400")?,
+    };
+    let data_dir = match pick(
+        "ATOMOS_DATA_DIR",
+        "data_dir",
+        file.data_dir.map(|p| p.to_string_lossy().into_owned()),
+    ) {
+        Some((key, v)) if v.trim().is_empty() => return Err(invalid(&key, "must not be empty")),
+        Some((_, v)) => PathBuf::from(v),
+        None => PathBuf::from(format!("./atomos-data/node-{node_id}")),
+    };
+    let secret = match pick("ATOMOS_SECRET", "secret", file.secret) {
+        Some((key, v)) if v.is_empty() => return Err(invalid(&key, "must not be empty")),
+        Some((_, v)) => Some(Secret(v)),
+        None => None,
+    };
+    let protocol = match pick("ATOMOS_PROTOCOL", "protocol", file.protocol) {
+        Some((key, v)) => v.parse::<Protocol>().map_err(|e| invalid(&key, e))?,
+        None => Protocol::Local,
+    };
+    let contention = match pick("ATOMOS_CONTENTION", "contention", file.contention) {
+        Some((key, v)) => match v.as_str() {
+            "abort-self" => ContentionPolicy::AbortSelf,
+            "backoff" => ContentionPolicy::Backoff,
+            "priority" => ContentionPolicy::Priority,
+            other => {
+                return Err(invalid(
+                    &key,
+                    format!(
+                        "{other:?} is not a contention manager (abort-self, backoff, priority)"
+                    ),
+                ))
+            }
+        },
+        None => ContentionPolicy::default(),
+    };
+    let log_level = match pick("ATOMOS_LOG_LEVEL", "log_level", file.log_level) {
+        Some((key, v)) if !LOG_LEVELS.contains(&v.as_str()) => {
+            return Err(invalid(
+                &key,
+                format!("{v:?} is not one of {}", LOG_LEVELS.join(", ")),
+            ))
+        }
+        Some((_, v)) => v,
+        None => "info".to_string(),
+    };
+    let metrics = match pick("ATOMOS_METRICS", "metrics", file.metrics) {
+        Some((key, v)) => Some(address(&key, &v)?),
+        None => None,
+    };
+    let max_frame_bytes = match pick(
+        "ATOMOS_MAX_FRAME_BYTES",
+        "max_frame_bytes",
+        file.max_frame_bytes.map(|n| n.to_string()),
+    ) {
+        Some((key, v)) => match v.trim().parse::<usize>() {
+            Ok(n) if (1024..=1 << 30).contains(&n) => n,
+            _ => {
+                return Err(invalid(
+                    &key,
+                    format!("{v:?} is not a size from 1024 to 1073741824 bytes"),
+                ))
+            }
+        },
+        None => 16 << 20,
+    };
+    let peers = match env("ATOMOS_PEERS") {
+        Some(list) => parse_peer_list(&list)?,
+        None => {
+            let mut peers = Vec::new();
+            for (i, p) in file.peers.unwrap_or_default().into_iter().enumerate() {
+                peers.push(Peer {
+                    id: p.id,
+                    address: address(&format!("peers[{i}].address"), &p.address)?,
+                });
+            }
+            peers
+        }
+    };
+    let peers = check_members(node_id, listen, peers)?;
+    if !peers.is_empty() && secret.is_none() {
+        return Err(invalid(
+            "secret",
+            "a cluster with other members needs a secret (set `secret` or ATOMOS_SECRET)",
+        ));
+    }
+    Ok(NodeSettings {
+        cluster,
+        node_id,
+        listen,
+        data_dir,
+        secret,
+        protocol,
+        contention,
+        log_level,
+        metrics,
+        max_frame_bytes,
+        peers,
+    })
+}
+
+fn parse_peer_list(list: &str) -> Result<Vec<Peer>, ConfigError> {
+    let mut peers = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((id, addr)) = item.split_once('=') else {
+            return Err(invalid(
+                "ATOMOS_PEERS",
+                format!("{item:?} is not id=address"),
+            ));
+        };
+        let id = id
+            .trim()
+            .parse()
+            .map_err(|_| invalid("ATOMOS_PEERS", format!("{id:?} is not a node id")))?;
+        peers.push(Peer {
+            id,
+            address: address("ATOMOS_PEERS", addr)?,
+        });
+    }
+    Ok(peers)
+}
+
+/// The membership list may name this node too (one list for the whole cluster): then its
+/// address must be ours, and it is dropped from the peers. Ids must be unique.
+fn check_members(
+    me: u64,
+    listen: SocketAddr,
+    members: Vec<Peer>,
+) -> Result<Vec<Peer>, ConfigError> {
+    let mut seen: BTreeMap<u64, SocketAddr> = BTreeMap::new();
+    let mut peers = Vec::new();
+    for p in members {
+        if seen.insert(p.id, p.address).is_some() {
+            return Err(invalid(
+                "peers",
+                format!("node id {} is listed twice", p.id),
+            ));
+        }
+        if p.id == me {
+            if p.address != listen {
+                return Err(invalid(
+                    "peers",
+                    format!(
+                        "this node ({me}) is listed at {}, but listens on {listen}",
+                        p.address
+                    ),
+                ));
+            }
+            continue;
+        }
+        peers.push(p);
+    }
+    Ok(peers)
+}

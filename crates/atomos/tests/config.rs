@@ -1,0 +1,165 @@
+//! Node configuration: defaults, file, environment overrides, and errors that name the key.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use atomos::config::{load, ConfigError};
+use atomos::{ContentionPolicy, Protocol};
+
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| map.get(k).cloned()
+}
+
+fn file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("atomos-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn key_of(e: ConfigError) -> String {
+    match e {
+        ConfigError::Invalid { key, .. } => key,
+        other => panic!("expected an invalid key, got {other}"),
+    }
+}
+
+#[test]
+fn defaults_work_without_a_file() {
+    let s = load(None, env(&[])).unwrap();
+    assert_eq!(s.cluster, "atomos");
+    assert_eq!(s.listen.to_string(), "127.0.0.1:7400");
+    assert!(s.data_dir.starts_with("./atomos-data"));
+    assert_eq!(s.protocol, Protocol::Local);
+    assert_eq!(s.max_frame_bytes, 16 << 20);
+    assert!(s.peers.is_empty() && s.secret.is_none() && s.metrics.is_none());
+}
+
+#[test]
+fn a_file_with_a_membership_list_and_environment_overrides() {
+    let path = file(
+        "full.toml",
+        r#"
+cluster = "prod"
+node_id = 1
+listen = "127.0.0.1:7401"
+secret = "from-file"
+contention = "priority"
+log_level = "debug"
+metrics = "127.0.0.1:9401"
+
+[[peers]]
+id = 1
+address = "127.0.0.1:7401"
+
+[[peers]]
+id = 2
+address = "127.0.0.1:7402"
+"#,
+    );
+    let s = load(Some(&path), env(&[])).unwrap();
+    assert_eq!((s.cluster.as_str(), s.node_id), ("prod", 1));
+    assert_eq!(s.contention, ContentionPolicy::Priority);
+    assert_eq!(s.peers.len(), 1, "this node is dropped from its own peers");
+    assert_eq!(s.peers[0].id, 2);
+    assert_eq!(s.secret.as_ref().unwrap().expose(), b"from-file");
+    assert!(
+        !format!("{s:?}").contains("from-file"),
+        "the secret is never printed"
+    );
+
+    let s = load(
+        Some(&path),
+        env(&[
+            ("ATOMOS_SECRET", "from-env"),
+            ("ATOMOS_LISTEN", "127.0.0.1:7501"),
+            ("ATOMOS_PEERS", "3=127.0.0.1:7503"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(s.secret.unwrap().expose(), b"from-env");
+    assert_eq!(s.listen.to_string(), "127.0.0.1:7501");
+    assert_eq!(s.peers.iter().map(|p| p.id).collect::<Vec<_>>(), vec![3]);
+}
+
+#[test]
+fn bad_values_name_their_key() {
+    assert_eq!(
+        key_of(load(None, env(&[("ATOMOS_LISTEN", "nowhere")])).unwrap_err()),
+        "ATOMOS_LISTEN"
+    );
+    assert_eq!(
+        key_of(load(None, env(&[("ATOMOS_NODE_ID", "-3")])).unwrap_err()),
+        "ATOMOS_NODE_ID"
+    );
+    assert_eq!(
+        key_of(load(None, env(&[("ATOMOS_LOG_LEVEL", "loud")])).unwrap_err()),
+        "ATOMOS_LOG_LEVEL"
+    );
+    assert_eq!(
+        key_of(load(None, env(&[("ATOMOS_PROTOCOL", "magic")])).unwrap_err()),
+        "ATOMOS_PROTOCOL"
+    );
+    assert_eq!(
+        key_of(load(None, env(&[("ATOMOS_MAX_FRAME_BYTES", "12")])).unwrap_err()),
+        "ATOMOS_MAX_FRAME_BYTES"
+    );
+    assert_eq!(
+        key_of(load(None, env(&[("ATOMOS_CONTENTION", "polite")])).unwrap_err()),
+        "ATOMOS_CONTENTION"
+    );
+    let path = file("bad-listen.toml", "listen = \"localhost\"\n");
+    let err = load(Some(&path), env(&[])).unwrap_err();
+    assert!(
+        err.to_string().contains("listen") && err.to_string().contains("localhost"),
+        "{err}"
+    );
+    let path = file(
+        "bad-peer.toml",
+        "secret = \"s\"\n[[peers]]\nid = 2\naddress = \"x\"\n",
+    );
+    assert_eq!(
+        key_of(load(Some(&path), env(&[])).unwrap_err()),
+        "peers[0].address"
+    );
+}
+
+#[test]
+fn inconsistent_membership_and_missing_secrets_are_refused() {
+    assert_eq!(
+        key_of(load(None, env(&[("ATOMOS_PEERS", "2=127.0.0.1:7402")])).unwrap_err()),
+        "secret"
+    );
+    let dup = env(&[
+        ("ATOMOS_SECRET", "s"),
+        ("ATOMOS_PEERS", "2=127.0.0.1:7402,2=127.0.0.1:7403"),
+    ]);
+    assert_eq!(key_of(load(None, dup).unwrap_err()), "peers");
+    let wrong_self = env(&[("ATOMOS_SECRET", "s"), ("ATOMOS_PEERS", "0=127.0.0.1:9999")]);
+    assert_eq!(key_of(load(None, wrong_self).unwrap_err()), "peers");
+}
+
+#[test]
+fn unknown_keys_and_broken_files_are_errors() {
+    let path = file("unknown.toml", "clusterr = \"typo\"\n");
+    let err = load(Some(&path), env(&[])).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::Parse { .. }) && err.to_string().contains("clusterr"),
+        "{err}"
+    );
+    let path = file("broken.toml", "cluster = \n");
+    assert!(matches!(
+        load(Some(&path), env(&[])),
+        Err(ConfigError::Parse { .. })
+    ));
+    let missing = std::env::temp_dir().join("atomos-no-such-config.toml");
+    assert!(matches!(
+        load(Some(&missing), env(&[])),
+        Err(ConfigError::Read { .. })
+    ));
+}
