@@ -406,6 +406,45 @@ fn references_outlive_concurrent_overwrites() {
     writer.join().unwrap();
 }
 
+/// Two threads that keep committing `write` (with a counter 1, 2, ...) until stopped.
+struct Writers {
+    stop: Arc<AtomicBool>,
+    handles: Vec<thread::JoinHandle<()>>,
+}
+
+type WriteFn = fn(&atomos::Tx<'_>, &[TRef<i64>], usize) -> Result<(), TxError>;
+
+impl Writers {
+    /// Starts them and returns once they have committed 1,000 transactions between them.
+    fn start(node: &Node, refs: &Arc<Vec<TRef<i64>>>, write: WriteFn) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let handles = (0..2)
+            .map(|t| {
+                let (node, refs, stop) = (node.clone(), refs.clone(), stop.clone());
+                thread::spawn(move || {
+                    let mut i = t;
+                    while !stop.load(Ordering::Relaxed) {
+                        i += 1;
+                        node.atomically(|tx| write(tx, &refs, i)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let start = node.engine().clock();
+        while node.engine().clock() < start + 1_000 {
+            thread::yield_now();
+        }
+        Writers { stop, handles }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.handles {
+            h.join().unwrap();
+        }
+    }
+}
+
 /// Read-only transactions run their closure exactly once, however hard writers hammer what they
 /// read.
 #[test]
@@ -415,27 +454,10 @@ fn read_only_transactions_never_abort_under_write_contention() {
         ..NodeConfig::default()
     });
     let refs = Arc::new(bank(&node, 4, 100));
-    let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..2)
-        .map(|t| {
-            let (node, refs, stop) = (node.clone(), refs.clone(), stop.clone());
-            thread::spawn(move || {
-                let mut i = t;
-                while !stop.load(Ordering::Relaxed) {
-                    i += 1;
-                    let (a, b) = (i % 4, (i + 1) % 4);
-                    node.atomically(|tx| {
-                        tx.modify(&refs[a], |v| *v -= 1)?;
-                        tx.modify(&refs[b], |v| *v += 1)
-                    })
-                    .unwrap();
-                }
-            })
-        })
-        .collect();
-    while node.engine().clock() < 1_000 {
-        thread::yield_now();
-    }
+    let writers = Writers::start(&node, &refs, |tx, refs, i| {
+        tx.modify(&refs[i % 4], |v| *v -= 1)?;
+        tx.modify(&refs[(i + 1) % 4], |v| *v += 1)
+    });
     // Read until the writers have committed plenty meanwhile (they may be descheduled for a
     // while: there are more threads than cores).
     let clock_before = node.engine().clock();
@@ -454,10 +476,7 @@ fn read_only_transactions_never_abort_under_write_contention() {
             .unwrap();
         assert_eq!(sum, 400);
     }
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.join().unwrap();
-    }
+    writers.stop();
     assert_eq!(runs, transactions, "a read-only closure ran more than once");
 }
 
@@ -472,23 +491,9 @@ fn high_priority_transactions_are_not_starved() {
         ..NodeConfig::default()
     });
     let refs = Arc::new(bank(&node, 8, 0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..2)
-        .map(|t| {
-            let (node, refs, stop) = (node.clone(), refs.clone(), stop.clone());
-            thread::spawn(move || {
-                let mut i = t;
-                while !stop.load(Ordering::Relaxed) {
-                    i += 1;
-                    node.atomically(|tx| tx.modify(&refs[i % 8], |v| *v += 1))
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    while node.engine().clock() < 1_000 {
-        thread::yield_now();
-    }
+    let writers = Writers::start(&node, &refs, |tx, refs, i| {
+        tx.modify(&refs[i % 8], |v| *v += 1)
+    });
     let mut worst = 0;
     for _ in 0..100 {
         let mut attempts = 0;
@@ -509,10 +514,7 @@ fn high_priority_transactions_are_not_starved() {
             .unwrap();
         worst = worst.max(attempts);
     }
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.join().unwrap();
-    }
+    writers.stop();
     assert!(
         worst <= 50,
         "a high-priority transaction needed {worst} attempts"
