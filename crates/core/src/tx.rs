@@ -41,6 +41,21 @@ pub(crate) struct ReadEntry {
     pub(crate) version: u64,
 }
 
+impl ReadEntry {
+    /// The cell's lock word as it is while the version read is still the newest and unlocked.
+    #[inline]
+    fn current_word(&self) -> u64 {
+        self.version << 1
+    }
+
+    /// Whether the version read is still the cell's newest, and the cell is unlocked.
+    #[inline]
+    pub(crate) fn is_current(&self) -> bool {
+        // SAFETY: cells live as long as their engine's store.
+        unsafe { &*self.cell }.lock_word() == self.current_word()
+    }
+}
+
 /// A buffered write: the version node it will install (a deletion marker deletes the object).
 /// `None` once installed.
 pub(crate) struct WriteEntry {
@@ -360,11 +375,7 @@ impl TxState {
 
     /// Whether every read in `reads[..upto]` still names the newest version of its cell.
     pub(crate) fn reads_valid(&self, upto: usize) -> bool {
-        self.reads[..upto].iter().all(|r| {
-            // SAFETY: cells live as long as their engine's store.
-            let word = unsafe { &*r.cell }.lock_word();
-            word == r.version << 1
-        })
+        self.reads[..upto].iter().all(ReadEntry::is_current)
     }
 
     /// Lazy snapshot extension: move the bound to now if nothing read has changed.
@@ -522,12 +533,13 @@ impl TxState {
         self.reads.iter().all(|r| {
             // SAFETY: cells live as long as their engine's store.
             let word = unsafe { &*r.cell }.lock_word();
-            if word == r.version << 1 {
+            if word == r.current_word() {
                 return true;
             }
             match decode(word) {
+                // Locked by us: valid if it was current when we locked it.
                 LockState::Held { .. } => match self.find_write(r.cell) {
-                    Some(i) => self.writes[i].locked_from == r.version << 1,
+                    Some(i) => self.writes[i].locked_from == r.current_word(),
                     None => false,
                 },
                 LockState::Free(_) => false,
