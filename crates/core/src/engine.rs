@@ -250,9 +250,7 @@ impl Engine {
                 Err(e) => match st.abort.take() {
                     Some(cause) => cause,
                     None => {
-                        st.bump(Event::UserAbort);
-                        st.end_attempt();
-                        self.finish(st, false).run(self);
+                        self.end_with_user_error(st);
                         return Err(RunError::User(e));
                     }
                 },
@@ -294,6 +292,14 @@ impl Engine {
             locks,
             owner,
         }
+    }
+
+    /// Ends a transaction that the application aborted with its own error: nothing it wrote is
+    /// installed, its compensations run, its abstract locks are released.
+    pub(crate) fn end_with_user_error(&self, mut st: Box<TxState>) {
+        st.bump(Event::UserAbort);
+        st.end_attempt();
+        self.finish(st, false).run(self);
     }
 
     /// Cleans up after a closure that panicked: nothing it wrote is installed, its abstract

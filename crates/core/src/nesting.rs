@@ -153,9 +153,7 @@ impl Engine {
                     return Ok(state);
                 }
                 Err(RunError::User(e)) => {
-                    st.bump(Event::UserAbort);
-                    st.end_attempt();
-                    self.finish(st, false).run(self);
+                    self.end_with_user_error(st);
                     return Err(e);
                 }
                 Err(RunError::Tx(_)) => {
