@@ -8,10 +8,22 @@
 //! - [`handshake`]: the sans-I/O state machine that opens every connection: cluster name, node
 //!   id, wire version and an HMAC-SHA256 proof over both sides' nonces with the cluster secret.
 //!
-//! Transports (TCP, in-memory, simulated) build on these in later work.
+//! On top, with I/O:
+//!
+//! - [`transport`]: the [`Transport`](transport::Transport) trait every transport implements,
+//!   and fault rules (drop, delay, cut off) settable while it runs.
+//! - [`tcp`]: TCP on tokio (one connection per pair, coalesced writes, re-dial with back-off,
+//!   keep-alive and dead-peer detection).
+//! - [`memory`]: in-memory links for clusters inside one process.
+//! - [`rpc`]: requests with responses (futures with timeouts) and one-way messages.
 
 #![deny(missing_docs)]
 
+mod counters;
 pub mod frame;
 pub mod handshake;
+pub mod memory;
+pub mod rpc;
+pub mod tcp;
+pub mod transport;
 pub mod wire;

@@ -31,12 +31,35 @@ pub enum WireError {
     Encode(String),
 }
 
-/// Appends `msg` to `out` as one frame.
+/// Appends `msg` to `out` as one frame, serializing straight into `out` (no intermediate
+/// buffer). On error `out` is left as it was.
 pub fn encode<M: Serialize>(msg: &M, max_frame: usize, out: &mut Vec<u8>) -> Result<(), WireError> {
-    let payload =
-        postcard::to_stdvec(&(WIRE_VERSION, msg)).map_err(|e| WireError::Encode(e.to_string()))?;
-    frame::encode(&payload, max_frame, out)?;
+    let start = out.len();
+    out.extend_from_slice(&[0; frame::PREFIX]);
+    if let Err(e) = postcard::to_extend(&(WIRE_VERSION, msg), Append(out)) {
+        out.truncate(start);
+        return Err(WireError::Encode(e.to_string()));
+    }
+    let len = out.len() - start - frame::PREFIX;
+    if len > max_frame || len > u32::MAX as usize {
+        out.truncate(start);
+        return Err(FrameError::Oversized {
+            len,
+            max: max_frame,
+        }
+        .into());
+    }
+    out[start..start + frame::PREFIX].copy_from_slice(&(len as u32).to_be_bytes());
     Ok(())
+}
+
+/// Lets postcard append to a borrowed buffer.
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl Extend<u8> for Append<'_> {
+    fn extend<I: IntoIterator<Item = u8>>(&mut self, bytes: I) {
+        self.0.extend(bytes)
+    }
 }
 
 /// Decodes one frame's payload into a whole message: the version must be ours and every byte
@@ -85,6 +108,22 @@ mod tests {
         let mut out = Vec::new();
         encode(&m, 1024, &mut out).unwrap();
         assert_eq!(decode::<Msg>(payload(&out)), Ok(m));
+    }
+
+    #[test]
+    fn oversized_messages_leave_the_buffer_unchanged() {
+        let mut out = vec![9, 9];
+        let big = Msg::Write {
+            key: vec![0; 100],
+            value: vec![],
+        };
+        assert!(matches!(
+            encode(&big, 50, &mut out),
+            Err(WireError::Frame(FrameError::Oversized { .. }))
+        ));
+        assert_eq!(out, vec![9, 9]);
+        encode(&Msg::Ping(3), 50, &mut out).unwrap();
+        assert_eq!(decode::<Msg>(&out[2 + frame::PREFIX..]), Ok(Msg::Ping(3)));
     }
 
     #[test]
