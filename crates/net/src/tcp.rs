@@ -360,7 +360,7 @@ where
                 if refused_by.is_some() {
                     warn!(node = me, peer = link.peer, %reason, "connection refused");
                     connection_event(me, Some(link.peer), "refused");
-                } else if failures == 1 || failures % 30 == 0 {
+                } else if failures == 1 || failures.is_multiple_of(30) {
                     debug!(node = me, peer = link.peer, %reason, failures, "peer unreachable");
                 }
             }
