@@ -37,6 +37,8 @@ mod node;
 pub struct ReadmeDoctests;
 
 pub use atomos_core::history;
+/// Networking: wire format, transports, requests (re-exported from `atomos-net`).
+pub use atomos_net as net;
 pub use atomos_core::{
     AbortCause, AbortCounts, ContentionPolicy, Engine, EngineConfig, Key, Message, Object, Stats,
     Step, TRef, Tx, TxError, TxOptions,

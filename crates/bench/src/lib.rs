@@ -6,6 +6,7 @@
 
 pub mod footprint;
 pub mod harness;
+pub mod net;
 pub mod workloads;
 
 pub use harness::{run, BenchConfig, BenchError, BenchReport, Latency};

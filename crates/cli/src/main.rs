@@ -61,7 +61,8 @@ impl From<Contention> for ContentionPolicy {
 
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// bank, linkedlist, skiplist, bst, hashtable; or footprint (memory of --objects objects).
+    /// bank, linkedlist, skiplist, bst, hashtable; footprint (memory of --objects objects); or
+    /// net (round trips and one-way throughput between two nodes on loopback).
     workload: String,
     /// Consistency protocol.
     #[arg(long, default_value = "local")]
@@ -97,6 +98,12 @@ struct BenchArgs {
     /// No progress line.
     #[arg(long)]
     quiet: bool,
+    /// Delay every link of the benchmarked cluster by this many milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    link_delay_ms: f64,
+    /// Net: payload bytes per message.
+    #[arg(long, default_value_t = 64)]
+    message_bytes: usize,
 }
 
 fn main() -> ExitCode {
@@ -198,7 +205,31 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
         write_json(&args.json, &report)?;
         return Ok(report.invariant_ok);
     }
+    let link_delay = if args.link_delay_ms.is_finite() && args.link_delay_ms >= 0.0 {
+        Duration::from_secs_f64(args.link_delay_ms / 1000.0)
+    } else {
+        return Err(format!(
+            "--link-delay-ms must be zero or a positive number, not {}",
+            args.link_delay_ms
+        ));
+    };
+    if args.workload == "net" {
+        let report = atomos_bench::net::run(&atomos_bench::net::NetBenchConfig {
+            duration: seconds(args.duration, "--duration")?,
+            message_bytes: args.message_bytes,
+            link_delay,
+        })?;
+        println!("{}", report.summary());
+        write_json(&args.json, &report)?;
+        return Ok(true);
+    }
     let workload: WorkloadKind = args.workload.parse()?;
+    if !link_delay.is_zero() && args.nodes < 2 {
+        return Err(format!(
+            "--link-delay-ms delays the links between nodes; protocol {} with {} node has none",
+            args.protocol, args.nodes
+        ));
+    }
     let protocol: Protocol = args.protocol.parse()?;
     let cfg = BenchConfig {
         workload,
