@@ -28,8 +28,10 @@
 
 #![deny(missing_docs)]
 
+mod cluster;
 pub mod config;
 mod node;
+pub mod runtime;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
@@ -37,10 +39,12 @@ mod node;
 pub struct ReadmeDoctests;
 
 pub use atomos_core::history;
-/// Networking: wire format, transports, requests (re-exported from `atomos-net`).
-pub use atomos_net as net;
 pub use atomos_core::{
     AbortCause, AbortCounts, ContentionPolicy, Engine, EngineConfig, Key, Message, Object, Stats,
     Step, TRef, Tx, TxError, TxOptions,
 };
+/// Networking: wire format, transports, requests (re-exported from `atomos-net`).
+pub use atomos_net as net;
+pub use cluster::{Cluster, ClusterError};
 pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};
+pub use runtime::{NodeMsg, NodeRuntime, PeerState, RuntimeError};

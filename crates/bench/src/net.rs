@@ -179,8 +179,7 @@ async fn two_nodes() -> Result<(Arc<AtomicU64>, Vec<Node>), String> {
     let mut nodes = Vec::new();
     let mut up = Vec::new();
     for (id, listener) in (1..=2u64).zip(listeners) {
-        let identity =
-            Identity::new("bench", id, "bench secret").map_err(|e| e.to_string())?;
+        let identity = Identity::new("bench", id, "bench secret").map_err(|e| e.to_string())?;
         let (rpc, mut inbox) = Rpc::<NetMsg>::new();
         let transport = TcpTransport::start(
             TcpConfig::new(identity, members.clone()),

@@ -8,6 +8,9 @@ use atomos::{ContentionPolicy, Protocol};
 use atomos_bench::{BenchConfig, WorkloadKind};
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod cluster_up;
+mod serve;
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -33,12 +36,41 @@ enum Command {
     },
     /// Runs a benchmark workload and reports throughput, abort rate, latency and its invariant.
     Bench(BenchArgs),
+    /// Runs a node: listens, connects to its peers, serves until SIGTERM or Ctrl-C.
+    Node {
+        /// The TOML file (every key can also be set by an ATOMOS_... environment variable).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Manages a cluster of node processes on this machine.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Reads a node configuration (file and ATOMOS_... environment variables), validates it and
     /// prints the settings a node would run with (the secret hidden), or what is wrong.
     CheckConfig {
         /// The TOML file (optional: defaults and the environment apply without one).
         #[arg(long)]
         config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Starts N node processes on loopback with a generated secret and configuration, prints
+    /// how to reach them, and stops them all on Ctrl-C (or SIGTERM).
+    Up {
+        /// Number of nodes.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Consistency protocol.
+        #[arg(long, default_value = "local")]
+        protocol: String,
+        /// Node i listens on base-port + i - 1 and serves metrics on that port + 100.
+        #[arg(long, default_value_t = 7401)]
+        base_port: u16,
+        /// Where the configuration files and logs go.
+        #[arg(long, default_value = "atomos-cluster")]
+        dir: PathBuf,
     },
 }
 
@@ -112,6 +144,18 @@ fn main() -> ExitCode {
         Command::Demo { duration, threads } => demo(duration, threads),
         Command::Bench(args) => bench(args),
         Command::CheckConfig { config } => check_config(config),
+        Command::Node { config } => serve::run(config.as_deref()),
+        Command::Cluster(ClusterCommand::Up {
+            nodes,
+            protocol,
+            base_port,
+            dir,
+        }) => cluster_up::run(cluster_up::UpArgs {
+            nodes,
+            protocol,
+            base_port,
+            dir,
+        }),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

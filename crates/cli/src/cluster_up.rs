@@ -1,0 +1,192 @@
+//! `atomos cluster up`: N node processes on loopback with a generated secret and configuration.
+
+use std::fmt::Write as _;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use atomos::Protocol;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// What `cluster up` was asked for.
+pub struct UpArgs {
+    pub nodes: usize,
+    pub protocol: String,
+    pub base_port: u16,
+    pub dir: PathBuf,
+}
+
+struct Member {
+    id: usize,
+    child: Child,
+    listen: String,
+    metrics: String,
+    exited: bool,
+}
+
+/// Port offset of each node's metrics endpoint from its listening port.
+const METRICS_OFFSET: u16 = 100;
+
+/// Starts the nodes, waits for Ctrl-C or SIGTERM, stops them.
+pub fn run(args: UpArgs) -> Result<bool, String> {
+    let protocol: Protocol = args.protocol.parse()?;
+    if args.nodes == 0 {
+        return Err("--nodes must be at least 1".into());
+    }
+    let last = args.base_port as usize + args.nodes - 1 + METRICS_OFFSET as usize;
+    if args.base_port == 0 || last > u16::MAX as usize {
+        return Err(format!(
+            "--base-port {} leaves no room for {} nodes and their metrics ports (up to {last})",
+            args.base_port, args.nodes
+        ));
+    }
+    fs::create_dir_all(&args.dir)
+        .map_err(|e| format!("cannot create {}: {e}", args.dir.display()))?;
+    let secret: String = rand::random::<[u8; 32]>()
+        .iter()
+        .fold(String::new(), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        });
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let mut members = Vec::new();
+    for id in 1..=args.nodes {
+        let port = args.base_port + id as u16 - 1;
+        let listen = format!("127.0.0.1:{port}");
+        let metrics = format!("127.0.0.1:{}", port + METRICS_OFFSET);
+        let config = args.dir.join(format!("node-{id}.toml"));
+        write_config(&config, &args, protocol, id, &secret)?;
+        let log_path = args.dir.join(format!("node-{id}.log"));
+        let log = File::create(&log_path)
+            .map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
+        let child = Command::new(&exe)
+            .arg("node")
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start node {id}: {e}"))?;
+        println!(
+            "node {id}: pid {} listening on {listen}, metrics http://{metrics}/metrics, config {}, log {}",
+            child.id(),
+            config.display(),
+            log_path.display()
+        );
+        members.push(Member {
+            id,
+            child,
+            listen,
+            metrics,
+            exited: false,
+        });
+    }
+    println!(
+        "cluster of {} nodes ({protocol}) is up; Ctrl-C stops it.",
+        members.len()
+    );
+    let _ = std::io::stdout().flush();
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(watch(&mut members))?;
+    stop(&mut members);
+    println!("cluster stopped");
+    Ok(true)
+}
+
+fn write_config(
+    path: &Path,
+    args: &UpArgs,
+    protocol: Protocol,
+    id: usize,
+    secret: &str,
+) -> Result<(), String> {
+    let mut text = String::new();
+    let port = |n: usize| args.base_port as usize + n - 1;
+    let _ = writeln!(text, "cluster = \"loopback\"");
+    let _ = writeln!(text, "node_id = {id}");
+    let _ = writeln!(text, "listen = \"127.0.0.1:{}\"", port(id));
+    let data = args.dir.join("data").join(id.to_string());
+    let _ = writeln!(text, "data_dir = {:?}", data.display().to_string());
+    let _ = writeln!(text, "secret = \"{secret}\"");
+    let _ = writeln!(text, "protocol = \"{protocol}\"");
+    let _ = writeln!(text, "log_level = \"info\"");
+    let metrics = port(id) + METRICS_OFFSET as usize;
+    let _ = writeln!(text, "metrics = \"127.0.0.1:{metrics}\"");
+    for n in 1..=args.nodes {
+        let _ = writeln!(
+            text,
+            "\n[[peers]]\nid = {n}\naddress = \"127.0.0.1:{}\"",
+            port(n)
+        );
+    }
+    // The file holds the secret: readable by its owner only.
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Reports nodes that exit on their own until Ctrl-C or SIGTERM.
+async fn watch(members: &mut [Member]) -> Result<(), String> {
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => return Ok(()),
+            _ = interrupt.recv() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+        for m in members.iter_mut().filter(|m| !m.exited) {
+            if let Ok(Some(status)) = m.child.try_wait() {
+                m.exited = true;
+                println!(
+                    "node {} ({} / {}) exited: {status}",
+                    m.id, m.listen, m.metrics
+                );
+                let _ = std::io::stdout().flush();
+            }
+        }
+    }
+}
+
+/// SIGTERM to every node still running; SIGKILL to those still there after 5 s.
+fn stop(members: &mut [Member]) {
+    for m in members.iter().filter(|m| !m.exited) {
+        if let Ok(pid) = i32::try_from(m.child.id()) {
+            // SAFETY: kill(2) on a child we started and have not reaped; no memory involved.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for m in members.iter_mut() {
+        loop {
+            match m.child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() >= deadline => {
+                    println!("node {} did not stop in time: killing it", m.id);
+                    let _ = m.child.kill();
+                    let _ = m.child.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! `atomos node`: runs one node until SIGTERM or Ctrl-C.
+
+use std::io::IsTerminal;
+use std::path::Path;
+
+use atomos::config::NodeSettings;
+use atomos::NodeRuntime;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::info;
+
+/// Loads the configuration, starts the node and serves until told to stop.
+pub fn run(config: Option<&Path>) -> Result<bool, String> {
+    let settings = atomos::config::load(config, |name| std::env::var(name).ok())
+        .map_err(|e| format!("the node does not start: {e}"))?;
+    init_logging(&settings.log_level);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(serve(settings))
+}
+
+/// Structured logs on standard error, at the configured level.
+fn init_logging(level: &str) {
+    let stderr = std::io::stderr();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
+        .with_ansi(stderr.is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn serve(settings: NodeSettings) -> Result<bool, String> {
+    // Installed before the node starts, so every counter it registers is exported.
+    if let Some(addr) = settings.metrics {
+        // Round trips from 50 us to 5 s.
+        let buckets = [
+            50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3, 100e-3, 500e-3, 1.0, 5.0,
+        ];
+        PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .set_buckets_for_metric(
+                Matcher::Full("atomos_request_latency_seconds".into()),
+                &buckets,
+            )
+            .map_err(|e| format!("metrics buckets: {e}"))?
+            .install()
+            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+        info!(%addr, "metrics at http://{addr}/metrics");
+    }
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let node = NodeRuntime::start_tcp(&settings)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::select! {
+        _ = terminate.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("interrupted: shutting down"),
+    }
+    node.shutdown();
+    info!(node = settings.node_id, "node stopped");
+    Ok(true)
+}

@@ -1,0 +1,157 @@
+//! Real processes on loopback: `atomos cluster up`, kill -9 and restart of a node, an impostor
+//! with the wrong secret, clean shutdown on Ctrl-C.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ATOMOS: &str = env!("CARGO_BIN_EXE_atomos");
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a process this test started.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+/// Waits until `path` has a line, after its first `skip` lines, containing every one of
+/// `needles`; returns that line's index.
+fn wait_for_line(path: &Path, skip: usize, needles: &[&str]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(i) = text
+            .lines()
+            .enumerate()
+            .skip(skip)
+            .find(|(_, l)| needles.iter().all(|n| l.contains(n)))
+            .map(|(i, _)| i)
+        {
+            return i;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never logged {needles:?}:\n{text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn start_node(config: &Path, log: &Path, env: &[(&str, &str)]) -> Child {
+    Command::new(ATOMOS)
+        .args(["node", "--config"])
+        .arg(config)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process {} did not exit in time", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stop(mut child: Child) -> std::process::ExitStatus {
+    signal(child.id(), libc::SIGTERM);
+    wait_exit(&mut child, Duration::from_secs(10))
+}
+
+#[test]
+fn cluster_survives_kill_9_refuses_a_wrong_secret_and_stops_cleanly() {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // A port range unlikely to be in use (21000-28999), chosen by process id.
+    let base_port = 21_000 + (std::process::id() % 8_000) as u16;
+    let mut up = Command::new(ATOMOS)
+        .args(["cluster", "up", "--nodes", "3", "--base-port"])
+        .arg(base_port.to_string())
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pids = Vec::new();
+    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    while pids.len() < 3 {
+        let line = lines.next().expect("cluster up printed its nodes").unwrap();
+        let pid: u32 = line
+            .split("pid ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {line:?}"));
+        pids.push(pid);
+    }
+    let log = |n: usize| dir.join(format!("node-{n}.log"));
+
+    // Every node exchanges requests with the others.
+    for (a, b) in [(1, 2), (1, 3), (2, 3), (3, 1)] {
+        wait_for_line(&log(a), 0, &["peer answers", &format!("peer={b}")]);
+    }
+
+    // kill -9 node 3: the others notice.
+    signal(pids[2], libc::SIGKILL);
+    let down = wait_for_line(&log(1), 0, &["peer does not answer", "peer=3"]);
+    wait_for_line(&log(2), 0, &["peer does not answer", "peer=3"]);
+
+    // An impostor with node 3's configuration but the wrong secret is refused, and both sides
+    // say why.
+    let impostor_log = dir.join("impostor.log");
+    let impostor = start_node(
+        &dir.join("node-3.toml"),
+        &impostor_log,
+        &[("ATOMOS_SECRET", "not the cluster secret")],
+    );
+    wait_for_line(
+        &log(1),
+        down,
+        &["connection refused", "peer=3", "proof does not match"],
+    );
+    wait_for_line(&impostor_log, 0, &["refused", "proof does not match"]);
+    assert!(stop(impostor).success());
+
+    // The real node 3 restarts: the others reconnect on their own.
+    let restarted_log = dir.join("node-3-restarted.log");
+    let restarted = start_node(&dir.join("node-3.toml"), &restarted_log, &[]);
+    wait_for_line(&log(1), down, &["peer answers", "peer=3"]);
+    wait_for_line(&log(2), down, &["peer answers", "peer=3"]);
+    wait_for_line(&restarted_log, 0, &["peer answers", "peer=1"]);
+
+    // Ctrl-C stops the cluster: each remaining node shuts down cleanly.
+    signal(up.id(), libc::SIGINT);
+    assert!(wait_exit(&mut up, Duration::from_secs(15)).success());
+    for n in [1, 2] {
+        wait_for_line(&log(n), 0, &["node stopped"]);
+    }
+    assert!(stop(restarted).success());
+    wait_for_line(&restarted_log, 0, &["node stopped"]);
+}
+
+#[test]
+fn a_bad_configuration_names_the_key_and_the_node_does_not_start() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join(format!("bad-{}.toml", std::process::id()));
+    std::fs::write(&path, "node_id = 1\nlisten = \"nowhere\"\n").unwrap();
+    let out = Command::new(ATOMOS)
+        .args(["node", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("listen") && err.contains("nowhere"), "{err}");
+}
