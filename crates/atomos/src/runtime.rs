@@ -50,8 +50,6 @@ pub enum RuntimeError {
 /// How a node's peer looked at its latest probe.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PeerState {
-    /// Not probed yet.
-    Unknown,
     /// It answered, in this round-trip time.
     Answers(Duration),
     /// It did not; why.
@@ -122,11 +120,8 @@ impl NodeRuntime {
         transport: Arc<dyn Transport<Envelope<NodeMsg>>>,
         inbox: UnboundedReceiver<Inbound<NodeMsg>>,
     ) -> NodeRuntime {
-        let peer_ids = transport.peers();
         rpc.attach(transport);
-        let peers = Arc::new(Mutex::new(
-            peer_ids.iter().map(|&p| (p, PeerState::Unknown)).collect(),
-        ));
+        let peers = Arc::new(Mutex::new(BTreeMap::new()));
         let stop = CancellationToken::new();
         tokio::spawn(serve(id, inbox, stop.clone()));
         tokio::spawn(probe(id, rpc.clone(), peers.clone(), stop.clone()));
@@ -154,7 +149,8 @@ impl NodeRuntime {
         &self.rpc
     }
 
-    /// Each peer's state at its latest probe (peers are probed every 500 ms).
+    /// Each peer's state at its latest probe (peers are probed every 500 ms; a peer not probed
+    /// yet is absent).
     pub fn peers(&self) -> BTreeMap<NodeId, PeerState> {
         self.peers.lock().clone()
     }
@@ -229,7 +225,11 @@ async fn probe(
     stop: CancellationToken,
 ) {
     loop {
-        let ids: Vec<NodeId> = peers.lock().keys().copied().collect();
+        // The membership as the transport knows it now (an in-memory network grows as nodes join).
+        let ids = match rpc.transport() {
+            Ok(t) => t.peers(),
+            Err(_) => return,
+        };
         for peer in ids {
             let state = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -253,7 +253,6 @@ async fn probe(
                 (_, PeerState::Silent(why)) => {
                     warn!(node = id, peer, reason = %why, "peer does not answer")
                 }
-                (_, PeerState::Unknown) => {}
             }
         }
         tokio::select! {
