@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::key::Key;
 
+pub mod list_append;
+
 /// One committed transaction as the checker sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitRecord {
@@ -147,8 +149,10 @@ pub fn check_serializable(history: &[CommitRecord]) -> Result<(), HistoryError> 
     }
 }
 
-/// A cycle in a directed graph, if any (iterative depth-first search).
-fn find_cycle(edges: &[Vec<usize>]) -> Option<Vec<usize>> {
+/// A cycle in a directed graph given as adjacency lists (`edges[a]` holds every `b` with an edge
+/// `a -> b`), if there is one: the nodes along it, in edge order. Iterative depth-first search,
+/// so deep graphs do not overflow the stack.
+pub fn find_cycle(edges: &[Vec<usize>]) -> Option<Vec<usize>> {
     #[derive(Clone, Copy, PartialEq)]
     enum Color {
         White,
