@@ -19,7 +19,10 @@ fn in_process_nodes_answer_each_other_and_run_transactions() {
     for id in cluster.ids() {
         let node = cluster.node(id).unwrap();
         node.atomically(|tx| tx.create(&counter, id)).unwrap();
-        assert_eq!(node.atomically_read(|tx| Ok(*tx.read(&counter)?)).unwrap(), id);
+        assert_eq!(
+            node.atomically_read(|tx| Ok(*tx.read(&counter)?)).unwrap(),
+            id
+        );
     }
 
     // The probes see every peer answer.

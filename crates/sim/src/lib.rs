@@ -6,11 +6,17 @@
 //! partitions that come and go, and crashes with restarts (a machine keeps only what it
 //! persisted). Every random choice comes from one generator seeded by a `u64`, so a seed
 //! reproduces a run exactly, trace and all.
+//!
+//! [`workload`] generates bank transfers and list-append transactions from the same seed, and
+//! turns what the nodes reported into a history for
+//! [`list_append::check`](atomos_core::history::list_append::check), which needs no clock and
+//! so takes records from every node.
 
 #![deny(missing_docs)]
 
 mod rng;
 mod sim;
+pub mod workload;
 
 pub use rng::SimRng;
 pub use sim::{Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig};

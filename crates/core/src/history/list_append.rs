@@ -337,10 +337,7 @@ mod tests {
             Err(ListAnomaly::IncompatibleOrder { key: 1, .. })
         ));
         let own = vec![txn(1, 1, vec![a(1, 10), r(1, &[])])];
-        assert!(matches!(
-            check(&own),
-            Err(ListAnomaly::LostOwnWrite { .. })
-        ));
+        assert!(matches!(check(&own), Err(ListAnomaly::LostOwnWrite { .. })));
     }
 
     #[test]
