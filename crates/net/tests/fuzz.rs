@@ -3,6 +3,8 @@
 
 use atomos_net::frame::Decoder;
 use atomos_net::handshake::HandshakeMsg;
+use atomos_net::rpc::Envelope;
+use atomos_net::tcp::LinkFrame;
 use atomos_net::wire;
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -109,5 +111,28 @@ proptest! {
         let intact = frame_ends.iter().filter(|&&end| end <= first_damage).count();
         prop_assert!(got.len() >= intact, "lost intact messages: {} of {}, error {:?}", got.len(), intact, err);
         prop_assert_eq!(&got[..intact], &msgs[..intact]);
+    }
+
+    #[test]
+    fn random_bytes_as_transport_frames_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = wire::decode::<LinkFrame<Envelope<Msg>>>(&bytes);
+    }
+
+    #[test]
+    fn mutated_transport_frames_decode_whole_or_fail(
+        m in msg(),
+        id in any::<u64>(),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+    ) {
+        let frame = LinkFrame::App(Envelope::Request { id, body: m });
+        let mut bytes = Vec::new();
+        wire::encode(&frame, 4096, &mut bytes).unwrap();
+        let payload = &mut bytes[atomos_net::frame::PREFIX..];
+        for (at, x) in flips {
+            let i = at.index(payload.len());
+            payload[i] ^= x | 1;
+        }
+        // Either some whole frame (the flips may land on a value that still parses) or an error.
+        let _ = wire::decode::<LinkFrame<Envelope<Msg>>>(payload);
     }
 }
