@@ -15,8 +15,10 @@
 #![deny(missing_docs)]
 
 mod rng;
+mod seeds;
 mod sim;
 pub mod workload;
 
 pub use rng::SimRng;
+pub use seeds::{check_seeds, seeds, SEED_VAR};
 pub use sim::{Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig};

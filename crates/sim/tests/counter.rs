@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use atomos_sim::{Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig};
+use atomos_sim::{check_seeds, seeds, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig};
 
 const LEADER: NodeId = 0;
 
@@ -186,28 +186,16 @@ fn check(run: &Run<Note>, logs: &[Vec<u64>]) -> Result<(), String> {
     Ok(())
 }
 
-fn seeds(default: u64) -> Vec<u64> {
-    match std::env::var("ATOMOS_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        Some(seed) => vec![seed],
-        None => (0..default).collect(),
-    }
-}
-
 #[test]
 fn acknowledged_increments_survive_every_fault() {
-    for seed in seeds(200) {
+    check_seeds(200, "-p atomos-sim --test counter", |seed| {
         let (run, logs) = simulate(seed, false);
-        if let Err(e) = check(&run, &logs) {
-            panic!("seed {seed}: {e}\nreplay: ATOMOS_SIM_SEED={seed} cargo test -p atomos-sim --test counter");
+        check(&run, &logs)?;
+        if run.notes.is_empty() {
+            return Err("nothing was acknowledged".into());
         }
-        assert!(
-            !run.notes.is_empty(),
-            "seed {seed}: nothing was acknowledged"
-        );
-    }
+        Ok(())
+    });
 }
 
 #[test]

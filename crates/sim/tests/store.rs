@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 
 use atomos_core::history::list_append::{self, ListOp};
 use atomos_sim::workload::{self, BankOp, BankWorkload, ListAppendTxn, ListAppendWorkload};
-use atomos_sim::{Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
+use atomos_sim::{
+    check_seeds, seeds, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
+};
 
 const PRIMARY: NodeId = 0;
 const ACCOUNTS: u64 = 8;
@@ -268,31 +270,17 @@ fn check(o: &Outcome) -> Result<(), String> {
     Ok(())
 }
 
-fn seeds(default: u64) -> Vec<u64> {
-    match std::env::var("ATOMOS_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        Some(seed) => vec![seed],
-        None => (0..default).collect(),
-    }
-}
-
 #[test]
 fn histories_from_all_nodes_are_serializable_under_faults() {
-    for seed in seeds(100) {
+    check_seeds(100, "-p atomos-sim --test store", |seed| {
         let o = simulate(seed, false);
-        if let Err(e) = check(&o) {
-            panic!(
-                "seed {seed}: {e}\nreplay: ATOMOS_SIM_SEED={seed} cargo test -p atomos-sim --test store"
-            );
-        }
+        check(&o)?;
         let reported = o.run.notes.len();
-        assert!(
-            reported >= 50,
-            "seed {seed}: only {reported} of 150 transactions reported"
-        );
-    }
+        if reported < 50 {
+            return Err(format!("only {reported} of 150 transactions reported"));
+        }
+        Ok(())
+    });
 }
 
 #[test]

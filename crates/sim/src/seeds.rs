@@ -1,0 +1,23 @@
+//! Which seeds a simulation test runs, and how a failure says how to replay it.
+
+/// The environment variable that narrows a simulation test to one seed.
+pub const SEED_VAR: &str = "ATOMOS_SIM_SEED";
+
+/// The seeds to run: `0..count`, or only the seed in `ATOMOS_SIM_SEED` when it is set.
+pub fn seeds(count: u64) -> Vec<u64> {
+    match std::env::var(SEED_VAR).ok().and_then(|s| s.parse().ok()) {
+        Some(seed) => vec![seed],
+        None => (0..count).collect(),
+    }
+}
+
+/// Runs `check` on every seed of [`seeds`]`(count)`; on the first failure panics with the seed,
+/// the reason and the command that replays it (`target` is the package and test, for example
+/// `-p atomos-sim --test store`).
+pub fn check_seeds(count: u64, target: &str, mut check: impl FnMut(u64) -> Result<(), String>) {
+    for seed in seeds(count) {
+        if let Err(e) = check(seed) {
+            panic!("seed {seed}: {e}\nreplay: {SEED_VAR}={seed} cargo test {target}");
+        }
+    }
+}
