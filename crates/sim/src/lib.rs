@@ -20,5 +20,5 @@ mod sim;
 pub mod workload;
 
 pub use rng::SimRng;
-pub use seeds::{check_seeds, seeds, SEED_VAR};
+pub use seeds::{check_seeds, seeds, SEEDS_VAR, SEED_VAR};
 pub use sim::{Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig};

@@ -3,11 +3,17 @@
 /// The environment variable that narrows a simulation test to one seed.
 pub const SEED_VAR: &str = "ATOMOS_SIM_SEED";
 
-/// The seeds to run: `0..count`, or only the seed in `ATOMOS_SIM_SEED` when it is set.
+/// The environment variable that widens a simulation test to more seeds.
+pub const SEEDS_VAR: &str = "ATOMOS_SIM_SEEDS";
+
+/// The seeds to run: only the seed in `ATOMOS_SIM_SEED` when it is set, else `0..N` for
+/// `ATOMOS_SIM_SEEDS=N` when set, else `0..count`.
 pub fn seeds(count: u64) -> Vec<u64> {
-    match std::env::var(SEED_VAR).ok().and_then(|s| s.parse().ok()) {
-        Some(seed) => vec![seed],
-        None => (0..count).collect(),
+    let var = |name| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    match (var(SEED_VAR), var(SEEDS_VAR)) {
+        (Some(seed), _) => vec![seed],
+        (None, Some(n)) => (0..n).collect(),
+        (None, None) => (0..count).collect(),
     }
 }
 

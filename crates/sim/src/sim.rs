@@ -183,6 +183,7 @@ pub struct Sim<S: Machine> {
     trace: Vec<String>,
     notes: Vec<(u64, NodeId, S::Note)>,
     out: Vec<Output<S::Msg, S::Note>>,
+    live: bool,
 }
 
 impl<S: Machine> Sim<S> {
@@ -200,8 +201,18 @@ impl<S: Machine> Sim<S> {
             trace: Vec::new(),
             notes: Vec::new(),
             out: Vec::new(),
+            live: std::env::var_os("ATOMOS_SIM_TRACE").is_some(),
             cfg,
         }
+    }
+
+    /// Records one trace line (and prints it at once when `ATOMOS_SIM_TRACE` is set, so a run
+    /// that panics inside a machine still shows how it got there).
+    fn log(&mut self, line: String) {
+        if self.live {
+            eprintln!("{line}");
+        }
+        self.trace.push(line);
     }
 
     fn schedule(&mut self, delay: u64, event: Event<S::Msg, S::Request>) {
@@ -230,7 +241,7 @@ impl<S: Machine> Sim<S> {
             match o {
                 Output::Send { to, msg } => self.send(node, to, msg),
                 Output::Note(n) => {
-                    self.trace.push(format!("{} note {node} {n:?}", self.now));
+                    self.log(format!("{} note {node} {n:?}", self.now));
                     self.notes.push((self.now, node, n));
                 }
             }
@@ -241,8 +252,7 @@ impl<S: Machine> Sim<S> {
     fn send(&mut self, from: NodeId, to: NodeId, msg: S::Msg) {
         let faults = self.faulty();
         if faults && self.rng.chance(self.cfg.faults.drop) {
-            self.trace
-                .push(format!("{} lost {from}->{to} {msg:?}", self.now));
+            self.log(format!("{} lost {from}->{to} {msg:?}", self.now));
             return;
         }
         let copies = if faults && self.rng.chance(self.cfg.faults.duplicate) {
@@ -275,13 +285,13 @@ impl<S: Machine> Sim<S> {
                 let n = self.rng.below(self.cfg.nodes as u64) as usize;
                 side[n] = !side[n];
             }
-            self.trace.push(format!("{} partition {side:?}", self.now));
+            self.log(format!("{} partition {side:?}", self.now));
             self.side = Some(side);
             self.schedule(f.partition_len.max(1), Event::Heal);
         }
         for node in 0..self.cfg.nodes {
             if self.up[node] && self.rng.chance(f.crash) {
-                self.trace.push(format!("{} crash {node}", self.now));
+                self.log(format!("{} crash {node}", self.now));
                 self.up[node] = false;
                 self.machines[node].crash();
                 self.schedule(f.down_for.max(1), Event::Restart(node));
@@ -307,11 +317,11 @@ impl<S: Machine> Sim<S> {
                 // Faults are over: heal the network and bring every node back.
                 healed = true;
                 self.side = None;
-                self.trace.push(format!("{} settle", self.now));
+                self.log(format!("{} settle", self.now));
                 for node in 0..self.cfg.nodes {
                     if !self.up[node] {
                         self.up[node] = true;
-                        self.trace.push(format!("{} restart {node}", self.now));
+                        self.log(format!("{} restart {node}", self.now));
                         self.step_node(node, Input::Start);
                     }
                 }
@@ -319,11 +329,9 @@ impl<S: Machine> Sim<S> {
             match event {
                 Event::Deliver { from, to, msg } => {
                     if !self.up[to] || self.cut_off(from, to) {
-                        self.trace
-                            .push(format!("{time} blocked {from}->{to} {msg:?}"));
+                        self.log(format!("{time} blocked {from}->{to} {msg:?}"));
                     } else {
-                        self.trace
-                            .push(format!("{time} deliver {from}->{to} {msg:?}"));
+                        self.log(format!("{time} deliver {from}->{to} {msg:?}"));
                         self.step_node(to, Input::Message { from, msg });
                     }
                 }
@@ -341,22 +349,21 @@ impl<S: Machine> Sim<S> {
                 Event::Restart(node) => {
                     if !self.up[node] {
                         self.up[node] = true;
-                        self.trace.push(format!("{time} restart {node}"));
+                        self.log(format!("{time} restart {node}"));
                         self.step_node(node, Input::Start);
                     }
                 }
                 Event::Heal => {
                     if self.side.take().is_some() {
-                        self.trace.push(format!("{time} heal"));
+                        self.log(format!("{time} heal"));
                     }
                 }
                 Event::Request { to, req } => {
                     if self.up[to] {
-                        self.trace.push(format!("{time} request {to} {req:?}"));
+                        self.log(format!("{time} request {to} {req:?}"));
                         self.step_node(to, Input::Request(req));
                     } else {
-                        self.trace
-                            .push(format!("{time} request-refused {to} {req:?}"));
+                        self.log(format!("{time} request-refused {to} {req:?}"));
                     }
                 }
             }

@@ -1,0 +1,160 @@
+//! A client of the order layer: numbers its requests, keeps one outstanding, and re-sends it to
+//! the next replica when the current one does not answer in time (HiperTM 3.3).
+
+use std::collections::VecDeque;
+
+use crate::types::{Addr, OrderMsg, Request};
+
+/// What a client reacts to.
+#[derive(Clone, Debug)]
+pub enum ClientInput {
+    /// The application wants this payload ordered and applied.
+    Submit(Vec<u8>),
+    /// Time passed.
+    Tick,
+    /// A message arrived.
+    Message {
+        /// The sender.
+        from: Addr,
+        /// The message.
+        msg: OrderMsg,
+    },
+}
+
+/// What a client asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClientAction {
+    /// Send `msg` to replica `to`.
+    Send {
+        /// The replica.
+        to: Addr,
+        /// The message.
+        msg: OrderMsg,
+    },
+    /// Request `seq` was applied; this is its answer.
+    Done {
+        /// The request's number.
+        seq: u64,
+        /// The state machine's answer.
+        response: Vec<u8>,
+    },
+}
+
+/// One client. Deterministic: re-sends are counted in ticks.
+#[derive(Clone, Debug)]
+pub struct Client {
+    id: u64,
+    replicas: Vec<Addr>,
+    target: usize,
+    next_seq: u64,
+    outstanding: Option<(Request, u64)>,
+    queue: VecDeque<Vec<u8>>,
+    resend_ticks: u64,
+    ticks: u64,
+    resends: u64,
+}
+
+impl Client {
+    /// Client `id` (unique among clients), talking first to `replicas[first]`, re-sending after
+    /// `resend_ticks` without an answer.
+    pub fn new(id: u64, replicas: Vec<Addr>, first: usize, resend_ticks: u64) -> Client {
+        let target = if replicas.is_empty() {
+            0
+        } else {
+            first % replicas.len()
+        };
+        Client {
+            id,
+            replicas,
+            target,
+            next_seq: 1,
+            outstanding: None,
+            queue: VecDeque::new(),
+            resend_ticks: resend_ticks.max(1),
+            ticks: 0,
+            resends: 0,
+        }
+    }
+
+    /// Requests submitted and not answered yet (the outstanding one included).
+    pub fn unanswered(&self) -> usize {
+        self.queue.len() + usize::from(self.outstanding.is_some())
+    }
+
+    /// How many times a request was re-sent.
+    pub fn resends(&self) -> u64 {
+        self.resends
+    }
+
+    /// The client's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn send_outstanding(&mut self, out: &mut Vec<ClientAction>) {
+        if let (Some((req, sent)), Some(&to)) =
+            (self.outstanding.as_mut(), self.replicas.get(self.target))
+        {
+            *sent = self.ticks;
+            out.push(ClientAction::Send {
+                to,
+                msg: OrderMsg::Request(req.clone()),
+            });
+        }
+    }
+
+    fn next(&mut self, out: &mut Vec<ClientAction>) {
+        if self.outstanding.is_some() {
+            return;
+        }
+        if let Some(payload) = self.queue.pop_front() {
+            let req = Request {
+                client: self.id,
+                seq: self.next_seq,
+                payload,
+            };
+            self.next_seq += 1;
+            self.outstanding = Some((req, self.ticks));
+            self.send_outstanding(out);
+        }
+    }
+
+    /// Reacts to one input.
+    pub fn step(&mut self, input: ClientInput, out: &mut Vec<ClientAction>) {
+        match input {
+            ClientInput::Submit(payload) => {
+                self.queue.push_back(payload);
+                self.next(out);
+            }
+            ClientInput::Tick => {
+                self.ticks += 1;
+                let late = self
+                    .outstanding
+                    .as_ref()
+                    .is_some_and(|(_, sent)| self.ticks - sent >= self.resend_ticks);
+                if late && !self.replicas.is_empty() {
+                    self.target = (self.target + 1) % self.replicas.len();
+                    self.resends += 1;
+                    self.send_outstanding(out);
+                }
+            }
+            ClientInput::Message {
+                msg:
+                    OrderMsg::Reply {
+                        client,
+                        seq,
+                        response,
+                    },
+                ..
+            } => {
+                let current = self.outstanding.as_ref().map(|(r, _)| r.seq);
+                if client == self.id && current == Some(seq) {
+                    self.outstanding = None;
+                    out.push(ClientAction::Done { seq, response });
+                    self.next(out);
+                }
+            }
+            ClientInput::Message { .. } => {}
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The Raft log as raft-rs reads it: the latest snapshot, the entries after it, the hard state.
+//! Kept in memory; what must survive a crash is also written to a [`Disk`](crate::disk::Disk)
+//! by the replica.
+
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, Storage, StorageError};
+
+/// In-memory Raft log with a snapshot base.
+#[derive(Clone, Debug, Default)]
+pub struct LogStore {
+    hard: HardState,
+    conf: ConfState,
+    snapshot: Snapshot,
+    /// `entries[i].index == snapshot index + 1 + i`.
+    entries: Vec<Entry>,
+}
+
+impl LogStore {
+    /// An empty log for a cluster whose voters are `voters`.
+    pub fn new(voters: Vec<u64>) -> LogStore {
+        let conf = ConfState {
+            voters,
+            ..ConfState::default()
+        };
+        let mut s = LogStore {
+            conf: conf.clone(),
+            ..LogStore::default()
+        };
+        s.snapshot.mut_metadata().set_conf_state(conf);
+        s
+    }
+
+    /// Index of the snapshot the log starts after.
+    pub fn snapshot_index(&self) -> u64 {
+        self.snapshot.get_metadata().index
+    }
+
+    /// The latest snapshot.
+    pub fn latest_snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    /// The hard state.
+    pub fn hard_state(&self) -> &HardState {
+        &self.hard
+    }
+
+    /// The first index held.
+    pub fn first(&self) -> u64 {
+        self.snapshot_index() + 1
+    }
+
+    /// The last index held (the snapshot's if there are no entries).
+    pub fn last(&self) -> u64 {
+        self.snapshot_index() + self.entries.len() as u64
+    }
+
+    /// The entry at `index`, if held.
+    pub fn entry(&self, index: u64) -> Option<&Entry> {
+        let first = self.first();
+        if index < first {
+            return None;
+        }
+        self.entries.get((index - first) as usize)
+    }
+
+    /// The entries from `from` on.
+    pub fn entries_from(&self, from: u64) -> &[Entry] {
+        let skip = from.saturating_sub(self.first()) as usize;
+        self.entries.get(skip..).unwrap_or(&[])
+    }
+
+    /// Appends entries (contiguous, starting at most one past the last). Entries at and after
+    /// the first new index are replaced; returns that index if any existing entry was replaced.
+    pub fn append(&mut self, ents: &[Entry]) -> Option<u64> {
+        let first_new = ents.first()?.index;
+        if first_new < self.first() || first_new > self.last() + 1 {
+            // raft-rs never does this; ignore rather than corrupt the log.
+            tracing::error!(
+                first_new,
+                first = self.first(),
+                last = self.last(),
+                "append outside the log ignored"
+            );
+            return None;
+        }
+        let replaced = (first_new <= self.last()).then_some(first_new);
+        self.entries.truncate((first_new - self.first()) as usize);
+        self.entries.extend_from_slice(ents);
+        replaced
+    }
+
+    /// Sets the hard state.
+    pub fn set_hard_state(&mut self, hs: HardState) {
+        self.hard = hs;
+    }
+
+    /// Sets the commit index.
+    pub fn set_commit(&mut self, commit: u64) {
+        self.hard.commit = commit;
+    }
+
+    /// Replaces the log with a snapshot received from the leader: everything before is gone.
+    pub fn install(&mut self, snap: Snapshot) {
+        let meta = snap.get_metadata();
+        self.hard.term = self.hard.term.max(meta.term);
+        self.hard.commit = self.hard.commit.max(meta.index);
+        self.conf = meta.get_conf_state().clone();
+        self.entries.clear();
+        self.snapshot = snap;
+    }
+
+    /// Records a snapshot this replica took at an index it has applied, and drops the entries
+    /// up to it; later entries stay.
+    pub fn compact(&mut self, snap: Snapshot) {
+        let index = snap.get_metadata().index;
+        if index <= self.snapshot_index() || index > self.last() {
+            return;
+        }
+        let drop = (index - self.snapshot_index()) as usize;
+        self.entries.drain(..drop);
+        self.snapshot = snap;
+    }
+
+    /// The term of the entry at `index` (or of the snapshot, at its index).
+    pub fn term_of(&self, index: u64) -> Option<u64> {
+        if index == self.snapshot_index() {
+            return Some(self.snapshot.get_metadata().term);
+        }
+        self.entry(index).map(|e| e.term)
+    }
+
+    /// The configuration.
+    pub fn conf_state(&self) -> &ConfState {
+        &self.conf
+    }
+}
+
+impl Storage for LogStore {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState {
+            hard_state: self.hard.clone(),
+            conf_state: self.conf.clone(),
+        })
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low < self.first() {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.last() + 1 {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let from = (low - self.first()) as usize;
+        let to = (high - self.first()) as usize;
+        let mut ents = self.entries[from..to].to_vec();
+        raft::util::limit_size(&mut ents, max_size.into());
+        Ok(ents)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        if idx < self.snapshot_index() {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        self.term_of(idx)
+            .ok_or(raft::Error::Store(StorageError::Unavailable))
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.first())
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.last())
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        if self.snapshot_index() < request_index {
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
+        Ok(self.snapshot.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(index: u64, term: u64) -> Entry {
+        Entry {
+            index,
+            term,
+            ..Entry::default()
+        }
+    }
+
+    #[test]
+    fn append_reports_replaced_entries_and_compaction_keeps_the_rest() {
+        let mut s = LogStore::new(vec![1, 2, 3]);
+        assert_eq!(s.append(&[entry(1, 1), entry(2, 1), entry(3, 1)]), None);
+        assert_eq!(s.append(&[entry(4, 1)]), None);
+        assert_eq!(s.append(&[entry(3, 2), entry(4, 2)]), Some(3));
+        assert_eq!((s.first(), s.last()), (1, 4));
+        assert_eq!(s.term_of(3), Some(2));
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = 2;
+        snap.mut_metadata().term = 1;
+        s.compact(snap);
+        assert_eq!((s.first(), s.last()), (3, 4));
+        assert_eq!(s.term(2), Ok(1));
+        assert!(s.term(1).is_err());
+        assert_eq!(
+            s.entries(3, 5, None, GetEntriesContext::empty(false))
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(s
+            .entries(2, 4, None, GetEntriesContext::empty(false))
+            .is_err());
+    }
+}

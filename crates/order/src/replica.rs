@@ -1,0 +1,988 @@
+//! One OS-Paxos replica: a Raft core (raft-rs `RawNode`) that orders batch ids, S-Paxos batch
+//! dissemination around it, optimistic and final delivery, client deduplication, persistence,
+//! snapshots. A deterministic state machine: [`Replica::step`] takes a tick or a message and
+//! appends what to send and deliver; it reads no clock and owns no socket.
+//!
+//! - A client's request goes into the replica's open batch; a batch is sealed when full or after
+//!   `batch_delay_ticks`, persisted, and sent to every replica. Each persists it and acknowledges;
+//!   once a majority holds it, the origin proposes its id to Raft (proposals from followers are
+//!   forwarded to the leader by raft-rs). The leader orders ids only, so its work does not grow
+//!   with request size.
+//! - An entry is optimistically delivered when it is in this replica's log (the leader's
+//!   proposal, persisted), its batch is here, and every earlier entry was optimistically
+//!   delivered; finally delivered when it is committed (and was optimistically delivered).
+//!   Raft overwrites a follower's uncommitted entries after a leader change without telling
+//!   anyone: the log store reports the first replaced index, and every optimistic delivery from
+//!   there on is revoked.
+//! - Requests are deduplicated in log order, so every replica drops the same duplicates: a
+//!   request is delivered only if its client has no delivered request with that number or a
+//!   later one, and no earlier pending entry holds it.
+//! - A missing batch is fetched from the other replicas; lost batches, acknowledgements and
+//!   proposals are re-sent every `retry_ticks`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use protobuf::Message as _;
+use raft::eraftpb::{Entry, EntryType, HardState, Message, MessageType, Snapshot};
+use raft::{RawNode, SnapshotStatus};
+use serde::{Deserialize, Serialize};
+
+use crate::disk::{Disk, Record};
+use crate::log_store::LogStore;
+use crate::logging::raft_logger;
+use crate::types::{Action, Addr, BatchId, Delivery, OrderMsg, Request, StateMachine};
+
+/// Settings of a replica.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    /// This replica's address (also its Raft id; not 0).
+    pub id: Addr,
+    /// Every replica's address, this one included.
+    pub replicas: Vec<Addr>,
+    /// A batch is sealed when it holds this many requests...
+    pub batch_max: usize,
+    /// ...or when it has been open this many ticks (0: at the next tick).
+    pub batch_delay_ticks: u64,
+    /// Raft election timeout in ticks.
+    pub election_ticks: usize,
+    /// Raft heartbeat interval in ticks.
+    pub heartbeat_ticks: usize,
+    /// Unacknowledged batches, unordered proposals and missing batches are retried this often.
+    pub retry_ticks: u64,
+    /// A snapshot is taken (and the log compacted) every this many finally delivered entries.
+    pub snapshot_every: u64,
+    /// Append messages in flight per follower (pipelining).
+    pub max_inflight: usize,
+    /// Seeds the jitter added to ticks, which keeps elections from splitting forever.
+    pub seed: u64,
+}
+
+impl ReplicaConfig {
+    /// Defaults for replica `id` of `replicas`: batches of up to 256 requests sealed at the next
+    /// tick, election after 10 ticks, heartbeat every 2, retries every 10 ticks, a snapshot every
+    /// 10,000 entries, 256 appends in flight.
+    pub fn new(id: Addr, replicas: Vec<Addr>) -> ReplicaConfig {
+        ReplicaConfig {
+            id,
+            replicas,
+            batch_max: 256,
+            batch_delay_ticks: 0,
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            retry_ticks: 10,
+            snapshot_every: 10_000,
+            max_inflight: 256,
+            seed: id,
+        }
+    }
+}
+
+/// What a replica reacts to.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// Time passed (one tick).
+    Tick,
+    /// A message arrived.
+    Message {
+        /// Its sender.
+        from: Addr,
+        /// The message.
+        msg: OrderMsg,
+    },
+}
+
+/// Why a replica cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum OrderError {
+    /// The configuration is unusable.
+    #[error("bad order configuration: {0}")]
+    Config(String),
+    /// The disk failed: the replica must stop (it can no longer promise durability).
+    #[error("write-ahead log: {0}")]
+    Disk(#[from] std::io::Error),
+    /// The log holds something this build cannot read.
+    #[error("corrupt record in the log: {0}")]
+    Corrupt(String),
+    /// raft-rs refused to start.
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+}
+
+/// Counters of one replica (since it last started).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OrderStats {
+    /// Entries optimistically delivered.
+    pub opt_delivered: u64,
+    /// Entries finally delivered.
+    pub final_delivered: u64,
+    /// Optimistic deliveries revoked.
+    pub revoked: u64,
+    /// Requests finally delivered (duplicates excluded).
+    pub requests_delivered: u64,
+    /// Snapshots installed from the leader.
+    pub snapshots_installed: u64,
+    /// Snapshots taken here.
+    pub snapshots_taken: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SnapshotData {
+    machine: Vec<u8>,
+    clients: Vec<(u64, u64, Vec<u8>)>,
+    delivered_batches: Vec<BatchId>,
+}
+
+/// An entry optimistically delivered and not yet final.
+struct Pending {
+    batch: Option<BatchId>,
+    requests: Vec<Request>,
+}
+
+/// One replica. `S` is the replicated state machine, `D` where it persists.
+pub struct Replica<S, D> {
+    cfg: ReplicaConfig,
+    raft: RawNode<LogStore>,
+    disk: D,
+    machine: S,
+    rng: u64,
+    ticks: u64,
+
+    batches: BTreeMap<BatchId, Vec<Request>>,
+    delivered_batches: BTreeSet<BatchId>,
+    /// The latest log index holding each batch id.
+    in_log: BTreeMap<BatchId, u64>,
+    fetch_sent: BTreeMap<BatchId, u64>,
+
+    open: Vec<Request>,
+    open_since: u64,
+    next_batch: u64,
+    /// Own batches not yet held by a majority: who acknowledged, when last sent.
+    unacked: BTreeMap<BatchId, (BTreeSet<Addr>, u64)>,
+    /// Own batches held by a majority and not yet delivered: when last proposed.
+    proposed: BTreeMap<BatchId, u64>,
+    /// Requests in this replica's batches that are not delivered yet.
+    in_flight: BTreeSet<(u64, u64)>,
+
+    /// Per client: the last delivered request number and its answer.
+    clients: BTreeMap<u64, (u64, Vec<u8>)>,
+    /// Per client: the request waiting for an answer here, and where to send it.
+    awaiting: BTreeMap<u64, (u64, Addr)>,
+
+    pending: BTreeMap<u64, Pending>,
+    pending_requests: BTreeSet<(u64, u64)>,
+    opt_next: u64,
+    final_next: u64,
+    commit: u64,
+    snapshot_to: Vec<u64>,
+    /// The batch the next optimistic delivery waits for, and since when.
+    missing: Option<(BatchId, u64)>,
+    stats: OrderStats,
+}
+
+fn encode_entry_data(id: BatchId) -> Vec<u8> {
+    postcard::to_stdvec(&id).unwrap_or_default()
+}
+
+fn entry_batch(e: &Entry) -> Option<BatchId> {
+    if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
+        return None;
+    }
+    postcard::from_bytes(&e.data).ok()
+}
+
+impl<S: StateMachine, D: Disk> Replica<S, D> {
+    /// Opens replica `cfg.id` on `disk`: replays what it holds (an empty disk is a new replica)
+    /// and starts Raft where the log left off. `machine` must be in its initial state.
+    pub fn open(cfg: ReplicaConfig, mut disk: D, mut machine: S) -> Result<Self, OrderError> {
+        if cfg.id == 0 || !cfg.replicas.contains(&cfg.id) {
+            return Err(OrderError::Config(format!(
+                "replica id {} must be non-zero and among the replicas {:?}",
+                cfg.id, cfg.replicas
+            )));
+        }
+        let mut store = LogStore::new(cfg.replicas.clone());
+        let mut batches = BTreeMap::new();
+        let mut next_batch = 1;
+        for record in disk.load()? {
+            match record {
+                Record::Entries(list) => {
+                    let ents = list
+                        .iter()
+                        .map(|b| Entry::parse_from_bytes(b))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| OrderError::Corrupt(e.to_string()))?;
+                    store.append(&ents);
+                }
+                Record::HardState { term, vote, commit } => {
+                    let mut hs = HardState::default();
+                    (hs.term, hs.vote, hs.commit) = (term, vote, commit);
+                    store.set_hard_state(hs);
+                }
+                Record::Installed(bytes) => {
+                    let snap = Snapshot::parse_from_bytes(&bytes)
+                        .map_err(|e| OrderError::Corrupt(e.to_string()))?;
+                    store.install(snap);
+                }
+                Record::Batch { id, requests } => {
+                    if id.origin == cfg.id {
+                        next_batch = next_batch.max(id.n + 1);
+                    }
+                    batches.insert(id, requests);
+                }
+            }
+        }
+        let base = store.snapshot_index();
+        let mut clients = BTreeMap::new();
+        let mut delivered_batches = BTreeSet::new();
+        if base > 0 {
+            let data: SnapshotData = postcard::from_bytes(&store.latest_snapshot().data)
+                .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
+            machine
+                .restore(&data.machine)
+                .map_err(OrderError::Corrupt)?;
+            clients = data
+                .clients
+                .into_iter()
+                .map(|(c, s, r)| (c, (s, r)))
+                .collect();
+            delivered_batches = data.delivered_batches.into_iter().collect();
+        }
+        // Own batches delivered before the snapshot are gone from the disk, but their numbers
+        // must never be used again.
+        if let Some(last) = delivered_batches
+            .iter()
+            .filter(|id| id.origin == cfg.id)
+            .map(|id| id.n)
+            .max()
+        {
+            next_batch = next_batch.max(last + 1);
+        }
+        let commit = store.hard_state().commit.max(base);
+        let mut in_log = BTreeMap::new();
+        for e in store.entries_from(store.first()) {
+            if let Some(id) = entry_batch(e) {
+                in_log.insert(id, e.index);
+            }
+        }
+        // Own batches that may never have reached a majority go round again.
+        let unacked = batches
+            .keys()
+            .filter(|id| {
+                id.origin == cfg.id && !delivered_batches.contains(id) && !in_log.contains_key(id)
+            })
+            .map(|id| (*id, (BTreeSet::from([cfg.id]), 0)))
+            .collect();
+        let raft_cfg = raft::Config {
+            id: cfg.id,
+            election_tick: cfg.election_ticks,
+            heartbeat_tick: cfg.heartbeat_ticks,
+            applied: base,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: cfg.max_inflight,
+            check_quorum: true,
+            pre_vote: true,
+            // One value only: raft-rs draws it from its own generator, and runs must be
+            // reproducible. The jitter comes from skipped ticks instead (see `tick`).
+            min_election_tick: cfg.election_ticks,
+            max_election_tick: cfg.election_ticks + 1,
+            ..raft::Config::default()
+        };
+        let raft = RawNode::new(&raft_cfg, store, &raft_logger())?;
+        let rng = cfg.seed ^ 0x6a09_e667_f3bc_c908;
+        Ok(Replica {
+            raft,
+            disk,
+            machine,
+            rng,
+            ticks: 0,
+            batches,
+            delivered_batches,
+            in_log,
+            fetch_sent: BTreeMap::new(),
+            open: Vec::new(),
+            open_since: 0,
+            next_batch,
+            unacked,
+            proposed: BTreeMap::new(),
+            in_flight: BTreeSet::new(),
+            clients,
+            awaiting: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            pending_requests: BTreeSet::new(),
+            opt_next: base + 1,
+            final_next: base + 1,
+            commit,
+            snapshot_to: Vec::new(),
+            missing: None,
+            stats: OrderStats::default(),
+            cfg,
+        })
+    }
+
+    /// The replicated state machine.
+    pub fn machine(&self) -> &S {
+        &self.machine
+    }
+
+    /// Counters since this replica started.
+    pub fn stats(&self) -> OrderStats {
+        self.stats
+    }
+
+    /// Whether this replica is the Raft leader now.
+    pub fn is_leader(&self) -> bool {
+        self.raft.raft.state == raft::StateRole::Leader
+    }
+
+    /// The next position to be finally delivered.
+    pub fn final_next(&self) -> u64 {
+        self.final_next
+    }
+
+    /// A one-line account of where this replica stands (for diagnostics).
+    pub fn describe(&self) -> String {
+        let store = self.raft.store();
+        format!(
+            "replica {}: {:?} term {}, log {}..={}, commit {}, opt_next {}, final_next {}, waiting for batch {:?}, {:?}",
+            self.cfg.id,
+            self.raft.raft.state,
+            self.raft.raft.term,
+            store.first(),
+            store.last(),
+            self.commit,
+            self.opt_next,
+            self.final_next,
+            self.missing,
+            self.stats
+        )
+    }
+
+    /// Gives the disk back (to reopen the replica after a simulated crash).
+    pub fn into_disk(self) -> D {
+        self.disk
+    }
+
+    fn majority(&self) -> usize {
+        self.cfg.replicas.len() / 2 + 1
+    }
+
+    fn others(&self) -> impl Iterator<Item = Addr> + '_ {
+        let me = self.cfg.id;
+        self.cfg.replicas.iter().copied().filter(move |&r| r != me)
+    }
+
+    fn next_random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Reacts to one input; appends messages to send and deliveries to `out`.
+    pub fn step(&mut self, input: Input, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        match input {
+            Input::Tick => self.tick(out)?,
+            Input::Message { from, msg } => self.on_message(from, msg, out)?,
+        }
+        self.handle_ready(out)?;
+        self.deliver(out)?;
+        Ok(())
+    }
+
+    fn tick(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        self.ticks += 1;
+        // One tick in eight is skipped, at random: replicas whose election timers started
+        // together drift apart, so split votes do not repeat forever.
+        if !self.next_random().is_multiple_of(8) {
+            self.raft.tick();
+        }
+        if !self.open.is_empty() && self.ticks - self.open_since >= self.cfg.batch_delay_ticks {
+            self.seal(out)?;
+        }
+        let (now, retry) = (self.ticks, self.cfg.retry_ticks);
+        let resend: Vec<(BatchId, Vec<Addr>)> = self
+            .unacked
+            .iter_mut()
+            .filter(|(_, (_, sent))| now >= *sent + retry)
+            .map(|(id, (acks, sent))| {
+                *sent = now;
+                let missing = self
+                    .cfg
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|r| !acks.contains(r))
+                    .collect();
+                (*id, missing)
+            })
+            .collect();
+        for (id, to) in resend {
+            let requests = self.batches.get(&id).cloned().unwrap_or_default();
+            for r in to {
+                out.push(Action::Send {
+                    to: r,
+                    msg: OrderMsg::Batch {
+                        id,
+                        requests: requests.clone(),
+                    },
+                });
+            }
+        }
+        // Batches delivered meanwhile (a snapshot can deliver them wholesale) are done.
+        let delivered = &self.delivered_batches;
+        self.proposed.retain(|id, _| !delivered.contains(id));
+        self.unacked.retain(|id, _| !delivered.contains(id));
+        let repropose: Vec<BatchId> = self
+            .proposed
+            .iter()
+            .filter(|(id, at)| !self.in_log.contains_key(id) && now >= **at + retry)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in repropose {
+            self.propose(id);
+        }
+        self.unstick(out);
+        Ok(())
+    }
+
+    /// The replicas drop a batch's contents when they compact the log past its entry. A replica
+    /// that still needs one by then (it was away, and its log is not behind enough for Raft to
+    /// send a snapshot) asks the others for their latest snapshot instead and adopts it.
+    fn unstick(&mut self, out: &mut Vec<Action>) {
+        let Some((id, since)) = self.missing else {
+            return;
+        };
+        if self.ticks < since + 4 * self.cfg.retry_ticks {
+            return;
+        }
+        self.missing = Some((id, self.ticks));
+        for to in self.others().collect::<Vec<_>>() {
+            out.push(Action::Send {
+                to,
+                msg: OrderMsg::FetchState {
+                    after: self.opt_next,
+                },
+            });
+        }
+    }
+
+    fn on_message(
+        &mut self,
+        from: Addr,
+        msg: OrderMsg,
+        out: &mut Vec<Action>,
+    ) -> Result<(), OrderError> {
+        let member = self.cfg.replicas.contains(&from);
+        match msg {
+            OrderMsg::Raft(bytes) if member => match Message::parse_from_bytes(&bytes) {
+                Ok(m) if m.from == from && m.to == self.cfg.id => {
+                    // Errors here are stale or irrelevant messages (raft-rs ignores them too).
+                    let _ = self.raft.step(m);
+                }
+                Ok(m) => tracing::warn!(
+                    from,
+                    claimed = m.from,
+                    to = m.to,
+                    "misaddressed raft message dropped"
+                ),
+                Err(e) => tracing::warn!(from, error = %e, "undecodable raft message dropped"),
+            },
+            OrderMsg::Batch { id, requests } if member => {
+                if !self.batches.contains_key(&id) && !self.delivered_batches.contains(&id) {
+                    self.disk.append(&Record::Batch {
+                        id,
+                        requests: requests.clone(),
+                    })?;
+                    self.disk.sync()?;
+                    self.batches.insert(id, requests);
+                }
+                if id.origin == from {
+                    out.push(Action::Send {
+                        to: from,
+                        msg: OrderMsg::BatchAck { id },
+                    });
+                }
+            }
+            OrderMsg::BatchAck { id } if member => {
+                let majority = self.majority();
+                if let Some((acks, _)) = self.unacked.get_mut(&id) {
+                    acks.insert(from);
+                    if acks.len() >= majority {
+                        self.unacked.remove(&id);
+                        self.propose(id);
+                    }
+                }
+            }
+            OrderMsg::FetchBatch { id } if member => {
+                if let Some(requests) = self.batches.get(&id) {
+                    out.push(Action::Send {
+                        to: from,
+                        msg: OrderMsg::Batch {
+                            id,
+                            requests: requests.clone(),
+                        },
+                    });
+                }
+            }
+            OrderMsg::FetchState { after } if member => {
+                let snap = self.raft.store().latest_snapshot();
+                if snap.get_metadata().index >= after {
+                    match snap.write_to_bytes() {
+                        Ok(snapshot) => out.push(Action::Send {
+                            to: from,
+                            msg: OrderMsg::State { snapshot },
+                        }),
+                        Err(e) => tracing::error!(error = %e, "cannot encode a snapshot"),
+                    }
+                }
+            }
+            OrderMsg::State { snapshot } if member => match Snapshot::parse_from_bytes(&snapshot) {
+                Ok(snap) => self.adopt(snap, out)?,
+                Err(e) => tracing::warn!(from, error = %e, "undecodable snapshot dropped"),
+            },
+            OrderMsg::Request(req) => self.on_request(from, req, out)?,
+            OrderMsg::Raft(_)
+            | OrderMsg::Batch { .. }
+            | OrderMsg::BatchAck { .. }
+            | OrderMsg::FetchBatch { .. }
+            | OrderMsg::FetchState { .. }
+            | OrderMsg::State { .. } => {
+                tracing::warn!(from, "replica message from a non-member dropped");
+            }
+            OrderMsg::Reply { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn on_request(
+        &mut self,
+        from: Addr,
+        req: Request,
+        out: &mut Vec<Action>,
+    ) -> Result<(), OrderError> {
+        if let Some((last, response)) = self.clients.get(&req.client) {
+            if *last >= req.seq {
+                if *last == req.seq {
+                    out.push(Action::Send {
+                        to: from,
+                        msg: OrderMsg::Reply {
+                            client: req.client,
+                            seq: req.seq,
+                            response: response.clone(),
+                        },
+                    });
+                }
+                return Ok(());
+            }
+        }
+        self.awaiting.insert(req.client, (req.seq, from));
+        if self.in_flight.insert((req.client, req.seq)) {
+            if self.open.is_empty() {
+                self.open_since = self.ticks;
+            }
+            self.open.push(req);
+            if self.open.len() >= self.cfg.batch_max {
+                self.seal(out)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn seal(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        let id = BatchId {
+            origin: self.cfg.id,
+            n: self.next_batch,
+        };
+        self.next_batch += 1;
+        let requests = std::mem::take(&mut self.open);
+        self.disk.append(&Record::Batch {
+            id,
+            requests: requests.clone(),
+        })?;
+        self.disk.sync()?;
+        for to in self.others().collect::<Vec<_>>() {
+            out.push(Action::Send {
+                to,
+                msg: OrderMsg::Batch {
+                    id,
+                    requests: requests.clone(),
+                },
+            });
+        }
+        self.batches.insert(id, requests);
+        if self.majority() <= 1 {
+            self.propose(id);
+        } else {
+            self.unacked
+                .insert(id, (BTreeSet::from([self.cfg.id]), self.ticks));
+        }
+        Ok(())
+    }
+
+    fn propose(&mut self, id: BatchId) {
+        self.proposed.insert(id, self.ticks);
+        // Dropped when there is no leader: retried after `retry_ticks`.
+        let _ = self.raft.propose(Vec::new(), encode_entry_data(id));
+    }
+
+    fn send_raft(&mut self, msgs: Vec<Message>, out: &mut Vec<Action>) {
+        for m in msgs {
+            if m.get_msg_type() == MessageType::MsgSnapshot {
+                self.snapshot_to.push(m.to);
+            }
+            match m.write_to_bytes() {
+                Ok(bytes) => out.push(Action::Send {
+                    to: m.to,
+                    msg: OrderMsg::Raft(bytes),
+                }),
+                Err(e) => tracing::error!(error = %e, "cannot encode a raft message"),
+            }
+        }
+    }
+
+    fn persist_hard_state(&mut self, hs: &HardState) -> Result<(), OrderError> {
+        self.disk.append(&Record::HardState {
+            term: hs.term,
+            vote: hs.vote,
+            commit: hs.commit,
+        })?;
+        Ok(())
+    }
+
+    fn handle_ready(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        while self.raft.has_ready() {
+            let mut rd = self.raft.ready();
+            let msgs = rd.take_messages();
+            self.send_raft(msgs, out);
+            let mut wrote = false;
+            if !rd.snapshot().is_empty() {
+                let snap = rd.snapshot().clone();
+                self.install(snap, out)?;
+                wrote = true;
+            }
+            if !rd.entries().is_empty() {
+                let ents = rd.take_entries();
+                self.append(&ents, out)?;
+                wrote = true;
+            }
+            if let Some(hs) = rd.hs() {
+                let hs = hs.clone();
+                self.persist_hard_state(&hs)?;
+                self.raft.mut_store().set_hard_state(hs);
+                wrote = true;
+            }
+            if wrote {
+                self.disk.sync()?;
+            }
+            let persisted = rd.take_persisted_messages();
+            self.send_raft(persisted, out);
+            if let Some(last) = rd.committed_entries().last() {
+                self.commit = self.commit.max(last.index);
+            }
+            let mut light = self.raft.advance(rd);
+            if let Some(commit) = light.commit_index() {
+                self.raft.mut_store().set_commit(commit);
+                let hs = self.raft.store().hard_state().clone();
+                self.persist_hard_state(&hs)?;
+                self.disk.sync()?;
+            }
+            let msgs = light.take_messages();
+            self.send_raft(msgs, out);
+            if let Some(last) = light.committed_entries().last() {
+                self.commit = self.commit.max(last.index);
+            }
+            self.raft.advance_apply();
+        }
+        // A snapshot message may be lost: report it sent, and raft-rs probes the follower
+        // again (sending another snapshot if it still needs one).
+        for to in std::mem::take(&mut self.snapshot_to) {
+            self.raft.report_snapshot(to, SnapshotStatus::Finish);
+        }
+        Ok(())
+    }
+
+    /// Appends entries to the log; revokes optimistic deliveries they replace.
+    fn append(&mut self, ents: &[Entry], out: &mut Vec<Action>) -> Result<(), OrderError> {
+        let encoded = ents
+            .iter()
+            .map(|e| e.write_to_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| OrderError::Corrupt(e.to_string()))?;
+        self.disk.append(&Record::Entries(encoded))?;
+        if let Some(cut) = self.raft.mut_store().append(ents) {
+            if cut < self.final_next {
+                tracing::error!(
+                    cut,
+                    final_next = self.final_next,
+                    "raft replaced finally delivered entries"
+                );
+            }
+            self.revoke(cut, out);
+            self.in_log.retain(|_, at| *at < cut);
+        }
+        for e in ents {
+            if let Some(id) = entry_batch(e) {
+                self.in_log.insert(id, e.index);
+            }
+        }
+        Ok(())
+    }
+
+    fn revoke(&mut self, from: u64, out: &mut Vec<Action>) {
+        if from >= self.opt_next {
+            return;
+        }
+        let from = from.max(self.final_next);
+        let revoked = self.pending.split_off(&from);
+        self.stats.revoked += revoked.len() as u64;
+        self.pending_requests = self
+            .pending
+            .values()
+            .flat_map(|p| p.requests.iter().map(|r| (r.client, r.seq)))
+            .collect();
+        self.opt_next = from;
+        out.push(Action::Deliver(Delivery::Revoke { from }));
+    }
+
+    /// Takes the delivered state of a snapshot: the state machine, the clients' table, the
+    /// delivered batches. Optimistic deliveries not yet final are revoked.
+    fn restore_state(&mut self, snap: &Snapshot, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        let index = snap.get_metadata().index;
+        let data: SnapshotData = postcard::from_bytes(&snap.data)
+            .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
+        self.machine
+            .restore(&data.machine)
+            .map_err(OrderError::Corrupt)?;
+        self.clients = data
+            .clients
+            .into_iter()
+            .map(|(c, s, r)| (c, (s, r)))
+            .collect();
+        self.delivered_batches = data.delivered_batches.into_iter().collect();
+        if self.opt_next > self.final_next {
+            self.revoke(self.final_next, out);
+        }
+        self.forget_delivered_batches(index);
+        self.in_log.retain(|_, at| *at > index);
+        self.missing = None;
+        self.opt_next = index + 1;
+        self.final_next = index + 1;
+        self.commit = self.commit.max(index);
+        self.stats.snapshots_installed += 1;
+        out.push(Action::Deliver(Delivery::Installed { seq: index }));
+        Ok(())
+    }
+
+    /// A snapshot Raft hands over because this replica's log is behind the leader's first
+    /// entry: it replaces the log.
+    fn install(&mut self, snap: Snapshot, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        self.restore_state(&snap, out)?;
+        let bytes = snap
+            .write_to_bytes()
+            .map_err(|e| OrderError::Corrupt(e.to_string()))?;
+        self.disk.append(&Record::Installed(bytes))?;
+        self.raft.mut_store().install(snap);
+        Ok(())
+    }
+
+    /// A snapshot another replica sent because this one waits for a batch nobody keeps any
+    /// more. Taken only if it covers the waiting entry and lies within this replica's committed
+    /// log, whose entries up to it it then replaces (the log itself stays Raft's).
+    fn adopt(&mut self, snap: Snapshot, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        let index = snap.get_metadata().index;
+        let usable = index >= self.opt_next
+            && index <= self.commit
+            && index <= self.raft.store().last()
+            && index > self.raft.store().snapshot_index();
+        if !usable {
+            return Ok(());
+        }
+        self.restore_state(&snap, out)?;
+        self.raft.mut_store().compact(snap);
+        self.rewrite_disk()
+    }
+
+    fn want(&mut self, id: BatchId, out: &mut Vec<Action>) {
+        let due = self
+            .fetch_sent
+            .get(&id)
+            .is_none_or(|at| self.ticks >= at + self.cfg.retry_ticks);
+        if due {
+            self.fetch_sent.insert(id, self.ticks);
+            for to in self.others().collect::<Vec<_>>() {
+                out.push(Action::Send {
+                    to,
+                    msg: OrderMsg::FetchBatch { id },
+                });
+            }
+        }
+    }
+
+    fn deliver(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        while self.opt_next <= self.raft.store().last() {
+            let seq = self.opt_next;
+            let batch = self.raft.store().entry(seq).and_then(entry_batch);
+            let duplicate = batch.is_some_and(|id| {
+                self.delivered_batches.contains(&id)
+                    || self.pending.values().any(|p| p.batch == Some(id))
+            });
+            let requests = match batch {
+                Some(id) if !duplicate => match self.batches.get(&id) {
+                    Some(reqs) => reqs
+                        .iter()
+                        .filter(|r| {
+                            let done = self.clients.get(&r.client).is_some_and(|c| c.0 >= r.seq);
+                            !done && !self.pending_requests.contains(&(r.client, r.seq))
+                        })
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                    None => {
+                        if self.missing.is_none_or(|(m, _)| m != id) {
+                            self.missing = Some((id, self.ticks));
+                        }
+                        self.want(id, out);
+                        break;
+                    }
+                },
+                _ => Vec::new(),
+            };
+            // Within one batch a request appears once (the origin's `in_flight` guarantees it).
+            self.pending_requests
+                .extend(requests.iter().map(|r| (r.client, r.seq)));
+            out.push(Action::Deliver(Delivery::Opt {
+                seq,
+                requests: requests.clone(),
+            }));
+            self.pending.insert(
+                seq,
+                Pending {
+                    batch: if duplicate { None } else { batch },
+                    requests,
+                },
+            );
+            self.opt_next += 1;
+            self.stats.opt_delivered += 1;
+            self.missing = None;
+        }
+        while self.final_next <= self.commit && self.final_next < self.opt_next {
+            let seq = self.final_next;
+            let Some(p) = self.pending.remove(&seq) else {
+                break;
+            };
+            for r in &p.requests {
+                self.pending_requests.remove(&(r.client, r.seq));
+                let response = self.machine.apply(r);
+                self.in_flight.remove(&(r.client, r.seq));
+                if let Some(&(wanted, to)) = self.awaiting.get(&r.client) {
+                    if wanted == r.seq {
+                        self.awaiting.remove(&r.client);
+                        out.push(Action::Send {
+                            to,
+                            msg: OrderMsg::Reply {
+                                client: r.client,
+                                seq: r.seq,
+                                response: response.clone(),
+                            },
+                        });
+                    }
+                }
+                self.clients.insert(r.client, (r.seq, response));
+                self.stats.requests_delivered += 1;
+            }
+            if let Some(id) = p.batch {
+                self.delivered_batches.insert(id);
+                self.proposed.remove(&id);
+                self.fetch_sent.remove(&id);
+            }
+            out.push(Action::Deliver(Delivery::Final { seq }));
+            self.final_next += 1;
+            self.stats.final_delivered += 1;
+        }
+        self.maybe_snapshot()
+    }
+
+    /// Takes a snapshot at the last finally delivered entry once `snapshot_every` entries have
+    /// been delivered since the last one; compacts the log and rewrites the disk.
+    fn maybe_snapshot(&mut self) -> Result<(), OrderError> {
+        let applied = self.final_next - 1;
+        let base = self.raft.store().snapshot_index();
+        if applied < base + self.cfg.snapshot_every.max(1) {
+            return Ok(());
+        }
+        let Some(term) = self.raft.store().term_of(applied) else {
+            return Ok(());
+        };
+        let data = SnapshotData {
+            machine: self.machine.snapshot(),
+            clients: self
+                .clients
+                .iter()
+                .map(|(c, (s, r))| (*c, *s, r.clone()))
+                .collect(),
+            delivered_batches: self.delivered_batches.iter().copied().collect(),
+        };
+        let mut snap = Snapshot {
+            data: postcard::to_stdvec(&data)
+                .map_err(|e| OrderError::Corrupt(e.to_string()))?
+                .into(),
+            ..Snapshot::default()
+        };
+        let meta = snap.mut_metadata();
+        meta.index = applied;
+        meta.term = term;
+        meta.set_conf_state(self.raft.store().conf_state().clone());
+        self.raft.mut_store().compact(snap);
+        self.forget_delivered_batches(applied);
+        self.rewrite_disk()?;
+        self.stats.snapshots_taken += 1;
+        Ok(())
+    }
+
+    /// Drops the contents of delivered batches whose entries are at or before `index`: only
+    /// entries still in the log need them.
+    fn forget_delivered_batches(&mut self, index: u64) {
+        let gone: Vec<BatchId> = self
+            .in_log
+            .iter()
+            .filter(|(id, at)| **at <= index && self.delivered_batches.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.in_log.remove(&id);
+            self.batches.remove(&id);
+        }
+    }
+
+    /// Rewrites the disk with what the replica holds now: its snapshot, the entries after it,
+    /// the hard state, the batches it keeps.
+    fn rewrite_disk(&mut self) -> Result<(), OrderError> {
+        let store = self.raft.store();
+        let snap = store.latest_snapshot();
+        let mut records = vec![Record::Installed(
+            snap.write_to_bytes()
+                .map_err(|e| OrderError::Corrupt(e.to_string()))?,
+        )];
+        let rest = store
+            .entries_from(store.first())
+            .iter()
+            .map(|e| e.write_to_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| OrderError::Corrupt(e.to_string()))?;
+        if !rest.is_empty() {
+            records.push(Record::Entries(rest));
+        }
+        let hs = store.hard_state();
+        records.push(Record::HardState {
+            term: hs.term,
+            vote: hs.vote,
+            commit: hs.commit,
+        });
+        records.extend(self.batches.iter().map(|(id, requests)| Record::Batch {
+            id: *id,
+            requests: requests.clone(),
+        }));
+        self.disk.rewrite(&records)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,131 @@
+//! What the order layer carries: requests, batches, messages, and what it delivers.
+
+use serde::{Deserialize, Serialize};
+
+/// A node's address: its id in the cluster's transport (never 0; replicas use it as their Raft
+/// id too).
+pub type Addr = u64;
+
+/// A client's request. A client numbers its requests 1, 2, 3, ... and has one outstanding at a
+/// time; `(client, seq)` identifies a request, and the order layer delivers each at most once
+/// however often it is re-sent.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Request {
+    /// The client.
+    pub client: u64,
+    /// The client's sequence number, from 1.
+    pub seq: u64,
+    /// What the replicated state machine is asked to do.
+    pub payload: Vec<u8>,
+}
+
+/// A batch of requests, named by the replica that formed it and its number there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BatchId {
+    /// The replica that formed the batch.
+    pub origin: Addr,
+    /// Its number at that replica, from 1.
+    pub n: u64,
+}
+
+/// Messages between replicas, and between clients and replicas.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum OrderMsg {
+    /// A Raft message (protobuf-encoded, as raft-rs defines it).
+    Raft(Vec<u8>),
+    /// A batch disseminated by its origin (or sent to a replica that asked for it).
+    Batch {
+        /// Its id.
+        id: BatchId,
+        /// Its requests.
+        requests: Vec<Request>,
+    },
+    /// The sender persisted batch `id`.
+    BatchAck {
+        /// The batch.
+        id: BatchId,
+    },
+    /// The sender needs batch `id` to deliver an entry.
+    FetchBatch {
+        /// The batch.
+        id: BatchId,
+    },
+    /// The sender waits for entry `after` and nobody keeps its batch: send your latest snapshot
+    /// if it reaches that far.
+    FetchState {
+        /// The entry waited for.
+        after: u64,
+    },
+    /// A snapshot (protobuf), answering [`OrderMsg::FetchState`].
+    State {
+        /// The snapshot.
+        snapshot: Vec<u8>,
+    },
+    /// A client's request.
+    Request(Request),
+    /// The answer to a client's request, sent once it is finally delivered.
+    Reply {
+        /// The client.
+        client: u64,
+        /// The request's number.
+        seq: u64,
+        /// What the state machine answered.
+        response: Vec<u8>,
+    },
+}
+
+/// What a replica hands to the layers above, besides messages to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Entry `seq` is proposed by the leader and its batches are here: `requests` (duplicates
+    /// of earlier requests removed) will be finally delivered at `seq` unless revoked.
+    Opt {
+        /// The entry's position in the total order.
+        seq: u64,
+        /// Its requests.
+        requests: Vec<Request>,
+    },
+    /// Entry `seq`, optimistically delivered before, is committed: its order is final, and the
+    /// replicated state machine has applied it.
+    Final {
+        /// The entry.
+        seq: u64,
+    },
+    /// A leader change replaced the entries from `from` on: every optimistic delivery at or
+    /// above `from` is void.
+    Revoke {
+        /// The first revoked entry.
+        from: u64,
+    },
+    /// The replica's state was replaced by a snapshot taken at `seq` (it was too far behind):
+    /// entries up to `seq` are final without being delivered one by one.
+    Installed {
+        /// The snapshot's position.
+        seq: u64,
+    },
+}
+
+/// What a replica asks its driver to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Send `msg` to `to`.
+    Send {
+        /// The receiver.
+        to: Addr,
+        /// The message.
+        msg: OrderMsg,
+    },
+    /// Deliver to the layers above.
+    Deliver(Delivery),
+}
+
+/// A replicated state machine: applies finally delivered requests in order, and can be saved
+/// into and restored from a snapshot. Must be deterministic.
+pub trait StateMachine {
+    /// Applies one request and returns the answer for its client.
+    fn apply(&mut self, request: &Request) -> Vec<u8>;
+    /// The whole state, encoded.
+    fn snapshot(&self) -> Vec<u8>;
+    /// Replaces the state with a snapshot's.
+    fn restore(&mut self, data: &[u8]) -> Result<(), String>;
+}
