@@ -31,6 +31,7 @@
 mod cluster;
 pub mod config;
 mod node;
+pub mod ordering;
 pub mod runtime;
 
 /// The README's examples, compiled and run as doctests.
@@ -45,6 +46,8 @@ pub use atomos_core::{
 };
 /// Networking: wire format, transports, requests (re-exported from `atomos-net`).
 pub use atomos_net as net;
+/// The order layer: total order with optimistic delivery (re-exported from `atomos-order`).
+pub use atomos_order as order;
 pub use cluster::{Cluster, ClusterError};
 pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};
 pub use runtime::{NodeMsg, NodeRuntime, PeerState, RuntimeError};

@@ -7,6 +7,7 @@
 pub mod footprint;
 pub mod harness;
 pub mod net;
+pub mod order;
 pub mod workloads;
 
 pub use harness::{run, BenchConfig, BenchError, BenchReport, Latency};

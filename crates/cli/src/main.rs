@@ -99,9 +99,9 @@ struct BenchArgs {
     /// Consistency protocol.
     #[arg(long, default_value = "local")]
     protocol: String,
-    /// Nodes in the benchmarked cluster.
-    #[arg(long, default_value_t = 1)]
-    nodes: usize,
+    /// Nodes in the benchmarked cluster (default: 1; 3 for order).
+    #[arg(long)]
+    nodes: Option<usize>,
     /// Worker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -136,6 +136,21 @@ struct BenchArgs {
     /// Net: payload bytes per message.
     #[arg(long, default_value_t = 64)]
     message_bytes: usize,
+    /// Order: payload bytes per request.
+    #[arg(long, default_value_t = 64)]
+    request_size: usize,
+    /// Order: when the write-ahead logs are fsynced: batch, never, or a period like 10ms.
+    #[arg(long, default_value = "never")]
+    fsync: String,
+    /// Order: stop the leader every this many seconds (it restarts from its log 0.5 s later).
+    #[arg(long)]
+    kill_leader_every: Option<f64>,
+    /// Order: closed-loop clients per replica.
+    #[arg(long, default_value_t = 256)]
+    clients: usize,
+    /// Order: requests per batch at most.
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
 }
 
 fn main() -> ExitCode {
@@ -267,18 +282,37 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
         write_json(&args.json, &report)?;
         return Ok(true);
     }
+    if args.workload == "order" {
+        let nodes = args.nodes.unwrap_or(3);
+        let report = atomos_bench::order::run(&atomos_bench::order::OrderBenchConfig {
+            nodes,
+            request_bytes: args.request_size,
+            duration: seconds(args.duration, "--duration")?,
+            fsync: atomos_bench::order::parse_fsync(&args.fsync)?,
+            kill_leader_every: args
+                .kill_leader_every
+                .map(|s| seconds(s, "--kill-leader-every"))
+                .transpose()?,
+            clients_per_node: args.clients,
+            batch_max: args.batch.max(1),
+        })?;
+        println!("{}", report.summary());
+        write_json(&args.json, &report)?;
+        return Ok(true);
+    }
     let workload: WorkloadKind = args.workload.parse()?;
-    if !link_delay.is_zero() && args.nodes < 2 {
+    let nodes = args.nodes.unwrap_or(1);
+    if !link_delay.is_zero() && nodes < 2 {
         return Err(format!(
             "--link-delay-ms delays the links between nodes; protocol {} with {} node has none",
-            args.protocol, args.nodes
+            args.protocol, nodes
         ));
     }
     let protocol: Protocol = args.protocol.parse()?;
     let cfg = BenchConfig {
         workload,
         protocol,
-        nodes: args.nodes,
+        nodes,
         threads: args.threads,
         objects: args.objects.unwrap_or(workload.default_objects()),
         read_ratio: args.read_ratio,

@@ -82,6 +82,9 @@ impl ReplicaConfig {
 pub enum Input {
     /// Time passed (one tick).
     Tick,
+    /// Seal the open batch now: the driver has no more requests waiting (batching by load,
+    /// like group commit, on top of the size and tick limits).
+    Flush,
     /// A message arrived.
     Message {
         /// Its sender.
@@ -383,6 +386,11 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
     pub fn step(&mut self, input: Input, out: &mut Vec<Action>) -> Result<(), OrderError> {
         match input {
             Input::Tick => self.tick(out)?,
+            Input::Flush => {
+                if !self.open.is_empty() {
+                    self.seal(out)?;
+                }
+            }
             Input::Message { from, msg } => self.on_message(from, msg, out)?,
         }
         self.handle_ready(out)?;

@@ -1,0 +1,516 @@
+//! Runs an order-layer replica ([`atomos_order::Replica`]) over a real transport with real time:
+//! one task per replica feeds it ticks, messages from peers and requests from local clients,
+//! carries out what it asks (sends, deliveries), and measures what the layer promises
+//! (optimistic deliveries, revocations, the delay from optimistic to final delivery).
+//!
+//! Applications submit requests with [`OrderNode::submit`]; each uses a client of this node
+//! (a unique random client id, sequence numbers, re-sending to another replica when this one
+//! does not answer). A closed-loop load generator (`load_clients`) drives benchmarks.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use atomos_net::transport::{Deliver, NodeId, Transport};
+use atomos_order::{
+    Action, Addr, Client, ClientAction, ClientInput, Delivery, Disk, FileDisk, FsyncPolicy, Input,
+    MemDisk, OrderError, OrderMsg, Replica, ReplicaConfig, StateMachine,
+};
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// Settings of one order node.
+#[derive(Clone, Debug)]
+pub struct OrderNodeConfig {
+    /// The replica's settings (its id is the node id in the transport).
+    pub replica: ReplicaConfig,
+    /// Real time of one replica tick.
+    pub tick: Duration,
+    /// Where the write-ahead log lives and when it is fsynced; `None` keeps it in memory.
+    pub wal: Option<(PathBuf, FsyncPolicy)>,
+    /// Closed-loop clients generating load (each always has one request outstanding).
+    pub load_clients: usize,
+    /// Payload bytes of a generated request.
+    pub load_request_bytes: usize,
+    /// Ticks a client waits for an answer before re-sending to the next replica.
+    pub client_resend_ticks: u64,
+}
+
+impl OrderNodeConfig {
+    /// Defaults: 5 ms ticks (so a leader is suspected after about 50 ms), the log in memory,
+    /// no generated load, clients re-send after 200 ms.
+    pub fn new(replica: ReplicaConfig) -> OrderNodeConfig {
+        OrderNodeConfig {
+            replica,
+            tick: Duration::from_millis(5),
+            wal: None,
+            load_clients: 0,
+            load_request_bytes: 64,
+            client_resend_ticks: 40,
+        }
+    }
+}
+
+/// What an order node measured since it started.
+#[derive(Clone, Debug, Default)]
+pub struct OrderNodeStats {
+    /// Whether the replica is the Raft leader now.
+    pub leader: bool,
+    /// Entries optimistically delivered.
+    pub opt_delivered: u64,
+    /// Optimistic deliveries revoked.
+    pub revoked: u64,
+    /// Requests finally delivered.
+    pub requests_delivered: u64,
+    /// Generated requests answered.
+    pub load_answered: u64,
+    /// Microseconds from an entry's optimistic to its final delivery (p50, p99, samples).
+    pub opt_to_final_us: (f64, f64, u64),
+}
+
+/// Why a submitted request has no answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The node stopped before the request was answered.
+    #[error("the order node stopped")]
+    Stopped,
+}
+
+enum Event {
+    Net {
+        from: NodeId,
+        msg: OrderMsg,
+    },
+    Submit {
+        payload: Vec<u8>,
+        reply: oneshot::Sender<Vec<u8>>,
+    },
+}
+
+struct Shared {
+    leader: AtomicBool,
+    opt_delivered: AtomicU64,
+    revoked: AtomicU64,
+    requests_delivered: AtomicU64,
+    load_answered: AtomicU64,
+    opt_to_final: Mutex<Histogram<u64>>,
+    deliveries: Mutex<Option<mpsc::UnboundedSender<Delivery>>>,
+}
+
+/// The transport's messages go to the node's task.
+struct ToTask(mpsc::UnboundedSender<Event>);
+
+impl Deliver<OrderMsg> for ToTask {
+    fn message(&self, from: NodeId, msg: OrderMsg) {
+        let _ = self.0.send(Event::Net { from, msg });
+    }
+    fn link(&self, _peer: NodeId, _up: bool) {}
+}
+
+/// A running order replica. Dropping it (or [`OrderNode::stop`]) stops its task.
+pub struct OrderNode {
+    tx: mpsc::UnboundedSender<Event>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    task: Option<tokio::task::JoinHandle<Result<(), OrderError>>>,
+    transport: Arc<dyn Transport<OrderMsg>>,
+}
+
+impl OrderNode {
+    /// Starts replica `cfg.replica.id` with state machine `machine`; `connect` builds the
+    /// transport from the receiver it must deliver to. Must be called inside a tokio runtime.
+    pub fn start<S, F>(
+        cfg: OrderNodeConfig,
+        machine: S,
+        connect: F,
+    ) -> Result<OrderNode, OrderError>
+    where
+        S: StateMachine + Send + 'static,
+        F: FnOnce(Arc<dyn Deliver<OrderMsg>>) -> std::io::Result<Arc<dyn Transport<OrderMsg>>>,
+    {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let transport = connect(Arc::new(ToTask(tx.clone())))?;
+        let shared = Arc::new(Shared {
+            leader: AtomicBool::new(false),
+            opt_delivered: AtomicU64::new(0),
+            revoked: AtomicU64::new(0),
+            requests_delivered: AtomicU64::new(0),
+            load_answered: AtomicU64::new(0),
+            opt_to_final: Mutex::new(
+                Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds"),
+            ),
+            deliveries: Mutex::new(None),
+        });
+        let stop = CancellationToken::new();
+        let task = match &cfg.wal {
+            Some((path, policy)) => {
+                let disk = FileDisk::open(path, *policy)?;
+                let replica = Replica::open(cfg.replica.clone(), disk, machine)?;
+                tokio::spawn(run(
+                    cfg,
+                    replica,
+                    transport.clone(),
+                    rx,
+                    shared.clone(),
+                    stop.clone(),
+                ))
+            }
+            None => {
+                let replica = Replica::open(cfg.replica.clone(), MemDisk::new(), machine)?;
+                tokio::spawn(run(
+                    cfg,
+                    replica,
+                    transport.clone(),
+                    rx,
+                    shared.clone(),
+                    stop.clone(),
+                ))
+            }
+        };
+        Ok(OrderNode {
+            tx,
+            shared,
+            stop,
+            task: Some(task),
+            transport,
+        })
+    }
+
+    /// Orders `payload` and returns the state machine's answer once it is finally delivered.
+    pub async fn submit(&self, payload: Vec<u8>) -> Result<Vec<u8>, SubmitError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Event::Submit { payload, reply })
+            .map_err(|_| SubmitError::Stopped)?;
+        answer.await.map_err(|_| SubmitError::Stopped)
+    }
+
+    /// Every delivery from now on, in order (for tests and tools).
+    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Delivery> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.shared.deliveries.lock() = Some(tx);
+        rx
+    }
+
+    /// The transport (to set fault rules).
+    pub fn transport(&self) -> &Arc<dyn Transport<OrderMsg>> {
+        &self.transport
+    }
+
+    /// What the node measured so far.
+    pub fn stats(&self) -> OrderNodeStats {
+        let h = self.shared.opt_to_final.lock();
+        OrderNodeStats {
+            leader: self.shared.leader.load(Ordering::Relaxed),
+            opt_delivered: self.shared.opt_delivered.load(Ordering::Relaxed),
+            revoked: self.shared.revoked.load(Ordering::Relaxed),
+            requests_delivered: self.shared.requests_delivered.load(Ordering::Relaxed),
+            load_answered: self.shared.load_answered.load(Ordering::Relaxed),
+            opt_to_final_us: (
+                h.value_at_quantile(0.5) as f64 / 1000.0,
+                h.value_at_quantile(0.99) as f64 / 1000.0,
+                h.len(),
+            ),
+        }
+    }
+
+    /// Stops the node (as if its process died: nothing more is sent) and waits for its task.
+    pub async fn stop(mut self) -> Result<(), OrderError> {
+        self.stop.cancel();
+        self.transport.shutdown();
+        match self.task.take() {
+            Some(t) => t.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for OrderNode {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        self.transport.shutdown();
+    }
+}
+
+/// The local clients: application submissions and generated load.
+struct Clients {
+    me: Addr,
+    replicas: Vec<Addr>,
+    resend_ticks: u64,
+    base: u64,
+    next: u64,
+    /// Client id -> the client and who waits for its answer (`None`: generated load).
+    active: BTreeMap<u64, (Client, Option<oneshot::Sender<Vec<u8>>>)>,
+    idle: Vec<Client>,
+    load_payload: Vec<u8>,
+}
+
+impl Clients {
+    fn new(cfg: &OrderNodeConfig) -> Clients {
+        let me = cfg.replica.id;
+        // The local replica first, then the others.
+        let mut replicas = vec![me];
+        replicas.extend(cfg.replica.replicas.iter().copied().filter(|&r| r != me));
+        Clients {
+            me,
+            replicas,
+            resend_ticks: cfg.client_resend_ticks,
+            // Random, so a restarted node never reuses a client id (and its sequence numbers).
+            base: rand::random::<u64>() & !0xFFFF_FFFF,
+            next: 0,
+            active: BTreeMap::new(),
+            idle: Vec::new(),
+            load_payload: vec![7; cfg.load_request_bytes],
+        }
+    }
+
+    fn take(&mut self) -> Client {
+        self.idle.pop().unwrap_or_else(|| {
+            self.next += 1;
+            Client::new(
+                self.base | self.next,
+                self.replicas.clone(),
+                0,
+                self.resend_ticks,
+            )
+        })
+    }
+
+    fn submit(
+        &mut self,
+        payload: Vec<u8>,
+        reply: Option<oneshot::Sender<Vec<u8>>>,
+        out: &mut Vec<ClientAction>,
+    ) {
+        let mut client = self.take();
+        client.step(ClientInput::Submit(payload), out);
+        self.active.insert(client.id(), (client, reply));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run<S: StateMachine, D: Disk>(
+    cfg: OrderNodeConfig,
+    mut replica: Replica<S, D>,
+    transport: Arc<dyn Transport<OrderMsg>>,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) -> Result<(), OrderError> {
+    let me = cfg.replica.id;
+    let mut clients = Clients::new(&cfg);
+    let mut client_out = Vec::new();
+    for _ in 0..cfg.load_clients {
+        let payload = clients.load_payload.clone();
+        clients.submit(payload, None, &mut client_out);
+    }
+    let mut local: VecDeque<(Addr, OrderMsg)> = VecDeque::new();
+    let mut actions = Vec::new();
+    let mut opt_at: BTreeMap<u64, Instant> = BTreeMap::new();
+    let mut ticker = tokio::time::interval(cfg.tick);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let mut tick = false;
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            _ = ticker.tick() => tick = true,
+            event = rx.recv() => match event {
+                None => return Ok(()),
+                Some(e) => on_event(e, &mut replica, &mut clients, &mut client_out, &mut actions)?,
+            },
+        }
+        // Take whatever else is waiting, then seal the open batch.
+        for _ in 0..1024 {
+            match rx.try_recv() {
+                Ok(e) => on_event(e, &mut replica, &mut clients, &mut client_out, &mut actions)?,
+                Err(_) => break,
+            }
+        }
+        if tick {
+            replica.step(Input::Tick, &mut actions)?;
+            let ids: Vec<u64> = clients.active.keys().copied().collect();
+            for id in ids {
+                if let Some((c, _)) = clients.active.get_mut(&id) {
+                    c.step(ClientInput::Tick, &mut client_out);
+                }
+            }
+            shared.leader.store(replica.is_leader(), Ordering::Relaxed);
+        }
+        loop {
+            for a in client_out.drain(..) {
+                match a {
+                    ClientAction::Send { to, msg } if to == me => local.push_back((me, msg)),
+                    ClientAction::Send { to, msg } => {
+                        let _ = transport.send(to, msg);
+                    }
+                    ClientAction::Done { .. } => {}
+                }
+            }
+            while let Some((from, msg)) = local.pop_front() {
+                replica.step(Input::Message { from, msg }, &mut actions)?;
+            }
+            replica.step(Input::Flush, &mut actions)?;
+            if actions.is_empty() {
+                break;
+            }
+            for a in actions.drain(..) {
+                match a {
+                    Action::Send {
+                        to,
+                        msg:
+                            OrderMsg::Reply {
+                                client,
+                                seq,
+                                response,
+                            },
+                    } if to == me => {
+                        answer(
+                            &mut clients,
+                            &shared,
+                            client,
+                            seq,
+                            response,
+                            &mut client_out,
+                        );
+                    }
+                    Action::Send { to, msg } if to == me => local.push_back((me, msg)),
+                    Action::Send { to, msg } => {
+                        let _ = transport.send(to, msg);
+                    }
+                    Action::Deliver(d) => {
+                        match &d {
+                            Delivery::Opt { seq, .. } => {
+                                opt_at.insert(*seq, Instant::now());
+                                shared.opt_delivered.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Delivery::Final { seq } => {
+                                if let Some(at) = opt_at.remove(seq) {
+                                    let _ = shared
+                                        .opt_to_final
+                                        .lock()
+                                        .record(at.elapsed().as_nanos() as u64);
+                                }
+                            }
+                            Delivery::Revoke { from } => {
+                                let gone = opt_at.split_off(from);
+                                shared
+                                    .revoked
+                                    .fetch_add(gone.len() as u64, Ordering::Relaxed);
+                            }
+                            Delivery::Installed { seq } => {
+                                opt_at = opt_at.split_off(&(seq + 1));
+                            }
+                        }
+                        if let Some(tx) = shared.deliveries.lock().as_ref() {
+                            let _ = tx.send(d);
+                        }
+                    }
+                }
+            }
+            shared
+                .requests_delivered
+                .store(replica.stats().requests_delivered, Ordering::Relaxed);
+        }
+    }
+}
+
+fn on_event<S: StateMachine, D: Disk>(
+    e: Event,
+    replica: &mut Replica<S, D>,
+    clients: &mut Clients,
+    client_out: &mut Vec<ClientAction>,
+    actions: &mut Vec<Action>,
+) -> Result<(), OrderError> {
+    match e {
+        Event::Net {
+            msg:
+                OrderMsg::Reply {
+                    client,
+                    seq,
+                    response,
+                },
+            ..
+        } if clients.active.contains_key(&client) => {
+            // Answers to our clients' requests re-sent to other replicas.
+            let (c, _) = clients.active.get_mut(&client).expect("checked");
+            c.step(
+                ClientInput::Message {
+                    from: 0,
+                    msg: OrderMsg::Reply {
+                        client,
+                        seq,
+                        response,
+                    },
+                },
+                client_out,
+            );
+            finish_done(clients, client, client_out);
+            Ok(())
+        }
+        Event::Net { from, msg } => replica.step(Input::Message { from, msg }, actions),
+        Event::Submit { payload, reply } => {
+            clients.submit(payload, Some(reply), client_out);
+            Ok(())
+        }
+    }
+}
+
+fn answer(
+    clients: &mut Clients,
+    shared: &Shared,
+    client: u64,
+    seq: u64,
+    response: Vec<u8>,
+    client_out: &mut Vec<ClientAction>,
+) {
+    if let Some((c, _)) = clients.active.get_mut(&client) {
+        c.step(
+            ClientInput::Message {
+                from: clients.me,
+                msg: OrderMsg::Reply {
+                    client,
+                    seq,
+                    response,
+                },
+            },
+            client_out,
+        );
+        if finish_done(clients, client, client_out) {
+            shared.load_answered.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Hands a finished client's answer to its waiter (or, for generated load, submits the next
+/// request). Returns whether the finished request was generated load.
+fn finish_done(clients: &mut Clients, client: u64, client_out: &mut Vec<ClientAction>) -> bool {
+    let Some(pos) = client_out
+        .iter()
+        .position(|a| matches!(a, ClientAction::Done { .. }))
+    else {
+        return false;
+    };
+    let ClientAction::Done { response, .. } = client_out.remove(pos) else {
+        return false;
+    };
+    let Some((mut c, waiter)) = clients.active.remove(&client) else {
+        return false;
+    };
+    match waiter {
+        Some(tx) => {
+            let _ = tx.send(response);
+            clients.idle.push(c);
+            false
+        }
+        None => {
+            let payload = clients.load_payload.clone();
+            c.step(ClientInput::Submit(payload), client_out);
+            clients.active.insert(client, (c, None));
+            true
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! `atomos bench order`: the order layer on N replicas in this process, linked by TCP on
+//! loopback, each with a write-ahead log on disk and closed-loop clients generating requests.
+//! Optionally the leader is stopped every few seconds (its task and connections end, as if the
+//! process died) and restarted from its log after half a second.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use atomos::net::handshake::Identity;
+use atomos::net::tcp::{TcpConfig, TcpTransport};
+use atomos::net::transport::Transport;
+use atomos::order::{FsyncPolicy, OrderMsg, Register, ReplicaConfig};
+use atomos::ordering::{OrderNode, OrderNodeConfig, OrderNodeStats};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+
+/// Settings of an order benchmark.
+#[derive(Clone, Debug)]
+pub struct OrderBenchConfig {
+    /// Replicas.
+    pub nodes: usize,
+    /// Payload bytes per request.
+    pub request_bytes: usize,
+    /// How long to measure.
+    pub duration: Duration,
+    /// When the write-ahead logs are fsynced.
+    pub fsync: FsyncPolicy,
+    /// Stop the leader this often (and restart it half a second later).
+    pub kill_leader_every: Option<Duration>,
+    /// Closed-loop clients per replica.
+    pub clients_per_node: usize,
+    /// Requests per batch at most.
+    pub batch_max: usize,
+}
+
+/// What `atomos bench order` reports.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct OrderReport {
+    /// Always "order".
+    pub workload: String,
+    /// Replicas.
+    pub nodes: usize,
+    /// Payload bytes per request.
+    pub request_bytes: usize,
+    /// Seconds measured.
+    pub duration_s: f64,
+    /// The fsync policy.
+    pub fsync: String,
+    /// Closed-loop clients per replica.
+    pub clients_per_node: usize,
+    /// Requests finally delivered and answered, per second.
+    pub ordered_per_s: f64,
+    /// Entries optimistically delivered, summed over replicas.
+    pub opt_delivered: u64,
+    /// Optimistic deliveries revoked, summed over replicas.
+    pub revoked: u64,
+    /// `revoked / opt_delivered`.
+    pub revoked_ratio: f64,
+    /// Leader stops performed.
+    pub leader_kills: u64,
+    /// Optimistic-to-final delay in microseconds: the median over replicas of each one's p50
+    /// and p99.
+    pub opt_to_final_us: Percentiles,
+}
+
+/// Two percentiles.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+impl OrderReport {
+    /// One line for people.
+    pub fn summary(&self) -> String {
+        format!(
+            "order: {} replicas, {} B requests, fsync {}: {:.0} requests ordered/s; {} opt-delivered, {} revoked ({:.2}%); opt->final p50 {:.0} us, p99 {:.0} us; {} leader kills",
+            self.nodes,
+            self.request_bytes,
+            self.fsync,
+            self.ordered_per_s,
+            self.opt_delivered,
+            self.revoked,
+            self.revoked_ratio * 100.0,
+            self.opt_to_final_us.p50,
+            self.opt_to_final_us.p99,
+            self.leader_kills
+        )
+    }
+}
+
+/// The name `--fsync` uses for a policy.
+pub fn fsync_name(p: FsyncPolicy) -> String {
+    match p {
+        FsyncPolicy::EveryBatch => "batch".into(),
+        FsyncPolicy::Every(d) => format!("{}ms", d.as_millis()),
+        FsyncPolicy::Never => "never".into(),
+    }
+}
+
+/// Parses `--fsync`: `batch`, `never`, or a period like `10ms`.
+pub fn parse_fsync(s: &str) -> Result<FsyncPolicy, String> {
+    match s {
+        "batch" => Ok(FsyncPolicy::EveryBatch),
+        "never" | "off" => Ok(FsyncPolicy::Never),
+        other => other
+            .strip_suffix("ms")
+            .and_then(|n| n.parse::<u64>().ok())
+            .map(|n| FsyncPolicy::Every(Duration::from_millis(n)))
+            .ok_or_else(|| {
+                format!("--fsync takes batch, never or a period like 10ms, not {other:?}")
+            }),
+    }
+}
+
+struct Member {
+    id: u64,
+    addr: SocketAddr,
+    wal: PathBuf,
+    node: Option<OrderNode>,
+}
+
+/// Runs the benchmark.
+pub fn run(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
+    if cfg.nodes == 0 || cfg.duration.is_zero() {
+        return Err("--nodes and --duration must be positive".into());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(run_cluster(cfg))
+}
+
+fn node_config(cfg: &OrderBenchConfig, m: &Member, ids: &[u64]) -> OrderNodeConfig {
+    let mut replica = ReplicaConfig::new(m.id, ids.to_vec());
+    replica.batch_max = cfg.batch_max;
+    replica.seed = rand::random();
+    let mut c = OrderNodeConfig::new(replica);
+    c.wal = Some((m.wal.clone(), cfg.fsync));
+    c.load_clients = cfg.clients_per_node;
+    c.load_request_bytes = cfg.request_bytes;
+    c
+}
+
+fn start(
+    cfg: &OrderBenchConfig,
+    m: &Member,
+    ids: &[u64],
+    members: &[(u64, SocketAddr)],
+    listener: TcpListener,
+) -> Result<OrderNode, String> {
+    let identity = Identity::new("bench-order", m.id, "bench secret").map_err(|e| e.to_string())?;
+    let tcp = TcpConfig::new(identity, members.to_vec());
+    OrderNode::start(node_config(cfg, m, ids), Register::new(), move |deliver| {
+        let t: Arc<dyn Transport<OrderMsg>> =
+            Arc::new(TcpTransport::start(tcp, listener, deliver)?);
+        Ok(t)
+    })
+    .map_err(|e| format!("cannot start replica {}: {e}", m.id))
+}
+
+async fn run_cluster(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
+    let dir = std::env::temp_dir().join(format!("atomos-bench-order-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut listeners = Vec::new();
+    let mut members = Vec::new();
+    for id in 1..=cfg.nodes as u64 {
+        let l = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("cannot listen on loopback: {e}"))?;
+        let addr = l.local_addr().map_err(|e| e.to_string())?;
+        members.push(Member {
+            id,
+            addr,
+            wal: dir.join(format!("node-{id}.wal")),
+            node: None,
+        });
+        listeners.push(l);
+    }
+    let ids: Vec<u64> = members.iter().map(|m| m.id).collect();
+    let addrs: Vec<(u64, SocketAddr)> = members.iter().map(|m| (m.id, m.addr)).collect();
+    for (m, l) in members.iter_mut().zip(listeners) {
+        m.node = Some(start(cfg, m, &ids, &addrs, l)?);
+    }
+
+    // Warm up until some leader orders requests, then measure.
+    let warm = Instant::now();
+    while answered(&members) == 0 {
+        if warm.elapsed() > Duration::from_secs(10) {
+            return Err("no request was ordered within 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut carried = Totals::default();
+    let start_totals = totals(&members);
+    let started = Instant::now();
+    let mut kills = 0;
+    let mut next_kill = cfg.kill_leader_every.map(|d| started + d);
+    while started.elapsed() < cfg.duration {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if next_kill.is_some_and(|t| Instant::now() >= t) {
+            next_kill = cfg.kill_leader_every.map(|d| Instant::now() + d);
+            if let Some(i) = members
+                .iter()
+                .position(|m| m.node.as_ref().is_some_and(|n| n.stats().leader))
+            {
+                let node = members[i].node.take().ok_or("no node")?;
+                carried.add(&node.stats());
+                let _ = node.stop().await;
+                kills += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let listener = rebind(members[i].addr).await?;
+                members[i].node = Some(start(cfg, &members[i], &ids, &addrs, listener)?);
+            }
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let end = totals(&members);
+    let stats: Vec<OrderNodeStats> = members
+        .iter()
+        .filter_map(|m| m.node.as_ref().map(|n| n.stats()))
+        .collect();
+    for m in &mut members {
+        if let Some(n) = m.node.take() {
+            let _ = n.stop().await;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let ordered = end.answered + carried.answered - start_totals.answered;
+    let opt = end.opt + carried.opt - start_totals.opt;
+    let revoked = end.revoked + carried.revoked - start_totals.revoked;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    Ok(OrderReport {
+        workload: "order".into(),
+        nodes: cfg.nodes,
+        request_bytes: cfg.request_bytes,
+        duration_s: elapsed,
+        fsync: fsync_name(cfg.fsync),
+        clients_per_node: cfg.clients_per_node,
+        ordered_per_s: ordered as f64 / elapsed,
+        opt_delivered: opt,
+        revoked,
+        revoked_ratio: if opt == 0 {
+            0.0
+        } else {
+            revoked as f64 / opt as f64
+        },
+        leader_kills: kills,
+        opt_to_final_us: Percentiles {
+            p50: median(stats.iter().map(|s| s.opt_to_final_us.0).collect()),
+            p99: median(stats.iter().map(|s| s.opt_to_final_us.1).collect()),
+        },
+    })
+}
+
+async fn rebind(addr: SocketAddr) -> Result<TcpListener, String> {
+    for _ in 0..100 {
+        if let Ok(l) = TcpListener::bind(addr).await {
+            return Ok(l);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Err(format!("cannot listen on {addr} again"))
+}
+
+#[derive(Default)]
+struct Totals {
+    answered: u64,
+    opt: u64,
+    revoked: u64,
+}
+
+impl Totals {
+    fn add(&mut self, s: &OrderNodeStats) {
+        self.answered += s.load_answered;
+        self.opt += s.opt_delivered;
+        self.revoked += s.revoked;
+    }
+}
+
+fn totals(members: &[Member]) -> Totals {
+    let mut t = Totals::default();
+    for m in members {
+        if let Some(n) = &m.node {
+            t.add(&n.stats());
+        }
+    }
+    t
+}
+
+fn answered(members: &[Member]) -> u64 {
+    totals(members).answered
+}
