@@ -236,6 +236,9 @@ impl Drop for OrderNode {
     }
 }
 
+/// Who waits for a client's answer: an application's `submit`, or nobody (generated load).
+type Waiter = Option<oneshot::Sender<Vec<u8>>>;
+
 /// The local clients: application submissions and generated load.
 struct Clients {
     me: Addr,
@@ -244,7 +247,7 @@ struct Clients {
     base: u64,
     next: u64,
     /// Client id -> the client and who waits for its answer (`None`: generated load).
-    active: BTreeMap<u64, (Client, Option<oneshot::Sender<Vec<u8>>>)>,
+    active: BTreeMap<u64, (Client, Waiter)>,
     idle: Vec<Client>,
     load_payload: Vec<u8>,
 }
