@@ -218,10 +218,15 @@ impl OrderNode {
         }
     }
 
-    /// Stops the node (as if its process died: nothing more is sent) and waits for its task.
-    pub async fn stop(mut self) -> Result<(), OrderError> {
+    /// Stops the node at once, as if its process died: nothing more is sent or answered.
+    pub fn shutdown(&self) {
         self.stop.cancel();
         self.transport.shutdown();
+    }
+
+    /// Stops the node like [`OrderNode::shutdown`] and waits for its task to end.
+    pub async fn stop(mut self) -> Result<(), OrderError> {
+        self.shutdown();
         match self.task.take() {
             Some(t) => t.await.unwrap_or(Ok(())),
             None => Ok(()),
