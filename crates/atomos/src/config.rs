@@ -12,6 +12,9 @@
 //! log_level = "info"        # error | warn | info | debug | trace
 //! metrics = "127.0.0.1:9401"  # off unless set
 //! max_frame_bytes = 16777216
+//! order = false             # run an order-layer replica among all members
+//! order_fsync = "batch"     # batch | never | 10ms
+//! order_load_clients = 0    # generated order load (tests, demos)
 //!
 //! [[peers]]
 //! id = 2
@@ -20,7 +23,8 @@
 //!
 //! Environment variables: `ATOMOS_CLUSTER`, `ATOMOS_NODE_ID`, `ATOMOS_LISTEN`,
 //! `ATOMOS_DATA_DIR`, `ATOMOS_SECRET`, `ATOMOS_PROTOCOL`, `ATOMOS_CONTENTION`,
-//! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, and `ATOMOS_PEERS` as
+//! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, `ATOMOS_ORDER`,
+//! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, and `ATOMOS_PEERS` as
 //! `id=address,id=address`.
 
 use std::collections::BTreeMap;
@@ -30,6 +34,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use atomos_core::ContentionPolicy;
+use atomos_order::FsyncPolicy;
 use serde::Deserialize;
 
 use crate::node::Protocol;
@@ -83,6 +88,9 @@ struct FileConfig {
     log_level: Option<String>,
     metrics: Option<String>,
     max_frame_bytes: Option<usize>,
+    order: Option<bool>,
+    order_fsync: Option<String>,
+    order_load_clients: Option<usize>,
     peers: Option<Vec<FilePeer>>,
 }
 
@@ -142,6 +150,15 @@ pub struct NodeSettings {
     pub metrics: Option<SocketAddr>,
     /// Largest frame accepted from a peer.
     pub max_frame_bytes: usize,
+    /// Run an order-layer replica (total order with optimistic delivery) among all members,
+    /// its log in `data_dir/order.wal`.
+    pub order: bool,
+    /// When the order log is fsynced.
+    pub order_fsync: FsyncPolicy,
+    /// Closed-loop clients generating order requests on this node (for tests and demos): each
+    /// appends a unique value to the register `load`; answered values go to
+    /// `data_dir/acked.log`.
+    pub order_load_clients: usize,
     /// The other members, by id.
     pub peers: Vec<Peer>,
 }
@@ -267,6 +284,35 @@ pub fn load(
         },
         None => 16 << 20,
     };
+    let order = match pick("ATOMOS_ORDER", "order", file.order.map(|b| b.to_string())) {
+        Some((key, v)) => match v.trim() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            other => return Err(invalid(&key, format!("{other:?} is not true or false"))),
+        },
+        None => false,
+    };
+    let order_fsync = match pick("ATOMOS_ORDER_FSYNC", "order_fsync", file.order_fsync) {
+        Some((key, v)) => v.parse::<FsyncPolicy>().map_err(|e| invalid(&key, e))?,
+        None => FsyncPolicy::EveryBatch,
+    };
+    let order_load_clients = match pick(
+        "ATOMOS_ORDER_LOAD_CLIENTS",
+        "order_load_clients",
+        file.order_load_clients.map(|n| n.to_string()),
+    ) {
+        Some((key, v)) => v
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| invalid(&key, format!("{v:?} is not a number of clients")))?,
+        None => 0,
+    };
+    if order && node_id == 0 {
+        return Err(invalid(
+            "node_id",
+            "an order replica needs a node id other than 0",
+        ));
+    }
     let peers = match env("ATOMOS_PEERS") {
         Some(list) => parse_peer_list(&list)?,
         None => {
@@ -298,6 +344,9 @@ pub fn load(
         log_level,
         metrics,
         max_frame_bytes,
+        order,
+        order_fsync,
+        order_load_clients,
         peers,
     })
 }

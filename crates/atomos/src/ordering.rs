@@ -38,6 +38,29 @@ pub struct OrderNodeConfig {
     pub load_request_bytes: usize,
     /// Ticks a client waits for an answer before re-sending to the next replica.
     pub client_resend_ticks: u64,
+    /// How generated requests are made and reported (default: `load_request_bytes` of 7s,
+    /// unreported).
+    pub load_hooks: Option<LoadHooks>,
+}
+
+/// Makes the payload of generated request number n.
+pub type PayloadFn = Arc<dyn Fn(u64) -> Vec<u8> + Send + Sync>;
+/// Hears of a generated request (its payload) once it is answered.
+pub type AnsweredFn = Arc<dyn Fn(&[u8]) + Send + Sync>;
+
+/// Makes the payload of the n-th generated request, and hears of each one answered.
+#[derive(Clone)]
+pub struct LoadHooks {
+    /// The payload of generated request number n (from 0, per node start).
+    pub payload: PayloadFn,
+    /// Called with the payload of every generated request once it is answered.
+    pub answered: AnsweredFn,
+}
+
+impl std::fmt::Debug for LoadHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LoadHooks")
+    }
 }
 
 impl OrderNodeConfig {
@@ -51,6 +74,7 @@ impl OrderNodeConfig {
             load_clients: 0,
             load_request_bytes: 64,
             client_resend_ticks: 40,
+            load_hooks: None,
         }
     }
 }
@@ -241,8 +265,13 @@ impl Drop for OrderNode {
     }
 }
 
-/// Who waits for a client's answer: an application's `submit`, or nobody (generated load).
-type Waiter = Option<oneshot::Sender<Vec<u8>>>;
+/// Who waits for a client's answer.
+enum Waiter {
+    /// An application's `submit`.
+    App(oneshot::Sender<Vec<u8>>),
+    /// Nobody: generated load, with its payload.
+    Load(Vec<u8>),
+}
 
 /// The local clients: application submissions and generated load.
 struct Clients {
@@ -255,6 +284,8 @@ struct Clients {
     active: BTreeMap<u64, (Client, Waiter)>,
     idle: Vec<Client>,
     load_payload: Vec<u8>,
+    hooks: Option<LoadHooks>,
+    generated: u64,
 }
 
 impl Clients {
@@ -273,6 +304,16 @@ impl Clients {
             active: BTreeMap::new(),
             idle: Vec::new(),
             load_payload: vec![7; cfg.load_request_bytes],
+            hooks: cfg.load_hooks.clone(),
+            generated: 0,
+        }
+    }
+
+    fn next_load(&mut self) -> Vec<u8> {
+        self.generated += 1;
+        match &self.hooks {
+            Some(h) => (h.payload)(self.generated - 1),
+            None => self.load_payload.clone(),
         }
     }
 
@@ -288,15 +329,15 @@ impl Clients {
         })
     }
 
-    fn submit(
-        &mut self,
-        payload: Vec<u8>,
-        reply: Option<oneshot::Sender<Vec<u8>>>,
-        out: &mut Vec<ClientAction>,
-    ) {
+    fn submit(&mut self, payload: Vec<u8>, reply: Waiter, out: &mut Vec<ClientAction>) {
         let mut client = self.take();
         client.step(ClientInput::Submit(payload), out);
         self.active.insert(client.id(), (client, reply));
+    }
+
+    fn submit_load(&mut self, out: &mut Vec<ClientAction>) {
+        let payload = self.next_load();
+        self.submit(payload.clone(), Waiter::Load(payload), out);
     }
 }
 
@@ -313,8 +354,7 @@ async fn run<S: StateMachine, D: Disk>(
     let mut clients = Clients::new(&cfg);
     let mut client_out = Vec::new();
     for _ in 0..cfg.load_clients {
-        let payload = clients.load_payload.clone();
-        clients.submit(payload, None, &mut client_out);
+        clients.submit_load(&mut client_out);
     }
     let mut local: VecDeque<(Addr, OrderMsg)> = VecDeque::new();
     let mut actions = Vec::new();
@@ -461,7 +501,7 @@ fn on_event<S: StateMachine, D: Disk>(
         }
         Event::Net { from, msg } => replica.step(Input::Message { from, msg }, actions),
         Event::Submit { payload, reply } => {
-            clients.submit(payload, Some(reply), client_out);
+            clients.submit(payload, Waiter::App(reply), client_out);
             Ok(())
         }
     }
@@ -509,15 +549,18 @@ fn finish_done(clients: &mut Clients, client: u64, client_out: &mut Vec<ClientAc
         return false;
     };
     match waiter {
-        Some(tx) => {
+        Waiter::App(tx) => {
             let _ = tx.send(response);
             clients.idle.push(c);
             false
         }
-        None => {
-            let payload = clients.load_payload.clone();
-            c.step(ClientInput::Submit(payload), client_out);
-            clients.active.insert(client, (c, None));
+        Waiter::Load(done) => {
+            if let Some(h) = &clients.hooks {
+                (h.answered)(&done);
+            }
+            let payload = clients.next_load();
+            c.step(ClientInput::Submit(payload.clone()), client_out);
+            clients.active.insert(client, (c, Waiter::Load(payload)));
             true
         }
     }

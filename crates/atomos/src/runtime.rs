@@ -5,30 +5,35 @@
 //! does); [`Cluster::in_process`](crate::Cluster::in_process) runs several over in-memory links.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use atomos_net::handshake::Identity;
 use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
-use atomos_net::transport::{NodeId, Transport};
+use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
+use atomos_order::{OrderError, OrderMsg, Register, RegisterOp, ReplicaConfig};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::NodeSettings;
 use crate::node::{Node, NodeConfig};
+use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig};
 
 /// Messages of the node runtime itself. Protocols add their own variants as they arrive.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum NodeMsg {
     /// Asks the receiver to answer with [`NodeMsg::Pong`] carrying the same value.
     Ping(u64),
     /// The answer to a ping.
     Pong(u64),
+    /// A message of the order layer.
+    Order(OrderMsg),
 }
 
 /// Why a node could not start.
@@ -42,6 +47,17 @@ pub enum RuntimeError {
     Listen {
         /// The address.
         addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The order-layer replica could not start.
+    #[error("order layer: {0}")]
+    Order(#[from] OrderError),
+    /// The data directory is unusable.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
         /// Why.
         source: std::io::Error,
     },
@@ -67,6 +83,8 @@ pub struct NodeRuntime {
     node: Node,
     rpc: Rpc<NodeMsg>,
     peers: Arc<Mutex<BTreeMap<NodeId, PeerState>>>,
+    order: Option<OrderNode>,
+    order_inbox: Arc<OnceLock<Arc<dyn Deliver<OrderMsg>>>>,
     stop: CancellationToken,
 }
 
@@ -102,13 +120,35 @@ impl NodeRuntime {
             peers = settings.peers.len(),
             "node started"
         );
-        Ok(NodeRuntime::start(
-            settings.node_id,
-            node,
-            rpc,
-            Arc::new(transport),
-            inbox,
-        ))
+        let mut runtime =
+            NodeRuntime::start(settings.node_id, node, rpc, Arc::new(transport), inbox);
+        if settings.order {
+            runtime.start_order(order_config(settings)?)?;
+        }
+        Ok(runtime)
+    }
+
+    /// Starts an order-layer replica among this node and its peers, over this node's
+    /// connections, with the register state machine.
+    pub fn start_order(&mut self, cfg: OrderNodeConfig) -> Result<(), RuntimeError> {
+        let link = OrderLink {
+            rpc: self.rpc.clone(),
+            faults: FaultRules::default(),
+        };
+        let inbox = self.order_inbox.clone();
+        let node = OrderNode::start(cfg, Register::new(), move |deliver| {
+            let _ = inbox.set(deliver);
+            let t: Arc<dyn Transport<OrderMsg>> = Arc::new(link);
+            Ok(t)
+        })?;
+        info!(node = self.id, "order replica started");
+        self.order = Some(node);
+        Ok(())
+    }
+
+    /// The order-layer replica, if this node runs one.
+    pub fn order(&self) -> Option<&OrderNode> {
+        self.order.as_ref()
     }
 
     /// Starts the services of node `id` on an already connected transport (`rpc` was built
@@ -123,13 +163,16 @@ impl NodeRuntime {
         rpc.attach(transport);
         let peers = Arc::new(Mutex::new(BTreeMap::new()));
         let stop = CancellationToken::new();
-        tokio::spawn(serve(id, inbox, stop.clone()));
+        let order_inbox = Arc::new(OnceLock::new());
+        tokio::spawn(serve(id, inbox, order_inbox.clone(), stop.clone()));
         tokio::spawn(probe(id, rpc.clone(), peers.clone(), stop.clone()));
         NodeRuntime {
             id,
             node,
             rpc,
             peers,
+            order: None,
+            order_inbox,
             stop,
         }
     }
@@ -163,6 +206,9 @@ impl NodeRuntime {
     /// Stops the services and closes every connection.
     pub fn shutdown(&self) {
         self.stop.cancel();
+        if let Some(o) = &self.order {
+            o.shutdown();
+        }
         if let Ok(t) = self.rpc.transport() {
             t.shutdown();
         }
@@ -191,6 +237,7 @@ async fn ping(rpc: &Rpc<NodeMsg>, peer: NodeId, limit: Duration) -> Result<Durat
 async fn serve(
     id: NodeId,
     mut inbox: UnboundedReceiver<Inbound<NodeMsg>>,
+    order: Arc<OnceLock<Arc<dyn Deliver<OrderMsg>>>>,
     stop: CancellationToken,
 ) {
     loop {
@@ -209,6 +256,16 @@ async fn serve(
             } => {
                 let _ = reply.send(NodeMsg::Pong(t));
             }
+            Inbound::Message {
+                from,
+                msg: NodeMsg::Order(msg),
+            } => match order.get() {
+                Some(o) => o.message(from, msg),
+                None => debug!(
+                    node = id,
+                    from, "order message for a node without order replica"
+                ),
+            },
             Inbound::Request { from, msg, .. } | Inbound::Message { from, msg } => {
                 warn!(node = id, from, ?msg, "unexpected message ignored");
             }
@@ -260,4 +317,77 @@ async fn probe(
             _ = tokio::time::sleep(PROBE_EVERY) => {}
         }
     }
+}
+
+/// Order-layer messages travel over the node's own connections, as one-way node messages.
+struct OrderLink {
+    rpc: Rpc<NodeMsg>,
+    faults: FaultRules,
+}
+
+impl Transport<OrderMsg> for OrderLink {
+    fn id(&self) -> NodeId {
+        self.rpc.transport().map(|t| t.id()).unwrap_or(0)
+    }
+
+    fn peers(&self) -> Vec<NodeId> {
+        self.rpc.transport().map(|t| t.peers()).unwrap_or_default()
+    }
+
+    fn send(&self, to: NodeId, msg: OrderMsg) -> Result<(), SendError> {
+        self.rpc.send(to, NodeMsg::Order(msg))
+    }
+
+    fn faults(&self) -> &FaultRules {
+        // The node's transport applies its own rules to these messages too.
+        &self.faults
+    }
+
+    fn shutdown(&self) {}
+}
+
+/// The order replica's settings from the node's: every member is a replica; the log is
+/// `data_dir/order.wal`; generated load appends unique values to the register `load` and
+/// records each answered one (8 bytes, big-endian) in `data_dir/acked.log`.
+fn order_config(settings: &NodeSettings) -> Result<OrderNodeConfig, RuntimeError> {
+    let data_err = |source| RuntimeError::DataDir {
+        path: settings.data_dir.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&settings.data_dir).map_err(data_err)?;
+    let mut members: Vec<u64> = settings.peers.iter().map(|p| p.id).collect();
+    members.push(settings.node_id);
+    members.sort_unstable();
+    let mut replica = ReplicaConfig::new(settings.node_id, members);
+    replica.seed = rand::random();
+    let mut cfg = OrderNodeConfig::new(replica);
+    cfg.wal = Some((settings.data_dir.join("order.wal"), settings.order_fsync));
+    cfg.load_clients = settings.order_load_clients;
+    if settings.order_load_clients > 0 {
+        let acked = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(settings.data_dir.join("acked.log"))
+            .map_err(data_err)?;
+        let acked = Mutex::new(acked);
+        // Unique across restarts: the node id, a random incarnation, a counter.
+        let prefix = (settings.node_id << 48) | ((rand::random::<u64>() & 0xFFFF) << 32);
+        cfg.load_hooks = Some(LoadHooks {
+            payload: Arc::new(move |n| {
+                RegisterOp::Append {
+                    key: "load".into(),
+                    value: (prefix | (n & 0xFFFF_FFFF)).to_be_bytes().to_vec(),
+                }
+                .encode()
+            }),
+            answered: Arc::new(move |payload| {
+                if let Ok(RegisterOp::Append { value, .. }) =
+                    postcard::from_bytes::<RegisterOp>(payload)
+                {
+                    let _ = acked.lock().write_all(&value);
+                }
+            }),
+        });
+    }
+    Ok(cfg)
 }

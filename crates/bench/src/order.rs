@@ -93,30 +93,6 @@ impl OrderReport {
     }
 }
 
-/// The name `--fsync` uses for a policy.
-pub fn fsync_name(p: FsyncPolicy) -> String {
-    match p {
-        FsyncPolicy::EveryBatch => "batch".into(),
-        FsyncPolicy::Every(d) => format!("{}ms", d.as_millis()),
-        FsyncPolicy::Never => "never".into(),
-    }
-}
-
-/// Parses `--fsync`: `batch`, `never`, or a period like `10ms`.
-pub fn parse_fsync(s: &str) -> Result<FsyncPolicy, String> {
-    match s {
-        "batch" => Ok(FsyncPolicy::EveryBatch),
-        "never" | "off" => Ok(FsyncPolicy::Never),
-        other => other
-            .strip_suffix("ms")
-            .and_then(|n| n.parse::<u64>().ok())
-            .map(|n| FsyncPolicy::Every(Duration::from_millis(n)))
-            .ok_or_else(|| {
-                format!("--fsync takes batch, never or a period like 10ms, not {other:?}")
-            }),
-    }
-}
-
 struct Member {
     id: u64,
     addr: SocketAddr,
@@ -244,7 +220,7 @@ async fn run_cluster(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
         nodes: cfg.nodes,
         request_bytes: cfg.request_bytes,
         duration_s: elapsed,
-        fsync: fsync_name(cfg.fsync),
+        fsync: cfg.fsync.to_string(),
         clients_per_node: cfg.clients_per_node,
         ordered_per_s: ordered as f64 / elapsed,
         opt_delivered: opt,

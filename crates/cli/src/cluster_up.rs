@@ -17,6 +17,10 @@ pub struct UpArgs {
     pub protocol: String,
     pub base_port: u16,
     pub dir: PathBuf,
+    /// Run an order-layer replica on every node.
+    pub order: bool,
+    /// Generated order load: closed-loop clients per node.
+    pub order_load: usize,
 }
 
 struct Member {
@@ -120,6 +124,10 @@ fn write_config(
     let _ = writeln!(text, "log_level = \"info\"");
     let metrics = port(id) + METRICS_OFFSET as usize;
     let _ = writeln!(text, "metrics = \"127.0.0.1:{metrics}\"");
+    if args.order {
+        let _ = writeln!(text, "order = true");
+        let _ = writeln!(text, "order_load_clients = {}", args.order_load);
+    }
     for n in 1..=args.nodes {
         let _ = writeln!(
             text,

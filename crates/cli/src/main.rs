@@ -71,6 +71,13 @@ enum ClusterCommand {
         /// Where the configuration files and logs go.
         #[arg(long, default_value = "atomos-cluster")]
         dir: PathBuf,
+        /// Run an order-layer replica (total order with optimistic delivery) on every node.
+        #[arg(long)]
+        order: bool,
+        /// With --order: closed-loop clients per node generating requests (answered ones are
+        /// recorded in each node's data directory, acked.log).
+        #[arg(long, default_value_t = 0)]
+        order_load: usize,
     },
 }
 
@@ -165,11 +172,15 @@ fn main() -> ExitCode {
             protocol,
             base_port,
             dir,
+            order,
+            order_load,
         }) => cluster_up::run(cluster_up::UpArgs {
             nodes,
             protocol,
             base_port,
             dir,
+            order,
+            order_load,
         }),
     };
     match result {
@@ -288,7 +299,7 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
             nodes,
             request_bytes: args.request_size,
             duration: seconds(args.duration, "--duration")?,
-            fsync: atomos_bench::order::parse_fsync(&args.fsync)?,
+            fsync: args.fsync.parse().map_err(|e| format!("--fsync: {e}"))?,
             kill_leader_every: args
                 .kill_leader_every
                 .map(|s| seconds(s, "--kill-leader-every"))

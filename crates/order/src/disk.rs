@@ -65,6 +65,32 @@ pub enum FsyncPolicy {
     Never,
 }
 
+impl std::str::FromStr for FsyncPolicy {
+    type Err = String;
+    /// `batch`, `never` (or `off`), or a period in milliseconds like `10ms`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "batch" => Ok(FsyncPolicy::EveryBatch),
+            "never" | "off" => Ok(FsyncPolicy::Never),
+            other => other
+                .strip_suffix("ms")
+                .and_then(|n| n.parse::<u64>().ok())
+                .map(|n| FsyncPolicy::Every(Duration::from_millis(n)))
+                .ok_or_else(|| format!("{other:?} is not batch, never or a period like 10ms")),
+        }
+    }
+}
+
+impl std::fmt::Display for FsyncPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FsyncPolicy::EveryBatch => f.write_str("batch"),
+            FsyncPolicy::Every(d) => write!(f, "{}ms", d.as_millis()),
+            FsyncPolicy::Never => f.write_str("never"),
+        }
+    }
+}
+
 /// Records in memory. Synced records survive [`MemDisk::crash`]; the others are lost.
 #[derive(Clone, Debug, Default)]
 pub struct MemDisk {

@@ -365,6 +365,17 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         self.disk
     }
 
+    /// Opens a replica's log without joining the cluster and applies every committed entry it
+    /// holds: the state the replica had reached (or would reach on restart before hearing from
+    /// anyone). For tools and tests that inspect a stopped replica.
+    pub fn recover(cfg: ReplicaConfig, disk: D, machine: S) -> Result<(S, u64), OrderError> {
+        let mut replica = Replica::open(cfg, disk, machine)?;
+        let mut ignored = Vec::new();
+        replica.step(Input::Flush, &mut ignored)?;
+        let applied = replica.final_next - 1;
+        Ok((replica.machine, applied))
+    }
+
     fn majority(&self) -> usize {
         self.cfg.replicas.len() / 2 + 1
     }
