@@ -60,6 +60,8 @@ pub struct OrderReport {
     pub revoked_ratio: f64,
     /// Leader stops performed.
     pub leader_kills: u64,
+    /// The highest Raft term at the end (1 + elections after the first).
+    pub max_term: u64,
     /// Optimistic-to-final delay in microseconds: the median over replicas of each one's p50
     /// and p99.
     pub opt_to_final_us: Percentiles,
@@ -78,7 +80,7 @@ impl OrderReport {
     /// One line for people.
     pub fn summary(&self) -> String {
         format!(
-            "order: {} replicas, {} B requests, fsync {}: {:.0} requests ordered/s; {} opt-delivered, {} revoked ({:.2}%); opt->final p50 {:.0} us, p99 {:.0} us; {} leader kills",
+            "order: {} replicas, {} B requests, fsync {}: {:.0} requests ordered/s; {} opt-delivered, {} revoked ({:.2}%); opt->final p50 {:.0} us, p99 {:.0} us; {} leader kills, final term {}",
             self.nodes,
             self.request_bytes,
             self.fsync,
@@ -88,7 +90,8 @@ impl OrderReport {
             self.revoked_ratio * 100.0,
             self.opt_to_final_us.p50,
             self.opt_to_final_us.p99,
-            self.leader_kills
+            self.leader_kills,
+            self.max_term
         )
     }
 }
@@ -231,6 +234,7 @@ async fn run_cluster(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
             revoked as f64 / opt as f64
         },
         leader_kills: kills,
+        max_term: stats.iter().map(|s| s.term).max().unwrap_or(0),
         opt_to_final_us: Percentiles {
             p50: median(stats.iter().map(|s| s.opt_to_final_us.0).collect()),
             p99: median(stats.iter().map(|s| s.opt_to_final_us.1).collect()),

@@ -45,6 +45,11 @@ async fn serve(settings: NodeSettings) -> Result<bool, String> {
                 &buckets,
             )
             .map_err(|e| format!("metrics buckets: {e}"))?
+            .set_buckets_for_metric(
+                Matcher::Full("atomos_order_opt_to_final_seconds".into()),
+                &buckets,
+            )
+            .map_err(|e| format!("metrics buckets: {e}"))?
             .install()
             .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
         info!(%addr, "metrics at http://{addr}/metrics");

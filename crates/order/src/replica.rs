@@ -337,6 +337,11 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         self.raft.raft.state == raft::StateRole::Leader
     }
 
+    /// The current Raft term (it grows with every election).
+    pub fn term(&self) -> u64 {
+        self.raft.raft.term
+    }
+
     /// The next position to be finally delivered.
     pub fn final_next(&self) -> u64 {
         self.final_next
