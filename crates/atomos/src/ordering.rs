@@ -197,31 +197,19 @@ impl OrderNode {
             deliveries: Mutex::new(None),
         });
         let stop = CancellationToken::new();
-        let task = match &cfg.wal {
-            Some((path, policy)) => {
-                let disk = FileDisk::open(path, *policy)?;
-                let replica = Replica::open(cfg.replica.clone(), disk, machine)?;
-                tokio::spawn(run(
-                    cfg,
-                    replica,
-                    transport.clone(),
-                    rx,
-                    shared.clone(),
-                    stop.clone(),
-                ))
-            }
-            None => {
-                let replica = Replica::open(cfg.replica.clone(), MemDisk::new(), machine)?;
-                tokio::spawn(run(
-                    cfg,
-                    replica,
-                    transport.clone(),
-                    rx,
-                    shared.clone(),
-                    stop.clone(),
-                ))
-            }
+        let disk: Box<dyn Disk + Send> = match &cfg.wal {
+            Some((path, policy)) => Box::new(FileDisk::open(path, *policy)?),
+            None => Box::new(MemDisk::new()),
         };
+        let replica = Replica::open(cfg.replica.clone(), disk, machine)?;
+        let task = tokio::spawn(run(
+            cfg,
+            replica,
+            transport.clone(),
+            rx,
+            shared.clone(),
+            stop.clone(),
+        ));
         Ok(OrderNode {
             tx,
             shared,

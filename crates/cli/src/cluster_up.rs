@@ -31,6 +31,16 @@ struct Member {
     exited: bool,
 }
 
+/// Prints a line on standard output; a closed output (the reader went away) is not a reason
+/// to stop managing the nodes.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, $($arg)*);
+        let _ = out.flush();
+    }};
+}
+
 /// Port offset of each node's metrics endpoint from its listening port.
 const METRICS_OFFSET: u16 = 100;
 
@@ -75,7 +85,7 @@ pub fn run(args: UpArgs) -> Result<bool, String> {
             .stderr(log)
             .spawn()
             .map_err(|e| format!("cannot start node {id}: {e}"))?;
-        println!(
+        say!(
             "node {id}: pid {} listening on {listen}, metrics http://{metrics}/metrics, config {}, log {}",
             child.id(),
             config.display(),
@@ -89,11 +99,10 @@ pub fn run(args: UpArgs) -> Result<bool, String> {
             exited: false,
         });
     }
-    println!(
+    say!(
         "cluster of {} nodes ({protocol}) is up; Ctrl-C stops it.",
         members.len()
     );
-    let _ = std::io::stdout().flush();
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -101,7 +110,7 @@ pub fn run(args: UpArgs) -> Result<bool, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(watch(&mut members))?;
     stop(&mut members);
-    println!("cluster stopped");
+    say!("cluster stopped");
     Ok(true)
 }
 
@@ -162,11 +171,12 @@ async fn watch(members: &mut [Member]) -> Result<(), String> {
         for m in members.iter_mut().filter(|m| !m.exited) {
             if let Ok(Some(status)) = m.child.try_wait() {
                 m.exited = true;
-                println!(
+                say!(
                     "node {} ({} / {}) exited: {status}",
-                    m.id, m.listen, m.metrics
+                    m.id,
+                    m.listen,
+                    m.metrics
                 );
-                let _ = std::io::stdout().flush();
             }
         }
     }
@@ -188,7 +198,7 @@ fn stop(members: &mut [Member]) {
             match m.child.try_wait() {
                 Ok(Some(_)) | Err(_) => break,
                 Ok(None) if Instant::now() >= deadline => {
-                    println!("node {} did not stop in time: killing it", m.id);
+                    say!("node {} did not stop in time: killing it", m.id);
                     let _ = m.child.kill();
                     let _ = m.child.wait();
                     break;

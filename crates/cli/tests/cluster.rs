@@ -1,19 +1,13 @@
 //! Real processes on loopback: `atomos cluster up`, kill -9 and restart of a node, an impostor
 //! with the wrong secret, clean shutdown on Ctrl-C.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ATOMOS: &str = env!("CARGO_BIN_EXE_atomos");
+mod common;
 
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill(2) on a process this test started.
-    unsafe {
-        libc::kill(pid as i32, sig);
-    }
-}
+use common::{cluster_up, signal, wait_exit, ATOMOS};
 
 /// Waits until `path` has a line, after its first `skip` lines, containing every one of
 /// `needles`; returns that line's index.
@@ -50,20 +44,6 @@ fn start_node(config: &Path, log: &Path, env: &[(&str, &str)]) -> Child {
         .unwrap()
 }
 
-fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("process {} did not exit in time", child.id());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn stop(mut child: Child) -> std::process::ExitStatus {
     signal(child.id(), libc::SIGTERM);
     wait_exit(&mut child, Duration::from_secs(10))
@@ -76,26 +56,7 @@ fn cluster_survives_kill_9_refuses_a_wrong_secret_and_stops_cleanly() {
     let _ = std::fs::remove_dir_all(&dir);
     // A port range unlikely to be in use (21000-28999), chosen by process id.
     let base_port = 21_000 + (std::process::id() % 8_000) as u16;
-    let mut up = Command::new(ATOMOS)
-        .args(["cluster", "up", "--nodes", "3", "--base-port"])
-        .arg(base_port.to_string())
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pids = Vec::new();
-    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
-    while pids.len() < 3 {
-        let line = lines.next().expect("cluster up printed its nodes").unwrap();
-        let pid: u32 = line
-            .split("pid ")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no pid in {line:?}"));
-        pids.push(pid);
-    }
+    let (mut up, pids) = cluster_up(3, base_port, &dir, &[]);
     let log = |n: usize| dir.join(format!("node-{n}.log"));
 
     // Every node exchanges requests with the others.

@@ -3,33 +3,15 @@
 //! every replica's log is read back offline: no acknowledged request may be missing, none may
 //! be applied twice, and all replicas must agree on the order.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use atomos::order::{FileDisk, FsyncPolicy, Register, Replica, ReplicaConfig};
 
-const ATOMOS: &str = env!("CARGO_BIN_EXE_atomos");
+mod common;
 
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill(2) on a process this test started.
-    unsafe {
-        libc::kill(pid as i32, sig);
-    }
-}
-
-fn wait_exit(child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "process {} did not exit",
-            child.id()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use common::{cluster_up, signal, wait_exit, ATOMOS};
 
 /// Acknowledged request ids recorded by every node (all incarnations).
 fn acked(dir: &Path) -> Vec<u64> {
@@ -98,35 +80,7 @@ fn kill_9_of_leader_and_follower_loses_and_duplicates_nothing_acknowledged() {
         .join(format!("order-cluster-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let base_port = 29_000 + (std::process::id() % 8_000) as u16;
-    let mut up = Command::new(ATOMOS)
-        .args([
-            "cluster",
-            "up",
-            "--nodes",
-            "3",
-            "--order",
-            "--order-load",
-            "8",
-        ])
-        .arg("--base-port")
-        .arg(base_port.to_string())
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pids = Vec::new();
-    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
-    while pids.len() < 3 {
-        let line = lines.next().expect("cluster up printed its nodes").unwrap();
-        let pid: u32 = line
-            .split("pid ")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no pid in {line:?}"));
-        pids.push(pid);
-    }
+    let (mut up, pids) = cluster_up(3, base_port, &dir, &["--order", "--order-load", "8"]);
     let mut logs: Vec<(usize, PathBuf)> = (0..3)
         .map(|n| (n, dir.join(format!("node-{}.log", n + 1))))
         .collect();
@@ -158,10 +112,10 @@ fn kill_9_of_leader_and_follower_loses_and_duplicates_nothing_acknowledged() {
 
     // Stop everything, then read every replica's log back.
     signal(up.id(), libc::SIGINT);
-    wait_exit(&mut up);
+    wait_exit(&mut up, Duration::from_secs(15));
     for c in [&mut first, &mut second] {
         signal(c.id(), libc::SIGTERM);
-        wait_exit(c);
+        wait_exit(c, Duration::from_secs(15));
     }
     let mut lists = Vec::new();
     for n in 1..=3u64 {

@@ -53,6 +53,21 @@ pub trait Disk {
     fn load(&mut self) -> io::Result<Vec<Record>>;
 }
 
+impl<D: Disk + ?Sized> Disk for Box<D> {
+    fn append(&mut self, record: &Record) -> io::Result<()> {
+        (**self).append(record)
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        (**self).sync()
+    }
+    fn rewrite(&mut self, records: &[Record]) -> io::Result<()> {
+        (**self).rewrite(records)
+    }
+    fn load(&mut self) -> io::Result<Vec<Record>> {
+        (**self).load()
+    }
+}
+
 /// When [`FileDisk`] calls fsync.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FsyncPolicy {

@@ -1,0 +1,64 @@
+//! What the process tests share: starting `atomos cluster up`, signalling and waiting for
+//! processes.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const ATOMOS: &str = env!("CARGO_BIN_EXE_atomos");
+
+/// Sends `sig` to process `pid`.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a process the test started.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+/// Waits for `child` to exit (killing it and failing after `within`).
+pub fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process {} did not exit in time", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts `atomos cluster up --nodes N --base-port B --dir DIR EXTRA...` and returns it with
+/// the node processes' ids, read from what it prints.
+pub fn cluster_up(nodes: usize, base_port: u16, dir: &Path, extra: &[&str]) -> (Child, Vec<u32>) {
+    let mut up = Command::new(ATOMOS)
+        .args(["cluster", "up", "--nodes"])
+        .arg(nodes.to_string())
+        .arg("--base-port")
+        .arg(base_port.to_string())
+        .arg("--dir")
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pids = Vec::new();
+    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    while pids.len() < nodes {
+        let line = lines.next().expect("cluster up printed its nodes").unwrap();
+        let pid: u32 = line
+            .split("pid ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {line:?}"));
+        pids.push(pid);
+    }
+    // Keep reading what it prints, so its later lines do not meet a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (up, pids)
+}
