@@ -12,3 +12,13 @@ pub mod workloads;
 
 pub use harness::{run, BenchConfig, BenchError, BenchReport, Latency};
 pub use workloads::{Workload, WorkloadKind, WorkloadParams};
+
+/// The runtime the networked benchmarks run their nodes on: two workers, like the machine the
+/// targets are set for.
+pub(crate) fn network_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+}

@@ -89,12 +89,7 @@ pub fn run(cfg: &NetBenchConfig) -> Result<NetReport, String> {
     if cfg.duration.is_zero() {
         return Err("--duration must be positive".into());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(run_phases(cfg))
+    crate::network_runtime()?.block_on(run_phases(cfg))
 }
 
 async fn run_phases(cfg: &NetBenchConfig) -> Result<NetReport, String> {

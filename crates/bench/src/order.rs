@@ -108,12 +108,7 @@ pub fn run(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
     if cfg.nodes == 0 || cfg.duration.is_zero() {
         return Err("--nodes and --duration must be positive".into());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(run_cluster(cfg))
+    crate::network_runtime()?.block_on(run_cluster(cfg))
 }
 
 fn node_config(cfg: &OrderBenchConfig, m: &Member, ids: &[u64]) -> OrderNodeConfig {
