@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use atomos::net::handshake::Identity;
 use atomos::net::tcp::{TcpConfig, TcpTransport};
-use atomos::net::transport::Transport;
+use atomos::net::transport::{LinkRule, Transport};
 use atomos::order::{FsyncPolicy, OrderMsg, Register, ReplicaConfig};
 use atomos::ordering::{OrderNode, OrderNodeConfig, OrderNodeStats};
 use serde::{Deserialize, Serialize};
@@ -33,6 +33,8 @@ pub struct OrderBenchConfig {
     pub clients_per_node: usize,
     /// Requests per batch at most.
     pub batch_max: usize,
+    /// Delay on every link between the replicas.
+    pub link_delay: Duration,
 }
 
 /// What `atomos bench order` reports.
@@ -58,6 +60,8 @@ pub struct OrderReport {
     pub revoked: u64,
     /// `revoked / opt_delivered`.
     pub revoked_ratio: f64,
+    /// Delay set on every link, in milliseconds.
+    pub link_delay_ms: f64,
     /// Leader stops performed.
     pub leader_kills: u64,
     /// The highest Raft term at the end (1 + elections after the first).
@@ -131,12 +135,19 @@ fn start(
 ) -> Result<OrderNode, String> {
     let identity = Identity::new("bench-order", m.id, "bench secret").map_err(|e| e.to_string())?;
     let tcp = TcpConfig::new(identity, members.to_vec());
-    OrderNode::start(node_config(cfg, m, ids), Register::new(), move |deliver| {
+    let node = OrderNode::start(node_config(cfg, m, ids), Register::new(), move |deliver| {
         let t: Arc<dyn Transport<OrderMsg>> =
             Arc::new(TcpTransport::start(tcp, listener, deliver)?);
         Ok(t)
     })
-    .map_err(|e| format!("cannot start replica {}: {e}", m.id))
+    .map_err(|e| format!("cannot start replica {}: {e}", m.id))?;
+    if !cfg.link_delay.is_zero() {
+        node.transport().faults().set_all(LinkRule {
+            delay: cfg.link_delay,
+            ..LinkRule::default()
+        });
+    }
+    Ok(node)
 }
 
 async fn run_cluster(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
@@ -228,6 +239,7 @@ async fn run_cluster(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
         } else {
             revoked as f64 / opt as f64
         },
+        link_delay_ms: cfg.link_delay.as_secs_f64() * 1000.0,
         leader_kills: kills,
         max_term: stats.iter().map(|s| s.term).max().unwrap_or(0),
         opt_to_final_us: Percentiles {

@@ -306,6 +306,7 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
                 .transpose()?,
             clients_per_node: args.clients,
             batch_max: args.batch.max(1),
+            link_delay,
         })?;
         println!("{}", report.summary());
         write_json(&args.json, &report)?;
