@@ -445,22 +445,8 @@ async fn run<S: StateMachine, D: Disk>(
                 match a {
                     Action::Send {
                         to,
-                        msg:
-                            OrderMsg::Reply {
-                                client,
-                                seq,
-                                response,
-                            },
-                    } if to == me => {
-                        answer(
-                            &mut clients,
-                            &shared,
-                            client,
-                            seq,
-                            response,
-                            &mut client_out,
-                        );
-                    }
+                        msg: msg @ OrderMsg::Reply { .. },
+                    } if to == me => answer(&mut clients, &shared, msg, &mut client_out),
                     Action::Send { to, msg } if to == me => local.push_back((me, msg)),
                     Action::Send { to, msg } => {
                         let _ = transport.send(to, msg);
@@ -514,16 +500,11 @@ fn on_event<S: StateMachine, D: Disk>(
 ) -> Result<(), OrderError> {
     match e {
         Event::Net {
-            msg:
-                OrderMsg::Reply {
-                    client,
-                    seq,
-                    response,
-                },
+            msg: msg @ OrderMsg::Reply { .. },
             ..
         } => {
             // Answers to our clients' requests re-sent to other replicas.
-            answer(clients, shared, client, seq, response, client_out);
+            answer(clients, shared, msg, client_out);
             Ok(())
         }
         Event::Net { from, msg } => replica.step(Input::Message { from, msg }, actions),
@@ -534,52 +515,39 @@ fn on_event<S: StateMachine, D: Disk>(
     }
 }
 
+/// Hands a reply to the local client it is for. When that finishes the client's request, the
+/// answer goes to its waiter (or, for generated load, the next request is submitted).
 fn answer(
     clients: &mut Clients,
     shared: &Shared,
-    client: u64,
-    seq: u64,
-    response: Vec<u8>,
+    reply: OrderMsg,
     client_out: &mut Vec<ClientAction>,
 ) {
-    if let Some((c, _)) = clients.active.get_mut(&client) {
-        c.step(
-            ClientInput::Message {
-                from: clients.me,
-                msg: OrderMsg::Reply {
-                    client,
-                    seq,
-                    response,
-                },
-            },
-            client_out,
-        );
-        if finish_done(clients, client, client_out) {
-            shared.load_answered.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Hands a finished client's answer to its waiter (or, for generated load, submits the next
-/// request). Returns whether the finished request was generated load.
-fn finish_done(clients: &mut Clients, client: u64, client_out: &mut Vec<ClientAction>) -> bool {
-    let Some(pos) = client_out
-        .iter()
-        .position(|a| matches!(a, ClientAction::Done { .. }))
-    else {
-        return false;
+    let OrderMsg::Reply { client, .. } = &reply else {
+        return;
     };
-    let ClientAction::Done { response, .. } = client_out.remove(pos) else {
-        return false;
+    let client = *client;
+    let Some((c, _)) = clients.active.get_mut(&client) else {
+        return;
+    };
+    let mut done = Vec::new();
+    c.step(
+        ClientInput::Message {
+            from: clients.me,
+            msg: reply,
+        },
+        &mut done,
+    );
+    let Some(ClientAction::Done { response, .. }) = done.pop() else {
+        return;
     };
     let Some((mut c, waiter)) = clients.active.remove(&client) else {
-        return false;
+        return;
     };
     match waiter {
         Waiter::App(tx) => {
             let _ = tx.send(response);
             clients.idle.push(c);
-            false
         }
         Waiter::Load(done) => {
             if let Some(h) = &clients.hooks {
@@ -588,7 +556,7 @@ fn finish_done(clients: &mut Clients, client: u64, client_out: &mut Vec<ClientAc
             let payload = clients.next_load();
             c.step(ClientInput::Submit(payload.clone()), client_out);
             clients.active.insert(client, (c, Waiter::Load(payload)));
-            true
+            shared.load_answered.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

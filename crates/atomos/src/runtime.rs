@@ -339,8 +339,11 @@ impl Transport<OrderMsg> for OrderLink {
     }
 
     fn faults(&self) -> &FaultRules {
-        // The node's transport applies its own rules to these messages too.
-        &self.faults
+        // Order messages travel on the node's connections: its rules are the ones that apply.
+        match self.rpc.transport() {
+            Ok(t) => t.faults(),
+            Err(_) => &self.faults,
+        }
     }
 
     fn shutdown(&self) {}
