@@ -47,27 +47,12 @@ impl Directory for HashDirectory {
     }
 }
 
-/// A home node's record of the current owner of each key it is home to.
+/// A home node's record of the current owner of each key it is home to. Records carry the
+/// version the owner wrote, so updates that arrive late or twice never move a record back.
+/// A key without a record is owned by its home (as a missing object).
 #[derive(Clone, Debug, Default)]
 pub struct Tracker {
-    owners: HashMap<Key, NodeId>,
-}
-
-/// Why a tracker refused a change.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TrackerError {
-    /// The key is already published (by this owner).
-    Exists {
-        /// Its owner.
-        owner: NodeId,
-    },
-    /// The key is not published.
-    Missing,
-    /// The change came from a node that does not own the key.
-    NotOwner {
-        /// The actual owner.
-        owner: NodeId,
-    },
+    owners: HashMap<Key, (NodeId, u64)>,
 }
 
 impl Tracker {
@@ -76,44 +61,36 @@ impl Tracker {
         Tracker::default()
     }
 
-    /// The owner of `key`, if it exists.
+    /// The recorded owner of `key`, if any.
     pub fn owner(&self, key: &Key) -> Option<NodeId> {
-        self.owners.get(key).copied()
+        self.owners.get(key).map(|&(o, _)| o)
     }
 
-    /// `owner` created `key`.
-    pub fn publish(&mut self, key: Key, owner: NodeId) -> Result<(), TrackerError> {
-        match self.owners.get(&key) {
-            Some(&o) => Err(TrackerError::Exists { owner: o }),
+    /// `owner` committed `key` at `version` (a creation, a move, or a deletion: the deleting
+    /// node keeps the object's "missing" state). Applied only if newer than the record;
+    /// returns whether it was.
+    pub fn update(&mut self, key: Key, owner: NodeId, version: u64) -> bool {
+        match self.owners.get_mut(&key) {
+            Some(rec) if rec.1 >= version => false,
+            Some(rec) => {
+                *rec = (owner, version);
+                true
+            }
             None => {
-                self.owners.insert(key, owner);
-                Ok(())
+                self.owners.insert(key, (owner, version));
+                true
             }
         }
     }
 
-    /// `key` moved from `from` to `to` (a committed write migrated it).
-    pub fn moved(&mut self, key: &Key, from: NodeId, to: NodeId) -> Result<(), TrackerError> {
-        match self.owners.get_mut(key) {
-            None => Err(TrackerError::Missing),
-            Some(o) if *o != from => Err(TrackerError::NotOwner { owner: *o }),
-            Some(o) => {
-                *o = to;
-                Ok(())
-            }
-        }
+    /// How many keys have a record.
+    pub fn len(&self) -> usize {
+        self.owners.len()
     }
 
-    /// `owner` deleted `key`: it is gone everywhere, and lookups answer "missing".
-    pub fn delete(&mut self, key: &Key, owner: NodeId) -> Result<(), TrackerError> {
-        match self.owners.get(key) {
-            None => Err(TrackerError::Missing),
-            Some(&o) if o != owner => Err(TrackerError::NotOwner { owner: o }),
-            Some(_) => {
-                self.owners.remove(key);
-                Ok(())
-            }
-        }
+    /// Whether no key has a record.
+    pub fn is_empty(&self) -> bool {
+        self.owners.is_empty()
     }
 }
 
@@ -167,21 +144,15 @@ mod tests {
     }
 
     #[test]
-    fn the_tracker_follows_moves_and_deletes() {
+    fn the_tracker_keeps_the_newest_owner() {
         let k = Key::from("acct");
         let mut t = Tracker::new();
-        t.publish(k.clone(), 1).unwrap();
-        assert_eq!(
-            t.publish(k.clone(), 2),
-            Err(TrackerError::Exists { owner: 1 })
-        );
-        assert_eq!(t.moved(&k, 2, 3), Err(TrackerError::NotOwner { owner: 1 }));
-        t.moved(&k, 1, 3).unwrap();
-        assert_eq!(t.owner(&k), Some(3));
-        assert_eq!(t.delete(&k, 1), Err(TrackerError::NotOwner { owner: 3 }));
-        t.delete(&k, 3).unwrap();
         assert_eq!(t.owner(&k), None);
-        assert_eq!(t.moved(&k, 3, 1), Err(TrackerError::Missing));
+        assert!(t.update(k.clone(), 1, 5));
+        assert!(t.update(k.clone(), 3, 9));
+        assert!(!t.update(k.clone(), 2, 7), "a late move is ignored");
+        assert!(!t.update(k.clone(), 3, 9), "a duplicate is ignored");
+        assert_eq!(t.owner(&k), Some(3));
     }
 
     #[test]

@@ -6,9 +6,18 @@
 //!   messages; the forwarding rule of figure 5.1.
 //! - [`directory`]: where an object lives: its home node (by hash of its key) tracks the current
 //!   owner; other nodes cache owners and correct the cache when redirected.
-//! - [`owner`]: the objects a node owns, with versions and commit locks that expire, so a
-//!   committer that crashed or was cut off never holds a lock forever.
+//! - [`owner`]: the objects a node owns, with versions, commit locks held until the committer's
+//!   decision is known, and forwarding addresses of objects that left.
+//! - [`msg`]: what nodes say to each other; every message carries the sender's clock.
+//! - [`node`]: one node as a deterministic state machine: reads with forwarding, the commit of
+//!   figure 5.2 with migration to the committer, directory updates, lock recovery.
 
 pub mod clock;
 pub mod directory;
+pub mod msg;
+pub mod node;
 pub mod owner;
+
+pub use msg::{Body, Decision, FetchAnswer, TfaMsg};
+pub use node::{Action, Failure, Reply, TfaConfig, TfaCounters, TfaNode};
+pub use owner::TxId;

@@ -1,16 +1,22 @@
 //! The objects a node owns (thesis figure 5.2, owner side): the committed value and version of
-//! each, and commit locks that a committer takes in key order, validates under, and releases by
-//! committing or aborting. Every lock carries a lease: a committer that crashed or was cut off
-//! loses its locks when the lease runs out, so no lock is held forever.
+//! each, commit locks, and where objects that left went.
+//!
+//! A commit lock, once granted, is held until the owner learns the committer's decision: the
+//! lock reply doubles as the owner's validation, so freeing it on a timer while the decision is
+//! in flight would let two nodes own the object. A lock whose committer stays silent past its
+//! lease makes the owner ask the committer ([`OwnedObjects::overdue`]); a committer that never
+//! answers (crashed and gone) loses its locks after the abandon time.
 
 use std::collections::HashMap;
 
 use atomos_core::Key;
+use serde::{Deserialize, Serialize};
 
 use super::directory::NodeId;
 
-/// A transaction: the node that runs it and its number there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A transaction: the node that runs it and its number there (numbers of a restarted node
+/// start above every number of its earlier runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TxId {
     /// The node running the transaction.
     pub node: NodeId,
@@ -21,58 +27,48 @@ pub struct TxId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Lock {
     tx: TxId,
-    until: u64,
+    /// When the lock was granted.
+    since: u64,
+    /// When the owner next asks the committer for its decision.
+    ask_at: u64,
 }
 
 #[derive(Clone, Debug)]
 struct Owned {
-    value: Vec<u8>,
+    /// `None`: the object does not exist (deleted, or never created and owned by its home).
+    value: Option<Vec<u8>>,
     version: u64,
     lock: Option<Lock>,
 }
 
 /// An object as its owner holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Held<'a> {
-    /// The committed value (encoded).
-    pub value: &'a [u8],
-    /// The version: the committing node's clock when it was written.
+    /// The committed value (encoded); `None` if the object does not exist.
+    pub value: Option<&'a [u8]>,
+    /// The version: the committing node's clock when it was written (0: never written).
     pub version: u64,
-    /// Whether a commit holds its lock right now.
-    pub locked: bool,
+    /// The transaction holding its commit lock, if any.
+    pub locked_by: Option<TxId>,
 }
 
 /// Why locks were not granted.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LockError {
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
     /// Another transaction holds this key's lock.
-    Busy {
-        /// The key.
-        key: Key,
-        /// The holder.
-        holder: TxId,
-    },
-    /// This node does not own the key (it moved, or was deleted).
-    NotHere {
-        /// The key.
-        key: Key,
-    },
+    Busy(Key),
+    /// The version read is no longer current, or the object left this node.
+    Invalid(Key),
 }
 
-/// Why a commit step was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CommitError {
-    /// The transaction does not hold the key's lock (its lease ran out, or it never took it).
-    NotLocked {
-        /// The key.
-        key: Key,
-    },
-}
-
-/// The objects this node owns.
+/// The objects this node owns, their locks, and forwarding addresses of objects that left.
 #[derive(Clone, Debug, Default)]
 pub struct OwnedObjects {
     objects: HashMap<Key, Owned>,
+    /// Keys locked by each transaction.
+    locked: HashMap<TxId, Vec<Key>>,
+    /// Where objects that left went, with the version they left at.
+    moved: HashMap<Key, (NodeId, u64)>,
 }
 
 impl OwnedObjects {
@@ -81,7 +77,7 @@ impl OwnedObjects {
         OwnedObjects::default()
     }
 
-    /// How many objects this node owns.
+    /// How many objects (deleted ones included) this node owns.
     pub fn len(&self) -> usize {
         self.objects.len()
     }
@@ -91,8 +87,10 @@ impl OwnedObjects {
         self.objects.is_empty()
     }
 
-    /// Takes ownership of `key` (created here, or moved here by a commit), unlocked.
-    pub fn adopt(&mut self, key: Key, value: Vec<u8>, version: u64) {
+    /// Takes ownership of `key` at `version` (a commit here wrote it), unlocked. A previous
+    /// copy's lock, if this node held one, must have been released or committed first.
+    pub fn adopt(&mut self, key: Key, value: Option<Vec<u8>>, version: u64) {
+        self.moved.remove(&key);
         self.objects.insert(
             key,
             Owned {
@@ -103,117 +101,163 @@ impl OwnedObjects {
         );
     }
 
+    /// Whether this node owns `key`.
+    pub fn owns(&self, key: &Key) -> bool {
+        self.objects.contains_key(key)
+    }
+
     /// The committed copy of `key`, if this node owns it.
     pub fn get(&self, key: &Key) -> Option<Held<'_>> {
         self.objects.get(key).map(|o| Held {
-            value: &o.value,
+            value: o.value.as_deref(),
             version: o.version,
-            locked: o.lock.is_some(),
+            locked_by: o.lock.map(|l| l.tx),
         })
     }
 
-    /// Locks every key in `keys` for `tx` until `now + lease`, or none of them. A lock `tx`
-    /// already holds is renewed.
+    /// Where `key` went when it left this node, if it did and has not come back.
+    pub fn moved_to(&self, key: &Key) -> Option<NodeId> {
+        self.moved.get(key).map(|&(n, _)| n)
+    }
+
+    /// Locks every `(key, version read)` for `tx`, or none: each key must be owned here, at the
+    /// version read (`None`: not read, any version), and not locked by another transaction.
+    /// Locks `tx` already holds are kept. The lock is held until [`OwnedObjects::release`] or
+    /// [`OwnedObjects::surrender`]; after `lease` the owner starts asking the committer.
     pub fn try_lock(
         &mut self,
         tx: TxId,
-        keys: &[Key],
+        items: &[(Key, Option<u64>)],
         now: u64,
         lease: u64,
-    ) -> Result<(), LockError> {
-        for key in keys {
+    ) -> Result<(), Refusal> {
+        for (key, version) in items {
             match self.objects.get(key) {
-                None => return Err(LockError::NotHere { key: key.clone() }),
-                Some(Owned { lock: Some(l), .. }) if l.tx != tx && l.until > now => {
-                    return Err(LockError::Busy {
-                        key: key.clone(),
-                        holder: l.tx,
-                    })
+                None => return Err(Refusal::Invalid(key.clone())),
+                Some(o) => {
+                    if let Some(l) = o.lock {
+                        if l.tx != tx {
+                            return Err(Refusal::Busy(key.clone()));
+                        }
+                    }
+                    if version.is_some_and(|v| v != o.version) {
+                        return Err(Refusal::Invalid(key.clone()));
+                    }
                 }
-                Some(_) => {}
             }
         }
-        for key in keys {
+        for (key, _) in items {
             if let Some(o) = self.objects.get_mut(key) {
-                o.lock = Some(Lock {
-                    tx,
-                    until: now + lease,
-                });
+                if o.lock.is_none() {
+                    o.lock = Some(Lock {
+                        tx,
+                        since: now,
+                        ask_at: now + lease,
+                    });
+                    self.locked.entry(tx).or_default().push(key.clone());
+                }
             }
         }
         Ok(())
     }
 
-    /// Whether a read of `key` at `version` is still current for `tx`: the version has not
-    /// changed and no other transaction holds the lock.
-    pub fn validate(&self, tx: TxId, key: &Key, version: u64, now: u64) -> bool {
-        self.objects.get(key).is_some_and(|o| {
-            o.version == version && o.lock.is_none_or(|l| l.tx == tx || l.until <= now)
-        })
+    /// Whether a read of `key` at `version` is still current for `tx`: owned here, the version
+    /// unchanged, and no other transaction holds the lock.
+    pub fn validate(&self, tx: TxId, key: &Key, version: u64) -> bool {
+        self.objects
+            .get(key)
+            .is_some_and(|o| o.version == version && o.lock.is_none_or(|l| l.tx == tx))
     }
 
-    /// Installs `tx`'s write of `key` at `version` and releases its lock.
-    pub fn commit(
-        &mut self,
-        tx: TxId,
-        key: &Key,
-        value: Vec<u8>,
-        version: u64,
-        now: u64,
-    ) -> Result<(), CommitError> {
-        match self.objects.get_mut(key) {
-            Some(o) if o.lock.is_some_and(|l| l.tx == tx && l.until > now) => {
-                o.value = value;
-                o.version = version;
-                o.lock = None;
-                Ok(())
-            }
-            _ => Err(CommitError::NotLocked { key: key.clone() }),
+    /// `tx` committed: it installed its writes at node `to` at `version`; every object it
+    /// locked here leaves this node (forwarding requests to `to`). Returns the keys that left.
+    pub fn surrender(&mut self, tx: TxId, to: NodeId, version: u64) -> Vec<Key> {
+        let mut keys = self.locked.remove(&tx).unwrap_or_default();
+        keys.retain(|key| self.locked_by(key) == Some(tx));
+        for key in &keys {
+            self.objects.remove(key);
+            self.moved.insert(key.clone(), (to, version));
         }
+        keys
     }
 
-    /// Gives up `key` under `tx`'s lock (it moves to the committer, or is deleted): returns its
-    /// committed value and version.
-    pub fn surrender(
-        &mut self,
-        tx: TxId,
-        key: &Key,
-        now: u64,
-    ) -> Result<(Vec<u8>, u64), CommitError> {
-        match self.objects.get(key) {
-            Some(o) if o.lock.is_some_and(|l| l.tx == tx && l.until > now) => {
-                let o = self.objects.remove(key).expect("checked above");
-                Ok((o.value, o.version))
+    fn locked_by(&self, key: &Key) -> Option<TxId> {
+        self.objects.get(key).and_then(|o| o.lock).map(|l| l.tx)
+    }
+
+    /// `tx` committed here, on objects this node keeps: installs the new values at `version`
+    /// and unlocks them.
+    pub fn install(&mut self, tx: TxId, writes: &[(Key, Option<Vec<u8>>)], version: u64) {
+        for (key, value) in writes {
+            // A copy still locked by another committer is one that already moved on (its
+            // decision is in flight) and came back through this commit: that transaction's
+            // decision must no longer touch the new copy.
+            if let Some(other) = self.locked_by(key).filter(|&t| t != tx) {
+                if let Some(keys) = self.locked.get_mut(&other) {
+                    keys.retain(|k| k != key);
+                    if keys.is_empty() {
+                        self.locked.remove(&other);
+                    }
+                }
             }
-            _ => Err(CommitError::NotLocked { key: key.clone() }),
+            self.objects.insert(
+                key.clone(),
+                Owned {
+                    value: value.clone(),
+                    version,
+                    lock: None,
+                },
+            );
+            self.moved.remove(key);
         }
+        self.locked.remove(&tx);
     }
 
-    /// Releases every lock `tx` holds (it aborted).
-    pub fn release(&mut self, tx: TxId) {
-        for o in self.objects.values_mut() {
-            if o.lock.is_some_and(|l| l.tx == tx) {
-                o.lock = None;
+    /// `tx` aborted (or was presumed aborted): its locks here are released. Returns how many.
+    pub fn release(&mut self, tx: TxId) -> usize {
+        let keys = self.locked.remove(&tx).unwrap_or_default();
+        for key in &keys {
+            if let Some(o) = self.objects.get_mut(key) {
+                if o.lock.is_some_and(|l| l.tx == tx) {
+                    o.lock = None;
+                }
             }
         }
+        keys.len()
     }
 
-    /// Releases the locks whose lease ran out by `now`; returns their keys (sorted).
-    pub fn expire(&mut self, now: u64) -> Vec<Key> {
-        let mut freed = Vec::new();
-        for (k, o) in self.objects.iter_mut() {
-            if o.lock.is_some_and(|l| l.until <= now) {
-                o.lock = None;
-                freed.push(k.clone());
+    /// Whether `tx` holds any lock here.
+    pub fn holds(&self, tx: TxId) -> bool {
+        self.locked.contains_key(&tx)
+    }
+
+    /// Transactions whose locks outlived their lease at `now`, with how long they have held
+    /// them; each is reported again `lease` later while it keeps them.
+    pub fn overdue(&mut self, now: u64, lease: u64) -> Vec<(TxId, u64)> {
+        let mut out = Vec::new();
+        for (tx, keys) in &self.locked {
+            let Some(first) = keys.first().and_then(|k| self.objects.get(k)) else {
+                continue;
+            };
+            let Some(lock) = first.lock else { continue };
+            if lock.ask_at <= now {
+                out.push((*tx, now - lock.since));
             }
         }
-        freed.sort();
-        freed
+        for (tx, _) in &out {
+            for key in &self.locked[tx] {
+                if let Some(Owned { lock: Some(l), .. }) = self.objects.get_mut(key) {
+                    l.ask_at = now + lease;
+                }
+            }
+        }
+        out.sort();
+        out
     }
 
-    /// How many locks are held (expired or not).
+    /// How many keys are locked right now.
     pub fn locks_held(&self) -> usize {
-        self.objects.values().filter(|o| o.lock.is_some()).count()
+        self.locked.values().map(Vec::len).sum()
     }
 }
 
@@ -221,80 +265,85 @@ impl OwnedObjects {
 mod tests {
     use super::*;
 
-    const T1: TxId = TxId { node: 1, n: 1 };
-    const T2: TxId = TxId { node: 2, n: 1 };
-
-    fn table() -> OwnedObjects {
-        let mut t = OwnedObjects::new();
-        t.adopt(Key::from("a"), b"1".to_vec(), 3);
-        t.adopt(Key::from("b"), b"2".to_vec(), 4);
-        t
+    fn tx(n: u64) -> TxId {
+        TxId { node: 1, n }
     }
 
     #[test]
-    fn locks_are_all_or_nothing_and_busy_names_the_holder() {
-        let mut t = table();
+    fn locks_are_all_or_nothing_and_validated() {
         let (a, b) = (Key::from("a"), Key::from("b"));
-        t.try_lock(T1, std::slice::from_ref(&a), 0, 10).unwrap();
+        let mut o = OwnedObjects::new();
+        o.adopt(a.clone(), Some(vec![1]), 3);
+        o.adopt(b.clone(), Some(vec![2]), 4);
+        o.try_lock(tx(1), &[(a.clone(), Some(3))], 0, 10).unwrap();
         assert_eq!(
-            t.try_lock(T2, &[b.clone(), a.clone()], 1, 10),
-            Err(LockError::Busy {
-                key: a.clone(),
-                holder: T1
-            })
+            o.try_lock(tx(2), &[(b.clone(), Some(4)), (a.clone(), Some(3))], 0, 10),
+            Err(Refusal::Busy(a.clone()))
         );
-        assert!(!t.get(&b).unwrap().locked, "nothing taken on failure");
         assert_eq!(
-            t.try_lock(T2, &[Key::from("gone")], 1, 10),
-            Err(LockError::NotHere {
-                key: Key::from("gone")
-            })
+            o.get(&b).unwrap().locked_by,
+            None,
+            "nothing taken on refusal"
         );
-        t.release(T1);
-        t.try_lock(T2, &[a, b], 2, 10).unwrap();
-        assert_eq!(t.locks_held(), 2);
+        assert_eq!(
+            o.try_lock(tx(2), &[(b.clone(), Some(3))], 0, 10),
+            Err(Refusal::Invalid(b.clone())),
+            "stale version"
+        );
+        assert!(!o.validate(tx(2), &a, 3), "locked by another");
+        assert!(o.validate(tx(1), &a, 3));
+        assert_eq!(o.release(tx(1)), 1);
+        assert!(o.validate(tx(2), &a, 3));
     }
 
     #[test]
-    fn validation_commit_and_surrender_follow_the_lock() {
-        let mut t = table();
-        let a = Key::from("a");
-        assert!(t.validate(T2, &a, 3, 0));
-        t.try_lock(T1, std::slice::from_ref(&a), 0, 10).unwrap();
-        assert!(!t.validate(T2, &a, 3, 1), "locked by another committer");
-        assert!(t.validate(T1, &a, 3, 1));
+    fn surrender_forwards_and_install_commits_in_place() {
+        let (a, b) = (Key::from("a"), Key::from("b"));
+        let mut o = OwnedObjects::new();
+        o.adopt(a.clone(), Some(vec![1]), 3);
+        o.adopt(b.clone(), Some(vec![2]), 3);
+        o.try_lock(tx(1), &[(a.clone(), Some(3))], 0, 10).unwrap();
+        assert_eq!(o.surrender(tx(1), 7, 9), vec![a.clone()]);
+        assert!(!o.owns(&a));
+        assert_eq!(o.moved_to(&a), Some(7));
+        o.try_lock(tx(2), &[(b.clone(), Some(3))], 0, 10).unwrap();
+        o.install(tx(2), &[(b.clone(), None)], 5);
         assert_eq!(
-            t.commit(T2, &a, b"x".to_vec(), 9, 1),
-            Err(CommitError::NotLocked { key: a.clone() })
-        );
-        t.commit(T1, &a, b"x".to_vec(), 9, 1).unwrap();
-        assert_eq!(
-            t.get(&a),
+            o.get(&b),
             Some(Held {
-                value: b"x",
-                version: 9,
-                locked: false
+                value: None,
+                version: 5,
+                locked_by: None
             })
         );
-        assert!(!t.validate(T2, &a, 3, 2), "a newer version was committed");
-        t.try_lock(T2, std::slice::from_ref(&a), 2, 10).unwrap();
-        assert_eq!(t.surrender(T2, &a, 3), Ok((b"x".to_vec(), 9)));
-        assert!(t.get(&a).is_none());
+        assert_eq!(o.locks_held(), 0);
     }
 
     #[test]
-    fn a_lease_that_runs_out_frees_the_lock() {
-        let mut t = table();
+    fn a_late_decision_never_touches_a_copy_that_came_back() {
         let a = Key::from("a");
-        t.try_lock(T1, std::slice::from_ref(&a), 0, 10).unwrap();
-        assert!(t.try_lock(T2, std::slice::from_ref(&a), 9, 10).is_err());
-        // The committer went silent: at its lease's end others may lock, and it may not commit.
-        t.try_lock(T2, std::slice::from_ref(&a), 10, 10).unwrap();
-        assert_eq!(
-            t.commit(T1, &a, b"late".to_vec(), 5, 11),
-            Err(CommitError::NotLocked { key: a.clone() })
-        );
-        assert_eq!(t.expire(20), vec![a]);
-        assert_eq!(t.locks_held(), 0);
+        let mut o = OwnedObjects::new();
+        o.adopt(a.clone(), Some(vec![1]), 3);
+        // tx 1 (node 1) locks the copy here and commits elsewhere; before its decision
+        // arrives, tx 2 of this node takes the object back from the new owner at version 5.
+        o.try_lock(tx(1), &[(a.clone(), Some(3))], 0, 10).unwrap();
+        o.install(tx(2), &[(a.clone(), Some(vec![2]))], 5);
+        assert!(o.surrender(tx(1), 1, 4).is_empty());
+        assert_eq!(o.get(&a).map(|h| h.version), Some(5));
+        assert_eq!(o.locks_held(), 0);
+    }
+
+    #[test]
+    fn overdue_locks_are_reported_once_per_lease() {
+        let a = Key::from("a");
+        let mut o = OwnedObjects::new();
+        o.adopt(a.clone(), None, 0);
+        o.try_lock(tx(1), &[(a.clone(), None)], 100, 10).unwrap();
+        assert!(o.overdue(105, 10).is_empty());
+        assert_eq!(o.overdue(110, 10), vec![(tx(1), 10)]);
+        assert!(o.overdue(115, 10).is_empty());
+        assert_eq!(o.overdue(121, 10), vec![(tx(1), 21)]);
+        o.release(tx(1));
+        assert!(o.overdue(200, 10).is_empty());
     }
 }

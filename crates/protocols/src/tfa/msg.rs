@@ -1,0 +1,129 @@
+//! Messages between TFA nodes. Every message carries the sender's clock (thesis 5.1).
+
+use atomos_core::Key;
+use serde::{Deserialize, Serialize};
+
+use super::directory::NodeId;
+use super::owner::{Refusal, TxId};
+
+/// A message and the clock of the node that sent it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TfaMsg {
+    /// The sender's clock when it sent the message.
+    pub clock: u64,
+    /// What the message says.
+    pub body: Body,
+}
+
+/// What TFA nodes say to each other.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Body {
+    /// Asks for the committed copy of `key`.
+    Fetch {
+        /// Matches the answer to the request.
+        req: u64,
+        /// The object.
+        key: Key,
+    },
+    /// The answer to a `Fetch`.
+    Fetched {
+        /// The request answered.
+        req: u64,
+        /// What the node has.
+        answer: FetchAnswer,
+    },
+    /// Asks the owner to lock the written objects it owns, checking the versions read.
+    Lock {
+        /// Matches the answer to the request.
+        req: u64,
+        /// The committing transaction.
+        tx: TxId,
+        /// Each key with the version the transaction read (`None`: written without reading).
+        items: Vec<(Key, Option<u64>)>,
+    },
+    /// The answer to a `Lock`: all granted, or refused (then nothing was taken).
+    Locked {
+        /// The request answered.
+        req: u64,
+        /// Granted, or why not.
+        result: Result<(), Refusal>,
+    },
+    /// Asks whether reads are still current (same version, not locked by another committer).
+    Validate {
+        /// Matches the answer to the request.
+        req: u64,
+        /// The transaction asking.
+        tx: TxId,
+        /// Each key with the version read.
+        items: Vec<(Key, u64)>,
+    },
+    /// The answer to a `Validate`: the keys no longer current.
+    Validated {
+        /// The request answered.
+        req: u64,
+        /// Keys whose read is no longer current (empty: all valid).
+        invalid: Vec<Key>,
+    },
+    /// The committer's decision for a transaction whose locks the receiver holds; also the
+    /// answer to `Ask`. Re-sent until the owner confirms with `Done`.
+    Decided {
+        /// The transaction.
+        tx: TxId,
+        /// Commit (the locked objects move to the committer) or abort (locks released).
+        decision: Decision,
+    },
+    /// The owner applied the decision for `tx`.
+    Done {
+        /// The transaction.
+        tx: TxId,
+    },
+    /// An owner whose lock outlived its lease asks the committer for its decision.
+    Ask {
+        /// The transaction.
+        tx: TxId,
+    },
+    /// Tells `key`'s home that `owner` committed it at `version`.
+    Track {
+        /// The object.
+        key: Key,
+        /// Its new owner.
+        owner: NodeId,
+        /// The version written.
+        version: u64,
+    },
+    /// The home recorded a `Track`.
+    Tracked {
+        /// The object.
+        key: Key,
+        /// The version recorded.
+        version: u64,
+    },
+}
+
+/// What a node answers to a `Fetch`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FetchAnswer {
+    /// The receiver owns the object: its committed copy (`None`: it does not exist).
+    Found {
+        /// The encoded value, or `None` if the object does not exist.
+        value: Option<Vec<u8>>,
+        /// Its version.
+        version: u64,
+    },
+    /// A commit holds the object's lock: its value is about to change.
+    Busy,
+    /// The receiver does not own the object; ask this node.
+    Redirect(NodeId),
+}
+
+/// A committer's decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Decision {
+    /// Committed at `version`: the objects locked for it move to the committer.
+    Commit {
+        /// The version the committer wrote.
+        version: u64,
+    },
+    /// Aborted: release its locks.
+    Abort,
+}

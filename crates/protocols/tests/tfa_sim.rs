@@ -1,0 +1,599 @@
+//! TFA in the simulator: every node runs list-append and bank transactions over objects that
+//! migrate between them, under message loss, duplication, reordering and partitions.
+//!
+//! Checked on every seed: the list-append history recorded on all nodes is serializable; every
+//! audit and the final state conserve the bank's money; after the network heals, every object has
+//! exactly one owner, no lock is held and no decision is left unconfirmed.
+//!
+//! Replay one seed: `ATOMOS_SIM_SEED=N cargo test -p atomos-protocols --test tfa_sim`.
+
+use std::collections::BTreeMap;
+
+use atomos_core::history::list_append::{self, ListOp};
+use atomos_core::Key;
+use atomos_protocols::tfa::{Action, Failure, Reply, TfaConfig, TfaMsg, TfaNode};
+use atomos_sim::workload::{self, BankOp, BankWorkload, ListAppendTxn, ListAppendWorkload};
+use atomos_sim::{
+    check_seeds, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
+};
+
+const ACCOUNTS: u64 = 6;
+const LIST_KEYS: u64 = 4;
+const INITIAL: i64 = 100;
+const MAX_ATTEMPTS: u32 = 60;
+
+fn account(i: u64) -> Key {
+    Key::with_index("acct/", i)
+}
+
+fn list(i: u64) -> Key {
+    Key::with_index("list/", i)
+}
+
+#[derive(Clone, Debug)]
+enum Txn {
+    /// Creates every account (run first, on one node).
+    Setup,
+    Lists(ListAppendTxn),
+    Bank {
+        id: u64,
+        op: BankOp,
+    },
+}
+
+impl Txn {
+    fn id(&self) -> u64 {
+        match self {
+            Txn::Setup => 0,
+            Txn::Lists(t) => t.id,
+            Txn::Bank { id, .. } => *id,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Answer {
+    Created,
+    Lists(Vec<ListOp>),
+    Transfer { done: bool },
+    Audit(Vec<i64>),
+}
+
+#[derive(Clone, Debug)]
+enum Note {
+    Committed { id: u64, answer: Answer },
+    Failed { id: u64, failure: Failure },
+}
+
+/// What a transaction program needs next, given what it has read so far.
+enum Next {
+    Read(Key),
+    /// The accounts are not created yet: abandon this attempt and try again later.
+    NotYet,
+    Commit {
+        writes: Vec<(Key, Option<Vec<u8>>)>,
+        answer: Answer,
+    },
+}
+
+fn enc<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_allocvec(v).expect("encodes")
+}
+
+fn dec<T: serde::de::DeserializeOwned>(b: &[u8]) -> T {
+    postcard::from_bytes(b).expect("decodes")
+}
+
+/// Runs the program of `txn` over the reads made so far (`None`: missing object); like an
+/// atomic section re-run by its closure, it asks for the first key it has not read yet.
+fn program(txn: &Txn, seen: &BTreeMap<Key, Option<Vec<u8>>>) -> Next {
+    macro_rules! get {
+        ($key:expr) => {
+            match seen.get(&$key) {
+                Some(v) => v.clone(),
+                None => return Next::Read($key),
+            }
+        };
+    }
+    match txn {
+        Txn::Setup => {
+            for i in 0..ACCOUNTS {
+                get!(account(i));
+            }
+            Next::Commit {
+                writes: (0..ACCOUNTS)
+                    .map(|i| (account(i), Some(enc(&INITIAL))))
+                    .collect(),
+                answer: Answer::Created,
+            }
+        }
+        Txn::Lists(t) => {
+            let mut buffered: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+            let mut ops = Vec::new();
+            for op in &t.ops {
+                let key = match op {
+                    ListOp::Read { key, .. } | ListOp::Append { key, .. } => *key,
+                };
+                let l = match buffered.entry(key) {
+                    std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        let v = get!(list(key));
+                        e.insert(v.map(|b| dec(&b)).unwrap_or_default())
+                    }
+                };
+                match op {
+                    ListOp::Read { .. } => ops.push(ListOp::Read {
+                        key,
+                        seen: l.clone(),
+                    }),
+                    ListOp::Append { value, .. } => {
+                        l.push(*value);
+                        ops.push(op.clone());
+                    }
+                }
+            }
+            let writes = t
+                .ops
+                .iter()
+                .filter_map(|op| match op {
+                    ListOp::Append { key, .. } => Some(*key),
+                    ListOp::Read { .. } => None,
+                })
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .map(|k| (list(k), Some(enc(&buffered[&k]))))
+                .collect();
+            Next::Commit {
+                writes,
+                answer: Answer::Lists(ops),
+            }
+        }
+        Txn::Bank {
+            op: BankOp::Transfer { from, to, amount },
+            ..
+        } => {
+            let (Some(a), Some(b)) = (get!(account(*from)), get!(account(*to))) else {
+                return Next::NotYet;
+            };
+            let (a, b): (i64, i64) = (dec(&a), dec(&b));
+            let amount = *amount as i64;
+            if a < amount {
+                return Next::Commit {
+                    writes: vec![],
+                    answer: Answer::Transfer { done: false },
+                };
+            }
+            Next::Commit {
+                writes: vec![
+                    (account(*from), Some(enc(&(a - amount)))),
+                    (account(*to), Some(enc(&(b + amount)))),
+                ],
+                answer: Answer::Transfer { done: true },
+            }
+        }
+        Txn::Bank {
+            op: BankOp::Audit, ..
+        } => {
+            let mut balances = Vec::new();
+            for i in 0..ACCOUNTS {
+                match get!(account(i)) {
+                    Some(b) => balances.push(dec::<i64>(&b)),
+                    None => return Next::NotYet,
+                }
+            }
+            Next::Commit {
+                writes: vec![],
+                answer: Answer::Audit(balances),
+            }
+        }
+    }
+}
+
+struct Running {
+    txn: Txn,
+    attempt: u32,
+    seen: BTreeMap<Key, Option<Vec<u8>>>,
+    answer: Option<Answer>,
+    /// Waiting out a back-off before the next attempt.
+    restart_at: Option<u64>,
+}
+
+/// A simulated node: a TFA node and the transaction programs its application runs.
+struct SimNode {
+    me: NodeId,
+    nodes: usize,
+    cfg: TfaConfig,
+    incarnation: u64,
+    tfa: TfaNode,
+    running: BTreeMap<u64, Running>,
+    rng: SimRng,
+}
+
+impl SimNode {
+    fn new(me: NodeId, nodes: usize, cfg: TfaConfig, seed: u64) -> SimNode {
+        SimNode {
+            me,
+            nodes,
+            tfa: Self::tfa(me, nodes, 0, &cfg),
+            cfg,
+            incarnation: 0,
+            running: BTreeMap::new(),
+            rng: SimRng::new(seed ^ ((me as u64 + 1) * 0x9e37)),
+        }
+    }
+
+    fn tfa(me: NodeId, nodes: usize, incarnation: u64, cfg: &TfaConfig) -> TfaNode {
+        TfaNode::new(
+            me as u64,
+            (0..nodes as u64).collect(),
+            incarnation,
+            cfg.clone(),
+        )
+        .expect("member")
+    }
+
+    /// Moves transaction `h` on: its next read, or its commit.
+    fn advance(&mut self, now: u64, h: u64, acts: &mut Vec<Action>) {
+        let Some(r) = self.running.get_mut(&h) else {
+            return;
+        };
+        match program(&r.txn, &r.seen) {
+            Next::Read(key) => self.tfa.read(now, h, key, acts),
+            Next::Commit { writes, answer } => {
+                r.answer = Some(answer);
+                self.tfa.commit(now, h, writes, acts)
+            }
+            Next::NotYet => {
+                self.tfa.abort(h);
+                r.restart_at = Some(now + 50);
+            }
+        }
+    }
+
+    fn start_attempt(&mut self, now: u64, h: u64, acts: &mut Vec<Action>) {
+        if let Some(r) = self.running.get_mut(&h) {
+            r.attempt += 1;
+            r.seen.clear();
+            r.answer = None;
+            r.restart_at = None;
+            self.tfa.begin(h);
+            self.advance(now, h, acts);
+        }
+    }
+
+    /// Applies the node's actions; answers to transactions move their programs on, which may
+    /// produce more actions.
+    fn drive(&mut self, now: u64, mut acts: Vec<Action>, out: &mut Vec<Output<TfaMsg, Note>>) {
+        while !acts.is_empty() {
+            let mut next = Vec::new();
+            for a in acts {
+                match a {
+                    Action::Send { to, msg } => out.push(Output::Send {
+                        to: to as NodeId,
+                        msg,
+                    }),
+                    Action::Warn(w) => panic!("node {}: {w}", self.me),
+                    Action::Reply { h, reply } => self.answer(now, h, reply, &mut next, out),
+                }
+            }
+            acts = next;
+        }
+    }
+
+    fn answer(
+        &mut self,
+        now: u64,
+        h: u64,
+        reply: Reply,
+        acts: &mut Vec<Action>,
+        out: &mut Vec<Output<TfaMsg, Note>>,
+    ) {
+        let result = match reply {
+            Reply::Read(Ok(value)) => {
+                let Some(r) = self.running.get_mut(&h) else {
+                    return;
+                };
+                let key = match program(&r.txn, &r.seen) {
+                    Next::Read(key) => key,
+                    _ => unreachable!("a read was outstanding"),
+                };
+                r.seen.insert(key, value);
+                return self.advance(now, h, acts);
+            }
+            Reply::Read(Err(f)) | Reply::Commit(Err(f)) => Err(f),
+            Reply::Commit(Ok(())) => Ok(()),
+        };
+        let Some(r) = self.running.get_mut(&h) else {
+            return;
+        };
+        if std::env::var("DEBUG_TFA").is_ok() {
+            eprintln!(
+                "t={now} node={} h={h} attempt={} {:?}",
+                self.me, r.attempt, result
+            );
+        }
+        match result {
+            Ok(()) => {
+                let r = self.running.remove(&h).expect("present");
+                out.push(Output::Note(Note::Committed {
+                    id: r.txn.id(),
+                    answer: r.answer.expect("set at commit"),
+                }));
+            }
+            Err(Failure::Conflict(_)) if r.attempt < MAX_ATTEMPTS => {
+                let backoff = 1 + self.rng.below(10 * u64::from(r.attempt.min(8)));
+                r.restart_at = Some(now + backoff);
+            }
+            Err(failure) => {
+                let r = self.running.remove(&h).expect("present");
+                out.push(Output::Note(Note::Failed {
+                    id: r.txn.id(),
+                    failure,
+                }));
+            }
+        }
+    }
+}
+
+impl Machine for SimNode {
+    type Msg = TfaMsg;
+    type Request = Txn;
+    type Note = Note;
+
+    fn step(&mut self, now: u64, input: Input<TfaMsg, Txn>, out: &mut Vec<Output<TfaMsg, Note>>) {
+        let mut acts = Vec::new();
+        match input {
+            Input::Start => {}
+            Input::Request(txn) => {
+                let h = txn.id();
+                self.running.insert(
+                    h,
+                    Running {
+                        txn,
+                        attempt: 0,
+                        seen: BTreeMap::new(),
+                        answer: None,
+                        restart_at: None,
+                    },
+                );
+                self.start_attempt(now, h, &mut acts);
+            }
+            Input::Message { from, msg } => self.tfa.on_message(now, from as u64, msg, &mut acts),
+            Input::Tick => {
+                self.tfa.tick(now, &mut acts);
+                let due: Vec<u64> = self
+                    .running
+                    .iter()
+                    .filter(|(_, r)| r.restart_at.is_some_and(|t| t <= now))
+                    .map(|(&h, _)| h)
+                    .collect();
+                for h in due {
+                    self.start_attempt(now, h, &mut acts);
+                }
+            }
+        }
+        self.drive(now, acts, out);
+    }
+
+    fn crash(&mut self) {
+        // TFA keeps nothing on disk: the node's objects and transactions are lost.
+        self.incarnation += 1;
+        self.tfa = Self::tfa(self.me, self.nodes, self.incarnation, &self.cfg);
+        self.running.clear();
+    }
+}
+
+/// Timing in simulated time units (ticks every 10): re-send after 40, give up after 1,500 (a
+/// partition lasts 200), ask about a lock after 100, never abandon one during the run.
+fn sim_tfa_config() -> TfaConfig {
+    TfaConfig {
+        lease: 100,
+        abandon: 1_000_000,
+        resend: 40,
+        request_timeout: 1_500,
+        max_hops: 16,
+        busy_delay: 10,
+        busy_retries: 3,
+    }
+}
+
+struct Outcome {
+    run: Run<Note>,
+    submitted: Vec<ListAppendTxn>,
+    machines_report: Result<Vec<i64>, String>,
+}
+
+fn simulate(seed: u64, nodes: usize, faults: Faults) -> Outcome {
+    let cfg = SimConfig {
+        seed,
+        nodes,
+        tick_every: 10,
+        fault_until: 3_000,
+        settle: 12_000,
+        faults,
+    };
+    let machines = (0..nodes)
+        .map(|me| SimNode::new(me, nodes, sim_tfa_config(), seed))
+        .collect();
+    let mut sim = Sim::new(cfg, machines);
+    let mut rng = SimRng::new(seed ^ 0x7fa);
+    let mut lists = ListAppendWorkload::new(LIST_KEYS, 4, 0.5);
+    let bank = BankWorkload {
+        accounts: ACCOUNTS,
+        max_amount: 30,
+        audit_ratio: 0.2,
+    };
+    sim.request_at(0, 0, Txn::Setup);
+    let mut submitted = Vec::new();
+    for i in 0..200u64 {
+        let at = 100 + i * 15 + rng.below(15);
+        let node = rng.below(nodes as u64) as NodeId;
+        let txn = if rng.chance(0.5) {
+            let t = lists.next(&mut rng);
+            submitted.push(t.clone());
+            Txn::Lists(t)
+        } else {
+            Txn::Bank {
+                id: 1_000_000 + i,
+                op: bank.next(&mut rng),
+            }
+        };
+        sim.request_at(at, node, txn);
+    }
+    let run = sim.run();
+    let machines_report = final_state(sim.machines());
+    Outcome {
+        run,
+        submitted,
+        machines_report,
+    }
+}
+
+/// After the run: each account owned by exactly one node (its balance returned), every list
+/// key by at most one, no lock held, nothing unconfirmed.
+fn final_state(machines: &[SimNode]) -> Result<Vec<i64>, String> {
+    for m in machines {
+        let held = m.tfa.objects().locks_held();
+        if held > 0 {
+            return Err(format!("node {} still holds {held} locks", m.me));
+        }
+    }
+    for m in machines {
+        let (active, decided, tracking) = m.tfa.in_flight();
+        if active + decided + tracking > 0 {
+            return Err(format!(
+                "node {}: {active} transactions, {decided} decisions, {tracking} directory \
+                 updates still in flight {:?}",
+                m.me,
+                m.tfa.describe_active()
+            ) + &(0..ACCOUNTS)
+                .map(|i| {
+                    machines
+                        .iter()
+                        .map(|m| m.tfa.describe_key(&account(i)))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .collect::<Vec<_>>()
+                .join("\n\n"));
+        }
+    }
+    let owners = |key: &Key| -> Vec<(NodeId, Option<Vec<u8>>)> {
+        machines
+            .iter()
+            .filter_map(|m| {
+                m.tfa
+                    .objects()
+                    .get(key)
+                    .filter(|h| h.version > 0)
+                    .map(|h| (m.me, h.value.map(<[u8]>::to_vec)))
+            })
+            .collect()
+    };
+    for i in 0..LIST_KEYS {
+        let o = owners(&list(i));
+        if o.len() > 1 {
+            return Err(format!("list {i} has owners {o:?}"));
+        }
+    }
+    (0..ACCOUNTS)
+        .map(|i| match owners(&account(i)).as_slice() {
+            [(_, Some(v))] => Ok(dec(v)),
+            other => Err(format!("account {i} has owners {other:?}")),
+        })
+        .collect()
+}
+
+fn check(o: &Outcome) -> Result<(), String> {
+    let done = o.run.notes.iter().filter_map(|(_, node, n)| match n {
+        Note::Committed {
+            id,
+            answer: Answer::Lists(ops),
+        } => Some((*node, *id, ops.clone())),
+        _ => None,
+    });
+    // A failed transaction committed nothing: it is left out of the history.
+    let failures: Vec<(u64, &Failure)> = o
+        .run
+        .notes
+        .iter()
+        .filter_map(|(_, _, n)| match n {
+            Note::Failed { id, failure } => Some((*id, failure)),
+            _ => None,
+        })
+        .collect();
+    if failures.len() > 20 {
+        return Err(format!(
+            "{} transactions failed: {failures:?}",
+            failures.len()
+        ));
+    }
+    let failed: std::collections::BTreeSet<u64> = failures.iter().map(|(id, _)| *id).collect();
+    let submitted: Vec<ListAppendTxn> = o
+        .submitted
+        .iter()
+        .filter(|t| !failed.contains(&t.id))
+        .cloned()
+        .collect();
+    let history = workload::list_history(&submitted, done);
+    list_append::check(&history).map_err(|e| e.to_string())?;
+    let total = INITIAL * ACCOUNTS as i64;
+    for (t, node, n) in &o.run.notes {
+        if let Note::Committed {
+            answer: Answer::Audit(b),
+            ..
+        } = n
+        {
+            if b.iter().sum::<i64>() != total {
+                return Err(format!("audit at {t} on node {node} saw {b:?}"));
+            }
+        }
+    }
+    let balances = o.machines_report.clone()?;
+    if balances.iter().sum::<i64>() != total {
+        return Err(format!("final balances {balances:?}"));
+    }
+    Ok(())
+}
+
+fn committed(o: &Outcome) -> usize {
+    o.run
+        .notes
+        .iter()
+        .filter(|(_, _, n)| matches!(n, Note::Committed { .. }))
+        .count()
+}
+
+/// Faults without crashes: TFA does not replicate, so a crash loses data by design.
+fn network_faults() -> Faults {
+    Faults {
+        crash: 0.0,
+        ..Faults::harsh()
+    }
+}
+
+#[test]
+fn histories_are_serializable_and_money_is_conserved_under_network_faults() {
+    check_seeds(60, "-p atomos-protocols --test tfa_sim", |seed| {
+        let o = simulate(seed, 4, network_faults());
+        check(&o)?;
+        let n = committed(&o);
+        if n < 150 {
+            return Err(format!("only {n} of 201 transactions committed"));
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn without_faults_everything_commits() {
+    check_seeds(10, "-p atomos-protocols --test tfa_sim", |seed| {
+        let o = simulate(seed, 3, Faults::none());
+        check(&o)?;
+        let n = committed(&o);
+        if n != 201 {
+            return Err(format!("{n} of 201 transactions committed"));
+        }
+        Ok(())
+    });
+}
