@@ -681,6 +681,16 @@ impl TfaNode {
             return;
         };
         tx.outstanding.clear();
+        if !valid {
+            let cause = if matches!(tx.wait, Wait::Forward { .. }) {
+                self.counters.aborts_forward += 1;
+                AbortCause::ReadValidation
+            } else {
+                self.counters.aborts_validation += 1;
+                AbortCause::CommitValidation
+            };
+            return self.fail(now, h, Failure::Conflict(cause), out);
+        }
         match std::mem::replace(&mut tx.wait, Wait::Idle) {
             Wait::Forward {
                 key,
@@ -688,22 +698,8 @@ impl TfaNode {
                 version,
                 owner,
                 to_clock,
-            } => {
-                if valid {
-                    self.deliver(now, h, key, value, version, owner, Some(to_clock), out)
-                } else {
-                    self.counters.aborts_forward += 1;
-                    self.fail(now, h, Failure::Conflict(AbortCause::ReadValidation), out)
-                }
-            }
-            Wait::Validate { writes } => {
-                if valid {
-                    self.decide_commit(now, h, writes, out)
-                } else {
-                    self.counters.aborts_validation += 1;
-                    self.fail(now, h, Failure::Conflict(AbortCause::CommitValidation), out)
-                }
-            }
+            } => self.deliver(now, h, key, value, version, owner, Some(to_clock), out),
+            Wait::Validate { writes } => self.decide_commit(now, h, writes, out),
             other => tx.wait = other,
         }
     }

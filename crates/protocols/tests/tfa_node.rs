@@ -1,0 +1,360 @@
+//! TFA nodes driven by hand through chosen message losses: objects move to their writer, the
+//! directory follows, locks of a committer that crashed or was cut off are not held forever,
+//! and an unreachable owner fails a transaction with a clear error instead of hanging.
+
+use std::collections::VecDeque;
+
+use atomos_core::{AbortCause, Key};
+use atomos_protocols::tfa::{Action, Body, Failure, Reply, TfaConfig, TfaMsg, TfaNode};
+
+fn cfg() -> TfaConfig {
+    TfaConfig {
+        lease: 5,
+        abandon: 100,
+        resend: 3,
+        request_timeout: 20,
+        max_hops: 8,
+        busy_delay: 1,
+        busy_retries: 2,
+    }
+}
+
+/// Nodes 1..=n and the messages between them; `cut` drops every message to or from a node.
+struct Net {
+    nodes: Vec<TfaNode>,
+    queue: VecDeque<(u64, u64, TfaMsg)>,
+    replies: Vec<(u64, u64, Reply)>,
+    cut: Option<u64>,
+    now: u64,
+}
+
+impl Net {
+    fn new(n: u64) -> Net {
+        let members: Vec<u64> = (1..=n).collect();
+        Net {
+            nodes: members
+                .iter()
+                .map(|&me| TfaNode::new(me, members.clone(), 0, cfg()).unwrap())
+                .collect(),
+            queue: VecDeque::new(),
+            replies: Vec::new(),
+            cut: None,
+            now: 0,
+        }
+    }
+
+    fn node(&mut self, id: u64) -> &mut TfaNode {
+        &mut self.nodes[id as usize - 1]
+    }
+
+    fn absorb(&mut self, from: u64, acts: Vec<Action>) {
+        for a in acts {
+            match a {
+                Action::Send { to, msg } => {
+                    if self.cut != Some(to) && self.cut != Some(from) {
+                        self.queue.push_back((from, to, msg));
+                    }
+                }
+                Action::Reply { h, reply } => self.replies.push((from, h, reply)),
+                Action::Warn(_) => {}
+            }
+        }
+    }
+
+    /// Delivers messages until none is left.
+    fn settle(&mut self) {
+        while let Some((from, to, msg)) = self.queue.pop_front() {
+            let mut acts = Vec::new();
+            let now = self.now;
+            self.node(to).on_message(now, from, msg, &mut acts);
+            self.absorb(to, acts);
+        }
+    }
+
+    /// Advances time by `n` ticks, settling after each.
+    fn ticks(&mut self, n: u64) {
+        for _ in 0..n {
+            self.now += 1;
+            for id in 1..=self.nodes.len() as u64 {
+                let mut acts = Vec::new();
+                let now = self.now;
+                self.node(id).tick(now, &mut acts);
+                self.absorb(id, acts);
+            }
+            self.settle();
+        }
+    }
+
+    fn take_reply(&mut self, node: u64, h: u64) -> Option<Reply> {
+        let i = self
+            .replies
+            .iter()
+            .position(|(n, rh, _)| *n == node && *rh == h)?;
+        Some(self.replies.remove(i).2)
+    }
+
+    /// Runs a read on `node` to its answer.
+    fn read(&mut self, node: u64, h: u64, key: &Key) -> Reply {
+        let mut acts = Vec::new();
+        let now = self.now;
+        self.node(node).read(now, h, key.clone(), &mut acts);
+        self.absorb(node, acts);
+        self.settle();
+        for _ in 0..100 {
+            if let Some(r) = self.take_reply(node, h) {
+                return r;
+            }
+            self.ticks(1);
+        }
+        panic!("no answer to the read");
+    }
+
+    fn commit(&mut self, node: u64, h: u64, writes: Vec<(Key, Option<Vec<u8>>)>) -> Reply {
+        let mut acts = Vec::new();
+        let now = self.now;
+        self.node(node).commit(now, h, writes, &mut acts);
+        self.absorb(node, acts);
+        self.settle();
+        for _ in 0..100 {
+            if let Some(r) = self.take_reply(node, h) {
+                return r;
+            }
+            self.ticks(1);
+        }
+        panic!("no answer to the commit");
+    }
+
+    /// A whole transaction on `node`: read every key, write `value` to each.
+    fn write_all(&mut self, node: u64, h: u64, keys: &[Key], value: u8) -> Reply {
+        self.node(node).begin(h);
+        for k in keys {
+            if let r @ Reply::Read(Err(_)) = self.read(node, h, k) {
+                return r;
+            }
+        }
+        let writes = keys
+            .iter()
+            .map(|k| (k.clone(), Some(vec![value])))
+            .collect();
+        self.commit(node, h, writes)
+    }
+
+    fn owners(&self, key: &Key) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .filter(|n| n.objects().get(key).is_some_and(|h| h.version > 0))
+            .map(TfaNode::id)
+            .collect()
+    }
+
+    fn locks(&self) -> usize {
+        self.nodes.iter().map(|n| n.objects().locks_held()).sum()
+    }
+}
+
+fn read_value(net: &mut Net, node: u64, h: u64, key: &Key) -> Option<Vec<u8>> {
+    net.node(node).begin(h);
+    match net.read(node, h, key) {
+        Reply::Read(Ok(v)) => {
+            net.node(node).abort(h);
+            v
+        }
+        other => panic!("read failed: {other:?}"),
+    }
+}
+
+#[test]
+fn objects_move_to_their_writer_and_deletes_read_as_missing() {
+    let mut net = Net::new(3);
+    let k = Key::from("moving");
+    assert_eq!(read_value(&mut net, 2, 1, &k), None, "never created");
+    assert_eq!(
+        net.write_all(1, 2, std::slice::from_ref(&k), 7),
+        Reply::Commit(Ok(()))
+    );
+    assert_eq!(net.owners(&k), vec![1]);
+    assert_eq!(
+        net.write_all(3, 3, std::slice::from_ref(&k), 8),
+        Reply::Commit(Ok(()))
+    );
+    assert_eq!(net.owners(&k), vec![3], "moved to the writer");
+    assert_eq!(read_value(&mut net, 2, 4, &k), Some(vec![8]));
+    // Delete: the deleter keeps the object's "missing" state; every node reads it missing.
+    net.node(2).begin(5);
+    assert!(matches!(net.read(2, 5, &k), Reply::Read(Ok(Some(_)))));
+    assert_eq!(
+        net.commit(2, 5, vec![(k.clone(), None)]),
+        Reply::Commit(Ok(()))
+    );
+    for node in 1..=3 {
+        assert_eq!(read_value(&mut net, node, 10 + node, &k), None);
+    }
+    let home = net.node(1).home(&k);
+    assert!(net.node(home).describe_key(&k).contains("tracker Some(2)"));
+    assert_eq!(net.locks(), 0);
+}
+
+#[test]
+fn a_read_of_a_newer_version_forwards_or_aborts() {
+    let mut net = Net::new(3);
+    let (a, b) = (Key::from("fa"), Key::from("fb"));
+    assert_eq!(
+        net.write_all(1, 1, std::slice::from_ref(&a), 1),
+        Reply::Commit(Ok(()))
+    );
+    assert_eq!(
+        net.write_all(2, 2, std::slice::from_ref(&b), 1),
+        Reply::Commit(Ok(()))
+    );
+    // Transaction 10 on node 3 reads a, then a and b are written together elsewhere.
+    net.node(3).begin(10);
+    assert_eq!(net.read(3, 10, &a), Reply::Read(Ok(Some(vec![1]))));
+    assert_eq!(
+        net.write_all(2, 3, &[a.clone(), b.clone()], 2),
+        Reply::Commit(Ok(()))
+    );
+    // Reading b now meets a newer version: a changed, so forwarding fails.
+    assert_eq!(
+        net.read(3, 10, &b),
+        Reply::Read(Err(Failure::Conflict(AbortCause::ReadValidation)))
+    );
+    assert_eq!(net.node(3).counters().aborts_forward, 1);
+    // A fresh transaction that read something still current is forwarded instead.
+    net.node(3).begin(11);
+    let c = Key::from("fc");
+    assert_eq!(net.read(3, 11, &c), Reply::Read(Ok(None)));
+    assert_eq!(
+        net.write_all(1, 4, std::slice::from_ref(&b), 3),
+        Reply::Commit(Ok(()))
+    );
+    let before = net.node(3).counters().forwards;
+    assert_eq!(net.read(3, 11, &b), Reply::Read(Ok(Some(vec![3]))));
+    assert_eq!(net.node(3).counters().forwards, before + 1);
+}
+
+#[test]
+fn an_unreachable_owner_fails_the_transaction_naming_node_and_key() {
+    let mut net = Net::new(3);
+    let k = Key::from("far");
+    assert_eq!(
+        net.write_all(2, 1, std::slice::from_ref(&k), 1),
+        Reply::Commit(Ok(()))
+    );
+    net.cut = Some(2);
+    net.node(1).begin(2);
+    match net.read(1, 2, &k) {
+        Reply::Read(Err(Failure::Unavailable { key, node })) => {
+            assert_eq!(key, k);
+            // The home may answer (redirecting to 2) or be node 2 itself.
+            assert_eq!(node, 2);
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn locks_of_a_crashed_committer_are_released() {
+    let mut net = Net::new(3);
+    let k = Key::from("locked");
+    assert_eq!(
+        net.write_all(2, 1, std::slice::from_ref(&k), 1),
+        Reply::Commit(Ok(()))
+    );
+    // Node 1 reads k and asks owner 2 for its lock, then crashes before deciding.
+    net.node(1).begin(2);
+    assert!(matches!(net.read(1, 2, &k), Reply::Read(Ok(_))));
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(1)
+        .commit(now, 2, vec![(k.clone(), Some(vec![9]))], &mut acts);
+    net.absorb(1, acts);
+    net.cut = Some(1);
+    net.settle();
+    assert_eq!(net.locks(), 1, "owner 2 holds the lock");
+    // While the committer is away the lock is kept (it might have committed).
+    net.ticks(50);
+    assert_eq!(net.locks(), 1);
+    // It restarts with a new incarnation, knowing nothing: it answers "abort".
+    net.nodes[0] = TfaNode::new(1, vec![1, 2, 3], 1, cfg()).unwrap();
+    net.cut = None;
+    net.ticks(10);
+    assert_eq!(net.locks(), 0);
+    assert_eq!(net.owners(&k), vec![2], "the object stays with its owner");
+    assert_eq!(
+        net.write_all(3, 3, std::slice::from_ref(&k), 4),
+        Reply::Commit(Ok(()))
+    );
+}
+
+#[test]
+fn locks_of_a_committer_that_never_returns_are_abandoned_after_the_abandon_time() {
+    let mut net = Net::new(3);
+    let k = Key::from("abandoned");
+    assert_eq!(
+        net.write_all(2, 1, std::slice::from_ref(&k), 1),
+        Reply::Commit(Ok(()))
+    );
+    net.node(1).begin(2);
+    assert!(matches!(net.read(1, 2, &k), Reply::Read(Ok(_))));
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(1)
+        .commit(now, 2, vec![(k.clone(), Some(vec![9]))], &mut acts);
+    net.absorb(1, acts);
+    net.cut = Some(1);
+    net.settle();
+    net.ticks(90);
+    assert_eq!(net.locks(), 1);
+    net.ticks(20);
+    assert_eq!(net.locks(), 0);
+    assert_eq!(net.node(2).counters().abandoned_locks, 1);
+}
+
+#[test]
+fn a_committer_cut_off_after_deciding_hands_over_when_the_partition_heals() {
+    let mut net = Net::new(3);
+    let k = Key::from("decided");
+    assert_eq!(
+        net.write_all(2, 1, std::slice::from_ref(&k), 1),
+        Reply::Commit(Ok(()))
+    );
+    net.node(1).begin(2);
+    assert!(matches!(net.read(1, 2, &k), Reply::Read(Ok(_))));
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(1)
+        .commit(now, 2, vec![(k.clone(), Some(vec![9]))], &mut acts);
+    net.absorb(1, acts);
+    // Deliver the lock request and the grant, then cut node 1 off: its decision (commit) is
+    // lost, and the old owner must not give the object to anyone else meanwhile.
+    while let Some((from, to, msg)) = net.queue.pop_front() {
+        let is_decision = matches!(msg.body, Body::Decided { .. });
+        let mut acts = Vec::new();
+        let now = net.now;
+        net.node(to).on_message(now, from, msg, &mut acts);
+        net.absorb(to, acts);
+        if is_decision {
+            break;
+        }
+        if net.take_reply(1, 2) == Some(Reply::Commit(Ok(()))) {
+            net.cut = Some(1);
+            net.queue.clear();
+            break;
+        }
+    }
+    assert_eq!(net.owners(&k), vec![1, 2], "old copy still locked at 2");
+    net.ticks(30);
+    assert_eq!(net.locks(), 1, "kept while the committer is unreachable");
+    assert!(
+        matches!(
+            net.write_all(3, 3, std::slice::from_ref(&k), 5),
+            Reply::Read(Err(_)) | Reply::Commit(Err(_))
+        ),
+        "nobody else can take the object from the old owner"
+    );
+    net.cut = None;
+    net.ticks(10);
+    assert_eq!(net.locks(), 0);
+    assert_eq!(net.owners(&k), vec![1], "handed over after the heal");
+    assert_eq!(read_value(&mut net, 3, 4, &k), Some(vec![9]));
+}
