@@ -8,6 +8,7 @@ use atomos_net::transport::NodeId;
 
 use crate::node::{Node, NodeConfig, Protocol};
 use crate::runtime::{NodeMsg, NodeRuntime};
+use atomos_protocols::tfa::TfaConfig;
 
 /// Why a cluster could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +16,9 @@ pub enum ClusterError {
     /// A cluster needs at least one node.
     #[error("a cluster needs at least one node")]
     Empty,
+    /// The protocol could not start on a node.
+    #[error("cannot start the protocol: {0}")]
+    Protocol(String),
     /// The runtime that drives the links could not start.
     #[error("cannot start the cluster's runtime: {0}")]
     Runtime(#[from] std::io::Error),
@@ -40,7 +44,7 @@ impl Cluster {
             .enable_all()
             .build()?;
         let network = MemoryNetwork::<Envelope<NodeMsg>>::new();
-        let members = runtime.block_on(async {
+        let mut members: Vec<NodeRuntime> = runtime.block_on(async {
             (1..=n as NodeId)
                 .map(|id| {
                     let (rpc, inbox) = Rpc::new();
@@ -53,6 +57,14 @@ impl Cluster {
                 })
                 .collect()
         });
+        if protocol == Protocol::Tfa {
+            let ids: Vec<NodeId> = (1..=n as NodeId).collect();
+            let _guard = runtime.enter();
+            for m in &mut members {
+                m.start_tfa(ids.clone(), TfaConfig::default())
+                    .map_err(|e| ClusterError::Protocol(e.to_string()))?;
+            }
+        }
         Ok(Cluster { members, runtime })
     }
 

@@ -33,6 +33,7 @@ pub mod config;
 mod node;
 pub mod ordering;
 pub mod runtime;
+mod tfa;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
@@ -48,6 +49,9 @@ pub use atomos_core::{
 pub use atomos_net as net;
 /// The order layer: total order with optimistic delivery (re-exported from `atomos-order`).
 pub use atomos_order as order;
+/// Distributed protocols as deterministic state machines (re-exported from `atomos-protocols`).
+pub use atomos_protocols as protocols;
 pub use cluster::{Cluster, ClusterError};
 pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};
 pub use runtime::{NodeMsg, NodeRuntime, PeerState, RuntimeError};
+pub use tfa::TfaDriver;

@@ -14,12 +14,18 @@ pub enum Protocol {
     /// One node, objects in this process only.
     #[default]
     Local,
+    /// The Transaction Forwarding Algorithm (HyflowCPP): every object lives on one node at a
+    /// time and moves to the node that writes it; node clocks keep transactions opaque. Needs
+    /// a runtime ([`NodeRuntime`](crate::NodeRuntime) or [`Cluster`](crate::Cluster)); a node
+    /// built alone keeps its objects locally.
+    Tfa,
 }
 
 impl fmt::Display for Protocol {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Protocol::Local => f.write_str("local"),
+            Protocol::Tfa => f.write_str("tfa"),
         }
     }
 }
@@ -29,7 +35,8 @@ impl FromStr for Protocol {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "local" => Ok(Protocol::Local),
-            other => Err(format!("unknown protocol {other:?} (known: local)")),
+            "tfa" => Ok(Protocol::Tfa),
+            other => Err(format!("unknown protocol {other:?} (known: local, tfa)")),
         }
     }
 }

@@ -15,6 +15,7 @@ use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
 use atomos_order::{OrderError, OrderMsg, Register, RegisterOp, ReplicaConfig};
+use atomos_protocols::tfa::{TfaConfig, TfaMsg, TfaNode};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -22,8 +23,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::NodeSettings;
-use crate::node::{Node, NodeConfig};
+use crate::node::{Node, NodeConfig, Protocol};
 use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig};
+use crate::tfa::{TfaDriver, TfaSource, TICK};
 
 /// Messages of the node runtime itself. Protocols add their own variants as they arrive.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -34,6 +36,8 @@ pub enum NodeMsg {
     Pong(u64),
     /// A message of the order layer.
     Order(OrderMsg),
+    /// A message of the TFA protocol.
+    Tfa(TfaMsg),
 }
 
 /// Why a node could not start.
@@ -53,6 +57,9 @@ pub enum RuntimeError {
     /// The order-layer replica could not start.
     #[error("order layer: {0}")]
     Order(#[from] OrderError),
+    /// The TFA protocol could not start.
+    #[error("tfa: {0}")]
+    Tfa(&'static str),
     /// The data directory is unusable.
     #[error("data directory {path}: {source}")]
     DataDir {
@@ -85,6 +92,7 @@ pub struct NodeRuntime {
     peers: Arc<Mutex<BTreeMap<NodeId, PeerState>>>,
     order: Option<OrderNode>,
     order_inbox: Arc<OnceLock<Arc<dyn Deliver<OrderMsg>>>>,
+    tfa: Arc<OnceLock<Arc<TfaDriver>>>,
     stop: CancellationToken,
 }
 
@@ -125,6 +133,11 @@ impl NodeRuntime {
         if settings.order {
             runtime.start_order(order_config(settings)?)?;
         }
+        if settings.protocol == Protocol::Tfa {
+            let mut members: Vec<u64> = settings.peers.iter().map(|p| p.id).collect();
+            members.push(settings.node_id);
+            runtime.start_tfa(members, TfaConfig::default())?;
+        }
         Ok(runtime)
     }
 
@@ -146,6 +159,53 @@ impl NodeRuntime {
         Ok(())
     }
 
+    /// Runs the TFA protocol among `members` (this node included; every member must be given
+    /// the same list): from now on this node's transactions run under it. Fails if the list
+    /// lacks this node or TFA already runs.
+    pub fn start_tfa(&mut self, members: Vec<u64>, cfg: TfaConfig) -> Result<(), RuntimeError> {
+        // A restarted node must not reuse transaction numbers: its start time orders its runs.
+        let incarnation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64 & 0xFFFF_FFFF);
+        let node = TfaNode::new(self.id, members.clone(), incarnation, cfg)
+            .ok_or(RuntimeError::Tfa("the member list must contain this node"))?;
+        let rpc = self.rpc.clone();
+        let send = Box::new(move |to: u64, msg: TfaMsg| {
+            let _ = rpc.send(to, NodeMsg::Tfa(msg));
+        });
+        let driver = TfaDriver::new(node, send, Duration::from_secs(60));
+        if self.tfa.set(driver.clone()).is_err() {
+            return Err(RuntimeError::Tfa("TFA already runs on this node"));
+        }
+        if !self
+            .node
+            .engine()
+            .set_remote(Arc::new(TfaSource(driver.clone())))
+        {
+            return Err(RuntimeError::Tfa(
+                "another protocol already runs on this node",
+            ));
+        }
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            let mut timer = tokio::time::interval(TICK);
+            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = timer.tick() => driver.tick(),
+                }
+            }
+        });
+        info!(node = self.id, members = ?members, "tfa started");
+        Ok(())
+    }
+
+    /// The TFA driver, if this node runs TFA.
+    pub fn tfa(&self) -> Option<&Arc<TfaDriver>> {
+        self.tfa.get()
+    }
+
     /// The order-layer replica, if this node runs one.
     pub fn order(&self) -> Option<&OrderNode> {
         self.order.as_ref()
@@ -164,7 +224,14 @@ impl NodeRuntime {
         let peers = Arc::new(Mutex::new(BTreeMap::new()));
         let stop = CancellationToken::new();
         let order_inbox = Arc::new(OnceLock::new());
-        tokio::spawn(serve(id, inbox, order_inbox.clone(), stop.clone()));
+        let tfa = Arc::new(OnceLock::new());
+        tokio::spawn(serve(
+            id,
+            inbox,
+            order_inbox.clone(),
+            tfa.clone(),
+            stop.clone(),
+        ));
         tokio::spawn(probe(id, rpc.clone(), peers.clone(), stop.clone()));
         NodeRuntime {
             id,
@@ -173,6 +240,7 @@ impl NodeRuntime {
             peers,
             order: None,
             order_inbox,
+            tfa,
             stop,
         }
     }
@@ -238,6 +306,7 @@ async fn serve(
     id: NodeId,
     mut inbox: UnboundedReceiver<Inbound<NodeMsg>>,
     order: Arc<OnceLock<Arc<dyn Deliver<OrderMsg>>>>,
+    tfa: Arc<OnceLock<Arc<TfaDriver>>>,
     stop: CancellationToken,
 ) {
     loop {
@@ -265,6 +334,13 @@ async fn serve(
                     node = id,
                     from, "order message for a node without order replica"
                 ),
+            },
+            Inbound::Message {
+                from,
+                msg: NodeMsg::Tfa(msg),
+            } => match tfa.get() {
+                Some(t) => t.message(from, msg),
+                None => debug!(node = id, from, "tfa message for a node not running tfa"),
             },
             Inbound::Request { from, msg, .. } | Inbound::Message { from, msg } => {
                 warn!(node = id, from, ?msg, "unexpected message ignored");

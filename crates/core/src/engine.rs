@@ -4,7 +4,7 @@
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -13,6 +13,7 @@ use crate::contention::{pause, ContentionPolicy};
 use crate::error::TxError;
 use crate::history::HistoryLog;
 use crate::open::AbstractLocks;
+use crate::remote::{CommitOutcome, RemoteSource, RemoteState};
 use crate::retry::RetrySignal;
 use crate::slots::SlotRegistry;
 use crate::stats::{AbortCause, Event, Stats};
@@ -60,6 +61,8 @@ pub struct Engine {
     pub(crate) abstract_locks: AbstractLocks,
     pub(crate) urgent: Urgent,
     pub(crate) history: Option<HistoryLog>,
+    /// The distributed protocol transactions run under, once set.
+    remote: OnceLock<Arc<dyn RemoteSource>>,
     config: EngineConfig,
 }
 
@@ -87,7 +90,79 @@ impl Engine {
             abstract_locks: AbstractLocks::new(),
             urgent: Urgent::new(),
             history: config.record_history.then(HistoryLog::new),
+            remote: OnceLock::new(),
             config,
+        }
+    }
+
+    /// Runs every later transaction under a distributed protocol: reads and commits go to
+    /// `source` instead of this engine's objects. Set once; `false` if it was set before.
+    pub fn set_remote(&self, source: Arc<dyn RemoteSource>) -> bool {
+        self.remote.set(source).is_ok()
+    }
+
+    /// Whether transactions run under a distributed protocol.
+    pub fn is_remote(&self) -> bool {
+        self.remote.get().is_some()
+    }
+
+    /// The transaction loop under a distributed protocol: the same options, contention
+    /// managers, statistics and handlers as the local loop; reads and the commit go remote.
+    fn run_remote<R, E>(
+        &self,
+        source: &Arc<dyn RemoteSource>,
+        opts: &TxOptions,
+        mut f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
+    ) -> Result<(R, Option<ForParent>), RunError<E>> {
+        let mut st = self.take_state();
+        let mut attempts = Attempts::new(self, &mut st, opts, 0, false);
+        attempts.remote = true;
+        loop {
+            attempts.begin(self, &mut st);
+            st.remote = Some(Box::new(RemoteState::new(source.begin(), opts.read_only)));
+            let mut tx = Tx::new(self, st);
+            let out = catch_unwind(AssertUnwindSafe(|| f(&mut tx)));
+            st = tx.into_state();
+            let mut rs = st.remote.take().expect("set for the attempt");
+            let out = match out {
+                Ok(out) => out,
+                Err(panic) => {
+                    rs.abort();
+                    self.abandon(st);
+                    resume_unwind(panic);
+                }
+            };
+            let cause = match (out, rs.conflict) {
+                (Ok(r), None) => match rs.commit() {
+                    Ok(wrote) => {
+                        st.bump(if wrote {
+                            Event::Commit
+                        } else {
+                            Event::ReadOnlyCommit
+                        });
+                        st.end_attempt();
+                        return Ok((r, self.finish(st, true).run(self)));
+                    }
+                    Err(CommitOutcome::Conflict(cause)) => cause,
+                    Err(CommitOutcome::Error(e)) => {
+                        self.end_with_user_error(st);
+                        return Err(RunError::Tx(e));
+                    }
+                },
+                (Err(e), None) => {
+                    rs.abort();
+                    self.end_with_user_error(st);
+                    return Err(RunError::User(e));
+                }
+                (_, Some(cause)) => {
+                    rs.abort();
+                    cause
+                }
+            };
+            if let Err(e) = attempts.aborted(self, &mut st, cause) {
+                self.finish(st, false).run(self);
+                return Err(RunError::Tx(e));
+            }
         }
     }
 
@@ -216,6 +291,9 @@ impl Engine {
         open_nested: bool,
         mut f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
     ) -> Result<(R, Option<ForParent>), RunError<E>> {
+        if let Some(source) = self.remote.get() {
+            return self.run_remote(source, opts, f);
+        }
         let mut st = self.take_state();
         let mut attempts = Attempts::new(self, &mut st, opts, owner, open_nested);
         loop {
@@ -385,6 +463,9 @@ pub(crate) struct Attempts {
     ever_wrote: bool,
     max: Option<u32>,
     deadline: Option<Instant>,
+    /// Attempts run under a distributed protocol: `retry()` backs off instead of waiting for
+    /// a local change.
+    pub(crate) remote: bool,
 }
 
 impl Attempts {
@@ -411,6 +492,7 @@ impl Attempts {
             ever_wrote: false,
             max: opts.max_attempts,
             deadline: opts.timeout.map(|t| Instant::now() + t),
+            remote: false,
         }
     }
 
@@ -467,7 +549,7 @@ impl Attempts {
         }
         match cause {
             AbortCause::Upgrade => self.mode = Mode::Update,
-            AbortCause::ExplicitRetry => {
+            AbortCause::ExplicitRetry if !self.remote => {
                 st.bump(Event::RetryWait);
                 let reads = watch.unwrap_or_default();
                 if !engine.wait_for_change(&reads, since, self.deadline) {

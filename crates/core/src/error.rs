@@ -57,6 +57,18 @@ pub enum TxError {
         /// How many attempts were made.
         attempts: u32,
     },
+    /// The node holding the object did not answer in time (it is down or cut off). If it
+    /// crashed, the objects it owned are lost: protocols without replication keep one copy.
+    #[error(
+        "object {key} is unavailable: node {node} did not answer (if it crashed, the objects \
+         it owned are lost)"
+    )]
+    Unavailable {
+        /// The object.
+        key: Key,
+        /// The node that did not answer.
+        node: u64,
+    },
     /// An error of the application's own, which aborted the transaction.
     #[error("{0}")]
     User(Box<dyn std::error::Error + Send + Sync + 'static>),

@@ -29,6 +29,9 @@ impl<'e> Tx<'e> {
         &mut self,
         mut f: impl FnMut(&mut Tx<'e>) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
+        if self.remote().is_some() {
+            return self.remote_block(false, f);
+        }
         let mut rollbacks = 0;
         loop {
             let st = self.st();
@@ -72,6 +75,53 @@ impl<'e> Tx<'e> {
     }
 }
 
+impl<'e> Tx<'e> {
+    /// A nested block under a distributed protocol: it runs as part of its parent (a conflict
+    /// aborts the whole transaction); an application error undoes the block's writes and runs
+    /// the compensations it registered. An open block's compensations are dropped when it
+    /// returns: its effects commit with the parent, never on their own.
+    pub(crate) fn remote_block<R>(
+        &mut self,
+        open: bool,
+        mut f: impl FnMut(&mut Tx<'e>) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        let (mark, handlers) = match self.remote() {
+            Some(rs) => (rs.mark(), self.st().handlers.len()),
+            None => unreachable!("called for remote attempts only"),
+        };
+        let out = f(self);
+        let st = self.st();
+        let conflict = st.remote.as_ref().is_some_and(|rs| rs.conflict.is_some());
+        match out {
+            Err(e) if !conflict => {
+                if let Some(rs) = st.remote.as_deref_mut() {
+                    rs.rollback_to(mark);
+                }
+                let mut compensations: Vec<_> = st
+                    .handlers
+                    .drain(handlers..)
+                    .filter(|h| !h.on_commit)
+                    .collect();
+                compensations.reverse();
+                if !open {
+                    self.engine.run_handlers(compensations);
+                }
+                Err(e)
+            }
+            Ok(r) if open => {
+                let kept: Vec<_> = st
+                    .handlers
+                    .drain(handlers..)
+                    .filter(|h| h.on_commit)
+                    .collect();
+                st.handlers.extend(kept);
+                Ok(r)
+            }
+            other => other,
+        }
+    }
+}
+
 /// One step of a checkpointed transaction.
 pub type Step<'a, S> = Box<dyn FnMut(&mut Tx<'_>, &mut S) -> Result<(), TxError> + 'a>;
 
@@ -86,6 +136,16 @@ impl Engine {
         init: S,
         steps: &mut [Step<'_, S>],
     ) -> Result<S, TxError> {
+        if self.is_remote() {
+            // Under a distributed protocol the steps run as one transaction, restarted whole.
+            return self.run(opts, |tx| {
+                let mut state = init.clone();
+                for step in steps.iter_mut() {
+                    step(tx, &mut state)?;
+                }
+                Ok(state)
+            });
+        }
         let mut st = self.take_state();
         let mut attempts = Attempts::new(self, &mut st, opts, 0, false);
         let mut checkpoints: Vec<(Mark, S)> = Vec::with_capacity(steps.len());

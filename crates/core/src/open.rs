@@ -78,6 +78,11 @@ impl<'e> Tx<'e> {
     /// transaction holds it, this transaction (inside an open-nested block: its parent) aborts
     /// and re-runs after a back-off.
     pub fn abstract_lock(&self, name: &str) -> Result<(), TxError> {
+        if self.remote().is_some() {
+            // Open-nested blocks run inside their parent under a distributed protocol, so
+            // the parent's own isolation covers what the lock would protect.
+            return Ok(());
+        }
         let owner = self.owner();
         let st = self.st();
         if st.abort.is_some() {
@@ -106,6 +111,9 @@ impl<'e> Tx<'e> {
         &mut self,
         f: impl FnMut(&mut Tx<'_>) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
+        if self.remote().is_some() {
+            return self.remote_block(true, f);
+        }
         let owner = self.owner();
         let st = self.st();
         if st.abort.is_some() {

@@ -13,6 +13,7 @@ use crate::engine::Engine;
 use crate::error::TxError;
 use crate::history::CommitRecord;
 use crate::key::Key;
+use crate::remote::RemoteState;
 use crate::slots::{Garbage, Slot, UNSTAMPED};
 use crate::stats::{AbortCause, Event};
 use crate::tref::{Object, TRef};
@@ -174,6 +175,8 @@ pub(crate) struct TxState {
     /// This transaction's claim on being urgent (0: none; see `urgent`).
     pub(crate) urgent: u64,
     commits_since_horizon: u32,
+    /// Set while the attempt runs under a distributed protocol (see `remote`).
+    pub(crate) remote: Option<Box<RemoteState>>,
 }
 
 impl TxState {
@@ -207,6 +210,7 @@ impl TxState {
             wants_write: false,
             urgent: 0,
             commits_since_horizon: 0,
+            remote: None,
         }
     }
 
@@ -641,6 +645,13 @@ impl<'e> Tx<'e> {
         self.engine
     }
 
+    /// The remote state, when the attempt runs under a distributed protocol.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) fn remote(&self) -> Option<&mut RemoteState> {
+        self.st().remote.as_deref_mut()
+    }
+
     #[inline]
     fn cell<T>(&self, r: &TRef<T>) -> &'e Cell {
         let cell: *const Cell = match r.cached(self.engine.id) {
@@ -696,6 +707,9 @@ impl<'e> Tx<'e> {
     /// The object's value, shared (not copied).
     #[inline]
     pub fn read<T: Object>(&self, r: &TRef<T>) -> Result<&T, TxError> {
+        if let Some(rs) = self.remote() {
+            return rs.read(r.key());
+        }
         let cell = self.cell(r);
         let seen = self.see(cell)?;
         Self::typed(r.key(), seen)
@@ -703,6 +717,9 @@ impl<'e> Tx<'e> {
 
     /// Whether the object exists.
     pub fn exists<T: Object>(&self, r: &TRef<T>) -> Result<bool, TxError> {
+        if let Some(rs) = self.remote() {
+            return rs.exists::<T>(r.key());
+        }
         let cell = self.cell(r);
         Ok(self.see(cell)?.exists())
     }
@@ -734,6 +751,9 @@ impl<'e> Tx<'e> {
 
     /// Replaces the value of an existing object.
     pub fn write<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
+        if let Some(rs) = self.remote() {
+            return rs.write(r.key(), value);
+        }
         let cell = self.cell(r);
         self.upgrade_check(r.key())?;
         let seen = self.see(cell)?;
@@ -748,6 +768,9 @@ impl<'e> Tx<'e> {
         r: &TRef<T>,
         f: impl FnOnce(&mut T) -> R,
     ) -> Result<R, TxError> {
+        if let Some(rs) = self.remote() {
+            return rs.modify(r.key(), f);
+        }
         let cell = self.cell(r);
         self.upgrade_check(r.key())?;
         let seen = self.see(cell)?;
@@ -759,6 +782,9 @@ impl<'e> Tx<'e> {
 
     /// Creates (publishes) a new object; fails with [`TxError::AlreadyExists`] if it exists.
     pub fn create<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
+        if let Some(rs) = self.remote() {
+            return rs.create(r.key(), value);
+        }
         let cell = self.cell(r);
         self.upgrade_check(r.key())?;
         if self.see(cell)?.exists() {
@@ -771,6 +797,9 @@ impl<'e> Tx<'e> {
 
     /// Deletes an existing object; later reads find it missing.
     pub fn delete<T: Object>(&self, r: &TRef<T>) -> Result<(), TxError> {
+        if let Some(rs) = self.remote() {
+            return rs.delete::<T>(r.key());
+        }
         let cell = self.cell(r);
         self.upgrade_check(r.key())?;
         let seen = self.see(cell)?;
@@ -782,6 +811,9 @@ impl<'e> Tx<'e> {
     /// transaction (or fails with [`TxError::Timeout`] once its time limit passes). Use as
     /// `return tx.retry();`.
     pub fn retry<R>(&self) -> Result<R, TxError> {
+        if let Some(rs) = self.remote() {
+            return Err(rs.retry());
+        }
         let st = self.st();
         st.check_live()?;
         st.abort = Some(AbortCause::ExplicitRetry);
@@ -790,7 +822,11 @@ impl<'e> Tx<'e> {
 
     /// Whether this attempt reads a read-only snapshot.
     pub fn is_read_only(&self) -> bool {
-        self.st().mode == Mode::ReadOnly
+        let st = self.st();
+        if st.remote.is_some() {
+            return st.explicit_read_only;
+        }
+        st.mode == Mode::ReadOnly
     }
 
     /// This transaction's priority.

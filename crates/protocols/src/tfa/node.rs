@@ -53,14 +53,14 @@ pub struct TfaConfig {
 }
 
 impl Default for TfaConfig {
-    /// For ticks of 10 ms: lease 0.5 s, abandon 30 s, re-send 0.2 s, request timeout 2 s; a
+    /// For ticks of 1 ms: lease 0.5 s, abandon 30 s, re-send 0.2 s, request timeout 2 s; a
     /// locked object is asked again on the next tick, three times.
     fn default() -> TfaConfig {
         TfaConfig {
-            lease: 50,
-            abandon: 3_000,
-            resend: 20,
-            request_timeout: 200,
+            lease: 500,
+            abandon: 30_000,
+            resend: 200,
+            request_timeout: 2_000,
             max_hops: 16,
             busy_delay: 1,
             busy_retries: 3,

@@ -1,0 +1,238 @@
+//! The TFA protocol in a running node: the deterministic [`TfaNode`] behind a lock, fed by the
+//! node's connections and a 1 ms timer, and called by application threads through the
+//! engine's remote interface (their `atomically` blocks on the answers).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use atomos_core::{Key, RemoteAttempt, RemoteError, RemoteSource};
+use atomos_protocols::tfa::{Action, Failure, Reply, TfaCounters, TfaMsg, TfaNode};
+use parking_lot::{Condvar, Mutex};
+use tracing::warn;
+
+/// How often the protocol's timer runs: its time unit.
+pub(crate) const TICK: Duration = Duration::from_millis(1);
+
+/// An answer slot an application thread waits on.
+#[derive(Default)]
+struct Waiter {
+    reply: Mutex<Option<Reply>>,
+    ready: Condvar,
+}
+
+struct Inner {
+    node: TfaNode,
+    waiters: HashMap<u64, Arc<Waiter>>,
+}
+
+/// Sends a protocol message to a node.
+pub(crate) type SendFn = Box<dyn Fn(u64, TfaMsg) + Send + Sync>;
+
+/// A TFA node driven by the runtime.
+pub struct TfaDriver {
+    inner: Mutex<Inner>,
+    send: SendFn,
+    epoch: Instant,
+    next_handle: AtomicU64,
+    /// How long an application thread waits for an answer before giving up on the node it
+    /// asked (the protocol answers within its request timeout unless its timer stopped).
+    patience: Duration,
+}
+
+impl TfaDriver {
+    pub(crate) fn new(node: TfaNode, send: SendFn, patience: Duration) -> Arc<TfaDriver> {
+        Arc::new(TfaDriver {
+            inner: Mutex::new(Inner {
+                node,
+                waiters: HashMap::new(),
+            }),
+            send,
+            epoch: Instant::now(),
+            next_handle: AtomicU64::new(1),
+            patience,
+        })
+    }
+
+    fn now(&self) -> u64 {
+        (self.epoch.elapsed().as_nanos() / TICK.as_nanos()) as u64
+    }
+
+    /// Carries out the node's actions: messages go out, answers go to their waiters.
+    fn apply(&self, inner: &mut Inner, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Send { to, msg } => (self.send)(to, msg),
+                Action::Reply { h, reply } => {
+                    if let Some(w) = inner.waiters.get(&h) {
+                        *w.reply.lock() = Some(reply);
+                        w.ready.notify_one();
+                    }
+                }
+                Action::Warn(w) => warn!(node = inner.node.id(), "{w}"),
+            }
+        }
+    }
+
+    /// A message from node `from`.
+    pub(crate) fn message(&self, from: u64, msg: TfaMsg) {
+        let now = self.now();
+        let mut inner = self.inner.lock();
+        let mut actions = Vec::new();
+        inner.node.on_message(now, from, msg, &mut actions);
+        self.apply(&mut inner, actions);
+    }
+
+    /// The timer.
+    pub(crate) fn tick(&self) {
+        let now = self.now();
+        let mut inner = self.inner.lock();
+        let mut actions = Vec::new();
+        inner.node.tick(now, &mut actions);
+        self.apply(&mut inner, actions);
+    }
+
+    /// The node's counters.
+    pub fn counters(&self) -> TfaCounters {
+        self.inner.lock().node.counters().clone()
+    }
+
+    /// Locks held on this node's objects right now.
+    pub fn locks_held(&self) -> usize {
+        self.inner.lock().node.objects().locks_held()
+    }
+
+    /// Objects this node owns right now (deleted ones included).
+    pub fn objects_owned(&self) -> usize {
+        self.inner.lock().node.objects().len()
+    }
+}
+
+/// Starts attempts on a driver (what the engine calls).
+pub(crate) struct TfaSource(pub(crate) Arc<TfaDriver>);
+
+impl RemoteSource for TfaSource {
+    fn begin(&self) -> Box<dyn RemoteAttempt> {
+        let driver = self.0.clone();
+        let h = driver.next_handle.fetch_add(1, Ordering::Relaxed);
+        let waiter = Arc::new(Waiter::default());
+        {
+            let mut inner = driver.inner.lock();
+            inner.node.begin(h);
+            inner.waiters.insert(h, waiter.clone());
+        }
+        Box::new(TfaAttempt {
+            driver,
+            h,
+            waiter,
+            over: false,
+        })
+    }
+}
+
+/// One attempt: its handle in the node and the slot its answers arrive in.
+struct TfaAttempt {
+    driver: Arc<TfaDriver>,
+    h: u64,
+    waiter: Arc<Waiter>,
+    /// The node ended the transaction (it failed or committed).
+    over: bool,
+}
+
+fn remote_error(f: Failure) -> RemoteError {
+    match f {
+        Failure::Conflict(c) => RemoteError::Conflict(c),
+        Failure::Unavailable { key, node } => RemoteError::Unavailable { key, node },
+    }
+}
+
+impl TfaAttempt {
+    /// Hands `op` to the node and waits for the answer.
+    fn call(
+        &mut self,
+        key: &Key,
+        op: impl FnOnce(&mut TfaNode, u64, &mut Vec<Action>),
+    ) -> Result<Reply, RemoteError> {
+        // An answer that arrived while the application was busy ended the transaction.
+        if let Some(r) = self.waiter.reply.lock().take() {
+            self.over = true;
+            return Err(match r {
+                Reply::Read(Err(f)) | Reply::Commit(Err(f)) => remote_error(f),
+                _ => RemoteError::Conflict(atomos_core::AbortCause::CommitValidation),
+            });
+        }
+        let now = self.driver.now();
+        {
+            let mut inner = self.driver.inner.lock();
+            let mut actions = Vec::new();
+            op(&mut inner.node, now, &mut actions);
+            self.driver.apply(&mut inner, actions);
+        }
+        let mut slot = self.waiter.reply.lock();
+        let deadline = Instant::now() + self.driver.patience;
+        while slot.is_none() {
+            if self
+                .waiter
+                .ready
+                .wait_until(&mut slot, deadline)
+                .timed_out()
+                && slot.is_none()
+            {
+                self.over = true;
+                let node = self.driver.inner.lock().node.id();
+                return Err(RemoteError::Unavailable {
+                    key: key.clone(),
+                    node,
+                });
+            }
+        }
+        Ok(slot.take().expect("checked"))
+    }
+}
+
+impl RemoteAttempt for TfaAttempt {
+    fn read(&mut self, key: &Key) -> Result<Option<Vec<u8>>, RemoteError> {
+        let (h, k) = (self.h, key.clone());
+        match self.call(key, |node, now, out| node.read(now, h, k, out))? {
+            Reply::Read(Ok(v)) => Ok(v),
+            Reply::Read(Err(f)) | Reply::Commit(Err(f)) => {
+                self.over = true;
+                Err(remote_error(f))
+            }
+            Reply::Commit(Ok(())) => unreachable!("a read is answered by a read"),
+        }
+    }
+
+    fn commit(&mut self, writes: Vec<(Key, Option<Vec<u8>>)>) -> Result<(), RemoteError> {
+        let h = self.h;
+        let key = writes
+            .first()
+            .map(|w| w.0.clone())
+            .unwrap_or_else(|| Key::from_bytes(&[]));
+        let reply = self.call(&key, move |node, now, out| node.commit(now, h, writes, out));
+        self.over = true;
+        match reply? {
+            Reply::Commit(Ok(())) => Ok(()),
+            Reply::Read(Err(f)) | Reply::Commit(Err(f)) => Err(remote_error(f)),
+            Reply::Read(Ok(_)) => unreachable!("a commit is answered by a commit"),
+        }
+    }
+
+    fn abort(&mut self) {
+        if !self.over {
+            self.over = true;
+            self.driver.inner.lock().node.abort(self.h);
+        }
+    }
+}
+
+impl Drop for TfaAttempt {
+    fn drop(&mut self) {
+        let mut inner = self.driver.inner.lock();
+        if !self.over {
+            inner.node.abort(self.h);
+        }
+        inner.waiters.remove(&self.h);
+    }
+}

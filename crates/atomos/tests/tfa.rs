@@ -1,0 +1,191 @@
+//! The TFA protocol through the public API, on nodes in one process linked in memory: the same
+//! application code as on a local node, objects migrating to their writers, the bank's money
+//! conserved under concurrent transfers from every node, clear errors for unreachable objects.
+
+use std::time::{Duration, Instant};
+
+use atomos::net::transport::LinkRule;
+use atomos::{Cluster, Protocol, TRef, TxError};
+
+fn cluster(n: usize) -> Cluster {
+    Cluster::in_process(n, Protocol::Tfa).expect("cluster starts")
+}
+
+#[test]
+fn objects_are_shared_across_nodes_and_move_to_their_writer() {
+    let c = cluster(3);
+    let (n1, n2, n3) = (c.node(1).unwrap(), c.node(2).unwrap(), c.node(3).unwrap());
+    let a: TRef<Vec<String>> = TRef::new("shared/list");
+    n1.atomically(|tx| tx.create(&a, vec!["one".to_string()]))
+        .unwrap();
+    assert_eq!(
+        n2.atomically(|tx| Ok(tx.read(&a)?.clone())).unwrap(),
+        vec!["one".to_string()]
+    );
+    n3.atomically(|tx| tx.modify(&a, |l| l.push("three".into())))
+        .unwrap();
+    let owned = |id| c.member(id).unwrap().tfa().unwrap().objects_owned();
+    assert!(owned(3) >= 1, "the writer owns the object now");
+    assert_eq!(n1.atomically_read(|tx| Ok(tx.read(&a)?.len())).unwrap(), 2);
+    // Typed errors travel too.
+    let wrong: TRef<u64> = TRef::new("shared/list");
+    assert!(matches!(
+        n2.atomically(|tx| Ok(*tx.read(&wrong)?)),
+        Err(TxError::WrongType { .. })
+    ));
+    assert!(matches!(
+        n2.atomically(|tx| tx.create(&a, vec![])),
+        Err(TxError::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        n1.atomically_read(|tx| tx.modify(&a, |l| l.clear())),
+        Err(TxError::WriteInReadOnly { .. })
+    ));
+    n2.atomically(|tx| tx.delete(&a)).unwrap();
+    for n in [n1, n2, n3] {
+        assert!(matches!(
+            n.atomically(|tx| Ok(tx.read(&a)?.len())),
+            Err(TxError::NotFound { .. })
+        ));
+        assert!(!n.atomically(|tx| tx.exists(&a)).unwrap());
+    }
+    // A deleted object can be created again, anywhere.
+    n3.atomically(|tx| tx.create(&a, vec![])).unwrap();
+}
+
+#[test]
+fn a_nested_block_that_fails_leaves_no_trace() {
+    let c = cluster(2);
+    let n1 = c.node(1).unwrap();
+    let x: TRef<i64> = TRef::new("nested/x");
+    n1.atomically(|tx| tx.create(&x, 1)).unwrap();
+    let out = c
+        .node(2)
+        .unwrap()
+        .atomically(|tx| {
+            tx.write(&x, 2)?;
+            let inner = tx.nested(|tx| {
+                tx.write(&x, 3)?;
+                Err::<(), _>(TxError::abort("inner gives up"))
+            });
+            assert!(inner.is_err());
+            Ok(*tx.read(&x)?)
+        })
+        .unwrap();
+    assert_eq!(out, 2);
+    assert_eq!(n1.atomically(|tx| Ok(*tx.read(&x)?)).unwrap(), 2);
+}
+
+#[test]
+fn concurrent_transfers_from_every_node_conserve_money() {
+    const ACCOUNTS: u64 = 20;
+    let c = cluster(3);
+    let accounts: Vec<TRef<i64>> = (0..ACCOUNTS)
+        .map(|i| TRef::new(format!("bank/{i}")))
+        .collect();
+    c.node(1)
+        .unwrap()
+        .atomically(|tx| {
+            for a in &accounts {
+                tx.create(a, 100)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    std::thread::scope(|s| {
+        for id in 1..=3u64 {
+            for t in 0..2u64 {
+                let node = c.node(id).unwrap().clone();
+                let accounts = &accounts;
+                s.spawn(move || {
+                    let mut x = id * 7 + t * 13;
+                    for _ in 0..150 {
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let from = (x >> 33) % ACCOUNTS;
+                        let to = (from + 1 + (x >> 45) % (ACCOUNTS - 1)) % ACCOUNTS;
+                        if x % 4 == 0 {
+                            let total = node
+                                .atomically_read(|tx| {
+                                    let mut sum = 0;
+                                    for a in accounts {
+                                        sum += *tx.read(a)?;
+                                    }
+                                    Ok(sum)
+                                })
+                                .unwrap();
+                            assert_eq!(total, 100 * ACCOUNTS as i64, "an audit saw money move");
+                        } else {
+                            node.atomically(|tx| {
+                                tx.modify(&accounts[from as usize], |b| *b -= 5)?;
+                                tx.modify(&accounts[to as usize], |b| *b += 5)
+                            })
+                            .unwrap();
+                        }
+                    }
+                });
+            }
+        }
+    });
+    for id in 1..=3 {
+        let total: i64 = c
+            .node(id)
+            .unwrap()
+            .atomically_read(|tx| {
+                let mut sum = 0;
+                for a in &accounts {
+                    sum += *tx.read(a)?;
+                }
+                Ok(sum)
+            })
+            .unwrap();
+        assert_eq!(total, 100 * ACCOUNTS as i64);
+    }
+    let held: usize = (1..=3)
+        .map(|id| c.member(id).unwrap().tfa().unwrap().locks_held())
+        .sum();
+    assert_eq!(held, 0);
+    let stats = c.node(1).unwrap().stats();
+    assert!(stats.commits > 0);
+}
+
+#[test]
+fn an_unreachable_owner_fails_with_the_object_and_node_named() {
+    let c = cluster(2);
+    let x: TRef<i64> = TRef::new("far/x");
+    c.node(2)
+        .unwrap()
+        .atomically(|tx| tx.create(&x, 1))
+        .unwrap();
+    // Cut node 1 off from node 2.
+    let cut = LinkRule {
+        cut: true,
+        ..LinkRule::default()
+    };
+    c.member(1)
+        .unwrap()
+        .rpc()
+        .transport()
+        .unwrap()
+        .faults()
+        .set_peer(2, cut);
+    let started = Instant::now();
+    let err = c
+        .node(1)
+        .unwrap()
+        .atomically(|tx| Ok(*tx.read(&x)?))
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "it never hangs"
+    );
+    match &err {
+        TxError::Unavailable { key, node } => {
+            assert_eq!(key.to_string(), x.key().to_string());
+            assert_eq!(*node, 2);
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+    assert!(err.to_string().contains("node 2 did not answer"), "{err}");
+}

@@ -1,0 +1,295 @@
+//! Transactions whose objects live on other nodes: the same [`Tx`](crate::Tx) API, with reads
+//! and the commit delegated to a distributed protocol.
+//!
+//! A protocol plugs in with [`RemoteSource`] ([`Engine::set_remote`](crate::Engine::set_remote)):
+//! each attempt gets a [`RemoteAttempt`] that fetches committed objects as bytes and commits a
+//! write set. Values are decoded once per attempt and kept until it ends, so `read` still hands
+//! out references; writes are buffered here, typed, and encoded at commit.
+
+use std::any::Any;
+
+use rustc_hash::FxHashMap;
+use serde::de::DeserializeOwned;
+
+use crate::error::TxError;
+use crate::key::Key;
+use crate::stats::AbortCause;
+use crate::tref::Object;
+
+/// Why a remote operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RemoteError {
+    /// A conflict: the attempt is over and the transaction re-runs.
+    Conflict(AbortCause),
+    /// The node holding `key` did not answer; the transaction fails with
+    /// [`TxError::Unavailable`].
+    Unavailable {
+        /// The object.
+        key: Key,
+        /// The node that did not answer.
+        node: u64,
+    },
+}
+
+/// One attempt of a transaction under a distributed protocol.
+pub trait RemoteAttempt: Send {
+    /// The committed value of `key` as this attempt sees it (`None`: it does not exist).
+    fn read(&mut self, key: &Key) -> Result<Option<Vec<u8>>, RemoteError>;
+    /// Commits the attempt with its writes (`None` deletes), every key once.
+    fn commit(&mut self, writes: Vec<(Key, Option<Vec<u8>>)>) -> Result<(), RemoteError>;
+    /// The attempt ends without committing.
+    fn abort(&mut self);
+}
+
+/// Starts attempts of a distributed protocol.
+pub trait RemoteSource: Send + Sync {
+    /// A new attempt.
+    fn begin(&self) -> Box<dyn RemoteAttempt>;
+}
+
+/// A value of any object type, encodable.
+trait Erased: Any + Send + Sync {
+    fn encode(&self) -> Result<Vec<u8>, postcard::Error>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A fingerprint of `T`'s name (FNV-1a), stored before each encoded value so that a value is
+/// never decoded as another type whose encoding happens to parse. Nodes of one cluster must run
+/// the same build (type names are not stable across compiler versions).
+fn type_tag<T>() -> [u8; 8] {
+    std::any::type_name::<T>()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+        .to_le_bytes()
+}
+
+impl<T: Object> Erased for T {
+    fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
+        postcard::to_extend(self, type_tag::<T>().to_vec())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+type Value = Option<Box<dyn Erased>>;
+
+/// The state of one remote attempt.
+pub(crate) struct RemoteState {
+    attempt: Box<dyn RemoteAttempt>,
+    read_only: bool,
+    /// What was read, decoded (`None`: missing).
+    seen: FxHashMap<Key, Value>,
+    /// Buffered writes in order (a later one for the same key wins); `index` finds the latest.
+    /// Values stay here until the attempt ends: references to them may still be held.
+    writes: Vec<(Key, Value)>,
+    index: FxHashMap<Key, usize>,
+    /// Values rolled back during the attempt: references to them may still be held.
+    retired: Vec<Box<dyn Erased>>,
+    /// Set when an operation met a conflict: every later operation fails the same way.
+    pub(crate) conflict: Option<AbortCause>,
+}
+
+fn typed<'a, T: Object>(key: &Key, v: &'a Value) -> Result<&'a T, TxError> {
+    match v {
+        None => Err(TxError::NotFound { key: key.clone() }),
+        Some(b) => b
+            .as_any()
+            .downcast_ref::<T>()
+            .ok_or_else(|| wrong_type::<T>(key)),
+    }
+}
+
+fn wrong_type<T>(key: &Key) -> TxError {
+    TxError::WrongType {
+        key: key.clone(),
+        expected: std::any::type_name::<T>(),
+    }
+}
+
+fn decode<T: Object + DeserializeOwned>(key: &Key, bytes: &[u8]) -> Result<T, TxError> {
+    let payload = bytes
+        .strip_prefix(&type_tag::<T>())
+        .ok_or_else(|| wrong_type::<T>(key))?;
+    match postcard::take_from_bytes::<T>(payload) {
+        Ok((v, [])) => Ok(v),
+        _ => Err(wrong_type::<T>(key)),
+    }
+}
+
+impl RemoteState {
+    pub(crate) fn new(attempt: Box<dyn RemoteAttempt>, read_only: bool) -> RemoteState {
+        RemoteState {
+            attempt,
+            read_only,
+            seen: FxHashMap::default(),
+            writes: Vec::new(),
+            index: FxHashMap::default(),
+            retired: Vec::new(),
+            conflict: None,
+        }
+    }
+
+    fn live(&self) -> Result<(), TxError> {
+        match self.conflict {
+            None => Ok(()),
+            Some(AbortCause::ExplicitRetry) => Err(TxError::Retry),
+            Some(_) => Err(TxError::Conflict),
+        }
+    }
+
+    /// Fetches `key` if this attempt has not seen it, decoding it as a `T`.
+    fn fetch<T: Object>(&mut self, key: &Key) -> Result<(), TxError> {
+        if self.index.contains_key(key) || self.seen.contains_key(key) {
+            return Ok(());
+        }
+        match self.attempt.read(key) {
+            Ok(None) => {
+                self.seen.insert(key.clone(), None);
+                Ok(())
+            }
+            Ok(Some(bytes)) => {
+                let v: T = decode(key, &bytes)?;
+                self.seen.insert(key.clone(), Some(Box::new(v)));
+                Ok(())
+            }
+            Err(RemoteError::Conflict(cause)) => {
+                self.conflict = Some(cause);
+                Err(TxError::Conflict)
+            }
+            Err(RemoteError::Unavailable { key, node }) => Err(TxError::Unavailable { key, node }),
+        }
+    }
+
+    /// What the attempt sees of `key`: its own latest write, else what it read.
+    fn visible<T: Object>(&mut self, key: &Key) -> Result<&Value, TxError> {
+        self.live()?;
+        self.fetch::<T>(key)?;
+        Ok(match self.index.get(key) {
+            Some(&i) => &self.writes[i].1,
+            None => &self.seen[key],
+        })
+    }
+
+    pub(crate) fn read<T: Object>(&mut self, key: &Key) -> Result<&T, TxError> {
+        let v = self.visible::<T>(key)?;
+        typed(key, v)
+    }
+
+    pub(crate) fn exists<T: Object>(&mut self, key: &Key) -> Result<bool, TxError> {
+        Ok(self.visible::<T>(key)?.is_some())
+    }
+
+    /// Buffers a write. Earlier writes of the key stay in the log (a nested block rolled back
+    /// returns to them); the index points at the latest.
+    fn buffer(&mut self, key: &Key, value: Value) {
+        self.index.insert(key.clone(), self.writes.len());
+        self.writes.push((key.clone(), value));
+    }
+
+    fn writable(&self, key: &Key) -> Result<(), TxError> {
+        if self.read_only {
+            return Err(TxError::WriteInReadOnly { key: key.clone() });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write<T: Object>(&mut self, key: &Key, value: T) -> Result<(), TxError> {
+        self.writable(key)?;
+        self.read::<T>(key)?;
+        self.buffer(key, Some(Box::new(value)));
+        Ok(())
+    }
+
+    pub(crate) fn modify<T: Object, R>(
+        &mut self,
+        key: &Key,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> Result<R, TxError> {
+        self.writable(key)?;
+        let mut v = self.read::<T>(key)?.clone();
+        let out = f(&mut v);
+        self.buffer(key, Some(Box::new(v)));
+        Ok(out)
+    }
+
+    pub(crate) fn create<T: Object>(&mut self, key: &Key, value: T) -> Result<(), TxError> {
+        self.writable(key)?;
+        if self.visible::<T>(key)?.is_some() {
+            return Err(TxError::AlreadyExists { key: key.clone() });
+        }
+        self.buffer(key, Some(Box::new(value)));
+        Ok(())
+    }
+
+    pub(crate) fn delete<T: Object>(&mut self, key: &Key) -> Result<(), TxError> {
+        self.writable(key)?;
+        self.read::<T>(key)?;
+        self.buffer(key, None);
+        Ok(())
+    }
+
+    pub(crate) fn retry(&mut self) -> TxError {
+        if self.conflict.is_none() {
+            self.conflict = Some(AbortCause::ExplicitRetry);
+        }
+        self.live().err().unwrap_or(TxError::Retry)
+    }
+
+    /// A mark to roll writes back to (a nested block's start).
+    pub(crate) fn mark(&self) -> usize {
+        self.writes.len()
+    }
+
+    /// Undoes the writes buffered since `mark` (the reads stay: they were consistent).
+    pub(crate) fn rollback_to(&mut self, mark: usize) {
+        if mark >= self.writes.len() {
+            return;
+        }
+        for (_, v) in self.writes.drain(mark..) {
+            if let Some(v) = v {
+                self.retired.push(v);
+            }
+        }
+        self.index.clear();
+        for (i, (k, _)) in self.writes.iter().enumerate() {
+            self.index.insert(k.clone(), i);
+        }
+    }
+
+    /// Encodes the writes and commits them.
+    pub(crate) fn commit(&mut self) -> Result<bool, CommitOutcome> {
+        let mut latest: Vec<usize> = self.index.values().copied().collect();
+        latest.sort_unstable();
+        let mut writes = Vec::with_capacity(latest.len());
+        for (k, v) in latest.into_iter().map(|i| &self.writes[i]) {
+            let bytes = match v {
+                None => None,
+                Some(v) => Some(v.encode().map_err(|e| {
+                    CommitOutcome::Error(TxError::abort(format!("cannot encode {k}: {e}")))
+                })?),
+            };
+            writes.push((k.clone(), bytes));
+        }
+        let wrote = !writes.is_empty();
+        match self.attempt.commit(writes) {
+            Ok(()) => Ok(wrote),
+            Err(RemoteError::Conflict(c)) => Err(CommitOutcome::Conflict(c)),
+            Err(RemoteError::Unavailable { key, node }) => {
+                Err(CommitOutcome::Error(TxError::Unavailable { key, node }))
+            }
+        }
+    }
+
+    pub(crate) fn abort(&mut self) {
+        self.attempt.abort();
+    }
+}
+
+/// Why a remote commit did not happen.
+pub(crate) enum CommitOutcome {
+    Conflict(AbortCause),
+    Error(TxError),
+}
