@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use atomos::{ContentionPolicy, Node, NodeConfig, Protocol, Stats, TxError};
+use atomos::{ContentionPolicy, Protocol, Stats, TxError};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::Serialize;
 
+use crate::cluster::{BenchNodes, TransportKind};
 use crate::workloads::{WorkloadKind, WorkloadParams};
 
 /// One latency sample is taken every this many operations (timing every one would cost a
@@ -29,7 +30,11 @@ pub struct BenchConfig {
     pub protocol: Protocol,
     /// Nodes in the cluster (1 for `local`).
     pub nodes: usize,
-    /// Worker threads.
+    /// How the nodes are linked (ignored for one `local` node).
+    pub transport: TransportKind,
+    /// Every link between nodes waits this long before sending.
+    pub link_delay: Duration,
+    /// Worker threads per node.
     pub threads: usize,
     /// Object count (see [`WorkloadParams::objects`]).
     pub objects: usize,
@@ -82,7 +87,9 @@ pub struct BenchReport {
     pub protocol: String,
     /// Nodes.
     pub nodes: usize,
-    /// Worker threads.
+    /// How the nodes were linked.
+    pub transport: String,
+    /// Worker threads per node.
     pub threads: usize,
     /// Objects.
     pub objects: usize,
@@ -130,6 +137,9 @@ impl BenchConfig {
         if self.duration.is_zero() {
             return bad("--duration must be positive".into());
         }
+        if self.nodes == 0 {
+            return bad("--nodes must be at least 1".into());
+        }
         if self.protocol == Protocol::Local && self.nodes != 1 {
             return bad(format!(
                 "protocol local runs on one node, not {}",
@@ -146,28 +156,38 @@ impl BenchConfig {
 /// Runs the benchmark.
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     cfg.validate()?;
-    let node = Node::new(NodeConfig {
-        protocol: cfg.protocol,
-        contention: cfg.contention,
-        ..NodeConfig::default()
-    });
+    let cluster = BenchNodes::start(
+        cfg.protocol,
+        cfg.nodes,
+        cfg.transport,
+        cfg.link_delay,
+        cfg.contention,
+    )
+    .map_err(BenchError::Config)?;
+    let nodes = cluster.nodes();
+    let threads = cfg.threads * nodes.len();
     let params = WorkloadParams {
         objects: cfg.objects,
         read_ratio: cfg.read_ratio,
         balance_k: cfg.balance_k,
-        threads: cfg.threads,
+        threads,
     };
     let workload: Arc<dyn crate::Workload> = Arc::from(cfg.workload.build(&params));
-    workload.setup(&node)?;
+    workload.setup(&nodes[0])?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let done_ops = Arc::new(AtomicU64::new(0));
-    let before = node.stats();
+    let stats_now = || {
+        nodes
+            .iter()
+            .fold(Stats::default(), |sum, n| sum.plus(&n.stats()))
+    };
+    let before = stats_now();
     let start = Instant::now();
-    let workers: Vec<_> = (0..cfg.threads)
+    let workers: Vec<_> = (0..threads)
         .map(|t| {
             let (node, workload, stop, done_ops) = (
-                node.clone(),
+                nodes[t % nodes.len()].clone(),
                 workload.clone(),
                 stop.clone(),
                 done_ops.clone(),
@@ -233,15 +253,19 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     if let Some(e) = failure {
         return Err(e.into());
     }
-    let after = node.stats();
-    let stats = after.since(&before);
+    let stats = stats_now().since(&before);
     let aborted = stats.aborts.total();
-    let check = workload.check(&node)?;
+    let check = workload.check(&nodes[0])?;
     let us = |ns: u64| ns as f64 / 1000.0;
     Ok(BenchReport {
         workload: cfg.workload.name().to_string(),
         protocol: cfg.protocol.to_string(),
-        nodes: cfg.nodes,
+        nodes: nodes.len(),
+        transport: if cfg.protocol == Protocol::Local {
+            "none".to_string()
+        } else {
+            cfg.transport.to_string()
+        },
         threads: cfg.threads,
         objects: cfg.objects,
         read_ratio: cfg.read_ratio,
@@ -273,11 +297,12 @@ impl BenchReport {
     /// A short human-readable summary.
     pub fn summary(&self) -> String {
         format!(
-            "{} on {} ({} node, {} threads, {} objects, read ratio {}): {:.0} tx/s, {} committed, abort rate {:.4}, \
+            "{} on {} ({} node, {} transport, {} threads per node, {} objects, read ratio {}): {:.0} tx/s, {} committed, abort rate {:.4}, \
              latency p50 {:.2} us p99 {:.2} us; invariant {}: {}",
             self.workload,
             self.protocol,
             self.nodes,
+            self.transport,
             self.threads,
             self.objects,
             self.read_ratio,
@@ -301,6 +326,8 @@ mod tests {
             workload: kind,
             protocol: Protocol::Local,
             nodes: 1,
+            transport: TransportKind::Memory,
+            link_delay: Duration::ZERO,
             threads: 3,
             objects,
             read_ratio,
@@ -337,6 +364,8 @@ mod tests {
             workload: WorkloadKind::Bank,
             protocol: Protocol::Local,
             nodes: 1,
+            transport: TransportKind::Memory,
+            link_delay: Duration::ZERO,
             threads: 1,
             objects: 10,
             read_ratio: 1.5,

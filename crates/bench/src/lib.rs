@@ -4,12 +4,14 @@
 
 #![deny(missing_docs)]
 
+pub mod cluster;
 pub mod footprint;
 pub mod harness;
 pub mod net;
 pub mod order;
 pub mod workloads;
 
+pub use cluster::{BenchNodes, TransportKind};
 pub use harness::{run, BenchConfig, BenchError, BenchReport, Latency};
 pub use workloads::{Workload, WorkloadKind, WorkloadParams};
 

@@ -109,7 +109,10 @@ struct BenchArgs {
     /// Nodes in the benchmarked cluster (default: 1; 3 for order).
     #[arg(long)]
     nodes: Option<usize>,
-    /// Worker threads.
+    /// How the benchmarked nodes are linked: memory or tcp (loopback).
+    #[arg(long, default_value = "memory")]
+    transport: String,
+    /// Worker threads (per node).
     #[arg(long, default_value_t = 2)]
     threads: usize,
     /// Accounts (bank), initial set size (sets; key range is twice that) or objects (footprint).
@@ -219,6 +222,8 @@ fn demo(duration: f64, threads: usize) -> Result<bool, String> {
         workload: WorkloadKind::Bank,
         protocol: Protocol::Local,
         nodes: 1,
+        transport: Default::default(),
+        link_delay: Duration::ZERO,
         threads,
         objects: 1024,
         read_ratio: 0.2,
@@ -325,6 +330,8 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
         workload,
         protocol,
         nodes,
+        transport: args.transport.parse()?,
+        link_delay,
         threads: args.threads,
         objects: args.objects.unwrap_or(workload.default_objects()),
         read_ratio: args.read_ratio,

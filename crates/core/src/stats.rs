@@ -158,26 +158,34 @@ impl AbortCounts {
 impl Stats {
     /// The counts between `earlier` and this snapshot (of the same engine).
     pub fn since(&self, earlier: &Stats) -> Stats {
-        let d = |a: u64, b: u64| a.saturating_sub(b);
-        let (a, b) = (&self.aborts, &earlier.aborts);
+        self.zip(earlier, u64::saturating_sub)
+    }
+
+    /// The counts of two engines together (the nodes of a cluster).
+    pub fn plus(&self, other: &Stats) -> Stats {
+        self.zip(other, u64::saturating_add)
+    }
+
+    fn zip(&self, other: &Stats, f: impl Fn(u64, u64) -> u64) -> Stats {
+        let (a, b) = (&self.aborts, &other.aborts);
         Stats {
-            commits: d(self.commits, earlier.commits),
-            read_only_commits: d(self.read_only_commits, earlier.read_only_commits),
+            commits: f(self.commits, other.commits),
+            read_only_commits: f(self.read_only_commits, other.read_only_commits),
             aborts: AbortCounts {
-                read_locked: d(a.read_locked, b.read_locked),
-                read_validation: d(a.read_validation, b.read_validation),
-                lock_conflict: d(a.lock_conflict, b.lock_conflict),
-                commit_validation: d(a.commit_validation, b.commit_validation),
-                abstract_lock: d(a.abstract_lock, b.abstract_lock),
-                explicit_retry: d(a.explicit_retry, b.explicit_retry),
-                upgrade: d(a.upgrade, b.upgrade),
+                read_locked: f(a.read_locked, b.read_locked),
+                read_validation: f(a.read_validation, b.read_validation),
+                lock_conflict: f(a.lock_conflict, b.lock_conflict),
+                commit_validation: f(a.commit_validation, b.commit_validation),
+                abstract_lock: f(a.abstract_lock, b.abstract_lock),
+                explicit_retry: f(a.explicit_retry, b.explicit_retry),
+                upgrade: f(a.upgrade, b.upgrade),
             },
-            retry_waits: d(self.retry_waits, earlier.retry_waits),
-            nested_rollbacks: d(self.nested_rollbacks, earlier.nested_rollbacks),
-            checkpoint_resumes: d(self.checkpoint_resumes, earlier.checkpoint_resumes),
-            snapshot_extensions: d(self.snapshot_extensions, earlier.snapshot_extensions),
-            user_aborts: d(self.user_aborts, earlier.user_aborts),
-            handler_failures: d(self.handler_failures, earlier.handler_failures),
+            retry_waits: f(self.retry_waits, other.retry_waits),
+            nested_rollbacks: f(self.nested_rollbacks, other.nested_rollbacks),
+            checkpoint_resumes: f(self.checkpoint_resumes, other.checkpoint_resumes),
+            snapshot_extensions: f(self.snapshot_extensions, other.snapshot_extensions),
+            user_aborts: f(self.user_aborts, other.user_aborts),
+            handler_failures: f(self.handler_failures, other.handler_failures),
         }
     }
 }

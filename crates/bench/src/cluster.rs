@@ -1,0 +1,187 @@
+//! The nodes a workload runs on: one local node, or a cluster of nodes in this process linked
+//! in memory or over TCP on loopback, each with its own runtime services.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use atomos::net::handshake::Identity;
+use atomos::net::memory::MemoryNetwork;
+use atomos::net::rpc::{Envelope, Rpc};
+use atomos::net::tcp::{TcpConfig, TcpTransport};
+use atomos::net::transport::{LinkRule, Transport};
+use atomos::protocols::tfa::TfaConfig;
+use atomos::{ContentionPolicy, Node, NodeConfig, NodeMsg, NodeRuntime, Protocol};
+use tokio::net::TcpListener;
+
+/// How the benchmarked nodes are linked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TransportKind {
+    /// In-memory links (no serialization cost beyond the protocol's own encoding).
+    #[default]
+    Memory,
+    /// TCP connections on loopback, with the handshake and framing of real nodes.
+    Tcp,
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TransportKind::Memory => "memory",
+            TransportKind::Tcp => "tcp",
+        })
+    }
+}
+
+impl FromStr for TransportKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "memory" => Ok(TransportKind::Memory),
+            "tcp" => Ok(TransportKind::Tcp),
+            other => Err(format!("unknown transport {other:?} (known: memory, tcp)")),
+        }
+    }
+}
+
+/// The benchmarked nodes. Dropping it stops them.
+pub struct BenchNodes {
+    nodes: Vec<Node>,
+    // Kept alive for the nodes' services; dropped after them.
+    members: Vec<NodeRuntime>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl BenchNodes {
+    /// Starts `nodes` nodes running `protocol`, linked by `transport` with every link delayed
+    /// by `link_delay`. `Protocol::Local` gives one node and no links.
+    pub fn start(
+        protocol: Protocol,
+        nodes: usize,
+        transport: TransportKind,
+        link_delay: Duration,
+        contention: ContentionPolicy,
+    ) -> Result<BenchNodes, String> {
+        let config = NodeConfig {
+            protocol,
+            contention,
+            ..NodeConfig::default()
+        };
+        if protocol == Protocol::Local {
+            return Ok(BenchNodes {
+                nodes: vec![Node::new(config)],
+                members: Vec::new(),
+                runtime: None,
+            });
+        }
+        let runtime = crate::network_runtime()?;
+        let ids: Vec<u64> = (1..=nodes as u64).collect();
+        let mut members = runtime.block_on(async {
+            match transport {
+                TransportKind::Memory => {
+                    let network = MemoryNetwork::<Envelope<NodeMsg>>::new();
+                    Ok(ids
+                        .iter()
+                        .map(|&id| {
+                            let (rpc, inbox) = Rpc::new();
+                            let t = network.join(id, rpc.deliverer());
+                            NodeRuntime::start(id, Node::new(config.clone()), rpc, t, inbox)
+                        })
+                        .collect::<Vec<_>>())
+                }
+                TransportKind::Tcp => tcp_members(&ids, &config).await,
+            }
+        })?;
+        let _guard = runtime.enter();
+        for m in &mut members {
+            if !link_delay.is_zero() {
+                if let Ok(t) = m.rpc().transport() {
+                    t.faults().set_all(LinkRule {
+                        delay: link_delay,
+                        ..LinkRule::default()
+                    });
+                }
+            }
+            match protocol {
+                Protocol::Tfa => m
+                    .start_tfa(ids.clone(), TfaConfig::default())
+                    .map_err(|e| e.to_string())?,
+                Protocol::Local => unreachable!("handled above"),
+            }
+        }
+        Ok(BenchNodes {
+            nodes: members.iter().map(|m| m.node().clone()).collect(),
+            members,
+            runtime: Some(runtime),
+        })
+    }
+
+    /// The nodes, in id order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The running members (empty for a local node).
+    pub fn members(&self) -> &[NodeRuntime] {
+        &self.members
+    }
+}
+
+impl Drop for BenchNodes {
+    fn drop(&mut self) {
+        for m in &self.members {
+            m.shutdown();
+        }
+        self.members.clear();
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+}
+
+async fn tcp_members(ids: &[u64], config: &NodeConfig) -> Result<Vec<NodeRuntime>, String> {
+    let mut listeners = Vec::new();
+    for _ in ids {
+        listeners.push(
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|e| format!("cannot listen on loopback: {e}"))?,
+        );
+    }
+    let addrs: Vec<(u64, std::net::SocketAddr)> = ids
+        .iter()
+        .zip(&listeners)
+        .map(|(&id, l)| l.local_addr().map(|a| (id, a)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut members = Vec::new();
+    for (&id, listener) in ids.iter().zip(listeners) {
+        let identity = Identity::new("bench", id, "bench secret").map_err(|e| e.to_string())?;
+        let peers = addrs.iter().filter(|(p, _)| *p != id).copied().collect();
+        let (rpc, inbox) = Rpc::new();
+        let transport: Arc<dyn Transport<Envelope<NodeMsg>>> = Arc::new(
+            TcpTransport::start(TcpConfig::new(identity, peers), listener, rpc.deliverer())
+                .map_err(|e| e.to_string())?,
+        );
+        members.push(NodeRuntime::start(
+            id,
+            Node::new(config.clone()),
+            rpc,
+            transport,
+            inbox,
+        ));
+    }
+    // Wait until every node has a connection to every other (or give up after 5 s).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    for m in &members {
+        for &peer in ids.iter().filter(|&&p| p != m.id()) {
+            while m.ping(peer, Duration::from_millis(200)).await.is_err() {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(format!("node {} cannot reach node {peer}", m.id()));
+                }
+            }
+        }
+    }
+    Ok(members)
+}
