@@ -177,6 +177,15 @@ impl NodeRuntime {
         if self.tfa.set(driver.clone()).is_err() {
             return Err(RuntimeError::Tfa("TFA already runs on this node"));
         }
+        // Protocol messages are handled where they arrive: reads wait on these round trips.
+        let inbound = driver.clone();
+        self.rpc.intercept(Arc::new(move |from, msg| match msg {
+            NodeMsg::Tfa(m) => {
+                inbound.message(from, m);
+                None
+            }
+            other => Some(other),
+        }));
         if !self
             .node
             .engine()

@@ -59,11 +59,27 @@ impl TfaDriver {
         (self.epoch.elapsed().as_nanos() / TICK.as_nanos()) as u64
     }
 
-    /// Carries out the node's actions: messages go out, answers go to their waiters.
-    fn apply(&self, inner: &mut Inner, actions: Vec<Action>) {
+    /// Runs `op` on the node and carries out its actions: answers go to their waiters, then,
+    /// with the node unlocked (an in-memory link delivers at once, possibly back here),
+    /// messages go out.
+    fn step(&self, op: impl FnOnce(&mut TfaNode, u64, &mut Vec<Action>)) {
+        let now = self.now();
+        let mut outgoing = Vec::new();
+        {
+            let mut inner = self.inner.lock();
+            let mut actions = Vec::new();
+            op(&mut inner.node, now, &mut actions);
+            self.apply(&mut inner, actions, &mut outgoing);
+        }
+        for (to, msg) in outgoing {
+            (self.send)(to, msg);
+        }
+    }
+
+    fn apply(&self, inner: &mut Inner, actions: Vec<Action>, outgoing: &mut Vec<(u64, TfaMsg)>) {
         for a in actions {
             match a {
-                Action::Send { to, msg } => (self.send)(to, msg),
+                Action::Send { to, msg } => outgoing.push((to, msg)),
                 Action::Reply { h, reply } => {
                     if let Some(w) = inner.waiters.get(&h) {
                         *w.reply.lock() = Some(reply);
@@ -77,20 +93,12 @@ impl TfaDriver {
 
     /// A message from node `from`.
     pub(crate) fn message(&self, from: u64, msg: TfaMsg) {
-        let now = self.now();
-        let mut inner = self.inner.lock();
-        let mut actions = Vec::new();
-        inner.node.on_message(now, from, msg, &mut actions);
-        self.apply(&mut inner, actions);
+        self.step(|node, now, out| node.on_message(now, from, msg, out));
     }
 
     /// The timer.
     pub(crate) fn tick(&self) {
-        let now = self.now();
-        let mut inner = self.inner.lock();
-        let mut actions = Vec::new();
-        inner.node.tick(now, &mut actions);
-        self.apply(&mut inner, actions);
+        self.step(|node, now, out| node.tick(now, out));
     }
 
     /// The node's counters.
@@ -162,13 +170,7 @@ impl TfaAttempt {
                 _ => RemoteError::Conflict(atomos_core::AbortCause::CommitValidation),
             });
         }
-        let now = self.driver.now();
-        {
-            let mut inner = self.driver.inner.lock();
-            let mut actions = Vec::new();
-            op(&mut inner.node, now, &mut actions);
-            self.driver.apply(&mut inner, actions);
-        }
+        self.driver.step(op);
         let mut slot = self.waiter.reply.lock();
         let deadline = Instant::now() + self.driver.patience;
         while slot.is_none() {
