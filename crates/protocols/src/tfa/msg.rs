@@ -72,31 +72,27 @@ pub enum Body {
         /// Commit (the locked objects move to the committer) or abort (locks released).
         decision: Decision,
     },
-    /// The owner applied the decision for `tx`.
+    /// The owner applied the decisions for these transactions (sent in batches, on the
+    /// owner's timer).
     Done {
-        /// The transaction.
-        tx: TxId,
+        /// The transactions.
+        txs: Vec<TxId>,
     },
     /// An owner whose lock outlived its lease asks the committer for its decision.
     Ask {
         /// The transaction.
         tx: TxId,
     },
-    /// Tells `key`'s home that `owner` committed it at `version`.
+    /// Tells the receiver, the home of these keys, that the sender committed each at its
+    /// version (sent in batches, on the committer's timer).
     Track {
-        /// The object.
-        key: Key,
-        /// Its new owner.
-        owner: NodeId,
-        /// The version written.
-        version: u64,
+        /// Each object with the version written.
+        entries: Vec<(Key, u64)>,
     },
-    /// The home recorded a `Track`.
+    /// The home recorded these `Track` entries.
     Tracked {
-        /// The object.
-        key: Key,
-        /// The version recorded.
-        version: u64,
+        /// Each object with the version recorded.
+        entries: Vec<(Key, u64)>,
     },
 }
 

@@ -205,8 +205,16 @@ struct Pending {
 /// A `Track` the home has not confirmed.
 struct Tracking {
     version: u64,
-    sent: u64,
+    /// When it was last sent (`None`: not yet).
+    sent: Option<u64>,
     since: u64,
+}
+
+/// Confirmations owed to one node, sent together on the next tick.
+#[derive(Default)]
+struct Acks {
+    done: Vec<TxId>,
+    tracked: Vec<(Key, u64)>,
 }
 
 /// One TFA node.
@@ -226,6 +234,7 @@ pub struct TfaNode {
     handles: HashMap<TxId, u64>,
     decided: BTreeMap<TxId, Pending>,
     tracking: BTreeMap<Key, Tracking>,
+    acks: BTreeMap<NodeId, Acks>,
     next_tx: u64,
     next_req: u64,
     counters: TfaCounters,
@@ -256,6 +265,7 @@ impl TfaNode {
             handles: HashMap::new(),
             decided: BTreeMap::new(),
             tracking: BTreeMap::new(),
+            acks: BTreeMap::new(),
             next_tx: incarnation << 32,
             next_req: 0,
             counters: TfaCounters::default(),
@@ -774,20 +784,12 @@ impl TfaNode {
             if home == self.me {
                 self.tracker.update(key, self.me, version);
             } else {
-                self.send(
-                    home,
-                    Body::Track {
-                        key: key.clone(),
-                        owner: self.me,
-                        version,
-                    },
-                    out,
-                );
+                // Sent with the next timer tick, batched per home.
                 self.tracking.insert(
                     key,
                     Tracking {
                         version,
-                        sent: now,
+                        sent: None,
                         since: now,
                     },
                 );
@@ -915,13 +917,15 @@ impl TfaNode {
             }
             Body::Decided { tx, decision } => {
                 self.apply_decision(tx, decision);
-                self.send(from, Body::Done { tx }, out);
+                self.acks.entry(from).or_default().done.push(tx);
             }
-            Body::Done { tx } => {
-                if let Some(p) = self.decided.get_mut(&tx) {
-                    p.waiting.remove(&from);
-                    if p.waiting.is_empty() {
-                        self.decided.remove(&tx);
+            Body::Done { txs } => {
+                for tx in txs {
+                    if let Some(p) = self.decided.get_mut(&tx) {
+                        p.waiting.remove(&from);
+                        if p.waiting.is_empty() {
+                            self.decided.remove(&tx);
+                        }
                     }
                 }
             }
@@ -941,21 +945,24 @@ impl TfaNode {
                 };
                 self.send(from, Body::Decided { tx, decision }, out);
             }
-            Body::Track {
-                key,
-                owner,
-                version,
-            } => {
-                self.tracker.update(key.clone(), owner, version);
-                self.send(from, Body::Tracked { key, version }, out);
+            Body::Track { entries } => {
+                let acks = &mut self.acks.entry(from).or_default().tracked;
+                for (key, version) in entries {
+                    if self.dir.home(&key) == self.me {
+                        self.tracker.update(key.clone(), from, version);
+                        acks.push((key, version));
+                    }
+                }
             }
-            Body::Tracked { key, version } => {
-                if self
-                    .tracking
-                    .get(&key)
-                    .is_some_and(|t| t.version <= version)
-                {
-                    self.tracking.remove(&key);
+            Body::Tracked { entries } => {
+                for (key, version) in entries {
+                    if self
+                        .tracking
+                        .get(&key)
+                        .is_some_and(|t| t.version <= version)
+                    {
+                        self.tracking.remove(&key);
+                    }
                 }
             }
         }
@@ -1054,29 +1061,37 @@ impl TfaNode {
         for (to, body) in repeat {
             self.send(to, body, out);
         }
-        let mut tracks: Vec<(Key, u64)> = Vec::new();
+        let mut tracks: BTreeMap<NodeId, Vec<(Key, u64)>> = BTreeMap::new();
+        let (dir, resend, abandon) = (&self.dir, self.cfg.resend, self.cfg.abandon);
         self.tracking.retain(|key, t| {
-            if now >= t.since + self.cfg.abandon {
+            if now >= t.since + abandon {
                 return false;
             }
-            if now >= t.sent + self.cfg.resend {
-                t.sent = now;
-                tracks.push((key.clone(), t.version));
+            if t.sent.is_none_or(|s| now >= s + resend) {
+                t.sent = Some(now);
+                tracks
+                    .entry(dir.home(key))
+                    .or_default()
+                    .push((key.clone(), t.version));
             }
             true
         });
-        tracks.sort();
-        for (key, version) in tracks {
-            let home = self.dir.home(&key);
-            self.send(
-                home,
-                Body::Track {
-                    key,
-                    owner: self.me,
-                    version,
-                },
-                out,
-            );
+        for (home, entries) in tracks {
+            self.send(home, Body::Track { entries }, out);
+        }
+        for (to, acks) in std::mem::take(&mut self.acks) {
+            if !acks.done.is_empty() {
+                self.send(to, Body::Done { txs: acks.done }, out);
+            }
+            if !acks.tracked.is_empty() {
+                self.send(
+                    to,
+                    Body::Tracked {
+                        entries: acks.tracked,
+                    },
+                    out,
+                );
+            }
         }
         for (tx, held_for) in self.objects.overdue(now, self.cfg.lease) {
             if tx.node == self.me {
