@@ -352,6 +352,33 @@ mod tests {
     }
 
     #[test]
+    fn every_workload_runs_on_tfa_across_nodes() {
+        for transport in [TransportKind::Memory, TransportKind::Tcp] {
+            for kind in WorkloadKind::ALL {
+                let r = run(&BenchConfig {
+                    workload: kind,
+                    protocol: Protocol::Tfa,
+                    nodes: 3,
+                    transport,
+                    link_delay: Duration::ZERO,
+                    threads: 2,
+                    objects: 32,
+                    read_ratio: 0.3,
+                    balance_k: Some(4),
+                    duration: Duration::from_millis(300),
+                    contention: ContentionPolicy::Backoff,
+                    seed: 3,
+                    progress: false,
+                })
+                .unwrap();
+                assert!(r.invariant_ok, "{kind} over {transport}: {}", r.invariant);
+                assert!(r.committed > 0, "{kind} over {transport} committed nothing");
+                assert_eq!(r.nodes, 3);
+            }
+        }
+    }
+
+    #[test]
     fn read_only_operations_never_abort() {
         let r = quick(WorkloadKind::Bank, 64, 1.0);
         assert_eq!(r.aborted, 0);
