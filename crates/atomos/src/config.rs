@@ -15,6 +15,7 @@
 //! order = false             # run an order-layer replica among all members
 //! order_fsync = "batch"     # batch | never | 10ms
 //! order_load_clients = 0    # generated order load (tests, demos)
+//! bank_load_threads = 0     # threads moving money between shared accounts (tests, demos)
 //!
 //! [[peers]]
 //! id = 2
@@ -24,7 +25,8 @@
 //! Environment variables: `ATOMOS_CLUSTER`, `ATOMOS_NODE_ID`, `ATOMOS_LISTEN`,
 //! `ATOMOS_DATA_DIR`, `ATOMOS_SECRET`, `ATOMOS_PROTOCOL`, `ATOMOS_CONTENTION`,
 //! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, `ATOMOS_ORDER`,
-//! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, and `ATOMOS_PEERS` as
+//! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, `ATOMOS_BANK_LOAD_THREADS`, and
+//! `ATOMOS_PEERS` as
 //! `id=address,id=address`.
 
 use std::collections::BTreeMap;
@@ -91,6 +93,7 @@ struct FileConfig {
     order: Option<bool>,
     order_fsync: Option<String>,
     order_load_clients: Option<usize>,
+    bank_load_threads: Option<usize>,
     peers: Option<Vec<FilePeer>>,
 }
 
@@ -159,6 +162,10 @@ pub struct NodeSettings {
     /// appends a unique value to the register `load`; answered values go to
     /// `data_dir/acked.log`.
     pub order_load_clients: usize,
+    /// Threads running bank transfers over accounts shared by every member (for tests and
+    /// demos): the member with the smallest id creates them; every member audits the total
+    /// once a second and logs it ("bank audit").
+    pub bank_load_threads: usize,
     /// The other members, by id.
     pub peers: Vec<Peer>,
 }
@@ -307,6 +314,17 @@ pub fn load(
             .map_err(|_| invalid(&key, format!("{v:?} is not a number of clients")))?,
         None => 0,
     };
+    let bank_load_threads = match pick(
+        "ATOMOS_BANK_LOAD_THREADS",
+        "bank_load_threads",
+        file.bank_load_threads.map(|n| n.to_string()),
+    ) {
+        Some((key, v)) => v
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| invalid(&key, format!("{v:?} is not a number of threads")))?,
+        None => 0,
+    };
     if order && node_id == 0 {
         return Err(invalid(
             "node_id",
@@ -347,6 +365,7 @@ pub fn load(
         order,
         order_fsync,
         order_load_clients,
+        bank_load_threads,
         peers,
     })
 }

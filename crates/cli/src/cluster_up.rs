@@ -21,6 +21,8 @@ pub struct UpArgs {
     pub order: bool,
     /// Generated order load: closed-loop clients per node.
     pub order_load: usize,
+    /// Generated bank load: transfer threads per node.
+    pub bank_load: usize,
 }
 
 struct Member {
@@ -136,6 +138,9 @@ fn write_config(
     if args.order {
         let _ = writeln!(text, "order = true");
         let _ = writeln!(text, "order_load_clients = {}", args.order_load);
+    }
+    if args.bank_load > 0 {
+        let _ = writeln!(text, "bank_load_threads = {}", args.bank_load);
     }
     for n in 1..=args.nodes {
         let _ = writeln!(

@@ -8,6 +8,7 @@ use atomos::{ContentionPolicy, Protocol};
 use atomos_bench::{BenchConfig, WorkloadKind};
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod bank_load;
 mod cluster_up;
 mod serve;
 
@@ -78,6 +79,10 @@ enum ClusterCommand {
         /// recorded in each node's data directory, acked.log).
         #[arg(long, default_value_t = 0)]
         order_load: usize,
+        /// Threads per node moving money between accounts shared by all nodes; every node
+        /// logs a "bank audit" of the total each second (use with --protocol tfa).
+        #[arg(long, default_value_t = 0)]
+        bank_load: usize,
     },
 }
 
@@ -177,6 +182,7 @@ fn main() -> ExitCode {
             dir,
             order,
             order_load,
+            bank_load,
         }) => cluster_up::run(cluster_up::UpArgs {
             nodes,
             protocol,
@@ -184,6 +190,7 @@ fn main() -> ExitCode {
             dir,
             order,
             order_load,
+            bank_load,
         }),
     };
     match result {

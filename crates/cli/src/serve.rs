@@ -9,6 +9,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::info;
 
+use crate::bank_load::BankLoad;
+
 /// Loads the configuration, starts the node and serves until told to stop.
 pub fn run(config: Option<&Path>) -> Result<bool, String> {
     let settings = atomos::config::load(config, |name| std::env::var(name).ok())
@@ -59,9 +61,28 @@ async fn serve(settings: NodeSettings) -> Result<bool, String> {
     let node = NodeRuntime::start_tcp(&settings)
         .await
         .map_err(|e| e.to_string())?;
+    let load = (settings.bank_load_threads > 0).then(|| {
+        let first = settings
+            .peers
+            .iter()
+            .map(|p| p.id)
+            .chain([settings.node_id])
+            .min();
+        BankLoad::start(
+            node.node().clone(),
+            settings.bank_load_threads,
+            first == Some(settings.node_id),
+        )
+    });
     tokio::select! {
         _ = terminate.recv() => info!("SIGTERM: shutting down"),
         _ = tokio::signal::ctrl_c() => info!("interrupted: shutting down"),
+    }
+    if let Some(load) = load {
+        // Its threads may wait on answers from peers: stop them before the node.
+        tokio::task::spawn_blocking(move || load.stop())
+            .await
+            .map_err(|e| format!("bank load: {e}"))?;
     }
     node.shutdown();
     info!(node = settings.node_id, "node stopped");

@@ -1,0 +1,142 @@
+//! Generated load for node processes: threads moving money between accounts every member
+//! shares, and a once-a-second audit of the total, logged, so that a cluster of processes can
+//! be checked from its logs ("bank audit ... total=T expected=E").
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use atomos::{Node, TRef, TxError};
+use rand::Rng;
+use tracing::{info, warn};
+
+/// Accounts of the generated bank, and each one's opening balance.
+pub const ACCOUNTS: u64 = 64;
+pub const OPENING: i64 = 1_000;
+/// A transfer thread pauses this long between transfers, so that audits get through: under
+/// TFA an audit reads the accounts one round trip after another and aborts when one it read
+/// changes meanwhile (TFA has no multi-version reads), so unpaced transfers starve it.
+const PACE: Duration = Duration::from_millis(50);
+/// A transaction gives up after this long (and is retried), so that stopping never waits on
+/// one that keeps conflicting.
+const GIVE_UP: Duration = Duration::from_secs(5);
+
+/// The running load; [`BankLoad::stop`] ends it.
+pub struct BankLoad {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn accounts() -> Vec<TRef<i64>> {
+    (0..ACCOUNTS)
+        .map(|i| TRef::new(format!("bank-load/{i}")))
+        .collect()
+}
+
+/// Runs the transaction until it commits or the load stops; failures (an unreachable peer,
+/// the accounts not created yet) are logged and retried.
+fn until_done<R>(
+    stop: &AtomicBool,
+    what: &str,
+    mut f: impl FnMut() -> Result<R, TxError>,
+) -> Option<R> {
+    let mut warned = false;
+    while !stop.load(Ordering::Relaxed) {
+        match f() {
+            Ok(r) => return Some(r),
+            Err(e) => {
+                if !warned {
+                    warn!(error = %e, "bank load: {what} failed; retrying");
+                    warned = true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    None
+}
+
+impl BankLoad {
+    /// Starts `threads` transfer threads and the auditor on `node`; the member `creator`
+    /// creates the accounts.
+    pub fn start(node: Node, threads: usize, creator: bool) -> BankLoad {
+        let stop = Arc::new(AtomicBool::new(false));
+        let transfers = Arc::new(AtomicU64::new(0));
+        let mut handles = Vec::new();
+        {
+            let (node, stop, transfers) = (node.clone(), stop.clone(), transfers.clone());
+            handles.push(std::thread::spawn(move || {
+                let accts = accounts();
+                if creator {
+                    let created = until_done(&stop, "creating the accounts", || {
+                        node.tx().timeout(GIVE_UP).run(|tx| {
+                            for a in &accts {
+                                if !tx.exists(a)? {
+                                    tx.create(a, OPENING)?;
+                                }
+                            }
+                            Ok(())
+                        })
+                    });
+                    if created.is_some() {
+                        info!(accounts = ACCOUNTS, "bank load: accounts created");
+                    }
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    let total = node.tx().read_only().timeout(GIVE_UP).run(|tx| {
+                        let mut sum = 0;
+                        for a in &accts {
+                            sum += *tx.read(a)?;
+                        }
+                        Ok(sum)
+                    });
+                    match total {
+                        Ok(total) => info!(
+                            total,
+                            expected = OPENING * ACCOUNTS as i64,
+                            transfers = transfers.load(Ordering::Relaxed),
+                            "bank audit"
+                        ),
+                        Err(e) => warn!(error = %e, "bank audit failed"),
+                    }
+                }
+            }));
+        }
+        for _ in 0..threads {
+            let (node, stop, transfers) = (node.clone(), stop.clone(), transfers.clone());
+            handles.push(std::thread::spawn(move || {
+                let accts = accounts();
+                let mut rng = rand::rng();
+                while !stop.load(Ordering::Relaxed) {
+                    let from = rng.random_range(0..ACCOUNTS) as usize;
+                    let to = (from + rng.random_range(1..ACCOUNTS) as usize) % ACCOUNTS as usize;
+                    let amount = rng.random_range(1..=10);
+                    let done = until_done(&stop, "a transfer", || {
+                        node.tx().timeout(GIVE_UP).run(|tx| {
+                            tx.modify(&accts[from], |b| *b -= amount)?;
+                            tx.modify(&accts[to], |b| *b += amount)
+                        })
+                    });
+                    if done.is_some() {
+                        transfers.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(PACE);
+                }
+            }));
+        }
+        BankLoad {
+            stop,
+            threads: handles,
+        }
+    }
+
+    /// Stops the load and waits for its threads.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Real processes running TFA: `atomos cluster up --nodes 4 --protocol tfa --bank-load 2`.
+//! Every node moves money between accounts that migrate between the processes, and audits the
+//! total once a second: every audit on every node must find the total unchanged. Then one node
+//! is killed with SIGKILL: TFA keeps one copy of each object, so the others' audits fail
+//! naming the lost node instead of hanging or reporting a wrong total.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{cluster_up, signal, wait_exit};
+
+const EXPECTED: &str = "expected=64000";
+
+/// Kills the processes if the test fails half-way, so none outlives it.
+struct KillOnDrop(Vec<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for &pid in &self.0 {
+                signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The audit lines of a node's log: (total, transfers so far).
+fn audits(log: &Path) -> Vec<(i64, u64)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let field = |line: &str, name: &str| -> Option<u64> {
+        line.split(&format!("{name}="))
+            .nth(1)?
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    text.lines()
+        .filter(|l| l.contains("bank audit") && !l.contains("failed"))
+        .map(|l| {
+            assert!(l.contains(EXPECTED), "unexpected audit line {l}");
+            (
+                field(l, "total").expect("a total") as i64,
+                field(l, "transfers").expect("a transfer count"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn money_is_conserved_across_processes_and_a_lost_node_is_named() {
+    let dir = std::env::temp_dir().join(format!("atomos-tfa-cluster-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let base_port = 37_000 + (std::process::id() % 8_000) as u16;
+    let (mut up, pids) = cluster_up(
+        4,
+        base_port,
+        &dir,
+        &["--protocol", "tfa", "--bank-load", "2"],
+    );
+    let _cleanup = KillOnDrop(pids.iter().copied().chain([up.id()]).collect());
+    let log = |n: usize| dir.join(format!("node-{n}.log"));
+    // Each node audits at least five times after its transfers started.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = (1..=4).all(|n| {
+            let a = audits(&log(n));
+            a.iter().filter(|(_, transfers)| *transfers > 0).count() >= 5
+        });
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the nodes did not audit a running bank in time; node 1 logged:\n{}",
+            std::fs::read_to_string(log(1)).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut total_transfers = 0;
+    for n in 1..=4 {
+        let a = audits(&log(n));
+        for (total, _) in &a {
+            assert_eq!(*total, 64_000, "node {n} audited a wrong total");
+        }
+        total_transfers += a.last().map_or(0, |(_, t)| *t);
+    }
+    assert!(total_transfers > 100, "only {total_transfers} transfers");
+
+    // SIGKILL node 4: the objects it owned are gone, and the others say so.
+    signal(pids[3], libc::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let named = (1..=3).any(|n| {
+            std::fs::read_to_string(log(n))
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.contains("failed") && l.contains("node 4 did not answer"))
+        });
+        if named {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no node reported node 4's objects unavailable"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for n in 1..=3 {
+        for (total, _) in audits(&log(n)) {
+            assert_eq!(total, 64_000, "node {n} audited a wrong total");
+        }
+    }
+    signal(up.id(), libc::SIGINT);
+    assert!(wait_exit(&mut up, Duration::from_secs(30)).success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
