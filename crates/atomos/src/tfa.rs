@@ -151,6 +151,7 @@ struct TfaAttempt {
 fn remote_error(f: Failure) -> RemoteError {
     match f {
         Failure::Conflict(c) => RemoteError::Conflict(c),
+        Failure::Stale(keys) => RemoteError::Stale { keys },
         Failure::Unavailable { key, node } => RemoteError::Unavailable { key, node },
     }
 }
@@ -198,6 +199,8 @@ impl RemoteAttempt for TfaAttempt {
         let (h, k) = (self.h, key.clone());
         match self.call(key, |node, now, out| node.read(now, h, k, out))? {
             Reply::Read(Ok(v)) => Ok(v),
+            // The transaction stays open: the engine forgets part of it or aborts it.
+            Reply::Read(Err(f @ Failure::Stale(_))) => Err(remote_error(f)),
             Reply::Read(Err(f)) | Reply::Commit(Err(f)) => {
                 self.over = true;
                 Err(remote_error(f))
@@ -218,6 +221,12 @@ impl RemoteAttempt for TfaAttempt {
             Reply::Commit(Ok(())) => Ok(()),
             Reply::Read(Err(f)) | Reply::Commit(Err(f)) => Err(remote_error(f)),
             Reply::Read(Ok(_)) => unreachable!("a commit is answered by a commit"),
+        }
+    }
+
+    fn forget(&mut self, keys: &[Key]) {
+        if !self.over {
+            self.driver.inner.lock().node.forget(self.h, keys);
         }
     }
 

@@ -189,3 +189,148 @@ fn an_unreachable_owner_fails_with_the_object_and_node_named() {
     }
     assert!(err.to_string().contains("node 2 did not answer"), "{err}");
 }
+
+/// Runs `body` on node 1 while node 2 writes `changed` (and `trigger`, whose newer version
+/// makes node 1's next read forward) at the moment `body` signals.
+struct Interleaving {
+    go: std::sync::mpsc::Sender<()>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl Interleaving {
+    /// Lets node 2 write and waits until it committed.
+    fn write_now(&self) {
+        self.go.send(()).unwrap();
+        self.done.recv().unwrap();
+    }
+}
+
+fn with_writer<R>(
+    c: &Cluster,
+    changed: &TRef<i64>,
+    trigger: &TRef<i64>,
+    body: impl FnOnce(&Interleaving) -> R,
+) -> R {
+    let (go, go_rx) = std::sync::mpsc::channel();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let n2 = c.node(2).unwrap().clone();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            go_rx.recv().unwrap();
+            n2.atomically(|tx| {
+                tx.modify(changed, |v| *v += 10)?;
+                tx.modify(trigger, |v| *v += 10)
+            })
+            .unwrap();
+            done_tx.send(()).unwrap();
+        });
+        body(&Interleaving { go, done })
+    })
+}
+
+fn three_objects(c: &Cluster, name: &str) -> (TRef<i64>, TRef<i64>, TRef<i64>) {
+    let refs = (
+        TRef::new(format!("{name}/x")),
+        TRef::new(format!("{name}/y")),
+        TRef::new(format!("{name}/z")),
+    );
+    c.node(2)
+        .unwrap()
+        .atomically(|tx| {
+            tx.create(&refs.0, 1)?;
+            tx.create(&refs.1, 1)?;
+            tx.create(&refs.2, 1)
+        })
+        .unwrap();
+    refs
+}
+
+#[test]
+fn a_stale_read_inside_a_nested_block_reruns_only_the_block() {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let c = cluster(2);
+    let (x, y, z) = three_objects(&c, "tfacn");
+    let n1 = c.node(1).unwrap();
+    let (parent_runs, block_runs) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let before = n1.stats();
+    let out = with_writer(&c, &y, &z, |w| {
+        n1.atomically(|tx| {
+            parent_runs.fetch_add(1, Relaxed);
+            let a = *tx.read(&x)?;
+            let b = tx.nested(|tx| {
+                let yv = *tx.read(&y)?;
+                if block_runs.fetch_add(1, Relaxed) == 0 {
+                    // y and z change now: reading z forwards, and y is stale.
+                    w.write_now();
+                }
+                Ok(yv + *tx.read(&z)?)
+            })?;
+            Ok(a + b)
+        })
+        .unwrap()
+    });
+    assert_eq!(out, 1 + 11 + 11);
+    assert_eq!(parent_runs.load(Relaxed), 1, "the parent was not re-run");
+    assert_eq!(block_runs.load(Relaxed), 2, "the block was");
+    assert_eq!(n1.stats().since(&before).nested_rollbacks, 1);
+}
+
+#[test]
+fn a_stale_read_of_the_parent_reruns_the_whole_transaction() {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let c = cluster(2);
+    let (x, _, z) = three_objects(&c, "tfacn-parent");
+    let n1 = c.node(1).unwrap();
+    let parent_runs = AtomicUsize::new(0);
+    let out = with_writer(&c, &x, &z, |w| {
+        n1.atomically(|tx| {
+            let first = parent_runs.fetch_add(1, Relaxed) == 0;
+            let a = *tx.read(&x)?;
+            tx.nested(|tx| {
+                if first {
+                    w.write_now();
+                }
+                Ok(a + *tx.read(&z)?)
+            })
+        })
+        .unwrap()
+    });
+    assert_eq!(out, 11 + 11);
+    assert_eq!(parent_runs.load(Relaxed), 2);
+}
+
+#[test]
+fn checkpointed_steps_resume_after_the_last_valid_checkpoint() {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let c = cluster(2);
+    let (x, y, z) = three_objects(&c, "tfacp");
+    let n1 = c.node(1).unwrap();
+    let (first_runs, second_runs) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let before = n1.stats();
+    let total = with_writer(&c, &y, &z, |w| {
+        n1.steps(0i64)
+            .step(|tx, sum| {
+                first_runs.fetch_add(1, Relaxed);
+                *sum += *tx.read(&x)?;
+                Ok(())
+            })
+            .step(|tx, sum| {
+                *sum += *tx.read(&y)?;
+                if second_runs.fetch_add(1, Relaxed) == 0 {
+                    w.write_now();
+                }
+                *sum += *tx.read(&z)?;
+                Ok(())
+            })
+            .run()
+            .unwrap()
+    });
+    assert_eq!(total, 1 + 11 + 11);
+    assert_eq!(
+        first_runs.load(Relaxed),
+        1,
+        "the first step kept its checkpoint"
+    );
+    assert_eq!(second_runs.load(Relaxed), 2);
+    assert_eq!(n1.stats().since(&before).checkpoint_resumes, 1);
+}

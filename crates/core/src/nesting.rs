@@ -76,48 +76,61 @@ impl<'e> Tx<'e> {
 }
 
 impl<'e> Tx<'e> {
-    /// A nested block under a distributed protocol: it runs as part of its parent (a conflict
-    /// aborts the whole transaction); an application error undoes the block's writes and runs
-    /// the compensations it registered. An open block's compensations are dropped when it
-    /// returns: its effects commit with the parent, never on their own.
+    /// A nested block under a distributed protocol (TFACN, thesis figure 5.3). When a read in
+    /// the block cannot forward because reads made inside the block are no longer current,
+    /// only the block is rolled back and re-run; stale reads of the parent abort the whole
+    /// transaction. An application error undoes the block's writes and runs the compensations
+    /// it registered. Open blocks run the same way, inside their parent (their effects commit
+    /// with it, so their compensations are dropped and no abstract lock is needed).
     pub(crate) fn remote_block<R>(
         &mut self,
         open: bool,
         mut f: impl FnMut(&mut Tx<'e>) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
-        let (mark, handlers) = match self.remote() {
-            Some(rs) => (rs.mark(), self.st().handlers.len()),
-            None => unreachable!("called for remote attempts only"),
-        };
-        let out = f(self);
-        let st = self.st();
-        let conflict = st.remote.as_ref().is_some_and(|rs| rs.conflict.is_some());
-        match out {
-            Err(e) if !conflict => {
-                if let Some(rs) = st.remote.as_deref_mut() {
-                    rs.rollback_to(mark);
+        let mut rollbacks = 0;
+        loop {
+            let (mark, handlers) = match self.remote() {
+                Some(rs) => (rs.mark(), self.st().handlers.len()),
+                None => unreachable!("called for remote attempts only"),
+            };
+            let out = f(self);
+            let st = self.st();
+            let Some(rs) = st.remote.as_deref_mut() else {
+                unreachable!("called for remote attempts only")
+            };
+            let conflict = rs.conflict.is_some();
+            let repair = conflict && rs.repairable_from(&[mark]) == Some(0);
+            if repair {
+                rs.repair(mark);
+            } else if out.is_ok() || conflict {
+                // Done, or a conflict the whole transaction must handle.
+                if open && out.is_ok() {
+                    let kept: Vec<_> = st
+                        .handlers
+                        .drain(handlers..)
+                        .filter(|h| h.on_commit)
+                        .collect();
+                    st.handlers.extend(kept);
                 }
-                let mut compensations: Vec<_> = st
-                    .handlers
-                    .drain(handlers..)
-                    .filter(|h| !h.on_commit)
-                    .collect();
-                compensations.reverse();
-                if !open {
-                    self.engine.run_handlers(compensations);
-                }
-                Err(e)
+                return out;
+            } else {
+                rs.rollback_to(mark);
             }
-            Ok(r) if open => {
-                let kept: Vec<_> = st
-                    .handlers
-                    .drain(handlers..)
-                    .filter(|h| h.on_commit)
-                    .collect();
-                st.handlers.extend(kept);
-                Ok(r)
+            let mut compensations: Vec<_> = st
+                .handlers
+                .drain(handlers..)
+                .filter(|h| !h.on_commit)
+                .collect();
+            compensations.reverse();
+            if !open {
+                self.engine.run_handlers(compensations);
             }
-            other => other,
+            if !repair {
+                return out;
+            }
+            st.bump(Event::NestedRollback);
+            rollbacks += 1;
+            pause(st.policy.backoff(rollbacks, st.priority, st.jitter.next()));
         }
     }
 }
@@ -137,14 +150,7 @@ impl Engine {
         steps: &mut [Step<'_, S>],
     ) -> Result<S, TxError> {
         if self.is_remote() {
-            // Under a distributed protocol the steps run as one transaction, restarted whole.
-            return self.run(opts, |tx| {
-                let mut state = init.clone();
-                for step in steps.iter_mut() {
-                    step(tx, &mut state)?;
-                }
-                Ok(state)
-            });
+            return self.run(opts, |tx| remote_steps(tx, &init, steps));
         }
         let mut st = self.take_state();
         let mut attempts = Attempts::new(self, &mut st, opts, 0, false);
@@ -226,4 +232,46 @@ impl Engine {
             }
         }
     }
+}
+
+/// Checkpointed steps under a distributed protocol (TFACP, thesis figures 5.4-5.5): when a read
+/// cannot forward because earlier reads are no longer current, the attempt resumes from the
+/// latest checkpoint before the first stale read, instead of restarting. A failed commit
+/// restarts the transaction.
+fn remote_steps<S: Clone>(
+    tx: &mut Tx<'_>,
+    init: &S,
+    steps: &mut [Step<'_, S>],
+) -> Result<S, TxError> {
+    let mut checkpoints = Vec::with_capacity(steps.len());
+    let mut state = init.clone();
+    let mut i = 0;
+    while i < steps.len() {
+        let Some(rs) = tx.remote() else {
+            unreachable!("called for remote attempts only")
+        };
+        checkpoints.truncate(i);
+        checkpoints.push((rs.mark(), state.clone()));
+        match (steps[i])(tx, &mut state) {
+            Ok(()) => i += 1,
+            Err(e) => {
+                let Some(rs) = tx.remote() else {
+                    unreachable!("called for remote attempts only")
+                };
+                if rs.conflict.is_none() {
+                    return Err(e);
+                }
+                let marks: Vec<_> = checkpoints.iter().map(|(m, _)| *m).collect();
+                let Some(k) = rs.repairable_from(&marks) else {
+                    return Err(e);
+                };
+                rs.repair(marks[k]);
+                let st = tx.st();
+                st.bump(Event::CheckpointResume);
+                state = checkpoints[k].1.clone();
+                i = k;
+            }
+        }
+    }
+    Ok(state)
 }

@@ -21,6 +21,13 @@ use crate::tref::Object;
 pub enum RemoteError {
     /// A conflict: the attempt is over and the transaction re-runs.
     Conflict(AbortCause),
+    /// These reads are no longer current, so a read could not extend the snapshot. The attempt
+    /// is still open: the engine drops the reads of a nested block or checkpoint that covers
+    /// them ([`RemoteAttempt::forget`]) and re-runs that part, or aborts the attempt.
+    Stale {
+        /// The reads no longer current.
+        keys: Vec<Key>,
+    },
     /// The node holding `key` did not answer; the transaction fails with
     /// [`TxError::Unavailable`].
     Unavailable {
@@ -37,6 +44,8 @@ pub trait RemoteAttempt: Send {
     fn read(&mut self, key: &Key) -> Result<Option<Vec<u8>>, RemoteError>;
     /// Commits the attempt with its writes (`None` deletes), every key once.
     fn commit(&mut self, writes: Vec<(Key, Option<Vec<u8>>)>) -> Result<(), RemoteError>;
+    /// Drops these reads after [`RemoteError::Stale`]; the attempt goes on without them.
+    fn forget(&mut self, keys: &[Key]);
     /// The attempt ends without committing.
     fn abort(&mut self);
 }
@@ -88,8 +97,19 @@ pub(crate) struct RemoteState {
     index: FxHashMap<Key, usize>,
     /// Values rolled back during the attempt: references to them may still be held.
     retired: Vec<Box<dyn Erased>>,
+    /// Keys in the order first read (a nested block's or step's reads are a suffix).
+    read_log: Vec<Key>,
     /// Set when an operation met a conflict: every later operation fails the same way.
     pub(crate) conflict: Option<AbortCause>,
+    /// With a conflict from a failed forward: the reads no longer current.
+    stale: Vec<Key>,
+}
+
+/// Where a nested block or step began: how much had been written and read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RemoteMark {
+    writes: usize,
+    reads: usize,
 }
 
 fn typed<'a, T: Object>(key: &Key, v: &'a Value) -> Result<&'a T, TxError> {
@@ -128,7 +148,9 @@ impl RemoteState {
             writes: Vec::new(),
             index: FxHashMap::default(),
             retired: Vec::new(),
+            read_log: Vec::new(),
             conflict: None,
+            stale: Vec::new(),
         }
     }
 
@@ -148,15 +170,22 @@ impl RemoteState {
         match self.attempt.read(key) {
             Ok(None) => {
                 self.seen.insert(key.clone(), None);
+                self.read_log.push(key.clone());
                 Ok(())
             }
             Ok(Some(bytes)) => {
                 let v: T = decode(key, &bytes)?;
                 self.seen.insert(key.clone(), Some(Box::new(v)));
+                self.read_log.push(key.clone());
                 Ok(())
             }
             Err(RemoteError::Conflict(cause)) => {
                 self.conflict = Some(cause);
+                Err(TxError::Conflict)
+            }
+            Err(RemoteError::Stale { keys }) => {
+                self.conflict = Some(AbortCause::ReadValidation);
+                self.stale = keys;
                 Err(TxError::Conflict)
             }
             Err(RemoteError::Unavailable { key, node }) => Err(TxError::Unavailable { key, node }),
@@ -238,13 +267,48 @@ impl RemoteState {
         self.live().err().unwrap_or(TxError::Retry)
     }
 
-    /// A mark to roll writes back to (a nested block's start).
-    pub(crate) fn mark(&self) -> usize {
-        self.writes.len()
+    /// A mark to roll back to (a nested block's or step's start).
+    pub(crate) fn mark(&self) -> RemoteMark {
+        RemoteMark {
+            writes: self.writes.len(),
+            reads: self.read_log.len(),
+        }
+    }
+
+    /// After a failed forward, the first of `marks` (in order) from which on every stale read
+    /// was made: rolling back to it repairs the attempt.
+    pub(crate) fn repairable_from(&self, marks: &[RemoteMark]) -> Option<usize> {
+        if self.stale.is_empty() {
+            return None;
+        }
+        let first_stale = self
+            .stale
+            .iter()
+            .map(|k| self.read_log.iter().position(|r| r == k))
+            .collect::<Option<Vec<usize>>>()?
+            .into_iter()
+            .min()?;
+        marks.iter().rposition(|m| m.reads <= first_stale)
+    }
+
+    /// Rolls the attempt back to `mark` after a failed forward: the reads since are dropped
+    /// (here and in the protocol) and the writes since undone; the attempt is live again.
+    pub(crate) fn repair(&mut self, mark: RemoteMark) {
+        let dropped: Vec<Key> = self.read_log.drain(mark.reads..).collect();
+        for k in &dropped {
+            if let Some(Some(v)) = self.seen.remove(k) {
+                self.retired.push(v);
+            }
+        }
+        self.attempt.forget(&dropped);
+        self.rollback_to(mark);
+        self.conflict = None;
+        self.stale.clear();
     }
 
     /// Undoes the writes buffered since `mark` (the reads stay: they were consistent).
-    pub(crate) fn rollback_to(&mut self, mark: usize) {
+    pub(crate) fn rollback_to(&mut self, mark: RemoteMark) {
+        let mark = mark.writes;
         if mark >= self.writes.len() {
             return;
         }
@@ -277,6 +341,9 @@ impl RemoteState {
         match self.attempt.commit(writes) {
             Ok(()) => Ok(wrote),
             Err(RemoteError::Conflict(c)) => Err(CommitOutcome::Conflict(c)),
+            Err(RemoteError::Stale { .. }) => {
+                Err(CommitOutcome::Conflict(AbortCause::CommitValidation))
+            }
             Err(RemoteError::Unavailable { key, node }) => {
                 Err(CommitOutcome::Error(TxError::Unavailable { key, node }))
             }

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use atomos_core::{AbortCause, Key};
+use atomos_core::Key;
 use atomos_protocols::tfa::{Action, Body, Failure, Reply, TfaConfig, TfaMsg, TfaNode};
 
 fn cfg() -> TfaConfig {
@@ -213,11 +213,16 @@ fn a_read_of_a_newer_version_forwards_or_aborts() {
         net.write_all(2, 3, &[a.clone(), b.clone()], 2),
         Reply::Commit(Ok(()))
     );
-    // Reading b now meets a newer version: a changed, so forwarding fails.
+    // Reading b now meets a newer version: a changed, so forwarding fails, naming a; the
+    // transaction stays open for a nested block to roll back, or to be aborted.
     assert_eq!(
         net.read(3, 10, &b),
-        Reply::Read(Err(Failure::Conflict(AbortCause::ReadValidation)))
+        Reply::Read(Err(Failure::Stale(vec![a.clone()])))
     );
+    net.node(3).forget(10, std::slice::from_ref(&a));
+    assert_eq!(net.read(3, 10, &b), Reply::Read(Ok(Some(vec![2]))));
+    assert_eq!(net.read(3, 10, &a), Reply::Read(Ok(Some(vec![2]))));
+    net.node(3).abort(10);
     assert_eq!(net.node(3).counters().aborts_forward, 1);
     // A fresh transaction that read something still current is forwarded instead.
     net.node(3).begin(11);

@@ -320,6 +320,12 @@ impl SimNode {
                     answer: r.answer.expect("set at commit"),
                 }));
             }
+            Err(Failure::Stale(_)) if r.attempt < MAX_ATTEMPTS => {
+                // The programs have no nested blocks: the whole attempt goes.
+                self.tfa.abort(h);
+                let backoff = 1 + self.rng.below(10 * u64::from(r.attempt.min(8)));
+                r.restart_at = Some(now + backoff);
+            }
             Err(Failure::Conflict(_)) if r.attempt < MAX_ATTEMPTS => {
                 let backoff = 1 + self.rng.below(10 * u64::from(r.attempt.min(8)));
                 r.restart_at = Some(now + backoff);

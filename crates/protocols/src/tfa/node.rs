@@ -73,6 +73,10 @@ impl Default for TfaConfig {
 pub enum Failure {
     /// A conflict: re-run the transaction.
     Conflict(AbortCause),
+    /// Forwarding failed: these reads are no longer current. The transaction is still open
+    /// (holding no locks): drop the reads of whatever part of it covers them
+    /// ([`TfaNode::forget`]) and go on, or abort it.
+    Stale(Vec<Key>),
     /// A node did not answer in time about `key`; if it crashed, the objects it owned are lost.
     Unavailable {
         /// The object the request was about.
@@ -441,6 +445,18 @@ impl TfaNode {
         self.lock_progress(now, h, out);
     }
 
+    /// Drops `keys` from transaction `h`'s reads (a nested block or checkpoint that read them
+    /// rolls back after [`Failure::Stale`]); the transaction goes on with the rest.
+    pub fn forget(&mut self, h: u64, keys: &[Key]) {
+        if let Some(tx) = self.active.get_mut(&h) {
+            if matches!(tx.wait, Wait::Idle) {
+                for k in keys {
+                    tx.reads.remove(k);
+                }
+            }
+        }
+    }
+
     /// Abandons transaction `h` before commit (the application gave up). It holds no lock
     /// before commit, so nothing needs to be told.
     pub fn abort(&mut self, h: u64) {
@@ -663,7 +679,7 @@ impl TfaNode {
         for (key, r) in items {
             if r.owner == self.me {
                 if !self.objects.validate(id, &key, r.version) {
-                    return self.validated(now, h, false, out);
+                    return self.validated(now, h, vec![key], out);
                 }
             } else {
                 by_owner.entry(r.owner).or_default().push((key, r.version));
@@ -681,25 +697,31 @@ impl TfaNode {
             );
         }
         if self.active[&h].outstanding.is_empty() {
-            self.validated(now, h, true, out);
+            self.validated(now, h, Vec::new(), out);
         }
     }
 
-    /// All validation answers are in (`valid`: nothing changed), or one failed.
-    fn validated(&mut self, now: u64, h: u64, valid: bool, out: &mut Vec<Action>) {
+    /// All validation answers are in (`invalid` empty: nothing changed), or one named reads
+    /// that are no longer current. A failed forward leaves the transaction open: the
+    /// application may drop the reads of a nested block or checkpoint that covers them
+    /// ([`TfaNode::forget`]) and go on, or abort.
+    fn validated(&mut self, now: u64, h: u64, invalid: Vec<Key>, out: &mut Vec<Action>) {
         let Some(tx) = self.active.get_mut(&h) else {
             return;
         };
         tx.outstanding.clear();
-        if !valid {
-            let cause = if matches!(tx.wait, Wait::Forward { .. }) {
+        if !invalid.is_empty() {
+            if matches!(tx.wait, Wait::Forward { .. }) {
                 self.counters.aborts_forward += 1;
-                AbortCause::ReadValidation
-            } else {
-                self.counters.aborts_validation += 1;
-                AbortCause::CommitValidation
-            };
-            return self.fail(now, h, Failure::Conflict(cause), out);
+                tx.wait = Wait::Idle;
+                out.push(Action::Reply {
+                    h,
+                    reply: Reply::Read(Err(Failure::Stale(invalid))),
+                });
+                return;
+            }
+            self.counters.aborts_validation += 1;
+            return self.fail(now, h, Failure::Conflict(AbortCause::CommitValidation), out);
         }
         match std::mem::replace(&mut tx.wait, Wait::Idle) {
             Wait::Forward {
@@ -909,10 +931,8 @@ impl TfaNode {
                 let Some(h) = self.take_request(req) else {
                     return;
                 };
-                if !invalid.is_empty() {
-                    self.validated(now, h, false, out);
-                } else if self.active[&h].outstanding.is_empty() {
-                    self.validated(now, h, true, out);
+                if !invalid.is_empty() || self.active[&h].outstanding.is_empty() {
+                    self.validated(now, h, invalid, out);
                 }
             }
             Body::Decided { tx, decision } => {
