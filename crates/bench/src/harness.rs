@@ -13,7 +13,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::cluster::{BenchNodes, TransportKind};
-use crate::workloads::{WorkloadKind, WorkloadParams};
+use crate::workloads::{NestingModel, WorkloadKind, WorkloadParams};
 
 /// One latency sample is taken every this many operations (timing every one would cost a
 /// noticeable share of a sub-microsecond transaction).
@@ -42,6 +42,10 @@ pub struct BenchConfig {
     pub read_ratio: f64,
     /// Bank: accounts read by a balance operation (`None`: all).
     pub balance_k: Option<usize>,
+    /// Bank and hash table: how an update's inner operations are composed.
+    pub nesting: NestingModel,
+    /// Bank and hash table: inner operations per update transaction.
+    pub inner: usize,
     /// Measured run time.
     pub duration: Duration,
     /// Contention manager.
@@ -97,6 +101,10 @@ pub struct BenchReport {
     pub read_ratio: f64,
     /// Bank balance width (`null`: all accounts).
     pub balance_k: Option<usize>,
+    /// How updates were composed.
+    pub nesting: String,
+    /// Inner operations per update.
+    pub inner: usize,
     /// Contention manager.
     pub contention: String,
     /// Measured seconds.
@@ -171,6 +179,8 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         read_ratio: cfg.read_ratio,
         balance_k: cfg.balance_k,
         threads,
+        nesting: cfg.nesting,
+        inner: cfg.inner,
     };
     let workload: Arc<dyn crate::Workload> = Arc::from(cfg.workload.build(&params));
     workload.setup(&nodes[0])?;
@@ -270,6 +280,8 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         objects: cfg.objects,
         read_ratio: cfg.read_ratio,
         balance_k: cfg.balance_k,
+        nesting: cfg.nesting.to_string(),
+        inner: cfg.inner.max(1),
         contention: format!("{:?}", cfg.contention),
         duration_s: elapsed,
         committed,
@@ -332,6 +344,8 @@ mod tests {
             objects,
             read_ratio,
             balance_k: None,
+            nesting: NestingModel::Flat,
+            inner: 1,
             duration: Duration::from_millis(300),
             contention: ContentionPolicy::Backoff,
             seed: 7,
@@ -365,6 +379,8 @@ mod tests {
                     objects: 32,
                     read_ratio: 0.3,
                     balance_k: Some(4),
+                    nesting: NestingModel::Flat,
+                    inner: 1,
                     duration: Duration::from_millis(300),
                     contention: ContentionPolicy::Backoff,
                     seed: 3,
@@ -374,6 +390,37 @@ mod tests {
                 assert!(r.invariant_ok, "{kind} over {transport}: {}", r.invariant);
                 assert!(r.committed > 0, "{kind} over {transport} committed nothing");
                 assert_eq!(r.nodes, 3);
+            }
+        }
+    }
+
+    #[test]
+    fn every_nesting_model_keeps_its_invariant_under_contention() {
+        for protocol in [Protocol::Local, Protocol::Tfa] {
+            for kind in [WorkloadKind::Bank, WorkloadKind::HashTable] {
+                for nesting in NestingModel::ALL {
+                    let r = run(&BenchConfig {
+                        workload: kind,
+                        protocol,
+                        nodes: if protocol == Protocol::Local { 1 } else { 2 },
+                        transport: TransportKind::Memory,
+                        link_delay: Duration::ZERO,
+                        threads: 3,
+                        objects: 16,
+                        read_ratio: 0.1,
+                        balance_k: Some(4),
+                        nesting,
+                        inner: 4,
+                        duration: Duration::from_millis(300),
+                        contention: ContentionPolicy::Backoff,
+                        seed: 5,
+                        progress: false,
+                    })
+                    .unwrap();
+                    let what = format!("{kind} {nesting} on {protocol}");
+                    assert!(r.invariant_ok, "{what}: {}", r.invariant);
+                    assert!(r.committed > 0, "{what} committed nothing");
+                }
             }
         }
     }
@@ -397,6 +444,8 @@ mod tests {
             objects: 10,
             read_ratio: 1.5,
             balance_k: None,
+            nesting: NestingModel::Flat,
+            inner: 1,
             duration: Duration::from_millis(10),
             contention: ContentionPolicy::Backoff,
             seed: 1,

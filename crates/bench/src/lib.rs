@@ -13,7 +13,7 @@ pub mod workloads;
 
 pub use cluster::{BenchNodes, TransportKind};
 pub use harness::{run, BenchConfig, BenchError, BenchReport, Latency};
-pub use workloads::{Workload, WorkloadKind, WorkloadParams};
+pub use workloads::{NestingModel, Workload, WorkloadKind, WorkloadParams};
 
 /// The runtime the networked benchmarks run their nodes on: two workers, like the machine the
 /// targets are set for.

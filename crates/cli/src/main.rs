@@ -130,6 +130,13 @@ struct BenchArgs {
     /// Bank: a balance reads this many random accounts instead of all.
     #[arg(long)]
     balance_k: Option<usize>,
+    /// Bank and hash table: how an update's inner operations are composed: flat, closed,
+    /// checkpoint or open (thesis 6.3-6.4).
+    #[arg(long, default_value = "flat")]
+    nesting: String,
+    /// Bank and hash table: inner operations (transfers, adds/removes) per update.
+    #[arg(long, default_value_t = 1)]
+    inner: usize,
     /// Seconds to run.
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
@@ -235,6 +242,8 @@ fn demo(duration: f64, threads: usize) -> Result<bool, String> {
         objects: 1024,
         read_ratio: 0.2,
         balance_k: None,
+        nesting: Default::default(),
+        inner: 1,
         duration: seconds(duration, "--duration")?,
         contention: ContentionPolicy::Backoff,
         seed: 1,
@@ -343,6 +352,8 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
         objects: args.objects.unwrap_or(workload.default_objects()),
         read_ratio: args.read_ratio,
         balance_k: args.balance_k,
+        nesting: args.nesting.parse()?,
+        inner: args.inner.max(1),
         duration: seconds(args.duration, "--duration")?,
         contention: args.contention.into(),
         seed: args.seed,

@@ -173,6 +173,9 @@ impl Engine {
                 } else {
                     checkpoints.truncate(i);
                     checkpoints.push((tx.st().mark(), state.clone()));
+                    // Writes from here on that replace earlier ones are undo-logged, so that
+                    // resuming at this checkpoint restores what the earlier steps wrote.
+                    tx.st().open_scope();
                     let out =
                         match catch_unwind(AssertUnwindSafe(|| (steps[i])(&mut tx, &mut state))) {
                             Ok(out) => out,

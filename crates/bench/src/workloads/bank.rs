@@ -1,9 +1,10 @@
 //! Bank: transfers between random accounts; read-only balance over all or k accounts.
 
-use atomos::{Key, Node, TRef, TxError};
+use atomos::{Key, Node, TRef, Tx, TxError};
 use rand::rngs::SmallRng;
 use rand::Rng;
 
+use super::nesting::{run_composed, InnerOp, NestingModel};
 use super::{Check, Workload, WorkloadParams};
 
 const INITIAL: i64 = 1_000;
@@ -13,6 +14,39 @@ pub struct Bank {
     accounts: Vec<TRef<i64>>,
     read_ratio: f64,
     balance_k: Option<usize>,
+    nesting: NestingModel,
+    inner: usize,
+}
+
+/// One transfer, as an inner operation of the nesting experiments.
+#[derive(Clone)]
+pub struct Transfer {
+    from: (usize, TRef<i64>),
+    to: (usize, TRef<i64>),
+    amount: i64,
+}
+
+impl InnerOp for Transfer {
+    fn run(&self, tx: &mut Tx<'_>) -> Result<i64, TxError> {
+        tx.modify(&self.from.1, |b| *b -= self.amount)?;
+        tx.modify(&self.to.1, |b| *b += self.amount)?;
+        Ok(0)
+    }
+
+    fn locks(&self) -> Vec<String> {
+        vec![
+            format!("bank/{}", self.from.0),
+            format!("bank/{}", self.to.0),
+        ]
+    }
+
+    fn compensation(&self, _: i64) -> Option<Transfer> {
+        Some(Transfer {
+            from: self.to.clone(),
+            to: self.from.clone(),
+            amount: self.amount,
+        })
+    }
 }
 
 impl Bank {
@@ -24,6 +58,8 @@ impl Bank {
                 .collect(),
             read_ratio: p.read_ratio,
             balance_k: p.balance_k,
+            nesting: p.nesting,
+            inner: p.inner.max(1),
         }
     }
 
@@ -69,7 +105,7 @@ impl Workload for Bank {
                     .map(|_| ())
                 }
             }
-        } else {
+        } else if self.nesting == NestingModel::Flat && self.inner == 1 {
             let from = rng.random_range(0..n);
             let to = (from + rng.random_range(1..n)) % n;
             let amount = rng.random_range(1..=10);
@@ -77,6 +113,19 @@ impl Workload for Bank {
                 tx.modify(&self.accounts[from], |b| *b -= amount)?;
                 tx.modify(&self.accounts[to], |b| *b += amount)
             })
+        } else {
+            let transfers: Vec<Transfer> = (0..self.inner)
+                .map(|_| {
+                    let from = rng.random_range(0..n);
+                    let to = (from + rng.random_range(1..n)) % n;
+                    Transfer {
+                        from: (from, self.accounts[from].clone()),
+                        to: (to, self.accounts[to].clone()),
+                        amount: rng.random_range(1..=10),
+                    }
+                })
+                .collect();
+            run_composed(node, self.nesting, &transfers).map(|_| ())
         }
     }
 

@@ -1,10 +1,15 @@
 //! Bucketed hash table (HyflowCPP thesis 6.2.1.5): each bucket is a shared object.
 
-use atomos::{Key, Node, TRef, TxError};
+use atomos::{Key, Node, TRef, Tx, TxError};
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+use super::nesting::InnerOp;
 
 use super::set::IntSet;
 
 /// The hash-table set: `buckets` objects, each a small vector of values.
+#[derive(Clone)]
 pub struct HashTable {
     buckets: Vec<TRef<Vec<i64>>>,
 }
@@ -23,6 +28,51 @@ impl HashTable {
         // Fibonacci hashing spreads neighbouring values over buckets.
         let h = (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 16;
         &self.buckets[(h % self.buckets.len() as u64) as usize]
+    }
+}
+
+impl HashTable {
+    /// A random add or remove (even odds) of a value in `0..range`, as an inner operation.
+    pub fn random_op(&self, rng: &mut SmallRng, range: i64) -> BucketOp {
+        let v = rng.random_range(0..range);
+        BucketOp {
+            bucket: self.bucket(v).clone(),
+            value: v,
+            add: rng.random_bool(0.5),
+        }
+    }
+}
+
+/// Adds or removes one value of its bucket.
+#[derive(Clone)]
+pub struct BucketOp {
+    bucket: TRef<Vec<i64>>,
+    value: i64,
+    add: bool,
+}
+
+impl InnerOp for BucketOp {
+    fn run(&self, tx: &mut Tx<'_>) -> Result<i64, TxError> {
+        let present = tx.read(&self.bucket)?.contains(&self.value);
+        let v = self.value;
+        match (self.add, present) {
+            (true, false) => tx.modify(&self.bucket, |vals| vals.push(v)).map(|_| 1),
+            (false, true) => tx
+                .modify(&self.bucket, |vals| vals.retain(|x| *x != v))
+                .map(|_| -1),
+            _ => Ok(0),
+        }
+    }
+
+    fn locks(&self) -> Vec<String> {
+        vec![format!("ht/{}", self.value)]
+    }
+
+    fn compensation(&self, effect: i64) -> Option<BucketOp> {
+        (effect != 0).then(|| BucketOp {
+            add: !self.add,
+            ..self.clone()
+        })
     }
 }
 

@@ -11,6 +11,7 @@ mod bank;
 mod bst;
 mod hashtable;
 mod linkedlist;
+mod nesting;
 mod set;
 mod skiplist;
 
@@ -18,6 +19,7 @@ pub use bank::Bank;
 pub use bst::Bst;
 pub use hashtable::HashTable;
 pub use linkedlist::LinkedList;
+pub use nesting::{run_composed, InnerOp, NestingModel};
 pub use set::{IntSet, SetWorkload};
 pub use skiplist::SkipList;
 
@@ -52,6 +54,10 @@ pub struct WorkloadParams {
     pub balance_k: Option<usize>,
     /// Worker threads (workloads keep per-thread counters).
     pub threads: usize,
+    /// Bank and hash table: how an update's inner operations are composed.
+    pub nesting: NestingModel,
+    /// Bank and hash table: inner operations (transfers, adds/removes) per update transaction.
+    pub inner: usize,
 }
 
 /// The workloads by name.
@@ -112,7 +118,16 @@ impl WorkloadKind {
             }
             WorkloadKind::Bst => Box::new(SetWorkload::new(Bst::new("bst"), p)),
             WorkloadKind::HashTable => {
-                Box::new(SetWorkload::new(HashTable::new("ht", p.objects), p))
+                let table = HashTable::new("ht", p.objects);
+                let (model, inner, range) =
+                    (p.nesting, p.inner.max(1), (p.objects.max(1) * 2) as i64);
+                let ops = table.clone();
+                Box::new(
+                    SetWorkload::new(table, p).with_updates(Box::new(move |node, rng| {
+                        let batch: Vec<_> = (0..inner).map(|_| ops.random_op(rng, range)).collect();
+                        run_composed(node, model, &batch)
+                    })),
+                )
             }
         }
     }

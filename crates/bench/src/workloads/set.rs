@@ -32,10 +32,15 @@ pub trait IntSet: Send + Sync {
 #[derive(Default)]
 struct PaddedCounter(AtomicI64);
 
+/// An update made of several operations (the nesting experiments): runs one and returns the
+/// change in the set's size.
+pub type Updates = Box<dyn Fn(&Node, &mut SmallRng) -> Result<i64, TxError> + Send + Sync>;
+
 /// Runs an [`IntSet`] as a workload. Invariant: the structure is well formed and its size equals
 /// the initial size plus successful adds minus successful removes.
 pub struct SetWorkload<S> {
     set: S,
+    updates: Option<Updates>,
     range: i64,
     initial: usize,
     read_ratio: f64,
@@ -48,6 +53,7 @@ impl<S: IntSet> SetWorkload<S> {
     pub fn new(set: S, p: &WorkloadParams) -> SetWorkload<S> {
         SetWorkload {
             set,
+            updates: None,
             range: (p.objects.max(1) * 2) as i64,
             initial: p.objects.max(1),
             read_ratio: p.read_ratio,
@@ -55,6 +61,14 @@ impl<S: IntSet> SetWorkload<S> {
                 .map(|_| PaddedCounter::default())
                 .collect(),
         }
+    }
+}
+
+impl<S> SetWorkload<S> {
+    /// Runs updates through `updates` instead of one add or remove per transaction.
+    pub fn with_updates(mut self, updates: Updates) -> Self {
+        self.updates = Some(updates);
+        self
     }
 }
 
@@ -75,6 +89,10 @@ impl<S: IntSet> Workload for SetWorkload<S> {
         let v = rng.random_range(0..self.range);
         if rng.random_bool(self.read_ratio) {
             self.set.contains(node, v).map(|_| ())
+        } else if let Some(updates) = &self.updates {
+            let delta = updates(node, rng)?;
+            self.net[thread].0.fetch_add(delta, Ordering::Relaxed);
+            Ok(())
         } else if rng.random_bool(0.5) {
             if self.set.add(node, v)? {
                 self.net[thread].0.fetch_add(1, Ordering::Relaxed);
