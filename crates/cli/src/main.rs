@@ -36,7 +36,7 @@ enum Command {
         threads: usize,
     },
     /// Runs a benchmark workload and reports throughput, abort rate, latency and its invariant.
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// Runs a node: listens, connects to its peers, serves until SIGTERM or Ctrl-C.
     Node {
         /// The TOML file (every key can also be set by an ATOMOS_... environment variable).
@@ -179,7 +179,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo { duration, threads } => demo(duration, threads),
-        Command::Bench(args) => bench(args),
+        Command::Bench(args) => bench(*args),
         Command::CheckConfig { config } => check_config(config),
         Command::Node { config } => serve::run(config.as_deref()),
         Command::Cluster(ClusterCommand::Up {
