@@ -303,28 +303,30 @@ pub fn load(
         Some((key, v)) => v.parse::<FsyncPolicy>().map_err(|e| invalid(&key, e))?,
         None => FsyncPolicy::EveryBatch,
     };
-    let order_load_clients = match pick(
-        "ATOMOS_ORDER_LOAD_CLIENTS",
-        "order_load_clients",
-        file.order_load_clients.map(|n| n.to_string()),
-    ) {
+    // A count that defaults to zero.
+    let count = |picked: Option<(String, String)>, what: &str| match picked {
         Some((key, v)) => v
             .trim()
             .parse::<usize>()
-            .map_err(|_| invalid(&key, format!("{v:?} is not a number of clients")))?,
-        None => 0,
+            .map_err(|_| invalid(&key, format!("{v:?} is not a number of {what}"))),
+        None => Ok(0),
     };
-    let bank_load_threads = match pick(
-        "ATOMOS_BANK_LOAD_THREADS",
-        "bank_load_threads",
-        file.bank_load_threads.map(|n| n.to_string()),
-    ) {
-        Some((key, v)) => v
-            .trim()
-            .parse::<usize>()
-            .map_err(|_| invalid(&key, format!("{v:?} is not a number of threads")))?,
-        None => 0,
-    };
+    let order_load_clients = count(
+        pick(
+            "ATOMOS_ORDER_LOAD_CLIENTS",
+            "order_load_clients",
+            file.order_load_clients.map(|n| n.to_string()),
+        ),
+        "clients",
+    )?;
+    let bank_load_threads = count(
+        pick(
+            "ATOMOS_BANK_LOAD_THREADS",
+            "bank_load_threads",
+            file.bank_load_threads.map(|n| n.to_string()),
+        ),
+        "threads",
+    )?;
     if order && node_id == 0 {
         return Err(invalid(
             "node_id",

@@ -163,6 +163,22 @@ fn read_value(net: &mut Net, node: u64, h: u64, key: &Key) -> Option<Vec<u8>> {
     }
 }
 
+/// Node 2 owns `k`; node 1 reads it and sends its commit (the lock request is queued, not yet
+/// delivered), as transaction handle 2.
+fn commit_pending(net: &mut Net, k: &Key) {
+    assert_eq!(
+        net.write_all(2, 1, std::slice::from_ref(k), 1),
+        Reply::Commit(Ok(()))
+    );
+    net.node(1).begin(2);
+    assert!(matches!(net.read(1, 2, k), Reply::Read(Ok(_))));
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(1)
+        .commit(now, 2, vec![(k.clone(), Some(vec![9]))], &mut acts);
+    net.absorb(1, acts);
+}
+
 #[test]
 fn objects_move_to_their_writer_and_deletes_read_as_missing() {
     let mut net = Net::new(3);
@@ -261,18 +277,8 @@ fn an_unreachable_owner_fails_the_transaction_naming_node_and_key() {
 fn locks_of_a_crashed_committer_are_released() {
     let mut net = Net::new(3);
     let k = Key::from("locked");
-    assert_eq!(
-        net.write_all(2, 1, std::slice::from_ref(&k), 1),
-        Reply::Commit(Ok(()))
-    );
     // Node 1 reads k and asks owner 2 for its lock, then crashes before deciding.
-    net.node(1).begin(2);
-    assert!(matches!(net.read(1, 2, &k), Reply::Read(Ok(_))));
-    let mut acts = Vec::new();
-    let now = net.now;
-    net.node(1)
-        .commit(now, 2, vec![(k.clone(), Some(vec![9]))], &mut acts);
-    net.absorb(1, acts);
+    commit_pending(&mut net, &k);
     net.cut = Some(1);
     net.settle();
     assert_eq!(net.locks(), 1, "owner 2 holds the lock");
@@ -295,17 +301,7 @@ fn locks_of_a_crashed_committer_are_released() {
 fn locks_of_a_committer_that_never_returns_are_abandoned_after_the_abandon_time() {
     let mut net = Net::new(3);
     let k = Key::from("abandoned");
-    assert_eq!(
-        net.write_all(2, 1, std::slice::from_ref(&k), 1),
-        Reply::Commit(Ok(()))
-    );
-    net.node(1).begin(2);
-    assert!(matches!(net.read(1, 2, &k), Reply::Read(Ok(_))));
-    let mut acts = Vec::new();
-    let now = net.now;
-    net.node(1)
-        .commit(now, 2, vec![(k.clone(), Some(vec![9]))], &mut acts);
-    net.absorb(1, acts);
+    commit_pending(&mut net, &k);
     net.cut = Some(1);
     net.settle();
     net.ticks(90);
@@ -319,17 +315,7 @@ fn locks_of_a_committer_that_never_returns_are_abandoned_after_the_abandon_time(
 fn a_committer_cut_off_after_deciding_hands_over_when_the_partition_heals() {
     let mut net = Net::new(3);
     let k = Key::from("decided");
-    assert_eq!(
-        net.write_all(2, 1, std::slice::from_ref(&k), 1),
-        Reply::Commit(Ok(()))
-    );
-    net.node(1).begin(2);
-    assert!(matches!(net.read(1, 2, &k), Reply::Read(Ok(_))));
-    let mut acts = Vec::new();
-    let now = net.now;
-    net.node(1)
-        .commit(now, 2, vec![(k.clone(), Some(vec![9]))], &mut acts);
-    net.absorb(1, acts);
+    commit_pending(&mut net, &k);
     // Deliver the lock request and the grant, then cut node 1 off: its decision (commit) is
     // lost, and the old owner must not give the object to anyone else meanwhile.
     while let Some((from, to, msg)) = net.queue.pop_front() {

@@ -687,14 +687,8 @@ impl TfaNode {
         }
         for (owner, items) in by_owner {
             let key = items[0].0.clone();
-            self.request(
-                now,
-                h,
-                owner,
-                key,
-                |req| Body::Validate { req, tx: id, items },
-                out,
-            );
+            let body = |req| Body::Validate { req, tx: id, items };
+            self.request(now, h, owner, key, body, out);
         }
         if self.active[&h].outstanding.is_empty() {
             self.validated(now, h, Vec::new(), out);
