@@ -466,6 +466,10 @@ fn final_state(machines: &[SimNode]) -> Result<Vec<i64>, String> {
     }
     for m in machines {
         let (active, decided, tracking) = m.tfa.in_flight();
+        let requests = m.tfa.pending_requests();
+        if requests > 0 {
+            return Err(format!("node {} remembers {requests} requests", m.me));
+        }
         if active + decided + tracking > 0 {
             return Err(format!(
                 "node {}: {active} transactions, {decided} decisions, {tracking} directory \

@@ -307,6 +307,11 @@ impl TfaNode {
         (self.active.len(), self.decided.len(), self.tracking.len())
     }
 
+    /// Requests sent and waiting for their answer (every one belongs to a running transaction).
+    pub fn pending_requests(&self) -> usize {
+        self.requests.len()
+    }
+
     /// One line per running transaction: its number, snapshot and what it waits for.
     pub fn describe_active(&self) -> Vec<String> {
         self.active
@@ -560,7 +565,10 @@ impl TfaNode {
             return;
         };
         let (key, hops, busy) = (key.clone(), *hops, *busy);
-        tx.outstanding.clear();
+        // Answers still due to the requests dropped here are ignored.
+        for req in std::mem::take(&mut tx.outstanding).into_keys() {
+            self.requests.remove(&req);
+        }
         if from != self.me {
             self.counters.remote_reads += 1;
         }
@@ -653,7 +661,10 @@ impl TfaNode {
             }
         }
         tx.wait = Wait::Idle;
-        tx.outstanding.clear();
+        // Answers still due to the requests dropped here are ignored.
+        for req in std::mem::take(&mut tx.outstanding).into_keys() {
+            self.requests.remove(&req);
+        }
         out.push(Action::Reply {
             h,
             reply: Reply::Read(Ok(value)),
@@ -703,7 +714,10 @@ impl TfaNode {
         let Some(tx) = self.active.get_mut(&h) else {
             return;
         };
-        tx.outstanding.clear();
+        // Answers still due to the requests dropped here are ignored.
+        for req in std::mem::take(&mut tx.outstanding).into_keys() {
+            self.requests.remove(&req);
+        }
         if !invalid.is_empty() {
             if matches!(tx.wait, Wait::Forward { .. }) {
                 self.counters.aborts_forward += 1;
