@@ -111,6 +111,11 @@ impl TfaDriver {
         self.inner.lock().node.objects().locks_held()
     }
 
+    /// Abstract locks (open nesting) this node is home to and holds right now.
+    pub fn abstract_locks_held(&self) -> usize {
+        self.inner.lock().node.abstract_locks_held()
+    }
+
     /// Objects this node owns right now (deleted ones included).
     pub fn objects_owned(&self) -> usize {
         self.inner.lock().node.objects().len()
@@ -136,6 +141,11 @@ impl RemoteSource for TfaSource {
             waiter,
             over: false,
         })
+    }
+
+    fn release_abstract(&self, family: u64, names: Vec<String>) {
+        self.0
+            .step(move |node, _, out| node.release_abstract(family, names, out));
     }
 }
 
@@ -205,7 +215,28 @@ impl RemoteAttempt for TfaAttempt {
                 self.over = true;
                 Err(remote_error(f))
             }
-            Reply::Commit(Ok(())) => unreachable!("a read is answered by a read"),
+            Reply::Commit(Ok(())) | Reply::Abstract(_) => {
+                unreachable!("a read is answered by a read")
+            }
+        }
+    }
+
+    fn abstract_lock(&mut self, family: u64, name: &str) -> Result<bool, RemoteError> {
+        let (h, n) = (self.h, name.to_string());
+        let key = Key::from(name);
+        match self.call(&key, move |node, now, out| {
+            node.abstract_lock(now, h, family, n, out)
+        })? {
+            Reply::Abstract(Ok(taken)) => Ok(taken),
+            // Refused: the transaction stays open (the engine aborts it).
+            Reply::Abstract(Err(f)) => Err(remote_error(f)),
+            Reply::Read(Err(f)) | Reply::Commit(Err(f)) => {
+                self.over = true;
+                Err(remote_error(f))
+            }
+            Reply::Read(Ok(_)) | Reply::Commit(Ok(())) => {
+                unreachable!("an abstract lock is answered by an abstract lock")
+            }
         }
     }
 
@@ -220,7 +251,9 @@ impl RemoteAttempt for TfaAttempt {
         match reply? {
             Reply::Commit(Ok(())) => Ok(()),
             Reply::Read(Err(f)) | Reply::Commit(Err(f)) => Err(remote_error(f)),
-            Reply::Read(Ok(_)) => unreachable!("a commit is answered by a commit"),
+            Reply::Read(Ok(_)) | Reply::Abstract(_) => {
+                unreachable!("a commit is answered by a commit")
+            }
         }
     }
 

@@ -334,3 +334,42 @@ fn checkpointed_steps_resume_after_the_last_valid_checkpoint() {
     assert_eq!(second_runs.load(Relaxed), 2);
     assert_eq!(n1.stats().since(&before).checkpoint_resumes, 1);
 }
+
+#[test]
+fn open_nesting_commits_early_holds_abstract_locks_and_compensates() {
+    let c = cluster(2);
+    let (n1, n2) = (c.node(1).unwrap(), c.node(2).unwrap());
+    let counter: TRef<i64> = TRef::new("open/counter");
+    n2.atomically(|tx| tx.create(&counter, 0)).unwrap();
+    let out = n1.atomically(|tx| {
+        tx.open_nested(|tx| {
+            tx.abstract_lock("open/counter")?;
+            tx.modify(&counter, |v| *v += 1)?;
+            let undo = counter.clone();
+            tx.on_abort(move |tx| tx.modify(&undo, |v| *v -= 1));
+            Ok(())
+        })?;
+        // The block committed on its own: another node sees it while this one still runs.
+        assert_eq!(n2.atomically(|tx| Ok(*tx.read(&counter)?)).unwrap(), 1);
+        // Its abstract lock is held (on the lock's home): another family's open block that
+        // wants it aborts its parent, every time.
+        let blocked = n2
+            .tx()
+            .max_attempts(3)
+            .run(|tx| tx.open_nested(|tx| tx.abstract_lock("open/counter")));
+        assert!(
+            matches!(blocked, Err(TxError::RetryBudgetExhausted { .. })),
+            "{blocked:?}"
+        );
+        Err::<(), _>(TxError::abort("the outer transaction gives up"))
+    });
+    assert!(out.is_err());
+    // The compensation ran, and the lock is free again.
+    assert_eq!(n2.atomically(|tx| Ok(*tx.read(&counter)?)).unwrap(), 0);
+    n2.atomically(|tx| tx.open_nested(|tx| tx.abstract_lock("open/counter")))
+        .unwrap();
+    let held: usize = (1..=2)
+        .map(|id| c.member(id).unwrap().tfa().unwrap().abstract_locks_held())
+        .sum();
+    assert_eq!(held, 0, "released at the end of each outer transaction");
+}

@@ -101,6 +101,17 @@ impl Engine {
         self.remote.set(source).is_ok()
     }
 
+    /// Releases a family's abstract locks, wherever they are kept.
+    fn release_abstract(&self, locks: Vec<String>, owner: u64) {
+        if locks.is_empty() {
+            return;
+        }
+        match self.remote.get() {
+            Some(source) => source.release_abstract(owner, locks),
+            None => self.abstract_locks.release(&locks, owner),
+        }
+    }
+
     /// Whether transactions run under a distributed protocol.
     pub fn is_remote(&self) -> bool {
         self.remote.get().is_some()
@@ -112,10 +123,12 @@ impl Engine {
         &self,
         source: &Arc<dyn RemoteSource>,
         opts: &TxOptions,
+        owner: u64,
+        open_nested: bool,
         mut f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
     ) -> Result<(R, Option<ForParent>), RunError<E>> {
         let mut st = self.take_state();
-        let mut attempts = Attempts::new(self, &mut st, opts, 0, false);
+        let mut attempts = Attempts::new(self, &mut st, opts, owner, open_nested);
         attempts.remote = true;
         loop {
             attempts.begin(self, &mut st);
@@ -292,7 +305,7 @@ impl Engine {
         mut f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
     ) -> Result<(R, Option<ForParent>), RunError<E>> {
         if let Some(source) = self.remote.get() {
-            return self.run_remote(source, opts, f);
+            return self.run_remote(source, opts, owner, open_nested, f);
         }
         let mut st = self.take_state();
         let mut attempts = Attempts::new(self, &mut st, opts, owner, open_nested);
@@ -445,7 +458,7 @@ impl Finished {
                 owner,
             } => {
                 engine.run_handlers(handlers);
-                engine.abstract_locks.release(&locks, owner);
+                engine.release_abstract(locks, owner);
                 None
             }
             Finished::ForParent(p) => Some(p),
@@ -531,7 +544,7 @@ impl Attempts {
         }
         if !st.abstract_locks.is_empty() {
             let locks = std::mem::take(&mut st.abstract_locks);
-            engine.abstract_locks.release(&locks, st.owner);
+            engine.release_abstract(locks, st.owner);
         }
         // An open-nested transaction that lost an abstract lock aborts its parent instead.
         if cause == AbortCause::AbstractLock && st.open_nested {

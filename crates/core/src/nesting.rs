@@ -30,7 +30,7 @@ impl<'e> Tx<'e> {
         mut f: impl FnMut(&mut Tx<'e>) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
         if self.remote().is_some() {
-            return self.remote_block(false, f);
+            return self.remote_block(f);
         }
         let mut rollbacks = 0;
         loop {
@@ -76,15 +76,13 @@ impl<'e> Tx<'e> {
 }
 
 impl<'e> Tx<'e> {
-    /// A nested block under a distributed protocol (TFACN, thesis figure 5.3). When a read in
-    /// the block cannot forward because reads made inside the block are no longer current,
-    /// only the block is rolled back and re-run; stale reads of the parent abort the whole
-    /// transaction. An application error undoes the block's writes and runs the compensations
-    /// it registered. Open blocks run the same way, inside their parent (their effects commit
-    /// with it, so their compensations are dropped and no abstract lock is needed).
+    /// A closed-nested block under a distributed protocol (TFACN, thesis figure 5.3). When a
+    /// read in the block cannot forward because reads made inside the block are no longer
+    /// current, only the block is rolled back and re-run; stale reads of the parent abort the
+    /// whole transaction. An application error undoes the block's writes and runs the
+    /// compensations it registered.
     pub(crate) fn remote_block<R>(
         &mut self,
-        open: bool,
         mut f: impl FnMut(&mut Tx<'e>) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
         let mut rollbacks = 0;
@@ -104,14 +102,6 @@ impl<'e> Tx<'e> {
                 rs.repair(mark);
             } else if out.is_ok() || conflict {
                 // Done, or a conflict the whole transaction must handle.
-                if open && out.is_ok() {
-                    let kept: Vec<_> = st
-                        .handlers
-                        .drain(handlers..)
-                        .filter(|h| h.on_commit)
-                        .collect();
-                    st.handlers.extend(kept);
-                }
                 return out;
             } else {
                 rs.rollback_to(mark);
@@ -122,9 +112,7 @@ impl<'e> Tx<'e> {
                 .filter(|h| !h.on_commit)
                 .collect();
             compensations.reverse();
-            if !open {
-                self.engine.run_handlers(compensations);
-            }
+            self.engine.run_handlers(compensations);
             if !repair {
                 return out;
             }

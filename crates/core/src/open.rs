@@ -78,13 +78,15 @@ impl<'e> Tx<'e> {
     /// transaction holds it, this transaction (inside an open-nested block: its parent) aborts
     /// and re-runs after a back-off.
     pub fn abstract_lock(&self, name: &str) -> Result<(), TxError> {
-        if self.remote().is_some() {
-            // Open-nested blocks run inside their parent under a distributed protocol, so
-            // the parent's own isolation covers what the lock would protect.
-            return Ok(());
-        }
         let owner = self.owner();
         let st = self.st();
+        if let Some(rs) = st.remote.as_deref_mut() {
+            // Under a distributed protocol the lock lives on the home of its name.
+            if rs.abstract_lock(owner, name)? {
+                st.abstract_locks.push(name.to_string());
+            }
+            return Ok(());
+        }
         if st.abort.is_some() {
             return Err(TxError::Conflict);
         }
@@ -111,9 +113,6 @@ impl<'e> Tx<'e> {
         &mut self,
         f: impl FnMut(&mut Tx<'_>) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
-        if self.remote().is_some() {
-            return self.remote_block(true, f);
-        }
         let owner = self.owner();
         let st = self.st();
         if st.abort.is_some() {
@@ -136,7 +135,11 @@ impl<'e> Tx<'e> {
             }
             Err(RunError::User(e)) | Err(RunError::Tx(e)) => {
                 if matches!(e, TxError::Conflict) {
-                    self.st().abort.get_or_insert(AbortCause::AbstractLock);
+                    let st = self.st();
+                    match st.remote.as_deref_mut() {
+                        Some(rs) => rs.conflict.get_or_insert(AbortCause::AbstractLock),
+                        None => st.abort.get_or_insert(AbortCause::AbstractLock),
+                    };
                 }
                 Err(e)
             }

@@ -44,6 +44,10 @@ pub trait RemoteAttempt: Send {
     fn read(&mut self, key: &Key) -> Result<Option<Vec<u8>>, RemoteError>;
     /// Commits the attempt with its writes (`None` deletes), every key once.
     fn commit(&mut self, writes: Vec<(Key, Option<Vec<u8>>)>) -> Result<(), RemoteError>;
+    /// Takes the abstract lock `name` for the transaction family `family` (open nesting): `true`
+    /// if taken now, `false` if the family held it already; a lock held by another family is
+    /// `RemoteError::Conflict(AbortCause::AbstractLock)`.
+    fn abstract_lock(&mut self, family: u64, name: &str) -> Result<bool, RemoteError>;
     /// Drops these reads after [`RemoteError::Stale`]; the attempt goes on without them.
     fn forget(&mut self, keys: &[Key]);
     /// The attempt ends without committing.
@@ -54,6 +58,8 @@ pub trait RemoteAttempt: Send {
 pub trait RemoteSource: Send + Sync {
     /// A new attempt.
     fn begin(&self) -> Box<dyn RemoteAttempt>;
+    /// The family's transaction ended: its abstract locks are released.
+    fn release_abstract(&self, family: u64, names: Vec<String>);
 }
 
 /// A value of any object type, encodable.
@@ -258,6 +264,23 @@ impl RemoteState {
         self.read::<T>(key)?;
         self.buffer(key, None);
         Ok(())
+    }
+
+    /// Takes an abstract lock for `family` (see [`RemoteAttempt::abstract_lock`]).
+    pub(crate) fn abstract_lock(&mut self, family: u64, name: &str) -> Result<bool, TxError> {
+        self.live()?;
+        match self.attempt.abstract_lock(family, name) {
+            Ok(taken) => Ok(taken),
+            Err(RemoteError::Conflict(cause)) => {
+                self.conflict = Some(cause);
+                Err(TxError::Conflict)
+            }
+            Err(RemoteError::Stale { .. }) => {
+                self.conflict = Some(AbortCause::AbstractLock);
+                Err(TxError::Conflict)
+            }
+            Err(RemoteError::Unavailable { key, node }) => Err(TxError::Unavailable { key, node }),
+        }
     }
 
     pub(crate) fn retry(&mut self) -> TxError {

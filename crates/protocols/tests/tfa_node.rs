@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use atomos_core::Key;
+use atomos_core::{AbortCause, Key};
 use atomos_protocols::tfa::{Action, Body, Failure, Reply, TfaConfig, TfaMsg, TfaNode};
 
 fn cfg() -> TfaConfig {
@@ -348,4 +348,57 @@ fn a_committer_cut_off_after_deciding_hands_over_when_the_partition_heals() {
     assert_eq!(net.locks(), 0);
     assert_eq!(net.owners(&k), vec![1], "handed over after the heal");
     assert_eq!(read_value(&mut net, 3, 4, &k), Some(vec![9]));
+}
+
+fn take_abstract(net: &mut Net, node: u64, h: u64, family: u64, name: &str) -> Reply {
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(node)
+        .abstract_lock(now, h, family, name.to_string(), &mut acts);
+    net.absorb(node, acts);
+    net.settle();
+    net.take_reply(node, h).expect("answered")
+}
+
+#[test]
+fn abstract_locks_live_on_their_home_and_die_with_their_family() {
+    let mut net = Net::new(3);
+    let name = (0..)
+        .map(|i| format!("lock/{i}"))
+        .find(|n| net.node(1).home(&Key::from(n.as_str())) == 2)
+        .unwrap();
+    let held = |net: &mut Net| net.node(2).abstract_locks_held();
+    net.node(1).begin(1);
+    assert_eq!(
+        take_abstract(&mut net, 1, 1, 7, &name),
+        Reply::Abstract(Ok(true))
+    );
+    assert_eq!(
+        take_abstract(&mut net, 1, 1, 7, &name),
+        Reply::Abstract(Ok(false))
+    );
+    net.node(3).begin(1);
+    assert_eq!(
+        take_abstract(&mut net, 3, 1, 7, &name),
+        Reply::Abstract(Err(Failure::Conflict(AbortCause::AbstractLock))),
+        "another node's family 7 is another family"
+    );
+    assert_eq!(held(&mut net), 1);
+    let mut acts = Vec::new();
+    net.node(1)
+        .release_abstract(7, vec![name.clone()], &mut acts);
+    net.absorb(1, acts);
+    net.settle();
+    assert_eq!(held(&mut net), 0);
+    // A family that dies holding a lock (its node restarts): the home asks after the lease and
+    // frees it.
+    assert_eq!(
+        take_abstract(&mut net, 3, 1, 9, &name),
+        Reply::Abstract(Ok(true))
+    );
+    net.ticks(10);
+    assert_eq!(held(&mut net), 1, "kept while the family runs");
+    net.nodes[2] = TfaNode::new(3, vec![1, 2, 3], 1, cfg()).unwrap();
+    net.ticks(10);
+    assert_eq!(held(&mut net), 0);
 }

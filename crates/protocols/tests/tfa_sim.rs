@@ -302,6 +302,7 @@ impl SimNode {
             }
             Reply::Read(Err(f)) | Reply::Commit(Err(f)) => Err(f),
             Reply::Commit(Ok(())) => Ok(()),
+            Reply::Abstract(_) => unreachable!("the programs take no abstract locks"),
         };
         let Some(r) = self.running.get_mut(&h) else {
             return;

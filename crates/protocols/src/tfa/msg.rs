@@ -94,6 +94,43 @@ pub enum Body {
         /// Each object with the version recorded.
         entries: Vec<(Key, u64)>,
     },
+    /// Asks the lock's home for an abstract lock (open nesting) for a transaction family of
+    /// the sender.
+    AbstractLock {
+        /// Matches the answer to the request.
+        req: u64,
+        /// The family (a top-level transaction and its open-nested children) on the sender.
+        family: u64,
+        /// The lock's name.
+        name: String,
+    },
+    /// The answer to `AbstractLock`: taken now (`Some(true)`), already the family's
+    /// (`Some(false)`), or held by another family (`None`).
+    AbstractLocked {
+        /// The request answered.
+        req: u64,
+        /// The outcome.
+        granted: Option<bool>,
+    },
+    /// The family's transaction ended: its abstract locks here are free.
+    AbstractRelease {
+        /// The family.
+        family: u64,
+        /// The locks.
+        names: Vec<String>,
+    },
+    /// A home whose abstract lock outlived its lease asks whether the family still runs.
+    FamilyAlive {
+        /// The family.
+        family: u64,
+    },
+    /// The answer to `FamilyAlive`.
+    FamilyState {
+        /// The family.
+        family: u64,
+        /// Whether it still runs.
+        alive: bool,
+    },
 }
 
 /// What a node answers to a `Fetch`.

@@ -89,6 +89,9 @@ pub enum Failure {
 /// An answer to the application, for the transaction with handle `h`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
+    /// An abstract lock: taken now (`true`), already the family's (`false`), or held by
+    /// another family (`Failure::Conflict(AbortCause::AbstractLock)`).
+    Abstract(Result<bool, Failure>),
     /// The committed value read (`None`: the object does not exist).
     Read(Result<Option<Vec<u8>>, Failure>),
     /// The transaction committed, or failed (and then nothing it wrote is visible).
@@ -185,6 +188,16 @@ enum Wait {
     Validate {
         writes: Vec<(Key, Option<Vec<u8>>)>,
     },
+    /// An abstract lock asked of its home.
+    Abstract,
+}
+
+/// An abstract lock held at its home.
+struct AbstractHold {
+    /// The holding family: its node and its number there.
+    holder: (NodeId, u64),
+    since: u64,
+    ask_at: u64,
 }
 
 struct Active {
@@ -239,6 +252,11 @@ pub struct TfaNode {
     decided: BTreeMap<TxId, Pending>,
     tracking: BTreeMap<Key, Tracking>,
     acks: BTreeMap<NodeId, Acks>,
+    /// Abstract locks this node is home to.
+    abstract_held: BTreeMap<String, AbstractHold>,
+    /// Families of this node that may hold abstract locks (until they release them).
+    families: BTreeSet<u64>,
+    incarnation: u64,
     next_tx: u64,
     next_req: u64,
     counters: TfaCounters,
@@ -270,6 +288,9 @@ impl TfaNode {
             decided: BTreeMap::new(),
             tracking: BTreeMap::new(),
             acks: BTreeMap::new(),
+            abstract_held: BTreeMap::new(),
+            families: BTreeSet::new(),
+            incarnation,
             next_tx: incarnation << 32,
             next_req: 0,
             counters: TfaCounters::default(),
@@ -462,13 +483,119 @@ impl TfaNode {
         }
     }
 
+    // ----- abstract locks (open nesting) -----
+
+    /// Takes the abstract lock `name` for `family` (a number of this node's choosing that
+    /// names a top-level transaction and its open-nested children), asked by transaction `h`;
+    /// the answer is a [`Reply::Abstract`]. The lock lives on the home of its name and is held
+    /// until [`TfaNode::release_abstract`]; a home whose lock outlives the lease asks whether
+    /// the family still runs and frees it if not.
+    pub fn abstract_lock(
+        &mut self,
+        now: u64,
+        h: u64,
+        family: u64,
+        name: String,
+        out: &mut Vec<Action>,
+    ) {
+        let family = self.family_id(family);
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
+        self.families.insert(family);
+        let key = Key::from(name.as_str());
+        let home = self.dir.home(&key);
+        if home == self.me {
+            let granted = self.grant_abstract(now, (self.me, family), name);
+            return self.abstract_answer(h, granted, out);
+        }
+        tx.wait = Wait::Abstract;
+        let body = |req| Body::AbstractLock { req, family, name };
+        self.request(now, h, home, key, body, out);
+    }
+
+    /// `family` ended: its abstract locks are released (on their homes, by message).
+    pub fn release_abstract(&mut self, family: u64, names: Vec<String>, out: &mut Vec<Action>) {
+        let family = self.family_id(family);
+        self.families.remove(&family);
+        let mut by_home: BTreeMap<NodeId, Vec<String>> = BTreeMap::new();
+        for name in names {
+            by_home
+                .entry(self.dir.home(&Key::from(name.as_str())))
+                .or_default()
+                .push(name);
+        }
+        for (home, names) in by_home {
+            if home == self.me {
+                self.free_abstract((self.me, family), &names);
+            } else {
+                self.send(home, Body::AbstractRelease { family, names }, out);
+            }
+        }
+    }
+
+    /// How many abstract locks this node is home to and holds right now.
+    pub fn abstract_locks_held(&self) -> usize {
+        self.abstract_held.len()
+    }
+
+    fn grant_abstract(&mut self, now: u64, holder: (NodeId, u64), name: String) -> Option<bool> {
+        match self.abstract_held.get(&name) {
+            Some(hold) if hold.holder == holder => Some(false),
+            Some(_) => None,
+            None => {
+                self.abstract_held.insert(
+                    name,
+                    AbstractHold {
+                        holder,
+                        since: now,
+                        ask_at: now + self.cfg.lease,
+                    },
+                );
+                Some(true)
+            }
+        }
+    }
+
+    fn free_abstract(&mut self, holder: (NodeId, u64), names: &[String]) {
+        for name in names {
+            if self
+                .abstract_held
+                .get(name)
+                .is_some_and(|hold| hold.holder == holder)
+            {
+                self.abstract_held.remove(name);
+            }
+        }
+    }
+
+    /// The application's family number made unique across this node's restarts (the
+    /// application may number families from 1 again after a restart).
+    fn family_id(&self, family: u64) -> u64 {
+        (self.incarnation << 40) ^ family
+    }
+
+    fn free_abstract_of(&mut self, holder: (NodeId, u64)) {
+        self.abstract_held.retain(|_, hold| hold.holder != holder);
+    }
+
+    fn abstract_answer(&mut self, h: u64, granted: Option<bool>, out: &mut Vec<Action>) {
+        if let Some(tx) = self.active.get_mut(&h) {
+            tx.wait = Wait::Idle;
+        }
+        out.push(Action::Reply {
+            h,
+            reply: Reply::Abstract(granted.ok_or(Failure::Conflict(AbortCause::AbstractLock))),
+        });
+    }
+
     /// Abandons transaction `h` before commit (the application gave up). It holds no lock
     /// before commit, so nothing needs to be told.
     pub fn abort(&mut self, h: u64) {
         if let Some(tx) = self.active.get(&h) {
             if matches!(
                 tx.wait,
-                Wait::Idle | Wait::Fetch { .. } | Wait::Forward { .. }
+                Wait::Idle | Wait::Fetch { .. } | Wait::Forward { .. } | Wait::Abstract
             ) {
                 self.finish(h);
             }
@@ -982,6 +1109,25 @@ impl TfaNode {
                     }
                 }
             }
+            Body::AbstractLock { req, family, name } => {
+                let granted = self.grant_abstract(now, (from, family), name);
+                self.send(from, Body::AbstractLocked { req, granted }, out);
+            }
+            Body::AbstractLocked { req, granted } => {
+                if let Some(h) = self.take_request(req) {
+                    self.abstract_answer(h, granted, out);
+                }
+            }
+            Body::AbstractRelease { family, names } => self.free_abstract((from, family), &names),
+            Body::FamilyAlive { family } => {
+                let alive = self.families.contains(&family);
+                self.send(from, Body::FamilyState { family, alive }, out);
+            }
+            Body::FamilyState { family, alive } => {
+                if !alive {
+                    self.free_abstract_of((from, family));
+                }
+            }
             Body::Tracked { entries } => {
                 for (key, version) in entries {
                     if self
@@ -1119,6 +1265,34 @@ impl TfaNode {
                     },
                     out,
                 );
+            }
+        }
+        let mut ask: BTreeSet<(NodeId, u64)> = BTreeSet::new();
+        let mut gone: BTreeSet<(NodeId, u64)> = BTreeSet::new();
+        for hold in self.abstract_held.values_mut() {
+            if hold.ask_at <= now {
+                hold.ask_at = now + self.cfg.lease;
+                if now >= hold.since + self.cfg.abandon {
+                    gone.insert(hold.holder);
+                } else {
+                    ask.insert(hold.holder);
+                }
+            }
+        }
+        for holder in gone {
+            self.free_abstract_of(holder);
+            out.push(Action::Warn(format!(
+                "released the abstract locks of family {} of node {} after no answer",
+                holder.1, holder.0
+            )));
+        }
+        for (node, family) in ask {
+            if node == self.me {
+                if !self.families.contains(&family) {
+                    self.free_abstract_of((node, family));
+                }
+            } else {
+                self.send(node, Body::FamilyAlive { family }, out);
             }
         }
         for (tx, held_for) in self.objects.overdue(now, self.cfg.lease) {
