@@ -93,11 +93,16 @@ impl Net {
         Some(self.replies.remove(i).2)
     }
 
-    /// Runs a read on `node` to its answer.
-    fn read(&mut self, node: u64, h: u64, key: &Key) -> Reply {
+    /// Hands `op` to `node` for transaction `h` and runs the network until it is answered.
+    fn answer(
+        &mut self,
+        node: u64,
+        h: u64,
+        op: impl FnOnce(&mut TfaNode, u64, &mut Vec<Action>),
+    ) -> Reply {
         let mut acts = Vec::new();
         let now = self.now;
-        self.node(node).read(now, h, key.clone(), &mut acts);
+        op(self.node(node), now, &mut acts);
         self.absorb(node, acts);
         self.settle();
         for _ in 0..100 {
@@ -106,22 +111,17 @@ impl Net {
             }
             self.ticks(1);
         }
-        panic!("no answer to the read");
+        panic!("transaction {h} on node {node} got no answer");
+    }
+
+    /// Runs a read on `node` to its answer.
+    fn read(&mut self, node: u64, h: u64, key: &Key) -> Reply {
+        let key = key.clone();
+        self.answer(node, h, |n, now, out| n.read(now, h, key, out))
     }
 
     fn commit(&mut self, node: u64, h: u64, writes: Vec<(Key, Option<Vec<u8>>)>) -> Reply {
-        let mut acts = Vec::new();
-        let now = self.now;
-        self.node(node).commit(now, h, writes, &mut acts);
-        self.absorb(node, acts);
-        self.settle();
-        for _ in 0..100 {
-            if let Some(r) = self.take_reply(node, h) {
-                return r;
-            }
-            self.ticks(1);
-        }
-        panic!("no answer to the commit");
+        self.answer(node, h, |n, now, out| n.commit(now, h, writes, out))
     }
 
     /// A whole transaction on `node`: read every key, write `value` to each.
@@ -351,13 +351,10 @@ fn a_committer_cut_off_after_deciding_hands_over_when_the_partition_heals() {
 }
 
 fn take_abstract(net: &mut Net, node: u64, h: u64, family: u64, name: &str) -> Reply {
-    let mut acts = Vec::new();
-    let now = net.now;
-    net.node(node)
-        .abstract_lock(now, h, family, name.to_string(), &mut acts);
-    net.absorb(node, acts);
-    net.settle();
-    net.take_reply(node, h).expect("answered")
+    let name = name.to_string();
+    net.answer(node, h, |n, now, out| {
+        n.abstract_lock(now, h, family, name, out)
+    })
 }
 
 #[test]
