@@ -247,7 +247,8 @@ impl RemoteAttempt for TfaAttempt {
             .map(|w| w.0.clone())
             .unwrap_or_else(|| Key::from_bytes(&[]));
         let reply = self.call(&key, move |node, now, out| node.commit(now, h, writes, out));
-        self.over = true;
+        // Stale reads leave the transaction open (the engine resumes or aborts it).
+        self.over = !matches!(reply, Ok(Reply::Commit(Err(Failure::Stale(_)))));
         match reply? {
             Reply::Commit(Ok(())) => Ok(()),
             Reply::Read(Err(f)) | Reply::Commit(Err(f)) => Err(remote_error(f)),

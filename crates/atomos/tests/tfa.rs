@@ -373,3 +373,55 @@ fn open_nesting_commits_early_holds_abstract_locks_and_compensates() {
         .sum();
     assert_eq!(held, 0, "released at the end of each outer transaction");
 }
+
+#[test]
+fn checkpointed_steps_resume_after_a_failed_commit() {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let c = cluster(2);
+    let (x, y, z) = three_objects(&c, "tfacp-commit");
+    let unrelated: TRef<i64> = TRef::new("tfacp-commit/t");
+    c.node(2)
+        .unwrap()
+        .atomically(|tx| tx.create(&unrelated, 1))
+        .unwrap();
+    let n1 = c.node(1).unwrap();
+    let (first_runs, second_runs) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let before = n1.stats();
+    let written = with_writer(&c, &y, &unrelated, |w| {
+        n1.steps(0i64)
+            .step(|tx, _| {
+                first_runs.fetch_add(1, Relaxed);
+                tx.read(&x)?;
+                Ok(())
+            })
+            .step(|tx, out| {
+                let yv = *tx.read(&y)?;
+                if second_runs.fetch_add(1, Relaxed) == 0 {
+                    // y changes before the commit: validation at commit finds it stale.
+                    w.write_now();
+                }
+                *out = tx.modify(&z, |v| {
+                    *v += yv;
+                    *v
+                })?;
+                Ok(())
+            })
+            .run()
+            .unwrap()
+    });
+    assert_eq!(written, 1 + 11, "the second step re-ran with the new y");
+    assert_eq!(
+        first_runs.load(Relaxed),
+        1,
+        "the first step kept its checkpoint"
+    );
+    assert_eq!(second_runs.load(Relaxed), 2);
+    assert_eq!(n1.stats().since(&before).checkpoint_resumes, 1);
+    assert_eq!(
+        c.node(2)
+            .unwrap()
+            .atomically(|tx| Ok(*tx.read(&z)?))
+            .unwrap(),
+        12
+    );
+}

@@ -5,6 +5,7 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use crate::contention::pause;
 use crate::engine::{Attempts, Engine, RunError, TxOptions};
 use crate::error::TxError;
+use crate::remote::{CommitOutcome, RemoteMark};
 use crate::stats::{AbortCause, Event};
 use crate::tx::{Mark, Tx};
 
@@ -226,18 +227,38 @@ impl Engine {
 }
 
 /// Checkpointed steps under a distributed protocol (TFACP, thesis figures 5.4-5.5): when a read
-/// cannot forward because earlier reads are no longer current, the attempt resumes from the
-/// latest checkpoint before the first stale read, instead of restarting. A failed commit
-/// restarts the transaction.
+/// cannot forward, or the commit finds reads no longer current, the attempt resumes from the
+/// latest checkpoint before the first stale read, instead of restarting. The steps commit here,
+/// so that a failed commit can resume too.
 fn remote_steps<S: Clone>(
     tx: &mut Tx<'_>,
     init: &S,
     steps: &mut [Step<'_, S>],
 ) -> Result<S, TxError> {
-    let mut checkpoints = Vec::with_capacity(steps.len());
+    let mut checkpoints: Vec<(RemoteMark, S)> = Vec::with_capacity(steps.len());
     let mut state = init.clone();
     let mut i = 0;
-    while i < steps.len() {
+    loop {
+        if i == steps.len() {
+            let Some(rs) = tx.remote() else {
+                unreachable!("called for remote attempts only")
+            };
+            match rs.commit() {
+                Ok(_) => return Ok(state),
+                Err(CommitOutcome::Error(e)) => return Err(e),
+                Err(CommitOutcome::Conflict(_)) => {
+                    let marks: Vec<_> = checkpoints.iter().map(|(m, _)| *m).collect();
+                    let Some(k) = rs.repairable_from(&marks) else {
+                        return Err(TxError::Conflict);
+                    };
+                    rs.repair(marks[k]);
+                    tx.st().bump(Event::CheckpointResume);
+                    state = checkpoints[k].1.clone();
+                    i = k;
+                    continue;
+                }
+            }
+        }
         let Some(rs) = tx.remote() else {
             unreachable!("called for remote attempts only")
         };
@@ -264,5 +285,4 @@ fn remote_steps<S: Clone>(
             }
         }
     }
-    Ok(state)
 }

@@ -107,8 +107,10 @@ pub(crate) struct RemoteState {
     read_log: Vec<Key>,
     /// Set when an operation met a conflict: every later operation fails the same way.
     pub(crate) conflict: Option<AbortCause>,
-    /// With a conflict from a failed forward: the reads no longer current.
+    /// With a conflict from a failed forward or commit: the reads no longer current.
     stale: Vec<Key>,
+    /// Committed already (checkpointed steps commit themselves): whether it wrote.
+    committed: Option<bool>,
 }
 
 /// Where a nested block or step began: how much had been written and read.
@@ -157,6 +159,7 @@ impl RemoteState {
             read_log: Vec::new(),
             conflict: None,
             stale: Vec::new(),
+            committed: None,
         }
     }
 
@@ -346,8 +349,12 @@ impl RemoteState {
         }
     }
 
-    /// Encodes the writes and commits them.
+    /// Encodes the writes and commits them (once: a committed attempt answers the same again).
+    /// A commit that found stale reads leaves the attempt open for [`RemoteState::repair`].
     pub(crate) fn commit(&mut self) -> Result<bool, CommitOutcome> {
+        if let Some(wrote) = self.committed {
+            return Ok(wrote);
+        }
         let mut latest: Vec<usize> = self.index.values().copied().collect();
         latest.sort_unstable();
         let mut writes = Vec::with_capacity(latest.len());
@@ -362,9 +369,17 @@ impl RemoteState {
         }
         let wrote = !writes.is_empty();
         match self.attempt.commit(writes) {
-            Ok(()) => Ok(wrote),
-            Err(RemoteError::Conflict(c)) => Err(CommitOutcome::Conflict(c)),
-            Err(RemoteError::Stale { .. }) => {
+            Ok(()) => {
+                self.committed = Some(wrote);
+                Ok(wrote)
+            }
+            Err(RemoteError::Conflict(c)) => {
+                self.conflict = Some(c);
+                Err(CommitOutcome::Conflict(c))
+            }
+            Err(RemoteError::Stale { keys }) => {
+                self.conflict = Some(AbortCause::CommitValidation);
+                self.stale = keys;
                 Err(CommitOutcome::Conflict(AbortCause::CommitValidation))
             }
             Err(RemoteError::Unavailable { key, node }) => {

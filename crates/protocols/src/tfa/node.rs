@@ -73,9 +73,9 @@ impl Default for TfaConfig {
 pub enum Failure {
     /// A conflict: re-run the transaction.
     Conflict(AbortCause),
-    /// Forwarding failed: these reads are no longer current. The transaction is still open
-    /// (holding no locks): drop the reads of whatever part of it covers them
-    /// ([`TfaNode::forget`]) and go on, or abort it.
+    /// Forwarding or commit-time validation found these reads no longer current. The
+    /// transaction is still open (holding no locks): drop the reads of whatever part of it
+    /// covers them ([`TfaNode::forget`]) and go on, or abort it.
     Stale(Vec<Key>),
     /// A node did not answer in time about `key`; if it crashed, the objects it owned are lost.
     Unavailable {
@@ -450,8 +450,10 @@ impl TfaNode {
         }
         let id = tx.id;
         if let Some(local) = by_owner.remove(&self.me) {
-            if let Err(refusal) = self.objects.try_lock(id, &local, now, self.cfg.lease) {
-                return self.fail(now, h, refusal_failure(&refusal), out);
+            match self.objects.try_lock(id, &local, now, self.cfg.lease) {
+                Ok(()) => {}
+                Err(Refusal::Invalid(key)) => return self.reopen(now, h, vec![key], out),
+                Err(busy) => return self.fail(now, h, refusal_failure(&busy), out),
             }
         }
         let tx = self.active.get_mut(&h).expect("checked above");
@@ -856,7 +858,7 @@ impl TfaNode {
                 return;
             }
             self.counters.aborts_validation += 1;
-            return self.fail(now, h, Failure::Conflict(AbortCause::CommitValidation), out);
+            return self.reopen(now, h, invalid, out);
         }
         match std::mem::replace(&mut tx.wait, Wait::Idle) {
             Wait::Forward {
@@ -1002,6 +1004,50 @@ impl TfaNode {
         out.push(Action::Reply { h, reply });
     }
 
+    /// A commit found reads that are no longer current (`keys`): its locks are released (the
+    /// owners it asked are told), and the transaction stays open under a new number with its
+    /// reads, answering `Reply::Commit(Err(Failure::Stale(keys)))`. The application drops the
+    /// reads of the checkpoint that covers them and commits again, or aborts. (A new number, so
+    /// that a late "abort" for the first attempt never releases the second's locks.)
+    fn reopen(&mut self, now: u64, h: u64, keys: Vec<Key>, out: &mut Vec<Action>) {
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
+        for req in std::mem::take(&mut tx.outstanding).into_keys() {
+            self.requests.remove(&req);
+        }
+        let old = tx.id;
+        tx.id = TxId {
+            node: self.me,
+            n: self.next_tx,
+        };
+        self.next_tx += 1;
+        tx.wait = Wait::Idle;
+        let contacted = std::mem::take(&mut tx.contacted);
+        self.handles.remove(&old);
+        self.handles.insert(tx.id, h);
+        self.objects.release(old);
+        if !contacted.is_empty() {
+            for &owner in &contacted {
+                let decision = Decision::Abort;
+                self.send(owner, Body::Decided { tx: old, decision }, out);
+            }
+            self.decided.insert(
+                old,
+                Pending {
+                    decision: Decision::Abort,
+                    waiting: contacted,
+                    sent: now,
+                    since: now,
+                },
+            );
+        }
+        out.push(Action::Reply {
+            h,
+            reply: Reply::Commit(Err(Failure::Stale(keys))),
+        });
+    }
+
     fn finish(&mut self, h: u64) {
         if let Some(tx) = self.active.remove(&h) {
             for req in tx.outstanding.keys() {
@@ -1045,12 +1091,13 @@ impl TfaNode {
                 };
                 match result {
                     Ok(()) => self.lock_progress(now, h, out),
-                    Err(refusal) => {
-                        match refusal {
-                            Refusal::Busy(_) => self.counters.aborts_lock_busy += 1,
-                            Refusal::Invalid(_) => self.counters.aborts_validation += 1,
-                        }
-                        self.fail(now, h, refusal_failure(&refusal), out)
+                    Err(Refusal::Busy(key)) => {
+                        self.counters.aborts_lock_busy += 1;
+                        self.fail(now, h, refusal_failure(&Refusal::Busy(key)), out)
+                    }
+                    Err(Refusal::Invalid(key)) => {
+                        self.counters.aborts_validation += 1;
+                        self.reopen(now, h, vec![key], out)
                     }
                 }
             }
