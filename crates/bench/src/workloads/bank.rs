@@ -26,6 +26,14 @@ pub struct Transfer {
     amount: i64,
 }
 
+impl Transfer {
+    /// Moves `amount` from account `from` to account `to` (each given as index and reference;
+    /// the index names the abstract lock under open nesting).
+    pub fn new(from: (usize, TRef<i64>), to: (usize, TRef<i64>), amount: i64) -> Transfer {
+        Transfer { from, to, amount }
+    }
+}
+
 impl InnerOp for Transfer {
     fn run(&self, tx: &mut Tx<'_>) -> Result<i64, TxError> {
         tx.modify(&self.from.1, |b| *b -= self.amount)?;

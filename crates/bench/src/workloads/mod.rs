@@ -11,6 +11,7 @@ mod bank;
 mod bst;
 mod hashtable;
 mod linkedlist;
+mod loan;
 mod nesting;
 mod set;
 mod skiplist;
@@ -19,6 +20,7 @@ pub use bank::Bank;
 pub use bst::Bst;
 pub use hashtable::HashTable;
 pub use linkedlist::LinkedList;
+pub use loan::Loan;
 pub use nesting::{run_composed, InnerOp, NestingModel};
 pub use set::{IntSet, SetWorkload};
 pub use skiplist::SkipList;
@@ -73,16 +75,19 @@ pub enum WorkloadKind {
     Bst,
     /// Bucketed hash table set.
     HashTable,
+    /// Loans: a borrower takes money from five lenders in nested steps.
+    Loan,
 }
 
 impl WorkloadKind {
     /// Every workload.
-    pub const ALL: [WorkloadKind; 5] = [
+    pub const ALL: [WorkloadKind; 6] = [
         WorkloadKind::Bank,
         WorkloadKind::LinkedList,
         WorkloadKind::SkipList,
         WorkloadKind::Bst,
         WorkloadKind::HashTable,
+        WorkloadKind::Loan,
     ];
 
     /// The name used on the command line and in reports.
@@ -93,6 +98,7 @@ impl WorkloadKind {
             WorkloadKind::SkipList => "skiplist",
             WorkloadKind::Bst => "bst",
             WorkloadKind::HashTable => "hashtable",
+            WorkloadKind::Loan => "loan",
         }
     }
 
@@ -105,6 +111,7 @@ impl WorkloadKind {
             WorkloadKind::SkipList => 4_096,
             WorkloadKind::Bst => 4_096,
             WorkloadKind::HashTable => 2_000,
+            WorkloadKind::Loan => 10_000,
         }
     }
 
@@ -112,6 +119,7 @@ impl WorkloadKind {
     pub fn build(self, p: &WorkloadParams) -> Box<dyn Workload> {
         match self {
             WorkloadKind::Bank => Box::new(Bank::new(p)),
+            WorkloadKind::Loan => Box::new(Loan::new(p)),
             WorkloadKind::LinkedList => Box::new(SetWorkload::new(LinkedList::new("ll"), p)),
             WorkloadKind::SkipList => {
                 Box::new(SetWorkload::new(SkipList::new("sl", p.objects * 2), p))
@@ -147,7 +155,7 @@ impl FromStr for WorkloadKind {
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown workload {s:?} (known: bank, linkedlist, skiplist, bst, hashtable)"
+                    "unknown workload {s:?} (known: bank, linkedlist, skiplist, bst, hashtable, loan)"
                 )
             })
     }
