@@ -73,27 +73,41 @@ impl Bank {
 
     /// The sum of all balances, read as one snapshot.
     pub fn total(&self, node: &Node) -> Result<i64, TxError> {
-        node.atomically_read(|tx| {
-            let mut sum = 0;
-            for a in &self.accounts {
-                sum += *tx.read(a)?;
-            }
-            Ok(sum)
-        })
+        total(node, &self.accounts)
     }
+}
+
+/// Creates every account with `initial`, 1,024 per transaction.
+pub(crate) fn open_accounts(
+    node: &Node,
+    accounts: &[TRef<i64>],
+    initial: i64,
+) -> Result<(), TxError> {
+    for chunk in accounts.chunks(1024) {
+        node.atomically(|tx| {
+            for a in chunk {
+                tx.create(a, initial)?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// The sum of the balances, read as one snapshot.
+pub(crate) fn total(node: &Node, accounts: &[TRef<i64>]) -> Result<i64, TxError> {
+    node.atomically_read(|tx| {
+        let mut sum = 0;
+        for a in accounts {
+            sum += *tx.read(a)?;
+        }
+        Ok(sum)
+    })
 }
 
 impl Workload for Bank {
     fn setup(&self, node: &Node) -> Result<(), TxError> {
-        for chunk in self.accounts.chunks(1024) {
-            node.atomically(|tx| {
-                for a in chunk {
-                    tx.create(a, INITIAL)?;
-                }
-                Ok(())
-            })?;
-        }
-        Ok(())
+        open_accounts(node, &self.accounts, INITIAL)
     }
 
     fn op(&self, node: &Node, _thread: usize, rng: &mut SmallRng) -> Result<(), TxError> {

@@ -6,7 +6,7 @@ use rand::rngs::SmallRng;
 use rand::seq::index::sample;
 use rand::Rng;
 
-use super::bank::Transfer;
+use super::bank::{open_accounts, total, Transfer};
 use super::nesting::{run_composed, NestingModel};
 use super::{Check, Workload, WorkloadParams};
 
@@ -39,13 +39,7 @@ impl Loan {
 
     /// The sum of all balances, read as one snapshot.
     pub fn total(&self, node: &Node) -> Result<i64, TxError> {
-        node.atomically_read(|tx| {
-            let mut sum = 0;
-            for a in &self.accounts {
-                sum += *tx.read(a)?;
-            }
-            Ok(sum)
-        })
+        total(node, &self.accounts)
     }
 
     /// Six distinct random accounts.
@@ -56,15 +50,7 @@ impl Loan {
 
 impl Workload for Loan {
     fn setup(&self, node: &Node) -> Result<(), TxError> {
-        for chunk in self.accounts.chunks(1024) {
-            node.atomically(|tx| {
-                for a in chunk {
-                    tx.create(a, INITIAL)?;
-                }
-                Ok(())
-            })?;
-        }
-        Ok(())
+        open_accounts(node, &self.accounts, INITIAL)
     }
 
     fn op(&self, node: &Node, _thread: usize, rng: &mut SmallRng) -> Result<(), TxError> {
