@@ -13,7 +13,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::cluster::{BenchNodes, TransportKind};
-use crate::workloads::{NestingModel, WorkloadKind, WorkloadParams};
+use crate::workloads::{NestingModel, TpccMix, TpccScale, WorkloadKind, WorkloadParams};
 
 /// One latency sample is taken every this many operations (timing every one would cost a
 /// noticeable share of a sub-microsecond transaction).
@@ -46,6 +46,14 @@ pub struct BenchConfig {
     pub nesting: NestingModel,
     /// Bank and hash table: inner operations per update transaction.
     pub inner: usize,
+    /// Vacation: resources a reservation or an offer update touches.
+    pub queries: usize,
+    /// TPC-C: warehouses (`None`: one per node).
+    pub warehouses: Option<usize>,
+    /// TPC-C: the transaction mix.
+    pub mix: TpccMix,
+    /// TPC-C: the population per warehouse.
+    pub scale: TpccScale,
     /// Measured run time.
     pub duration: Duration,
     /// Contention manager.
@@ -54,6 +62,34 @@ pub struct BenchConfig {
     pub seed: u64,
     /// Print a live progress line to standard error.
     pub progress: bool,
+}
+
+impl Default for BenchConfig {
+    /// Bank on one `local` node with two threads for five seconds, the workload's default
+    /// objects, half reads, no progress line.
+    fn default() -> Self {
+        BenchConfig {
+            workload: WorkloadKind::Bank,
+            protocol: Protocol::Local,
+            nodes: 1,
+            transport: TransportKind::Memory,
+            link_delay: Duration::ZERO,
+            threads: 2,
+            objects: WorkloadKind::Bank.default_objects(),
+            read_ratio: 0.5,
+            balance_k: None,
+            nesting: NestingModel::Flat,
+            inner: 1,
+            queries: 10,
+            warehouses: None,
+            mix: TpccMix::Standard,
+            scale: TpccScale::SMALL,
+            duration: Duration::from_secs(5),
+            contention: ContentionPolicy::Backoff,
+            seed: 1,
+            progress: false,
+        }
+    }
 }
 
 /// Why a benchmark could not run.
@@ -82,6 +118,21 @@ pub struct Latency {
     pub samples: u64,
 }
 
+/// What a run measured for one kind of operation (a TPC-C profile, a transfer, a balance).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfileReport {
+    /// The operation's name.
+    pub name: String,
+    /// Operations of this kind completed.
+    pub committed: u64,
+    /// Their share of all operations.
+    pub share: f64,
+    /// Completed per second.
+    pub throughput_tps: f64,
+    /// Latency of one operation (all its attempts).
+    pub latency_us: Latency,
+}
+
 /// What a run measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
@@ -105,6 +156,14 @@ pub struct BenchReport {
     pub nesting: String,
     /// Inner operations per update.
     pub inner: usize,
+    /// Vacation: resources per reservation or offer update.
+    pub queries: Option<usize>,
+    /// TPC-C: warehouses.
+    pub warehouses: Option<usize>,
+    /// TPC-C: transaction mix.
+    pub mix: Option<String>,
+    /// TPC-C: population per warehouse.
+    pub scale: Option<String>,
     /// Contention manager.
     pub contention: String,
     /// Measured seconds.
@@ -119,6 +178,8 @@ pub struct BenchReport {
     pub abort_rate: f64,
     /// Latency of a whole operation (all its attempts).
     pub latency_us: Latency,
+    /// Throughput and latency per kind of operation.
+    pub profiles: Vec<ProfileReport>,
     /// Whether the workload's invariant held at the end.
     pub invariant_ok: bool,
     /// What the invariant check found.
@@ -133,8 +194,11 @@ impl BenchConfig {
         if self.threads == 0 {
             return bad("--threads must be at least 1".into());
         }
-        if self.objects < 2 {
+        if self.objects < 2 && self.workload != WorkloadKind::Tpcc {
             return bad("--objects must be at least 2".into());
+        }
+        if self.warehouses == Some(0) {
+            return bad("--warehouses must be at least 1".into());
         }
         if !(0.0..=1.0).contains(&self.read_ratio) {
             return bad(format!(
@@ -174,6 +238,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     .map_err(BenchError::Config)?;
     let nodes = cluster.nodes();
     let threads = cfg.threads * nodes.len();
+    let warehouses = cfg.warehouses.unwrap_or(nodes.len());
     let params = WorkloadParams {
         objects: cfg.objects,
         read_ratio: cfg.read_ratio,
@@ -181,9 +246,15 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         threads,
         nesting: cfg.nesting,
         inner: cfg.inner,
+        queries: cfg.queries,
+        warehouses,
+        mix: cfg.mix,
+        scale: cfg.scale,
     };
-    let workload: Arc<dyn crate::Workload> = Arc::from(cfg.workload.build(&params));
+    let workload: Arc<dyn crate::Workload> =
+        Arc::from(cfg.workload.build(&params).map_err(BenchError::Config)?);
     workload.setup(&nodes[0])?;
+    let profiles = workload.profiles();
 
     let stop = Arc::new(AtomicBool::new(false));
     let done_ops = Arc::new(AtomicU64::new(0));
@@ -203,25 +274,27 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 done_ops.clone(),
             );
             let seed = cfg.seed.wrapping_add(t as u64 * 0x9e37_79b9);
-            thread::spawn(move || -> Result<(u64, Histogram<u64>), TxError> {
+            thread::spawn(move || -> Result<Vec<Tally>, TxError> {
                 let mut rng = SmallRng::seed_from_u64(seed);
-                let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
-                    .expect("histogram bounds");
+                let mut tallies: Vec<Tally> =
+                    workload.profiles().iter().map(|_| Tally::new()).collect();
                 let mut ops = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     if ops.is_multiple_of(SAMPLE_EVERY) {
                         let t0 = Instant::now();
-                        workload.op(&node, t, &mut rng)?;
-                        hist.saturating_record(t0.elapsed().as_nanos() as u64);
+                        let kind = workload.op(&node, t, &mut rng)?;
+                        let tally = &mut tallies[kind];
+                        tally.hist.saturating_record(t0.elapsed().as_nanos() as u64);
+                        tally.ops += 1;
                     } else {
-                        workload.op(&node, t, &mut rng)?;
+                        tallies[workload.op(&node, t, &mut rng)?].ops += 1;
                     }
                     ops += 1;
                     if ops.is_multiple_of(PUBLISH_EVERY) {
                         done_ops.fetch_add(PUBLISH_EVERY, Ordering::Relaxed);
                     }
                 }
-                Ok((ops, hist))
+                Ok(tallies)
             })
         })
         .collect();
@@ -243,19 +316,23 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         }
     }
     stop.store(true, Ordering::Relaxed);
-    let mut committed = 0;
-    let mut hist =
-        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+    let mut per_kind: Vec<Tally> = profiles.iter().map(|_| Tally::new()).collect();
     let mut failure = None;
     for w in workers {
         match w.join().expect("benchmark worker panicked") {
-            Ok((ops, h)) => {
-                committed += ops;
-                hist.add(&h).expect("histograms with equal bounds");
+            Ok(tallies) => {
+                for (sum, t) in per_kind.iter_mut().zip(tallies) {
+                    sum.add(&t);
+                }
             }
             Err(e) => failure = Some(e),
         }
     }
+    let mut all = Tally::new();
+    for t in &per_kind {
+        all.add(t);
+    }
+    let committed = all.ops;
     let elapsed = start.elapsed().as_secs_f64();
     if cfg.progress {
         eprintln!();
@@ -266,7 +343,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     let stats = stats_now().since(&before);
     let aborted = stats.aborts.total();
     let check = workload.check(&nodes[0])?;
-    let us = |ns: u64| ns as f64 / 1000.0;
+    let tpcc = cfg.workload == WorkloadKind::Tpcc;
     Ok(BenchReport {
         workload: cfg.workload.name().to_string(),
         protocol: cfg.protocol.to_string(),
@@ -282,6 +359,10 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         balance_k: cfg.balance_k,
         nesting: cfg.nesting.to_string(),
         inner: cfg.inner.max(1),
+        queries: (cfg.workload == WorkloadKind::Vacation).then_some(cfg.queries),
+        warehouses: tpcc.then_some(warehouses),
+        mix: tpcc.then(|| cfg.mix.to_string()),
+        scale: tpcc.then(|| cfg.scale.to_string()),
         contention: format!("{:?}", cfg.contention),
         duration_s: elapsed,
         committed,
@@ -292,32 +373,79 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         } else {
             aborted as f64 / (committed + aborted) as f64
         },
-        latency_us: Latency {
-            p50: us(hist.value_at_quantile(0.5)),
-            p90: us(hist.value_at_quantile(0.9)),
-            p99: us(hist.value_at_quantile(0.99)),
-            max: us(hist.max()),
-            samples: hist.len(),
-        },
+        latency_us: all.latency(),
+        profiles: profiles
+            .iter()
+            .zip(&per_kind)
+            .map(|(name, t)| ProfileReport {
+                name: name.to_string(),
+                committed: t.ops,
+                share: if committed == 0 {
+                    0.0
+                } else {
+                    t.ops as f64 / committed as f64
+                },
+                throughput_tps: t.ops as f64 / elapsed,
+                latency_us: t.latency(),
+            })
+            .collect(),
         invariant_ok: check.ok,
         invariant: check.detail,
         stats,
     })
 }
 
+/// Operations of one kind a worker completed, and a sample of their latencies.
+struct Tally {
+    ops: u64,
+    hist: Histogram<u64>,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            ops: 0,
+            hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds"),
+        }
+    }
+
+    fn add(&mut self, other: &Tally) {
+        self.ops += other.ops;
+        self.hist
+            .add(&other.hist)
+            .expect("histograms with equal bounds");
+    }
+
+    fn latency(&self) -> Latency {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let h = &self.hist;
+        Latency {
+            p50: us(h.value_at_quantile(0.5)),
+            p90: us(h.value_at_quantile(0.9)),
+            p99: us(h.value_at_quantile(0.99)),
+            max: us(h.max()),
+            samples: h.len(),
+        }
+    }
+}
+
 impl BenchReport {
-    /// A short human-readable summary.
+    /// A short human-readable summary: one line for the run, then one per kind of operation.
     pub fn summary(&self) -> String {
-        format!(
-            "{} on {} ({} node, {} transport, {} threads per node, {} objects, read ratio {}): {:.0} tx/s, {} committed, abort rate {:.4}, \
+        let size = match (&self.warehouses, &self.scale, &self.mix) {
+            (Some(w), Some(scale), Some(mix)) => {
+                format!("{w} warehouses of {scale} scale, {mix} mix")
+            }
+            _ => format!("{} objects, read ratio {}", self.objects, self.read_ratio),
+        };
+        let mut text = format!(
+            "{} on {} ({} node, {} transport, {} threads per node, {size}): {:.0} tx/s, {} committed, abort rate {:.4}, \
              latency p50 {:.2} us p99 {:.2} us; invariant {}: {}",
             self.workload,
             self.protocol,
             self.nodes,
             self.transport,
             self.threads,
-            self.objects,
-            self.read_ratio,
             self.throughput_tps,
             self.committed,
             self.abort_rate,
@@ -325,7 +453,19 @@ impl BenchReport {
             self.latency_us.p99,
             if self.invariant_ok { "OK" } else { "VIOLATED" },
             self.invariant
-        )
+        );
+        for p in &self.profiles {
+            text.push_str(&format!(
+                "\n  {:<16} {:>6.2}%  {:>12.0} tx/s  p50 {:>9.2} us  p90 {:>9.2} us  p99 {:>9.2} us",
+                p.name,
+                p.share * 100.0,
+                p.throughput_tps,
+                p.latency_us.p50,
+                p.latency_us.p90,
+                p.latency_us.p99
+            ));
+        }
+        text
     }
 }
 
@@ -333,23 +473,25 @@ impl BenchReport {
 mod tests {
     use super::*;
 
+    /// A TPC-C population that loads in milliseconds.
+    const TINY: TpccScale = TpccScale {
+        items: 200,
+        customers: 30,
+        orders: 30,
+    };
+
     fn quick(kind: WorkloadKind, objects: usize, read_ratio: f64) -> BenchReport {
         run(&BenchConfig {
             workload: kind,
             protocol: Protocol::Local,
             nodes: 1,
-            transport: TransportKind::Memory,
-            link_delay: Duration::ZERO,
             threads: 3,
             objects,
             read_ratio,
-            balance_k: None,
-            nesting: NestingModel::Flat,
-            inner: 1,
             duration: Duration::from_millis(300),
-            contention: ContentionPolicy::Backoff,
             seed: 7,
-            progress: false,
+            scale: TINY,
+            ..BenchConfig::default()
         })
         .unwrap()
     }
@@ -374,17 +516,14 @@ mod tests {
                     protocol: Protocol::Tfa,
                     nodes: 3,
                     transport,
-                    link_delay: Duration::ZERO,
                     threads: 2,
                     objects: 32,
                     read_ratio: 0.3,
                     balance_k: Some(4),
-                    nesting: NestingModel::Flat,
-                    inner: 1,
                     duration: Duration::from_millis(300),
-                    contention: ContentionPolicy::Backoff,
                     seed: 3,
-                    progress: false,
+                    scale: TINY,
+                    ..BenchConfig::default()
                 })
                 .unwrap();
                 assert!(r.invariant_ok, "{kind} over {transport}: {}", r.invariant);
@@ -403,8 +542,6 @@ mod tests {
                         workload: kind,
                         protocol,
                         nodes: if protocol == Protocol::Local { 1 } else { 2 },
-                        transport: TransportKind::Memory,
-                        link_delay: Duration::ZERO,
                         threads: 3,
                         objects: 16,
                         read_ratio: 0.1,
@@ -412,9 +549,9 @@ mod tests {
                         nesting,
                         inner: 4,
                         duration: Duration::from_millis(300),
-                        contention: ContentionPolicy::Backoff,
                         seed: 5,
-                        progress: false,
+                        scale: TINY,
+                        ..BenchConfig::default()
                     })
                     .unwrap();
                     let what = format!("{kind} {nesting} on {protocol}");
@@ -438,18 +575,13 @@ mod tests {
             workload: WorkloadKind::Bank,
             protocol: Protocol::Local,
             nodes: 1,
-            transport: TransportKind::Memory,
-            link_delay: Duration::ZERO,
             threads: 1,
             objects: 10,
             read_ratio: 1.5,
-            balance_k: None,
-            nesting: NestingModel::Flat,
-            inner: 1,
             duration: Duration::from_millis(10),
-            contention: ContentionPolicy::Backoff,
             seed: 1,
-            progress: false,
+            scale: TINY,
+            ..BenchConfig::default()
         };
         assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
         cfg.read_ratio = 0.5;

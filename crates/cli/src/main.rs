@@ -105,8 +105,9 @@ impl From<Contention> for ContentionPolicy {
 
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// bank, linkedlist, skiplist, bst, hashtable; footprint (memory of --objects objects); or
-    /// net (round trips and one-way throughput between two nodes on loopback).
+    /// bank, linkedlist, skiplist, bst, hashtable, loan, vacation, tpcc; footprint (memory of
+    /// --objects objects); net (round trips and one-way throughput between two nodes on
+    /// loopback); or order (the order layer's throughput and latency).
     workload: String,
     /// Consistency protocol.
     #[arg(long, default_value = "local")]
@@ -120,13 +121,28 @@ struct BenchArgs {
     /// Worker threads (per node).
     #[arg(long, default_value_t = 2)]
     threads: usize,
-    /// Accounts (bank), initial set size (sets; key range is twice that) or objects (footprint).
-    /// Default: the workload's own (HyflowCPP thesis 6.2.1).
+    /// Accounts (bank, loan), initial set size (sets; key range is twice that), customers
+    /// (vacation; three times as many cars, flights and rooms) or objects (footprint).
+    /// Default: the workload's own (HyflowCPP thesis 6.2).
     #[arg(long)]
     objects: Option<usize>,
-    /// Fraction of read-only operations.
+    /// Fraction of read-only operations (vacation: of reservations; tpcc: see --mix).
     #[arg(long, default_value_t = 0.5)]
     read_ratio: f64,
+    /// Vacation: resources a reservation or an offer update touches.
+    #[arg(long, default_value_t = 10)]
+    queries: usize,
+    /// TPC-C: warehouses (default: one per node).
+    #[arg(long)]
+    warehouses: Option<usize>,
+    /// TPC-C: transaction mix: standard (45/43/4/4/4) or read-heavy (order-status and
+    /// stock-level 45% each, the others 3.3%).
+    #[arg(long, default_value = "standard")]
+    mix: String,
+    /// TPC-C: population per warehouse: small (10,000 items, 300 customers per district) or
+    /// full (the specification's 100,000 and 3,000).
+    #[arg(long, default_value = "small")]
+    scale: String,
     /// Bank: a balance reads this many random accounts instead of all.
     #[arg(long)]
     balance_k: Option<usize>,
@@ -241,13 +257,9 @@ fn demo(duration: f64, threads: usize) -> Result<bool, String> {
         threads,
         objects: 1024,
         read_ratio: 0.2,
-        balance_k: None,
-        nesting: Default::default(),
-        inner: 1,
         duration: seconds(duration, "--duration")?,
-        contention: ContentionPolicy::Backoff,
-        seed: 1,
         progress: true,
+        ..BenchConfig::default()
     })
     .map_err(|e| e.to_string())?;
     println!(
@@ -354,6 +366,10 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
         balance_k: args.balance_k,
         nesting: args.nesting.parse()?,
         inner: args.inner.max(1),
+        queries: args.queries,
+        warehouses: args.warehouses,
+        mix: args.mix.parse()?,
+        scale: args.scale.parse()?,
         duration: seconds(args.duration, "--duration")?,
         contention: args.contention.into(),
         seed: args.seed,

@@ -110,11 +110,15 @@ impl Workload for Bank {
         open_accounts(node, &self.accounts, INITIAL)
     }
 
-    fn op(&self, node: &Node, _thread: usize, rng: &mut SmallRng) -> Result<(), TxError> {
+    fn profiles(&self) -> &'static [&'static str] {
+        &["transfer", "balance"]
+    }
+
+    fn op(&self, node: &Node, _thread: usize, rng: &mut SmallRng) -> Result<usize, TxError> {
         let n = self.accounts.len();
         if rng.random_bool(self.read_ratio) {
             match self.balance_k {
-                None => self.total(node).map(|_| ()),
+                None => self.total(node).map(|_| 1),
                 Some(k) => {
                     let picks: Vec<usize> = (0..k).map(|_| rng.random_range(0..n)).collect();
                     node.atomically_read(|tx| {
@@ -124,7 +128,7 @@ impl Workload for Bank {
                         }
                         Ok(sum)
                     })
-                    .map(|_| ())
+                    .map(|_| 1)
                 }
             }
         } else if self.nesting == NestingModel::Flat && self.inner == 1 {
@@ -135,6 +139,7 @@ impl Workload for Bank {
                 tx.modify(&self.accounts[from], |b| *b -= amount)?;
                 tx.modify(&self.accounts[to], |b| *b += amount)
             })
+            .map(|_| 0)
         } else {
             let transfers: Vec<Transfer> = (0..self.inner)
                 .map(|_| {
@@ -147,7 +152,7 @@ impl Workload for Bank {
                     }
                 })
                 .collect();
-            run_composed(node, self.nesting, &transfers).map(|_| ())
+            run_composed(node, self.nesting, &transfers).map(|_| 0)
         }
     }
 

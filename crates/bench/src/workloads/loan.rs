@@ -53,7 +53,11 @@ impl Workload for Loan {
         open_accounts(node, &self.accounts, INITIAL)
     }
 
-    fn op(&self, node: &Node, _thread: usize, rng: &mut SmallRng) -> Result<(), TxError> {
+    fn profiles(&self) -> &'static [&'static str] {
+        &["loan", "balance"]
+    }
+
+    fn op(&self, node: &Node, _thread: usize, rng: &mut SmallRng) -> Result<usize, TxError> {
         let picked = self.pick(rng);
         if rng.random_bool(self.read_ratio) {
             return node
@@ -64,7 +68,7 @@ impl Workload for Loan {
                     }
                     Ok(sum)
                 })
-                .map(|_| ());
+                .map(|_| 1);
         }
         let borrower = picked[0];
         let steps: Vec<Transfer> = picked[1..]
@@ -77,7 +81,7 @@ impl Workload for Loan {
                 )
             })
             .collect();
-        run_composed(node, self.nesting, &steps).map(|_| ())
+        run_composed(node, self.nesting, &steps).map(|_| 0)
     }
 
     fn check(&self, node: &Node) -> Result<Check, TxError> {
@@ -99,10 +103,7 @@ mod tests {
         WorkloadParams {
             objects: 64,
             read_ratio: 0.3,
-            balance_k: None,
-            threads: 1,
-            nesting: NestingModel::Flat,
-            inner: 1,
+            ..WorkloadParams::default()
         }
     }
 

@@ -1,5 +1,6 @@
 //! The workloads: Bank and four integer sets (linked list, skip list, binary search tree, hash
-//! table). Each is written once against the public API, so it runs on any protocol.
+//! table), and the macro workloads Vacation, Loan and TPC-C. Each is written once against the
+//! public API, so it runs on any protocol.
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,6 +16,8 @@ mod loan;
 mod nesting;
 mod set;
 mod skiplist;
+pub mod tpcc;
+mod vacation;
 
 pub use bank::Bank;
 pub use bst::Bst;
@@ -24,6 +27,8 @@ pub use loan::Loan;
 pub use nesting::{run_composed, InnerOp, NestingModel};
 pub use set::{IntSet, SetWorkload};
 pub use skiplist::SkipList;
+pub use tpcc::{Tpcc, TpccMix, TpccScale};
+pub use vacation::Vacation;
 
 /// The outcome of a workload's end-of-run check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,8 +43,13 @@ pub struct Check {
 pub trait Workload: Send + Sync {
     /// Creates the initial objects.
     fn setup(&self, node: &Node) -> Result<(), TxError>;
-    /// Runs one operation (one transaction). `thread` is the calling worker's index.
-    fn op(&self, node: &Node, thread: usize, rng: &mut SmallRng) -> Result<(), TxError>;
+    /// The kinds of operation the workload reports separately (transfer and balance; the five
+    /// TPC-C profiles). [`Workload::op`] answers an index into this list.
+    fn profiles(&self) -> &'static [&'static str];
+    /// Runs one operation (one transaction, or a business transaction the workload rolled back
+    /// on purpose) and says which of [`Workload::profiles`] it was. `thread` is the calling
+    /// worker's index.
+    fn op(&self, node: &Node, thread: usize, rng: &mut SmallRng) -> Result<usize, TxError>;
     /// Checks the workload's invariant after the run.
     fn check(&self, node: &Node) -> Result<Check, TxError>;
 }
@@ -60,6 +70,33 @@ pub struct WorkloadParams {
     pub nesting: NestingModel,
     /// Bank and hash table: inner operations (transfers, adds/removes) per update transaction.
     pub inner: usize,
+    /// Vacation: resources a reservation or an offer update touches.
+    pub queries: usize,
+    /// TPC-C: warehouses.
+    pub warehouses: usize,
+    /// TPC-C: the transaction mix.
+    pub mix: TpccMix,
+    /// TPC-C: the population per warehouse.
+    pub scale: TpccScale,
+}
+
+impl Default for WorkloadParams {
+    /// 1,000 objects, half of the operations read-only, balances of every account, one
+    /// thread, flat single operations, 10 queries, one small TPC-C warehouse, standard mix.
+    fn default() -> Self {
+        WorkloadParams {
+            objects: 1_000,
+            read_ratio: 0.5,
+            balance_k: None,
+            threads: 1,
+            nesting: NestingModel::Flat,
+            inner: 1,
+            queries: 10,
+            warehouses: 1,
+            mix: TpccMix::Standard,
+            scale: TpccScale::SMALL,
+        }
+    }
 }
 
 /// The workloads by name.
@@ -77,17 +114,23 @@ pub enum WorkloadKind {
     HashTable,
     /// Loans: a borrower takes money from five lenders in nested steps.
     Loan,
+    /// STAMP's travel reservations: customers, cars, flights, rooms.
+    Vacation,
+    /// TPC-C's five transaction profiles over warehouses, districts, customers, orders, stock.
+    Tpcc,
 }
 
 impl WorkloadKind {
     /// Every workload.
-    pub const ALL: [WorkloadKind; 6] = [
+    pub const ALL: [WorkloadKind; 8] = [
         WorkloadKind::Bank,
         WorkloadKind::LinkedList,
         WorkloadKind::SkipList,
         WorkloadKind::Bst,
         WorkloadKind::HashTable,
         WorkloadKind::Loan,
+        WorkloadKind::Vacation,
+        WorkloadKind::Tpcc,
     ];
 
     /// The name used on the command line and in reports.
@@ -99,11 +142,14 @@ impl WorkloadKind {
             WorkloadKind::Bst => "bst",
             WorkloadKind::HashTable => "hashtable",
             WorkloadKind::Loan => "loan",
+            WorkloadKind::Vacation => "vacation",
+            WorkloadKind::Tpcc => "tpcc",
         }
     }
 
-    /// Default object count (HyflowCPP thesis 6.2.1: 10,000 accounts, 2,000 hash buckets; the
-    /// thesis's 50-element sets are scaled up so one node has work for its threads).
+    /// Default object count (HyflowCPP thesis 6.2: 10,000 accounts, 2,000 hash buckets, 1,000
+    /// Vacation customers; the thesis's 50-element sets are scaled up so one node has work for
+    /// its threads). TPC-C sizes itself by warehouses and scale instead.
     pub fn default_objects(self) -> usize {
         match self {
             WorkloadKind::Bank => 10_000,
@@ -112,14 +158,18 @@ impl WorkloadKind {
             WorkloadKind::Bst => 4_096,
             WorkloadKind::HashTable => 2_000,
             WorkloadKind::Loan => 10_000,
+            WorkloadKind::Vacation => 1_000,
+            WorkloadKind::Tpcc => 1,
         }
     }
 
-    /// Builds the workload.
-    pub fn build(self, p: &WorkloadParams) -> Box<dyn Workload> {
-        match self {
+    /// Builds the workload, or says why its parameters do not fit.
+    pub fn build(self, p: &WorkloadParams) -> Result<Box<dyn Workload>, String> {
+        Ok(match self {
             WorkloadKind::Bank => Box::new(Bank::new(p)),
             WorkloadKind::Loan => Box::new(Loan::new(p)),
+            WorkloadKind::Vacation => Box::new(Vacation::new(p)),
+            WorkloadKind::Tpcc => Box::new(Tpcc::new(p)?),
             WorkloadKind::LinkedList => Box::new(SetWorkload::new(LinkedList::new("ll"), p)),
             WorkloadKind::SkipList => {
                 Box::new(SetWorkload::new(SkipList::new("sl", p.objects * 2), p))
@@ -137,7 +187,7 @@ impl WorkloadKind {
                     })),
                 )
             }
-        }
+        })
     }
 }
 
@@ -155,7 +205,8 @@ impl FromStr for WorkloadKind {
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown workload {s:?} (known: bank, linkedlist, skiplist, bst, hashtable, loan)"
+                    "unknown workload {s:?} (known: {})",
+                    WorkloadKind::ALL.map(WorkloadKind::name).join(", ")
                 )
             })
     }

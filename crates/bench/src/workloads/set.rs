@@ -85,25 +85,24 @@ impl<S: IntSet> Workload for SetWorkload<S> {
         Ok(())
     }
 
-    fn op(&self, node: &Node, thread: usize, rng: &mut SmallRng) -> Result<(), TxError> {
+    fn profiles(&self) -> &'static [&'static str] {
+        &["update", "contains"]
+    }
+
+    fn op(&self, node: &Node, thread: usize, rng: &mut SmallRng) -> Result<usize, TxError> {
         let v = rng.random_range(0..self.range);
         if rng.random_bool(self.read_ratio) {
-            self.set.contains(node, v).map(|_| ())
-        } else if let Some(updates) = &self.updates {
-            let delta = updates(node, rng)?;
-            self.net[thread].0.fetch_add(delta, Ordering::Relaxed);
-            Ok(())
-        } else if rng.random_bool(0.5) {
-            if self.set.add(node, v)? {
-                self.net[thread].0.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(())
-        } else {
-            if self.set.remove(node, v)? {
-                self.net[thread].0.fetch_sub(1, Ordering::Relaxed);
-            }
-            Ok(())
+            return self.set.contains(node, v).map(|_| 1);
         }
+        let delta = if let Some(updates) = &self.updates {
+            updates(node, rng)?
+        } else if rng.random_bool(0.5) {
+            i64::from(self.set.add(node, v)?)
+        } else {
+            -i64::from(self.set.remove(node, v)?)
+        };
+        self.net[thread].0.fetch_add(delta, Ordering::Relaxed);
+        Ok(0)
     }
 
     fn check(&self, node: &Node) -> Result<Check, TxError> {
