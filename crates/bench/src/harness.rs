@@ -10,7 +10,7 @@ use atomos::{ContentionPolicy, Protocol, Stats, TxError};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cluster::{BenchNodes, TransportKind};
 use crate::workloads::{NestingModel, TpccMix, TpccScale, WorkloadKind, WorkloadParams};
@@ -104,7 +104,7 @@ pub enum BenchError {
 }
 
 /// Latency percentiles in microseconds.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Latency {
     /// Median.
     pub p50: f64,
@@ -119,7 +119,7 @@ pub struct Latency {
 }
 
 /// What a run measured for one kind of operation (a TPC-C profile, a transfer, a balance).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProfileReport {
     /// The operation's name.
     pub name: String,

@@ -1,6 +1,6 @@
 //! The benchmark harness: workloads written once against the public API, run by many threads
 //! for a fixed time, reported as throughput, abort rate, latency percentiles and an invariant
-//! check.
+//! check; and the report that draws results as figures.
 
 #![deny(missing_docs)]
 
@@ -9,6 +9,7 @@ pub mod footprint;
 pub mod harness;
 pub mod net;
 pub mod order;
+pub mod report;
 pub mod workloads;
 
 pub use cluster::{BenchNodes, TransportKind};

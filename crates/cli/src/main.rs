@@ -11,6 +11,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod bank_load;
 mod cluster_up;
 mod serve;
+mod sweep;
+
+use sweep::Sweep;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -37,6 +40,17 @@ enum Command {
     },
     /// Runs a benchmark workload and reports throughput, abort rate, latency and its invariant.
     Bench(Box<BenchArgs>),
+    /// Draws benchmark results (files written by `bench --json`) as SVG and PNG figures:
+    /// throughput and abort rate against the setting that varies, one line per protocol or
+    /// other setting, and latency per kind of operation.
+    Report {
+        /// Result files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Where the figures go (created if missing).
+        #[arg(long, default_value = "report")]
+        out: PathBuf,
+    },
     /// Runs a node: listens, connects to its peers, serves until SIGTERM or Ctrl-C.
     Node {
         /// The TOML file (every key can also be set by an ATOMOS_... environment variable).
@@ -86,7 +100,7 @@ enum ClusterCommand {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 enum Contention {
     AbortSelf,
     Backoff,
@@ -103,7 +117,7 @@ impl From<Contention> for ContentionPolicy {
     }
 }
 
-#[derive(clap::Args)]
+#[derive(Clone, clap::Args)]
 struct BenchArgs {
     /// bank, linkedlist, skiplist, bst, hashtable, loan, vacation, tpcc; footprint (memory of
     /// --objects objects); net (round trips and one-way throughput between two nodes on
@@ -165,6 +179,12 @@ struct BenchArgs {
     /// Also write the report to this file as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Run once per value: PARAM=V1,V2,... (threads, nodes, read-ratio, objects, inner,
+    /// queries, warehouses, balance-k, protocol, transport, nesting, mix, scale, contention).
+    /// Repeat it to run every combination. Each run's JSON goes next to --json's path with the
+    /// settings in its name (bank.json -> bank-threads-2.json).
+    #[arg(long)]
+    sweep: Vec<Sweep>,
     /// No progress line.
     #[arg(long)]
     quiet: bool,
@@ -196,6 +216,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo { duration, threads } => demo(duration, threads),
         Command::Bench(args) => bench(*args),
+        Command::Report { files, out } => report(&files, &out),
         Command::CheckConfig { config } => check_config(config),
         Command::Node { config } => serve::run(config.as_deref()),
         Command::Cluster(ClusterCommand::Up {
@@ -308,14 +329,14 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
         write_json(&args.json, &report)?;
         return Ok(report.invariant_ok);
     }
-    let link_delay = if args.link_delay_ms.is_finite() && args.link_delay_ms >= 0.0 {
-        Duration::from_secs_f64(args.link_delay_ms / 1000.0)
-    } else {
+    let is_transactional = args.workload.parse::<WorkloadKind>().is_ok();
+    if !args.sweep.is_empty() && !is_transactional {
         return Err(format!(
-            "--link-delay-ms must be zero or a positive number, not {}",
-            args.link_delay_ms
+            "--sweep runs the transactional workloads, not {}",
+            args.workload
         ));
-    };
+    }
+    let link_delay = link_delay(args.link_delay_ms)?;
     if args.workload == "net" {
         let report = atomos_bench::net::run(&atomos_bench::net::NetBenchConfig {
             duration: seconds(args.duration, "--duration")?,
@@ -345,6 +366,82 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
         write_json(&args.json, &report)?;
         return Ok(true);
     }
+    if !args.sweep.is_empty() {
+        return bench_sweep(args);
+    }
+    let report = bench_workload(&args)?;
+    println!("{}", report.summary());
+    write_json(&args.json, &report)?;
+    Ok(report.invariant_ok)
+}
+
+/// Runs every point of the sweep's grid and writes each result to its own file.
+fn bench_sweep(args: BenchArgs) -> Result<bool, String> {
+    let json = args
+        .json
+        .clone()
+        .ok_or("--sweep writes one JSON file per point: give --json PATH (points go next to it)")?;
+    let points = sweep::grid(&args.sweep);
+    let mut all_ok = true;
+    for (i, point) in points.iter().enumerate() {
+        let mut run = args.clone();
+        for (param, value) in point {
+            set_swept(&mut run, param, value)?;
+        }
+        let settings: Vec<String> = point.iter().map(|(p, v)| format!("{p}={v}")).collect();
+        println!("[{}/{}] {}", i + 1, points.len(), settings.join(" "));
+        let report = bench_workload(&run)?;
+        println!("{}", report.summary());
+        let path = sweep::point_path(&json, point);
+        write_json(&Some(path.clone()), &report)?;
+        println!("  -> {}", path.display());
+        all_ok &= report.invariant_ok;
+    }
+    Ok(all_ok)
+}
+
+/// Sets one swept flag on the arguments.
+fn set_swept(args: &mut BenchArgs, param: &str, value: &str) -> Result<(), String> {
+    fn num<T: std::str::FromStr>(param: &str, value: &str) -> Result<T, String> {
+        value
+            .parse()
+            .map_err(|_| format!("--sweep {param}: {value:?} is not a valid value"))
+    }
+    match param {
+        "threads" => args.threads = num(param, value)?,
+        "nodes" => args.nodes = Some(num(param, value)?),
+        "read-ratio" => args.read_ratio = num(param, value)?,
+        "objects" => args.objects = Some(num(param, value)?),
+        "inner" => args.inner = num(param, value)?,
+        "queries" => args.queries = num(param, value)?,
+        "warehouses" => args.warehouses = Some(num(param, value)?),
+        "balance-k" => args.balance_k = Some(num(param, value)?),
+        "protocol" => args.protocol = value.to_string(),
+        "transport" => args.transport = value.to_string(),
+        "nesting" => args.nesting = value.to_string(),
+        "mix" => args.mix = value.to_string(),
+        "scale" => args.scale = value.to_string(),
+        "contention" => {
+            args.contention =
+                Contention::from_str(value, true).map_err(|e| format!("--sweep contention: {e}"))?
+        }
+        other => return Err(format!("--sweep cannot vary {other:?}")),
+    }
+    Ok(())
+}
+
+fn report(files: &[PathBuf], out: &std::path::Path) -> Result<bool, String> {
+    let points = atomos_bench::report::load(files).map_err(|e| e.to_string())?;
+    let written = atomos_bench::report::render(&points, out).map_err(|e| e.to_string())?;
+    for path in &written {
+        println!("{}", path.display());
+    }
+    Ok(true)
+}
+
+/// Runs one transactional workload as the arguments say.
+fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String> {
+    let link_delay = link_delay(args.link_delay_ms)?;
     let workload: WorkloadKind = args.workload.parse()?;
     let nodes = args.nodes.unwrap_or(1);
     if !link_delay.is_zero() && nodes < 2 {
@@ -375,8 +472,15 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
         seed: args.seed,
         progress: !args.quiet,
     };
-    let report = atomos_bench::run(&cfg).map_err(|e| e.to_string())?;
-    println!("{}", report.summary());
-    write_json(&args.json, &report)?;
-    Ok(report.invariant_ok)
+    atomos_bench::run(&cfg).map_err(|e| e.to_string())
+}
+
+fn link_delay(ms: f64) -> Result<Duration, String> {
+    if ms.is_finite() && ms >= 0.0 {
+        Ok(Duration::from_secs_f64(ms / 1000.0))
+    } else {
+        Err(format!(
+            "--link-delay-ms must be zero or a positive number, not {ms}"
+        ))
+    }
 }

@@ -1,0 +1,111 @@
+//! The benchmark command as users run it: TPC-C with per-profile figures and its consistency
+//! checks, a sweep writing one result per point, and the report drawing them.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+mod common;
+
+use common::ATOMOS;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("atomos-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn atomos(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(ATOMOS).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn tpcc_prints_every_profile_and_passes_its_consistency_checks() {
+    let dir = scratch("tpcc");
+    let json = dir.join("tpcc.json");
+    let (ok, out, err) = atomos(&[
+        "bench",
+        "tpcc",
+        "--protocol",
+        "local",
+        "--threads",
+        "2",
+        "--duration",
+        "3",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{out}\n{err}");
+    for profile in [
+        "new-order",
+        "payment",
+        "order-status",
+        "delivery",
+        "stock-level",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(profile))
+            .unwrap_or_else(|| panic!("no {profile} line in:\n{out}"));
+        assert!(line.contains("tx/s") && line.contains("p99"), "{line}");
+    }
+    assert!(
+        out.contains("invariant OK") && out.contains("consistency conditions 1-6 and 8-10 hold"),
+        "{out}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["profiles"].as_array().unwrap().len(), 5);
+    assert_eq!(report["warehouses"], 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_sweep_writes_one_result_per_point_and_the_report_draws_them() {
+    let dir = scratch("sweep");
+    let json = dir.join("vacation.json");
+    let (ok, out, err) = atomos(&[
+        "bench",
+        "vacation",
+        "--sweep",
+        "threads=1,2",
+        "--duration",
+        "0.5",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{out}\n{err}");
+    let points: Vec<PathBuf> = ["1", "2"]
+        .iter()
+        .map(|t| dir.join(format!("vacation-threads-{t}.json")))
+        .collect();
+    for p in &points {
+        assert!(p.exists(), "{} missing; output:\n{out}", p.display());
+    }
+    let figures = dir.join("figures");
+    let mut args = vec!["report", "--out", figures.to_str().unwrap()];
+    args.extend(points.iter().map(|p| p.to_str().unwrap()));
+    let (ok, out, err) = atomos(&args);
+    assert!(ok, "{out}\n{err}");
+    for name in ["throughput", "aborts", "latency"] {
+        for ext in ["svg", "png"] {
+            let f = figures.join(format!("vacation-{name}.{ext}"));
+            assert!(f.exists(), "{} missing; output:\n{out}", f.display());
+        }
+    }
+    // A sweep without somewhere to write, and a report of a file that is not a result.
+    let (ok, _, err) = atomos(&["bench", "bank", "--sweep", "threads=1,2"]);
+    assert!(!ok && err.contains("--json"), "{err}");
+    let junk = dir.join("junk.json");
+    std::fs::write(&junk, "{}").unwrap();
+    let (ok, _, err) = atomos(&["report", junk.to_str().unwrap()]);
+    assert!(!ok && err.contains("not an atomos bench result"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
