@@ -4,9 +4,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-mod common;
-
-use common::ATOMOS;
+/// The binary under test.
+const ATOMOS: &str = env!("CARGO_BIN_EXE_atomos");
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("atomos-{name}-{}", std::process::id()));

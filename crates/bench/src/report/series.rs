@@ -68,14 +68,17 @@ impl Axis {
     }
 }
 
-/// Settings that are not numbers.
-const CATEGORIES: [(&str, fn(&Point) -> String); 6] = [
-    ("protocol", |p| p.protocol.clone()),
-    ("transport", |p| p.transport.clone()),
-    ("nesting", |p| p.nesting.clone()),
-    ("mix", |p| p.mix.clone().unwrap_or_default()),
-    ("scale", |p| p.scale.clone().unwrap_or_default()),
-    ("contention", |p| p.contention.clone()),
+/// Reads a setting that is not a number.
+type Setting = fn(&Point) -> String;
+
+/// Settings that are not numbers: protocol, transport, nesting, mix, scale, contention.
+const CATEGORIES: [Setting; 6] = [
+    |p| p.protocol.clone(),
+    |p| p.transport.clone(),
+    |p| p.nesting.clone(),
+    |p| p.mix.clone().unwrap_or_default(),
+    |p| p.scale.clone().unwrap_or_default(),
+    |p| p.contention.clone(),
 ];
 
 /// One line of a figure: (x, y) points in increasing x.
@@ -161,9 +164,9 @@ fn workload_figures(workload: &str, runs: &[&Point]) -> Vec<Figure> {
         .filter(|a| varies(runs, |p| a.value(p).map(f64::to_bits)))
         .collect();
     let x_axis = varying.first().copied().unwrap_or(Axis::Threads);
-    let categories: Vec<_> = CATEGORIES.iter().filter(|(_, f)| varies(runs, f)).collect();
+    let categories: Vec<Setting> = CATEGORIES.into_iter().filter(|f| varies(runs, f)).collect();
     let label_of = |p: &Point| -> String {
-        let mut parts: Vec<String> = categories.iter().map(|(_, f)| f(p)).collect();
+        let mut parts: Vec<String> = categories.iter().map(|f| f(p)).collect();
         for a in varying.iter().skip(1) {
             if let Some(v) = a.value(p) {
                 parts.push(format!("{} {v}", a.label()));
