@@ -563,6 +563,33 @@ mod tests {
     }
 
     #[test]
+    fn macro_workloads_run_for_seconds_at_their_defaults_with_checks_passing() {
+        for kind in [
+            WorkloadKind::Vacation,
+            WorkloadKind::Loan,
+            WorkloadKind::Tpcc,
+        ] {
+            let r = run(&BenchConfig {
+                workload: kind,
+                objects: kind.default_objects(),
+                duration: Duration::from_secs(2),
+                ..BenchConfig::default()
+            })
+            .unwrap();
+            assert!(r.invariant_ok, "{kind}: {}", r.invariant);
+            assert!(r.duration_s >= 2.0);
+            // Every kind of operation ran and was timed.
+            for p in &r.profiles {
+                assert!(p.committed > 0, "{kind}: no {} ran", p.name);
+            }
+            assert_eq!(
+                r.profiles.iter().map(|p| p.committed).sum::<u64>(),
+                r.committed
+            );
+        }
+    }
+
+    #[test]
     fn read_only_operations_never_abort() {
         let r = quick(WorkloadKind::Bank, 64, 1.0);
         assert_eq!(r.aborted, 0);

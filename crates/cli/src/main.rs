@@ -443,6 +443,14 @@ fn report(files: &[PathBuf], out: &std::path::Path) -> Result<bool, String> {
 fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String> {
     let link_delay = link_delay(args.link_delay_ms)?;
     let workload: WorkloadKind = args.workload.parse()?;
+    if workload == WorkloadKind::Tpcc && args.objects.is_some() {
+        return Err("tpcc is sized by --warehouses and --scale, not --objects".into());
+    }
+    if workload != WorkloadKind::Tpcc && args.warehouses.is_some() {
+        return Err(format!(
+            "--warehouses is a tpcc setting; {workload} has none"
+        ));
+    }
     let nodes = args.nodes.unwrap_or(1);
     if !link_delay.is_zero() && nodes < 2 {
         return Err(format!(

@@ -102,6 +102,10 @@ fn a_sweep_writes_one_result_per_point_and_the_report_draws_them() {
     // A sweep without somewhere to write, and a report of a file that is not a result.
     let (ok, _, err) = atomos(&["bench", "bank", "--sweep", "threads=1,2"]);
     assert!(!ok && err.contains("--json"), "{err}");
+    let (ok, _, err) = atomos(&["bench", "tpcc", "--objects", "5"]);
+    assert!(!ok && err.contains("--warehouses and --scale"), "{err}");
+    let (ok, _, err) = atomos(&["bench", "tpcc", "--mix", "odd"]);
+    assert!(!ok && err.contains("unknown TPC-C mix"), "{err}");
     let junk = dir.join("junk.json");
     std::fs::write(&junk, "{}").unwrap();
     let (ok, _, err) = atomos(&["report", junk.to_str().unwrap()]);
