@@ -133,3 +133,29 @@ fn last_names_are_made_of_three_syllables() {
     assert_eq!(load::last_name(371), "PRICALLYOUGHT");
     assert_eq!(load::last_name(0), "BARBARBAR");
 }
+
+#[test]
+fn a_payment_lost_from_the_customer_ytd_breaks_condition_12() {
+    let (node, tpcc, _) = run(1, TpccMix::Standard, 300);
+    node.atomically(|tx| tx.modify(&tpcc.keys.customer(1, 4, 9), |c| c.ytd_payment -= 100))
+        .unwrap();
+    let check = tpcc.check(&node).unwrap();
+    assert!(
+        check.detail.contains("(12) customer 1/4/9"),
+        "{}",
+        check.detail
+    );
+    assert!(!check.detail.contains("(10)"), "{}", check.detail);
+}
+
+#[test]
+fn an_undelivered_line_with_a_delivery_date_breaks_condition_7() {
+    let (node, tpcc, _) = run(1, TpccMix::Standard, 300);
+    let k = tpcc.keys;
+    node.atomically(|tx| {
+        let o = *tx.read(&k.delivery_cursor(1, 6))?;
+        tx.modify(&k.order_line(1, 6, o, 1), |l| l.delivery_d = Some(1))
+    })
+    .unwrap();
+    assert_violated(&node, &tpcc, "(7) order line 1/6/");
+}
