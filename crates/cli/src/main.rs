@@ -213,6 +213,22 @@ struct BenchArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Bench(_)
+            | Command::Report { .. }
+            | Command::Demo { .. }
+            | Command::CheckConfig { .. }
+    ) {
+        // Reports piped into `head` and the like end quietly when the reader goes away, as
+        // Unix tools do, instead of panicking on the failed write. (Not for node processes:
+        // there a closed socket must be an error, not a signal.)
+        // SAFETY: restoring a signal's default disposition at start-up, before any thread
+        // exists.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.command {
         Command::Demo { duration, threads } => demo(duration, threads),
         Command::Bench(args) => bench(*args),

@@ -1,15 +1,41 @@
 //! The node's object table: key to cell.
 
+use std::cell::RefCell;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
 use crate::cell::Cell;
 use crate::key::Key;
 
+/// Slots of each thread's cache of recent lookups (a power of two).
+const RECENT_SLOTS: usize = 4096;
+
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One remembered lookup: `key` of store `store` is `cell`.
+struct Recent {
+    store: u64,
+    key: Key,
+    cell: *const Cell,
+}
+
+thread_local! {
+    /// Each thread's recent lookups, direct-mapped by key hash. Looking a key up in the shared
+    /// table takes a shard's read lock, whose cache line then moves between the cores that
+    /// look up keys at the same time; a hit here touches only this thread's memory. Entries
+    /// name their store by an id never reused, and a store keeps every cell until it is dropped,
+    /// so a hit for a live store is always valid.
+    static RECENT: RefCell<Vec<Option<Recent>>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Maps keys to cells. A cell, once made, stays for the store's lifetime (an absent or deleted
 /// object is a cell whose newest version says so), so a pointer to a cell is valid as long as the
 /// store is.
 pub(crate) struct Store {
+    id: u64,
     cells: DashMap<Key, Box<Cell>, FxBuildHasher>,
     /// Cell to key, kept only when the engine records histories (cells do not hold their key).
     names: Option<DashMap<usize, Key, FxBuildHasher>>,
@@ -18,6 +44,7 @@ pub(crate) struct Store {
 impl Store {
     pub(crate) fn new(record_names: bool) -> Store {
         Store {
+            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             cells: DashMap::with_hasher(FxBuildHasher),
             names: record_names.then(|| DashMap::with_hasher(FxBuildHasher)),
         }
@@ -34,6 +61,31 @@ impl Store {
     /// The cell for `key`, made empty (absent object) if there was none. The pointer is valid
     /// for the store's lifetime.
     pub(crate) fn cell(&self, key: &Key) -> *const Cell {
+        let slot = (FxBuildHasher.hash_one(key) as usize) & (RECENT_SLOTS - 1);
+        let hit = RECENT.with(|recent| match recent.borrow().get(slot) {
+            Some(Some(r)) if r.store == self.id && r.key == *key => Some(r.cell),
+            _ => None,
+        });
+        if let Some(cell) = hit {
+            return cell;
+        }
+        let cell = self.lookup(key);
+        RECENT.with(|recent| {
+            let mut recent = recent.borrow_mut();
+            if recent.is_empty() {
+                recent.resize_with(RECENT_SLOTS, || None);
+            }
+            recent[slot] = Some(Recent {
+                store: self.id,
+                key: key.clone(),
+                cell,
+            });
+        });
+        cell
+    }
+
+    /// The cell for `key` in the shared table, made if missing.
+    fn lookup(&self, key: &Key) -> *const Cell {
         if let Some(c) = self.cells.get(key) {
             return &**c;
         }
@@ -50,5 +102,54 @@ impl Store {
     /// Number of cells (objects that exist, existed, or were looked up).
     pub(crate) fn len(&self) -> usize {
         self.cells.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_lookups_never_answer_for_another_store() {
+        let key = Key::from("shared name");
+        let a = Store::new(false);
+        let b = Store::new(false);
+        let in_a = a.cell(&key);
+        let in_b = b.cell(&key);
+        assert_ne!(in_a, in_b);
+        // Hits of this thread's cache answer the right store, alternately.
+        for _ in 0..3 {
+            assert_eq!(a.cell(&key), in_a);
+            assert_eq!(b.cell(&key), in_b);
+        }
+        // Another thread finds the same cells through the shared table.
+        let (pa, pb) = (in_a as usize, in_b as usize);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert_eq!(a.cell(&key) as usize, pa);
+                assert_eq!(b.cell(&key) as usize, pb);
+            });
+        });
+        // A store made after one is dropped gets cells of its own, whatever its address.
+        drop(a);
+        let c = Store::new(false);
+        assert_eq!(c.len(), 0);
+        let in_c = c.cell(&key);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.cell(&key), in_c);
+    }
+
+    #[test]
+    fn keys_that_share_a_slot_each_find_their_own_cell() {
+        let store = Store::new(false);
+        // More keys than slots: many share a slot and evict each other.
+        let keys: Vec<Key> = (0..3 * RECENT_SLOTS as u64)
+            .map(|i| Key::with_index("k/", i))
+            .collect();
+        let cells: Vec<*const Cell> = keys.iter().map(|k| store.cell(k)).collect();
+        for (k, c) in keys.iter().zip(&cells).rev() {
+            assert_eq!(store.cell(k), *c);
+        }
+        assert_eq!(store.len(), keys.len());
     }
 }
