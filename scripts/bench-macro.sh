@@ -3,14 +3,10 @@
 # 3, 5 s per run, 2 threads), prints Markdown tables of medians for docs/BENCHMARKS.md, then
 # sweeps threads 1,2,4 for each and draws the figures into FIGURES (default docs/figures).
 # Usage: scripts/bench-macro.sh [RUNS] [FIGURES]
-set -euo pipefail
-cd "$(dirname "$0")/.."
 runs=${1:-3}
 figures=${2:-docs/figures}
-cargo build --release -q -p atomos-cli
-bin=target/release/atomos
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 targets=(
   "vacation|vacation|200000"
@@ -18,13 +14,7 @@ targets=(
   "tpcc-standard|tpcc --warehouses 2|50000"
   "tpcc-read-heavy|tpcc --warehouses 2 --mix read-heavy|"
 )
-for t in "${targets[@]}"; do
-  IFS='|' read -r name args _ <<<"$t"
-  for i in $(seq "$runs"); do
-    # shellcheck disable=SC2086
-    $bin bench $args --threads 2 --duration 5 --quiet --json "$out/$name-$i.json" >/dev/null
-  done
-done
+run_settings "$runs" "" "--threads 2 --duration 5 --quiet" "${targets[@]}"
 
 python3 - "$out" "$runs" "${targets[@]}" <<'PY'
 import json, statistics, sys

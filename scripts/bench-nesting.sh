@@ -3,13 +3,9 @@
 # each update made of --inner operations composed flat, closed, checkpoint or open, on the local
 # engine and on TFA. Runs each RUNS times (default 3) and prints a Markdown table of median
 # throughput relative to flat. Usage: scripts/bench-nesting.sh [RUNS]
-set -euo pipefail
-cd "$(dirname "$0")/.."
 runs=${1:-3}
-cargo build --release -q -p atomos-cli
-bin=target/release/atomos
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 settings=(
   "bank-local|bank --objects 20 --read-ratio 0 --inner 5 --threads 2"
   "hashtable-local|hashtable --objects 20 --read-ratio 0.2 --inner 5 --threads 2"

@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
 # Runs `atomos bench net` RUNS times (default 5, 6 s each) and prints a Markdown table of medians
 # for docs/BENCHMARKS.md. Usage: scripts/bench-net.sh [RUNS]
-set -euo pipefail
-cd "$(dirname "$0")/.."
 runs=${1:-5}
-cargo build --release -q -p atomos-cli
-bin=target/release/atomos
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 for i in $(seq "$runs"); do
   $bin bench net --duration 6 --json "$out/net-$i.json" >/dev/null
 done

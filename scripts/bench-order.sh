@@ -1,25 +1,15 @@
 #!/usr/bin/env bash
 # Runs `atomos bench order` RUNS times (default 5) in three settings and prints a Markdown table
 # of medians for docs/BENCHMARKS.md. Usage: scripts/bench-order.sh [RUNS]
-set -euo pipefail
-cd "$(dirname "$0")/.."
 runs=${1:-5}
-cargo build --release -q -p atomos-cli
-bin=target/release/atomos
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 settings=(
   "fsync-never|--nodes 3 --request-size 64 --duration 10 --fsync never"
   "fsync-batch|--nodes 3 --request-size 64 --duration 10 --fsync batch"
   "kill-leader-3s|--nodes 3 --request-size 64 --duration 15 --kill-leader-every 3"
 )
-for s in "${settings[@]}"; do
-  IFS='|' read -r name args <<<"$s"
-  for i in $(seq "$runs"); do
-    # shellcheck disable=SC2086
-    $bin bench order $args --json "$out/$name-$i.json" >/dev/null
-  done
-done
+run_settings "$runs" order "" "${settings[@]}"
 python3 - "$out" "$runs" "${settings[@]}" <<'PY'
 import json, statistics, sys
 out, runs, settings = sys.argv[1], int(sys.argv[2]), sys.argv[3:]

@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
 # Runs the benchmark targets of the local engine RUNS times each (default 3, 5 s per run) and
 # prints a Markdown table of medians for docs/BENCHMARKS.md. Usage: scripts/bench-targets.sh [RUNS]
-set -euo pipefail
-cd "$(dirname "$0")/.."
 runs=${1:-3}
-cargo build --release -q -p atomos-cli
-bin=target/release/atomos
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 targets=(
   "bank-transfers|bank --objects 1024 --read-ratio 0|3000000"
@@ -18,13 +14,7 @@ targets=(
   "bst|bst --objects 4096 --read-ratio 0.8|2500000"
   "bank-read-only|bank --objects 1024 --read-ratio 1|"
 )
-for t in "${targets[@]}"; do
-  IFS='|' read -r name args _ <<<"$t"
-  for i in $(seq "$runs"); do
-    # shellcheck disable=SC2086
-    $bin bench $args --threads 2 --duration 5 --quiet --json "$out/$name-$i.json" >/dev/null
-  done
-done
+run_settings "$runs" "" "--threads 2 --duration 5 --quiet" "${targets[@]}"
 for i in $(seq "$runs"); do
   $bin bench footprint --objects 1000000 --json "$out/footprint-$i.json" >/dev/null
 done

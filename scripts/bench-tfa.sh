@@ -1,26 +1,16 @@
 #!/usr/bin/env bash
 # Runs `atomos bench bank --protocol tfa` RUNS times (default 5) in each setting and prints a
 # Markdown table of medians for docs/BENCHMARKS.md. Usage: scripts/bench-tfa.sh [RUNS]
-set -euo pipefail
-cd "$(dirname "$0")/.."
 runs=${1:-5}
-cargo build --release -q -p atomos-cli
-bin=target/release/atomos
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 common="--protocol tfa --nodes 4 --threads 4 --objects 10000 --read-ratio 0.5 --duration 5 --quiet"
 settings=(
   "bank-tcp-k2|bank $common --transport tcp --balance-k 2"
   "bank-memory-k2|bank $common --transport memory --balance-k 2"
   "hashtable-tcp|hashtable --protocol tfa --nodes 4 --threads 4 --read-ratio 0.5 --duration 5 --quiet --transport tcp"
 )
-for s in "${settings[@]}"; do
-  IFS='|' read -r name args <<<"$s"
-  for i in $(seq "$runs"); do
-    # shellcheck disable=SC2086
-    $bin bench $args --json "$out/$name-$i.json" >/dev/null
-  done
-done
+run_settings "$runs" "" "" "${settings[@]}"
 python3 - "$out" "$runs" "${settings[@]}" <<'PY'
 import json, statistics, sys
 out, runs, settings = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
