@@ -35,8 +35,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use crate::disk::FsyncPolicy;
 use atomos_core::ContentionPolicy;
-use atomos_order::FsyncPolicy;
 use serde::Deserialize;
 
 use crate::node::Protocol;

@@ -30,6 +30,8 @@
 
 mod cluster;
 pub mod config;
+pub mod disk;
+mod gate;
 mod node;
 pub mod ordering;
 pub mod runtime;

@@ -1,7 +1,9 @@
 //! Runs an order-layer replica ([`atomos_order::Replica`]) over a real transport with real time:
 //! one task per replica feeds it ticks, messages from peers and requests from local clients,
-//! carries out what it asks (sends, deliveries), and measures what the layer promises
-//! (optimistic deliveries, revocations, the delay from optimistic to final delivery).
+//! carries out what it asks (sends, deliveries; disk writes on a thread of their own, with
+//! whatever follows a write held back until it is durable), and measures what the layer
+//! promises (optimistic deliveries, revocations, the delay from optimistic to final delivery).
+//! A replica that fails (its disk, or a log that diverged) ends its task with the error logged.
 //!
 //! Applications submit requests with [`OrderNode::submit`]; each uses a client of this node
 //! (a unique random client id, sequence numbers, re-sending to another replica when this one
@@ -15,13 +17,35 @@ use std::time::{Duration, Instant};
 
 use atomos_net::transport::{Deliver, NodeId, Transport};
 use atomos_order::{
-    Action, Addr, Client, ClientAction, ClientInput, Delivery, Disk, FileDisk, FsyncPolicy, Input,
-    MemDisk, OrderError, OrderMsg, Replica, ReplicaConfig, StateMachine,
+    decode_log, Action, Addr, Client, ClientAction, ClientInput, Command, Delivery, Input,
+    OrderError, OrderMsg, Replica, ReplicaConfig, StateMachine,
 };
+use atomos_seam::Output;
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::disk::{DiskError, DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
+use crate::gate::Gate;
+
+/// Disk writes that may wait for the disk thread before the replica's task waits for it.
+const DISK_QUEUE: usize = 1024;
+
+/// Why an order node stopped, or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OrderNodeError {
+    /// The replica failed (its log is unreadable, or it diverged from the committed order).
+    #[error(transparent)]
+    Order(#[from] OrderError),
+    /// Its write-ahead log failed (a damaged record, or a write or fsync error).
+    #[error(transparent)]
+    Disk(#[from] DiskError),
+    /// Its transport or its disk thread could not be set up.
+    #[error("order node: {0}")]
+    Io(#[from] std::io::Error),
+}
 
 /// Settings of one order node.
 #[derive(Clone, Debug)]
@@ -118,6 +142,7 @@ enum Event {
         payload: Vec<u8>,
         reply: oneshot::Sender<Vec<u8>>,
     },
+    Disk(DiskEvent),
 }
 
 struct Shared {
@@ -165,7 +190,7 @@ pub struct OrderNode {
     tx: mpsc::UnboundedSender<Event>,
     shared: Arc<Shared>,
     stop: CancellationToken,
-    task: Option<tokio::task::JoinHandle<Result<(), OrderError>>>,
+    task: Option<tokio::task::JoinHandle<Result<(), OrderNodeError>>>,
     transport: Arc<dyn Transport<OrderMsg>>,
 }
 
@@ -176,7 +201,7 @@ impl OrderNode {
         cfg: OrderNodeConfig,
         machine: S,
         connect: F,
-    ) -> Result<OrderNode, OrderError>
+    ) -> Result<OrderNode, OrderNodeError>
     where
         S: StateMachine + Send + 'static,
         F: FnOnce(Arc<dyn Deliver<OrderMsg>>) -> std::io::Result<Arc<dyn Transport<OrderMsg>>>,
@@ -197,19 +222,46 @@ impl OrderNode {
             deliveries: Mutex::new(None),
         });
         let stop = CancellationToken::new();
-        let disk: Box<dyn Disk + Send> = match &cfg.wal {
-            Some((path, policy)) => Box::new(FileDisk::open(path, *policy)?),
-            None => Box::new(MemDisk::new()),
+        let stop_task = stop.clone();
+        let (disk, log) = match &cfg.wal {
+            Some((path, policy)) => {
+                let (file, records) = FileDisk::open(path, *policy)?;
+                let events = tx.clone();
+                let worker = DiskWorker::spawn(
+                    format!("order-disk-{}", cfg.replica.id),
+                    file,
+                    DISK_QUEUE,
+                    move |e| {
+                        let _ = events.send(Event::Disk(e));
+                    },
+                )?;
+                (Some(worker), decode_log(&records)?)
+            }
+            None => (None, Vec::new()),
         };
-        let replica = Replica::open(cfg.replica.clone(), disk, machine)?;
-        let task = tokio::spawn(run(
-            cfg,
+        let replica = Replica::open(cfg.replica.clone(), log, machine)?;
+        let task = Task {
+            me: cfg.replica.id,
             replica,
-            transport.clone(),
-            rx,
-            shared.clone(),
-            stop.clone(),
-        ));
+            transport: transport.clone(),
+            shared: shared.clone(),
+            disk,
+            gate: Gate::new(),
+            clients: Clients::new(&cfg),
+            client_out: Vec::new(),
+            local: VecDeque::new(),
+            actions: Vec::new(),
+            opt_at: BTreeMap::new(),
+            started: Instant::now(),
+        };
+        let node_id = cfg.replica.id;
+        let task = tokio::spawn(async move {
+            let result = run(cfg, task, rx, stop_task).await;
+            if let Err(e) = &result {
+                tracing::error!(node = node_id, error = %e, "order replica stopped");
+            }
+            result
+        });
         Ok(OrderNode {
             tx,
             shared,
@@ -265,7 +317,7 @@ impl OrderNode {
     }
 
     /// Stops the node like [`OrderNode::shutdown`] and waits for its task to end.
-    pub async fn stop(mut self) -> Result<(), OrderError> {
+    pub async fn stop(mut self) -> Result<(), OrderNodeError> {
         self.shutdown();
         match self.task.take() {
             Some(t) => t.await.unwrap_or(Ok(())),
@@ -357,29 +409,177 @@ impl Clients {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run<S: StateMachine, D: Disk>(
-    cfg: OrderNodeConfig,
-    mut replica: Replica<S, D>,
+/// The replica's task: its machine, the gate between its disk writes and what depends on them,
+/// the disk thread, the local clients.
+struct Task<S: StateMachine> {
+    me: Addr,
+    replica: Replica<S>,
     transport: Arc<dyn Transport<OrderMsg>>,
-    mut rx: mpsc::UnboundedReceiver<Event>,
     shared: Arc<Shared>,
-    stop: CancellationToken,
-) -> Result<(), OrderError> {
-    let me = cfg.replica.id;
-    let mut clients = Clients::new(&cfg);
-    let mut client_out = Vec::new();
-    for _ in 0..cfg.load_clients {
-        clients.submit_load(&mut client_out);
+    disk: Option<DiskWorker>,
+    gate: Gate<Action>,
+    clients: Clients,
+    client_out: Vec<ClientAction>,
+    /// Messages from this node to itself.
+    local: VecDeque<(Addr, OrderMsg)>,
+    actions: Vec<Action>,
+    opt_at: BTreeMap<u64, Instant>,
+    started: Instant,
+}
+
+impl<S: StateMachine> Task<S> {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
-    let mut local: VecDeque<(Addr, OrderMsg)> = VecDeque::new();
-    let mut actions = Vec::new();
-    let mut opt_at: BTreeMap<u64, Instant> = BTreeMap::new();
+
+    fn step(&mut self, input: Input) -> Result<(), OrderNodeError> {
+        let now = self.now();
+        self.replica.step(now, input, &mut self.actions)?;
+        Ok(())
+    }
+
+    fn on_event(&mut self, e: Event) -> Result<(), OrderNodeError> {
+        match e {
+            Event::Net {
+                msg: msg @ OrderMsg::Reply { .. },
+                ..
+            } => {
+                // Answers to our clients' requests re-sent to other replicas.
+                answer(&mut self.clients, &self.shared, msg, &mut self.client_out);
+                Ok(())
+            }
+            Event::Net { from, msg } => self.step(Input::Message { from, msg }),
+            Event::Submit { payload, reply } => {
+                self.clients
+                    .submit(payload, Waiter::App(reply), &mut self.client_out);
+                Ok(())
+            }
+            Event::Disk(DiskEvent::Durable { through, .. }) => {
+                for a in self.gate.durable(through) {
+                    self.carry_out(a);
+                }
+                self.step(Input::Persisted { through })
+            }
+            Event::Disk(DiskEvent::Failed(e)) => Err(e.into()),
+        }
+    }
+
+    /// Carries out the replica's outputs in order: writes go to the disk thread (waiting while
+    /// its queue is full), and whatever follows a write waits in the gate until it is durable.
+    async fn perform(&mut self) -> Result<(), OrderNodeError> {
+        let actions = std::mem::take(&mut self.actions);
+        for a in actions {
+            match a {
+                Output::Persist(write) => {
+                    if let Some(disk) = &self.disk {
+                        self.gate.write();
+                        if disk.write(write).await.is_err() {
+                            // The disk thread stopped; its failure is on its way.
+                            return Ok(());
+                        }
+                    }
+                }
+                a => {
+                    if let Some(a) = self.gate.pass(a) {
+                        self.carry_out(a);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Carries out one output that no disk write holds back.
+    fn carry_out(&mut self, a: Action) {
+        let me = self.me;
+        match a {
+            Output::Send {
+                to,
+                msg: msg @ OrderMsg::Reply { .. },
+            } if to == me => answer(&mut self.clients, &self.shared, msg, &mut self.client_out),
+            Output::Send { to, msg } if to == me => self.local.push_back((me, msg)),
+            Output::Send { to, msg } => {
+                let _ = self.transport.send(to, msg);
+            }
+            Output::Deliver(d) => self.delivered(d),
+            Output::Warn(w) => warn!(node = me, "{w}"),
+            Output::Persist(_) => {}
+        }
+    }
+
+    fn delivered(&mut self, d: Delivery) {
+        let shared = &self.shared;
+        match &d {
+            Delivery::Opt { seq, .. } => {
+                self.opt_at.insert(*seq, Instant::now());
+                shared.opt_delivered.fetch_add(1, Ordering::Relaxed);
+                shared.metrics.opt_delivered.increment(1);
+            }
+            Delivery::Final { seq } => {
+                if let Some(at) = self.opt_at.remove(seq) {
+                    let delay = at.elapsed();
+                    shared.metrics.opt_to_final.record(delay.as_secs_f64());
+                    let _ = shared.opt_to_final.lock().record(delay.as_nanos() as u64);
+                }
+            }
+            Delivery::Revoke { from } => {
+                let gone = self.opt_at.split_off(from);
+                shared
+                    .revoked
+                    .fetch_add(gone.len() as u64, Ordering::Relaxed);
+                shared.metrics.revoked.increment(gone.len() as u64);
+            }
+            Delivery::Installed { seq } => {
+                self.opt_at = self.opt_at.split_off(&(seq + 1));
+            }
+        }
+        if let Some(tx) = shared.deliveries.lock().as_ref() {
+            let _ = tx.send(d);
+        }
+    }
+
+    /// Local work: clients' messages out, messages to itself in, the open batch sealed, and
+    /// what that produced carried out. Returns whether anything was produced.
+    async fn round(&mut self) -> Result<bool, OrderNodeError> {
+        let me = self.me;
+        for a in std::mem::take(&mut self.client_out) {
+            match a {
+                ClientAction::Send { to, msg } if to == me => self.local.push_back((me, msg)),
+                ClientAction::Send { to, msg } => {
+                    let _ = self.transport.send(to, msg);
+                }
+                ClientAction::Done { .. } => {}
+            }
+        }
+        while let Some((from, msg)) = self.local.pop_front() {
+            self.step(Input::Message { from, msg })?;
+        }
+        self.step(Input::Request(Command::Flush))?;
+        if self.actions.is_empty() {
+            return Ok(false);
+        }
+        self.perform().await?;
+        self.shared
+            .requests_delivered
+            .store(self.replica.stats().requests_delivered, Ordering::Relaxed);
+        Ok(true)
+    }
+}
+
+async fn run<S: StateMachine>(
+    cfg: OrderNodeConfig,
+    mut task: Task<S>,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    stop: CancellationToken,
+) -> Result<(), OrderNodeError> {
+    for _ in 0..cfg.load_clients {
+        task.clients.submit_load(&mut task.client_out);
+    }
     let mut next_tick = Instant::now() + cfg.tick;
     loop {
         // Work left over from the last round (answers that started new requests) must not
         // wait for an event, but must not starve the other tasks either: yield, then go on.
-        if !client_out.is_empty() || !local.is_empty() {
+        if !task.client_out.is_empty() || !task.local.is_empty() {
             tokio::task::yield_now().await;
             if stop.is_cancelled() {
                 return Ok(());
@@ -390,7 +590,7 @@ async fn run<S: StateMachine, D: Disk>(
                 _ = tokio::time::sleep_until(next_tick.into()) => {}
                 event = rx.recv() => match event {
                     None => return Ok(()),
-                    Some(e) => on_event(e, &mut replica, &shared, &mut clients, &mut client_out, &mut actions)?,
+                    Some(e) => task.on_event(e)?,
                 },
             }
         }
@@ -401,116 +601,31 @@ async fn run<S: StateMachine, D: Disk>(
         // Take whatever else is waiting, then seal the open batch.
         for _ in 0..1024 {
             match rx.try_recv() {
-                Ok(e) => on_event(
-                    e,
-                    &mut replica,
-                    &shared,
-                    &mut clients,
-                    &mut client_out,
-                    &mut actions,
-                )?,
+                Ok(e) => task.on_event(e)?,
                 Err(_) => break,
             }
         }
         if tick {
-            replica.step(Input::Tick, &mut actions)?;
-            let ids: Vec<u64> = clients.active.keys().copied().collect();
+            task.step(Input::Tick)?;
+            let ids: Vec<u64> = task.clients.active.keys().copied().collect();
             for id in ids {
-                if let Some((c, _)) = clients.active.get_mut(&id) {
-                    c.step(ClientInput::Tick, &mut client_out);
+                if let Some((c, _)) = task.clients.active.get_mut(&id) {
+                    c.step(ClientInput::Tick, &mut task.client_out);
                 }
             }
-            shared.leader.store(replica.is_leader(), Ordering::Relaxed);
-            shared.term.store(replica.term(), Ordering::Relaxed);
+            task.shared
+                .leader
+                .store(task.replica.is_leader(), Ordering::Relaxed);
+            task.shared
+                .term
+                .store(task.replica.term(), Ordering::Relaxed);
         }
+        task.perform().await?;
         // A few rounds of local work per wake-up; whatever remains waits for the next one.
         for _round in 0..64 {
-            for a in client_out.drain(..) {
-                match a {
-                    ClientAction::Send { to, msg } if to == me => local.push_back((me, msg)),
-                    ClientAction::Send { to, msg } => {
-                        let _ = transport.send(to, msg);
-                    }
-                    ClientAction::Done { .. } => {}
-                }
-            }
-            while let Some((from, msg)) = local.pop_front() {
-                replica.step(Input::Message { from, msg }, &mut actions)?;
-            }
-            replica.step(Input::Flush, &mut actions)?;
-            if actions.is_empty() {
+            if !task.round().await? {
                 break;
             }
-            for a in actions.drain(..) {
-                match a {
-                    Action::Send {
-                        to,
-                        msg: msg @ OrderMsg::Reply { .. },
-                    } if to == me => answer(&mut clients, &shared, msg, &mut client_out),
-                    Action::Send { to, msg } if to == me => local.push_back((me, msg)),
-                    Action::Send { to, msg } => {
-                        let _ = transport.send(to, msg);
-                    }
-                    Action::Deliver(d) => {
-                        match &d {
-                            Delivery::Opt { seq, .. } => {
-                                opt_at.insert(*seq, Instant::now());
-                                shared.opt_delivered.fetch_add(1, Ordering::Relaxed);
-                                shared.metrics.opt_delivered.increment(1);
-                            }
-                            Delivery::Final { seq } => {
-                                if let Some(at) = opt_at.remove(seq) {
-                                    let delay = at.elapsed();
-                                    shared.metrics.opt_to_final.record(delay.as_secs_f64());
-                                    let _ =
-                                        shared.opt_to_final.lock().record(delay.as_nanos() as u64);
-                                }
-                            }
-                            Delivery::Revoke { from } => {
-                                let gone = opt_at.split_off(from);
-                                shared
-                                    .revoked
-                                    .fetch_add(gone.len() as u64, Ordering::Relaxed);
-                                shared.metrics.revoked.increment(gone.len() as u64);
-                            }
-                            Delivery::Installed { seq } => {
-                                opt_at = opt_at.split_off(&(seq + 1));
-                            }
-                        }
-                        if let Some(tx) = shared.deliveries.lock().as_ref() {
-                            let _ = tx.send(d);
-                        }
-                    }
-                }
-            }
-            shared
-                .requests_delivered
-                .store(replica.stats().requests_delivered, Ordering::Relaxed);
-        }
-    }
-}
-
-fn on_event<S: StateMachine, D: Disk>(
-    e: Event,
-    replica: &mut Replica<S, D>,
-    shared: &Shared,
-    clients: &mut Clients,
-    client_out: &mut Vec<ClientAction>,
-    actions: &mut Vec<Action>,
-) -> Result<(), OrderError> {
-    match e {
-        Event::Net {
-            msg: msg @ OrderMsg::Reply { .. },
-            ..
-        } => {
-            // Answers to our clients' requests re-sent to other replicas.
-            answer(clients, shared, msg, client_out);
-            Ok(())
-        }
-        Event::Net { from, msg } => replica.step(Input::Message { from, msg }, actions),
-        Event::Submit { payload, reply } => {
-            clients.submit(payload, Waiter::App(reply), client_out);
-            Ok(())
         }
     }
 }

@@ -14,7 +14,7 @@ use atomos_net::handshake::Identity;
 use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
-use atomos_order::{OrderError, OrderMsg, Register, RegisterOp, ReplicaConfig};
+use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig};
 use atomos_protocols::tfa::{TfaConfig, TfaMsg, TfaNode};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -56,7 +56,7 @@ pub enum RuntimeError {
     },
     /// The order-layer replica could not start.
     #[error("order layer: {0}")]
-    Order(#[from] OrderError),
+    Order(#[from] crate::ordering::OrderNodeError),
     /// The TFA protocol could not start.
     #[error("tfa: {0}")]
     Tfa(&'static str),

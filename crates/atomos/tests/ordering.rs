@@ -6,10 +6,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use atomos::disk::FsyncPolicy;
 use atomos::net::handshake::Identity;
 use atomos::net::tcp::{TcpConfig, TcpTransport};
 use atomos::net::transport::Transport;
-use atomos::order::{FsyncPolicy, OrderMsg, Register, RegisterOp, ReplicaConfig};
+use atomos::order::{OrderMsg, Register, RegisterOp, ReplicaConfig};
 use atomos::ordering::{OrderNode, OrderNodeConfig};
 use parking_lot::Mutex;
 use tokio::net::TcpListener;

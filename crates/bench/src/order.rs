@@ -8,10 +8,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use atomos::disk::FsyncPolicy;
 use atomos::net::handshake::Identity;
 use atomos::net::tcp::{TcpConfig, TcpTransport};
 use atomos::net::transport::{LinkRule, Transport};
-use atomos::order::{FsyncPolicy, OrderMsg, Register, ReplicaConfig};
+use atomos::order::{OrderMsg, Register, ReplicaConfig};
 use atomos::ordering::{OrderNode, OrderNodeConfig, OrderNodeStats};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use atomos::order::{FileDisk, FsyncPolicy, Register, Replica, ReplicaConfig};
+use atomos::disk::read_log;
+use atomos::order::{decode_log, Register, Replica, ReplicaConfig};
 
 mod common;
 
@@ -119,10 +120,10 @@ fn kill_9_of_leader_and_follower_loses_and_duplicates_nothing_acknowledged() {
     }
     let mut lists = Vec::new();
     for n in 1..=3u64 {
-        let disk =
-            FileDisk::open(&dir.join(format!("data/{n}/order.wal")), FsyncPolicy::Never).unwrap();
+        let log = read_log(&dir.join(format!("data/{n}/order.wal")), false).unwrap();
+        let log = decode_log(&log).unwrap();
         let (register, _) =
-            Replica::recover(ReplicaConfig::new(n, vec![1, 2, 3]), disk, Register::new()).unwrap();
+            Replica::recover(ReplicaConfig::new(n, vec![1, 2, 3]), log, Register::new()).unwrap();
         let values: Vec<u64> = register
             .get("load")
             .unwrap_or_default()

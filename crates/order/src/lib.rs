@@ -7,23 +7,26 @@
 //! entries), at-most-once delivery of client requests, a checksummed write-ahead log, snapshots
 //! with log compaction, and state transfer to replicas that fell behind.
 //!
-//! Everything here is a deterministic state machine ([`Replica::step`], [`Client::step`]): the
-//! simulator drives it with simulated time and faults, the node runtime with real ones.
+//! Everything here is a deterministic state machine behind the protocol seam
+//! ([`atomos_seam::Machine`]: [`Replica`], and [`Client::step`]) with no I/O of its own: the
+//! replica's log reads come in as records when it opens and its writes go out as
+//! [`atomos_seam::Output::Persist`]. The simulator drives it with simulated time, network and
+//! disk faults, the node runtime with real ones.
 
 #![deny(missing_docs)]
 
 mod client;
-pub mod disk;
 mod log_store;
 mod logging;
+mod record;
 mod register;
 mod replica;
 mod types;
 
 pub use client::{Client, ClientAction, ClientInput};
-pub use disk::{Disk, FileDisk, FsyncPolicy, MemDisk, Record};
 pub use log_store::LogStore;
 pub use logging::raft_logger;
+pub use record::{decode_log, Record};
 pub use register::{Register, RegisterOp};
-pub use replica::{Input, OrderError, OrderStats, Replica, ReplicaConfig};
+pub use replica::{Command, Input, OrderError, OrderStats, Replica, ReplicaConfig};
 pub use types::{Action, Addr, BatchId, Delivery, OrderMsg, Request, StateMachine};

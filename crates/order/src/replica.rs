@@ -27,9 +27,11 @@ use raft::eraftpb::{Entry, EntryType, HardState, Message, MessageType, Snapshot}
 use raft::{RawNode, SnapshotStatus};
 use serde::{Deserialize, Serialize};
 
-use crate::disk::{Disk, Record};
+use atomos_seam::{Machine, Output, Write};
+
 use crate::log_store::LogStore;
 use crate::logging::raft_logger;
+use crate::record::Record;
 use crate::types::{Action, Addr, BatchId, Delivery, OrderMsg, Request, StateMachine};
 
 /// Settings of a replica.
@@ -77,22 +79,17 @@ impl ReplicaConfig {
     }
 }
 
-/// What a replica reacts to.
-#[derive(Clone, Debug)]
-pub enum Input {
-    /// Time passed (one tick).
-    Tick,
+/// A replica's local requests (besides the messages clients send it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
     /// Seal the open batch now: the driver has no more requests waiting (batching by load,
     /// like group commit, on top of the size and tick limits).
     Flush,
-    /// A message arrived.
-    Message {
-        /// Its sender.
-        from: Addr,
-        /// The message.
-        msg: OrderMsg,
-    },
 }
+
+/// What a replica reacts to: messages, ticks (one each), [`Command`]s and persistence
+/// confirmations.
+pub type Input = atomos_seam::Input<OrderMsg, Command>;
 
 /// Why a replica cannot go on.
 #[derive(Debug, thiserror::Error)]
@@ -100,12 +97,21 @@ pub enum OrderError {
     /// The configuration is unusable.
     #[error("bad order configuration: {0}")]
     Config(String),
-    /// The disk failed: the replica must stop (it can no longer promise durability).
-    #[error("write-ahead log: {0}")]
-    Disk(#[from] std::io::Error),
     /// The log holds something this build cannot read.
     #[error("corrupt record in the log: {0}")]
     Corrupt(String),
+    /// Raft replaced entries this replica had already delivered finally: its log disagrees with
+    /// the cluster's committed order (a lost write or a damaged disk), and it must stop.
+    #[error(
+        "raft replaced entries from {cut} on, but entries before {final_next} were finally \
+         delivered here: this replica's log diverged from the committed order"
+    )]
+    Diverged {
+        /// The first replaced entry.
+        cut: u64,
+        /// The next entry this replica would have delivered finally.
+        final_next: u64,
+    },
     /// raft-rs refused to start.
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
@@ -141,11 +147,12 @@ struct Pending {
     requests: Vec<Request>,
 }
 
-/// One replica. `S` is the replicated state machine, `D` where it persists.
-pub struct Replica<S, D> {
+/// One replica. `S` is the replicated state machine.
+pub struct Replica<S> {
     cfg: ReplicaConfig,
     raft: RawNode<LogStore>,
-    disk: D,
+    /// Records written since the last flush into a disk write.
+    unflushed: Vec<Vec<u8>>,
     machine: S,
     rng: u64,
     ticks: u64,
@@ -193,10 +200,11 @@ fn entry_batch(e: &Entry) -> Option<BatchId> {
     postcard::from_bytes(&e.data).ok()
 }
 
-impl<S: StateMachine, D: Disk> Replica<S, D> {
-    /// Opens replica `cfg.id` on `disk`: replays what it holds (an empty disk is a new replica)
-    /// and starts Raft where the log left off. `machine` must be in its initial state.
-    pub fn open(cfg: ReplicaConfig, mut disk: D, mut machine: S) -> Result<Self, OrderError> {
+impl<S: StateMachine> Replica<S> {
+    /// Opens replica `cfg.id` from the records its disk holds ([`crate::decode_log`]; none for a
+    /// new replica) and starts Raft where the log left off. `machine` must be in its initial
+    /// state.
+    pub fn open(cfg: ReplicaConfig, log: Vec<Record>, mut machine: S) -> Result<Self, OrderError> {
         if cfg.id == 0 || !cfg.replicas.contains(&cfg.id) {
             return Err(OrderError::Config(format!(
                 "replica id {} must be non-zero and among the replicas {:?}",
@@ -206,7 +214,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         let mut store = LogStore::new(cfg.replicas.clone());
         let mut batches = BTreeMap::new();
         let mut next_batch = 1;
-        for record in disk.load()? {
+        for record in log {
             match record {
                 Record::Entries(list) => {
                     let ents = list
@@ -294,7 +302,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         let rng = cfg.seed ^ 0x6a09_e667_f3bc_c908;
         Ok(Replica {
             raft,
-            disk,
+            unflushed: Vec::new(),
             machine,
             rng,
             ticks: 0,
@@ -365,18 +373,17 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         )
     }
 
-    /// Gives the disk back (to reopen the replica after a simulated crash).
-    pub fn into_disk(self) -> D {
-        self.disk
-    }
-
     /// Opens a replica's log without joining the cluster and applies every committed entry it
     /// holds: the state the replica had reached (or would reach on restart before hearing from
     /// anyone). For tools and tests that inspect a stopped replica.
-    pub fn recover(cfg: ReplicaConfig, disk: D, machine: S) -> Result<(S, u64), OrderError> {
-        let mut replica = Replica::open(cfg, disk, machine)?;
+    pub fn recover(
+        cfg: ReplicaConfig,
+        log: Vec<Record>,
+        machine: S,
+    ) -> Result<(S, u64), OrderError> {
+        let mut replica = Replica::open(cfg, log, machine)?;
         let mut ignored = Vec::new();
-        replica.step(Input::Flush, &mut ignored)?;
+        replica.step(0, Input::Request(Command::Flush), &mut ignored)?;
         let applied = replica.final_next - 1;
         Ok((replica.machine, applied))
     }
@@ -398,20 +405,45 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         z ^ (z >> 31)
     }
 
-    /// Reacts to one input; appends messages to send and deliveries to `out`.
-    pub fn step(&mut self, input: Input, out: &mut Vec<Action>) -> Result<(), OrderError> {
+    /// Reacts to one input; appends messages to send, disk writes and deliveries to `out`
+    /// (every record a message or delivery depends on is written before it: see
+    /// [`atomos_seam`]). The replica counts time in ticks, so `now` is not used.
+    pub fn step(
+        &mut self,
+        _now: u64,
+        input: Input,
+        out: &mut Vec<Action>,
+    ) -> Result<(), OrderError> {
         match input {
             Input::Tick => self.tick(out)?,
-            Input::Flush => {
+            Input::Request(Command::Flush) => {
                 if !self.open.is_empty() {
                     self.seal(out)?;
                 }
             }
             Input::Message { from, msg } => self.on_message(from, msg, out)?,
+            // Writes are ordered before what depends on them; nothing waits for this.
+            Input::Persisted { .. } => {}
         }
         self.handle_ready(out)?;
         self.deliver(out)?;
+        self.flush(out);
         Ok(())
+    }
+
+    /// Queues a record for the next disk write.
+    fn write(&mut self, record: &Record) {
+        self.unflushed.push(record.encode());
+    }
+
+    /// Emits the queued records as one disk write: whatever is emitted after it waits until
+    /// they are durable.
+    fn flush(&mut self, out: &mut Vec<Action>) {
+        if !self.unflushed.is_empty() {
+            out.push(Output::Persist(Write::Append(std::mem::take(
+                &mut self.unflushed,
+            ))));
+        }
     }
 
     fn tick(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
@@ -444,7 +476,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         for (id, to) in resend {
             let requests = self.batches.get(&id).cloned().unwrap_or_default();
             for r in to {
-                out.push(Action::Send {
+                out.push(Output::Send {
                     to: r,
                     msg: OrderMsg::Batch {
                         id,
@@ -482,7 +514,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         }
         self.missing = Some((id, self.ticks));
         for to in self.others().collect::<Vec<_>>() {
-            out.push(Action::Send {
+            out.push(Output::Send {
                 to,
                 msg: OrderMsg::FetchState {
                     after: self.opt_next,
@@ -514,15 +546,16 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
             },
             OrderMsg::Batch { id, requests } if member => {
                 if !self.batches.contains_key(&id) && !self.delivered_batches.contains(&id) {
-                    self.disk.append(&Record::Batch {
+                    self.write(&Record::Batch {
                         id,
                         requests: requests.clone(),
-                    })?;
-                    self.disk.sync()?;
+                    });
+                    // The acknowledgement below promises the batch is durable here.
+                    self.flush(out);
                     self.batches.insert(id, requests);
                 }
                 if id.origin == from {
-                    out.push(Action::Send {
+                    out.push(Output::Send {
                         to: from,
                         msg: OrderMsg::BatchAck { id },
                     });
@@ -540,7 +573,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
             }
             OrderMsg::FetchBatch { id } if member => {
                 if let Some(requests) = self.batches.get(&id) {
-                    out.push(Action::Send {
+                    out.push(Output::Send {
                         to: from,
                         msg: OrderMsg::Batch {
                             id,
@@ -553,7 +586,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
                 let snap = self.raft.store().latest_snapshot();
                 if snap.get_metadata().index >= after {
                     match snap.write_to_bytes() {
-                        Ok(snapshot) => out.push(Action::Send {
+                        Ok(snapshot) => out.push(Output::Send {
                             to: from,
                             msg: OrderMsg::State { snapshot },
                         }),
@@ -588,7 +621,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         if let Some((last, response)) = self.clients.get(&req.client) {
             if *last >= req.seq {
                 if *last == req.seq {
-                    out.push(Action::Send {
+                    out.push(Output::Send {
                         to: from,
                         msg: OrderMsg::Reply {
                             client: req.client,
@@ -620,13 +653,13 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         };
         self.next_batch += 1;
         let requests = std::mem::take(&mut self.open);
-        self.disk.append(&Record::Batch {
+        self.write(&Record::Batch {
             id,
             requests: requests.clone(),
-        })?;
-        self.disk.sync()?;
+        });
+        self.flush(out);
         for to in self.others().collect::<Vec<_>>() {
-            out.push(Action::Send {
+            out.push(Output::Send {
                 to,
                 msg: OrderMsg::Batch {
                     id,
@@ -656,7 +689,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
                 self.snapshot_to.push(m.to);
             }
             match m.write_to_bytes() {
-                Ok(bytes) => out.push(Action::Send {
+                Ok(bytes) => out.push(Output::Send {
                     to: m.to,
                     msg: OrderMsg::Raft(bytes),
                 }),
@@ -665,13 +698,12 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         }
     }
 
-    fn persist_hard_state(&mut self, hs: &HardState) -> Result<(), OrderError> {
-        self.disk.append(&Record::HardState {
+    fn persist_hard_state(&mut self, hs: &HardState) {
+        self.write(&Record::HardState {
             term: hs.term,
             vote: hs.vote,
             commit: hs.commit,
-        })?;
-        Ok(())
+        });
     }
 
     fn handle_ready(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
@@ -692,12 +724,12 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
             }
             if let Some(hs) = rd.hs() {
                 let hs = hs.clone();
-                self.persist_hard_state(&hs)?;
+                self.persist_hard_state(&hs);
                 self.raft.mut_store().set_hard_state(hs);
                 wrote = true;
             }
             if wrote {
-                self.disk.sync()?;
+                self.flush(out);
             }
             let persisted = rd.take_persisted_messages();
             self.send_raft(persisted, out);
@@ -708,8 +740,8 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
             if let Some(commit) = light.commit_index() {
                 self.raft.mut_store().set_commit(commit);
                 let hs = self.raft.store().hard_state().clone();
-                self.persist_hard_state(&hs)?;
-                self.disk.sync()?;
+                self.persist_hard_state(&hs);
+                self.flush(out);
             }
             let msgs = light.take_messages();
             self.send_raft(msgs, out);
@@ -733,14 +765,13 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
             .map(|e| e.write_to_bytes())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| OrderError::Corrupt(e.to_string()))?;
-        self.disk.append(&Record::Entries(encoded))?;
+        self.write(&Record::Entries(encoded));
         if let Some(cut) = self.raft.mut_store().append(ents) {
             if cut < self.final_next {
-                tracing::error!(
+                return Err(OrderError::Diverged {
                     cut,
-                    final_next = self.final_next,
-                    "raft replaced finally delivered entries"
-                );
+                    final_next: self.final_next,
+                });
             }
             self.revoke(cut, out);
             self.in_log.retain(|_, at| *at < cut);
@@ -766,7 +797,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
             .flat_map(|p| p.requests.iter().map(|r| (r.client, r.seq)))
             .collect();
         self.opt_next = from;
-        out.push(Action::Deliver(Delivery::Revoke { from }));
+        out.push(Output::Deliver(Delivery::Revoke { from }));
     }
 
     /// Takes the delivered state of a snapshot: the state machine, the clients' table, the
@@ -794,7 +825,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         self.final_next = index + 1;
         self.commit = self.commit.max(index);
         self.stats.snapshots_installed += 1;
-        out.push(Action::Deliver(Delivery::Installed { seq: index }));
+        out.push(Output::Deliver(Delivery::Installed { seq: index }));
         Ok(())
     }
 
@@ -805,7 +836,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         let bytes = snap
             .write_to_bytes()
             .map_err(|e| OrderError::Corrupt(e.to_string()))?;
-        self.disk.append(&Record::Installed(bytes))?;
+        self.write(&Record::Installed(bytes));
         self.raft.mut_store().install(snap);
         Ok(())
     }
@@ -824,7 +855,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         }
         self.restore_state(&snap, out)?;
         self.raft.mut_store().compact(snap);
-        self.rewrite_disk()
+        self.rewrite_disk(out)
     }
 
     fn want(&mut self, id: BatchId, out: &mut Vec<Action>) {
@@ -835,7 +866,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         if due {
             self.fetch_sent.insert(id, self.ticks);
             for to in self.others().collect::<Vec<_>>() {
-                out.push(Action::Send {
+                out.push(Output::Send {
                     to,
                     msg: OrderMsg::FetchBatch { id },
                 });
@@ -874,7 +905,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
             // Within one batch a request appears once (the origin's `in_flight` guarantees it).
             self.pending_requests
                 .extend(requests.iter().map(|r| (r.client, r.seq)));
-            out.push(Action::Deliver(Delivery::Opt {
+            out.push(Output::Deliver(Delivery::Opt {
                 seq,
                 requests: requests.clone(),
             }));
@@ -901,7 +932,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
                 if let Some(&(wanted, to)) = self.awaiting.get(&r.client) {
                     if wanted == r.seq {
                         self.awaiting.remove(&r.client);
-                        out.push(Action::Send {
+                        out.push(Output::Send {
                             to,
                             msg: OrderMsg::Reply {
                                 client: r.client,
@@ -919,16 +950,16 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
                 self.proposed.remove(&id);
                 self.fetch_sent.remove(&id);
             }
-            out.push(Action::Deliver(Delivery::Final { seq }));
+            out.push(Output::Deliver(Delivery::Final { seq }));
             self.final_next += 1;
             self.stats.final_delivered += 1;
         }
-        self.maybe_snapshot()
+        self.maybe_snapshot(out)
     }
 
     /// Takes a snapshot at the last finally delivered entry once `snapshot_every` entries have
     /// been delivered since the last one; compacts the log and rewrites the disk.
-    fn maybe_snapshot(&mut self) -> Result<(), OrderError> {
+    fn maybe_snapshot(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
         let applied = self.final_next - 1;
         let base = self.raft.store().snapshot_index();
         if applied < base + self.cfg.snapshot_every.max(1) {
@@ -958,7 +989,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
         meta.set_conf_state(self.raft.store().conf_state().clone());
         self.raft.mut_store().compact(snap);
         self.forget_delivered_batches(applied);
-        self.rewrite_disk()?;
+        self.rewrite_disk(out)?;
         self.stats.snapshots_taken += 1;
         Ok(())
     }
@@ -980,7 +1011,7 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
 
     /// Rewrites the disk with what the replica holds now: its snapshot, the entries after it,
     /// the hard state, the batches it keeps.
-    fn rewrite_disk(&mut self) -> Result<(), OrderError> {
+    fn rewrite_disk(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
         let store = self.raft.store();
         let snap = store.latest_snapshot();
         let mut records = vec![Record::Installed(
@@ -1006,7 +1037,23 @@ impl<S: StateMachine, D: Disk> Replica<S, D> {
             id: *id,
             requests: requests.clone(),
         }));
-        self.disk.rewrite(&records)?;
+        // Records queued before go first (the rewrite holds their facts too, but a write
+        // emitted earlier is never dropped).
+        self.flush(out);
+        out.push(Output::Persist(Write::Rewrite(
+            records.iter().map(Record::encode).collect(),
+        )));
         Ok(())
+    }
+}
+
+impl<S: StateMachine> Machine for Replica<S> {
+    type Msg = OrderMsg;
+    type Request = Command;
+    type Delivery = Delivery;
+    type Error = OrderError;
+
+    fn step(&mut self, now: u64, input: Input, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        Replica::step(self, now, input, out)
     }
 }

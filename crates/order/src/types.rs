@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A node's address: its id in the cluster's transport (never 0; replicas use it as their Raft
 /// id too).
-pub type Addr = u64;
+pub type Addr = atomos_seam::NodeId;
 
 /// A client's request. A client numbers its requests 1, 2, 3, ... and has one outstanding at a
 /// time; `(client, seq)` identifies a request, and the order layer delivers each at most once
@@ -105,19 +105,8 @@ pub enum Delivery {
     },
 }
 
-/// What a replica asks its driver to do.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Action {
-    /// Send `msg` to `to`.
-    Send {
-        /// The receiver.
-        to: Addr,
-        /// The message.
-        msg: OrderMsg,
-    },
-    /// Deliver to the layers above.
-    Deliver(Delivery),
-}
+/// What a replica asks its driver to do: send, persist (before what follows), deliver.
+pub type Action = atomos_seam::Output<OrderMsg, Delivery>;
 
 /// A replicated state machine: applies finally delivered requests in order, and can be saved
 /// into and restored from a snapshot. Must be deterministic.

@@ -12,9 +12,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use atomos_order::{
-    Action, Client, ClientAction, ClientInput, Delivery, Input as ReplicaInput, MemDisk, OrderMsg,
-    Register, RegisterOp, Replica, ReplicaConfig, Request, StateMachine,
+    decode_log, Action, Client, ClientAction, ClientInput, Delivery, Input as ReplicaInput,
+    OrderMsg, Register, RegisterOp, Replica, ReplicaConfig, Request, StateMachine,
 };
+use atomos_seam::Write;
 use atomos_sim::{check_seeds, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig};
 
 const REPLICAS: usize = 3;
@@ -46,8 +47,9 @@ enum Note {
 enum Node {
     Replica {
         cfg: ReplicaConfig,
-        replica: Option<Box<Replica<Register, MemDisk>>>,
-        disk: MemDisk,
+        replica: Option<Box<Replica<Register>>>,
+        /// The records on the replica's disk (every write is durable at once).
+        disk: Vec<Vec<u8>>,
         incarnation: u64,
     },
     /// A client and the payloads it submits when it first starts.
@@ -55,7 +57,11 @@ enum Node {
 }
 
 impl Node {
-    fn push_actions(actions: Vec<Action>, out: &mut Vec<Output<OrderMsg, Note>>) {
+    fn push_actions(
+        actions: Vec<Action>,
+        disk: &mut Vec<Vec<u8>>,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) {
         for a in actions {
             match a {
                 Action::Send { to, msg } => out.push(Output::Send {
@@ -63,6 +69,9 @@ impl Node {
                     msg,
                 }),
                 Action::Deliver(d) => out.push(Output::Note(Note::Delivered(d))),
+                Action::Persist(Write::Append(records)) => disk.extend(records),
+                Action::Persist(Write::Rewrite(records)) => *disk = records,
+                Action::Warn(_) => {}
             }
         }
     }
@@ -111,7 +120,14 @@ impl Machine for Node {
                 if let Input::Start = input {
                     let mut c = cfg.clone();
                     c.seed = cfg.seed ^ (*incarnation << 32);
-                    match Replica::open(c, std::mem::take(disk), Register::new()) {
+                    let log = match decode_log(disk) {
+                        Ok(log) => log,
+                        Err(e) => {
+                            out.push(Output::Note(Note::Failed(e.to_string())));
+                            return;
+                        }
+                    };
+                    match Replica::open(c, log, Register::new()) {
                         Ok(r) => {
                             out.push(Output::Note(Note::Started {
                                 base: r.final_next() - 1,
@@ -132,10 +148,10 @@ impl Machine for Node {
                     Input::Request(_) | Input::Start => return,
                 };
                 let mut actions = Vec::new();
-                if let Err(e) = r.step(input, &mut actions) {
+                if let Err(e) = r.step(0, input, &mut actions) {
                     out.push(Output::Note(Note::Failed(e.to_string())));
                 }
-                Node::push_actions(actions, out);
+                Node::push_actions(actions, disk, out);
             }
             Node::Client(client, to_submit) => {
                 let input = match input {
@@ -166,15 +182,11 @@ impl Machine for Node {
         // they synced.
         if let Node::Replica {
             replica,
-            disk,
             incarnation,
             ..
         } = self
         {
-            if let Some(r) = replica.take() {
-                *disk = (*r).into_disk();
-            }
-            disk.crash();
+            *replica = None;
             *incarnation += 1;
         }
     }
@@ -201,7 +213,7 @@ fn simulate(seed: u64, snapshot_every: u64) -> Outcome {
         nodes.push(Node::Replica {
             cfg,
             replica: None,
-            disk: MemDisk::new(),
+            disk: Vec::new(),
             incarnation: 0,
         });
     }

@@ -1,0 +1,487 @@
+//! A protocol machine's write-ahead log in a file, and the thread that writes and fsyncs it.
+//!
+//! [`FileDisk`] keeps records framed and checksummed ([`atomos_seam::wal`]). Opening it reads the
+//! records back: a torn final record (a crash in the middle of an append) is cut with a
+//! warning; a damaged record before the tail makes opening fail with the file and the offset
+//! ([`DiskError::Corrupt`]), because cutting there would forget durable records (for Raft,
+//! votes and acknowledged entries). Creating the file and replacing it after a compaction
+//! fsync its directory too, so neither is lost with the directory entry.
+//!
+//! [`DiskWorker`] runs a disk on a thread of its own, never on the async workers that carry
+//! heartbeats and connections: writes arrive through a bounded queue (a full queue makes the
+//! sender wait: backpressure), are grouped under one fsync when they come together, and the
+//! worker reports how far they are durable, or the error that stopped it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use atomos_seam::{wal, Write};
+use tokio::sync::mpsc;
+
+/// When [`FileDisk`] calls fsync, and so when a write counts as durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// Before a write is reported durable: nothing acknowledged is lost when the machine loses
+    /// power. Writes that arrive together share one fsync.
+    EveryBatch,
+    /// Writes are reported durable once written to the operating system, and fsynced within
+    /// this period (even when no later write comes): a power loss forgets at most that much.
+    Every(Duration),
+    /// Never (the operating system writes back when it likes): for in-memory clusters and
+    /// benchmarks.
+    Never,
+}
+
+impl std::str::FromStr for FsyncPolicy {
+    type Err = String;
+    /// `batch`, `never` (or `off`), or a period in milliseconds like `10ms`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "batch" => Ok(FsyncPolicy::EveryBatch),
+            "never" | "off" => Ok(FsyncPolicy::Never),
+            other => other
+                .strip_suffix("ms")
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|&n| n > 0)
+                .map(|n| FsyncPolicy::Every(Duration::from_millis(n)))
+                .ok_or_else(|| format!("{other:?} is not batch, never or a period like 10ms")),
+        }
+    }
+}
+
+impl std::fmt::Display for FsyncPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FsyncPolicy::EveryBatch => f.write_str("batch"),
+            FsyncPolicy::Every(d) => write!(f, "{}ms", d.as_millis()),
+            FsyncPolicy::Never => f.write_str("never"),
+        }
+    }
+}
+
+/// Why a log cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    /// Reading, writing or syncing failed.
+    #[error("write-ahead log {path}: {source}")]
+    Io {
+        /// The log file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A record before the end of the log is damaged.
+    #[error(
+        "write-ahead log {path}: the record at byte {offset} is damaged and is not the last \
+         ({records_before} good records before it); refusing to start, because cutting the log \
+         there would forget durable records (restore this replica's data from another one)"
+    )]
+    Corrupt {
+        /// The log file.
+        path: PathBuf,
+        /// Where the damaged record starts.
+        offset: usize,
+        /// Good records before it.
+        records_before: usize,
+    },
+}
+
+/// A write-ahead log in a file.
+pub struct FileDisk {
+    path: PathBuf,
+    file: File,
+    policy: FsyncPolicy,
+    /// Written and not yet fsynced since then (under [`FsyncPolicy::Every`]).
+    dirty_since: Option<Instant>,
+}
+
+impl FileDisk {
+    /// Opens (or creates) the log at `path` and reads its records: a torn final record is cut
+    /// (with a warning), a damaged one before it is [`DiskError::Corrupt`].
+    pub fn open(path: &Path, policy: FsyncPolicy) -> Result<(FileDisk, Vec<Vec<u8>>), DiskError> {
+        let io = |source| DiskError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        fs::create_dir_all(dir).map_err(io)?;
+        let existed = path.exists();
+        let file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(io)?;
+        if !existed {
+            sync_dir(dir).map_err(io)?;
+        }
+        let records = read_log(path, true)?;
+        Ok((
+            FileDisk {
+                path: path.to_path_buf(),
+                file,
+                policy,
+                dirty_since: None,
+            },
+            records,
+        ))
+    }
+
+    fn io(&self, source: io::Error) -> DiskError {
+        DiskError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Carries out a write (to the operating system; [`FileDisk::sync`] makes it durable).
+    pub fn write(&mut self, write: &Write) -> Result<(), DiskError> {
+        match write {
+            Write::Append(records) => {
+                let mut bytes = Vec::new();
+                for r in records {
+                    wal::frame(r, &mut bytes);
+                }
+                self.file.write_all(&bytes).map_err(|e| self.io(e))?;
+                self.dirty_since.get_or_insert_with(Instant::now);
+                Ok(())
+            }
+            Write::Rewrite(records) => self.rewrite(records).map_err(|e| self.io(e)),
+        }
+    }
+
+    /// Replaces the log: the new one is written beside it, fsynced, renamed over it, and the
+    /// directory fsynced, so a crash leaves either the old log or the new one.
+    fn rewrite(&mut self, records: &[Vec<u8>]) -> io::Result<()> {
+        let mut bytes = Vec::new();
+        for r in records {
+            wal::frame(r, &mut bytes);
+        }
+        let tmp = self.path.with_extension("rewrite");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            if self.policy != FsyncPolicy::Never {
+                f.sync_all()?;
+            }
+        }
+        fs::rename(&tmp, &self.path)?;
+        if self.policy != FsyncPolicy::Never {
+            if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                sync_dir(dir)?;
+            }
+        }
+        self.file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&self.path)?;
+        self.dirty_since = None;
+        Ok(())
+    }
+
+    /// Fsyncs what was written, if anything.
+    pub fn sync(&mut self) -> Result<(), DiskError> {
+        if self.dirty_since.is_some() {
+            self.file.sync_data().map_err(|e| self.io(e))?;
+            self.dirty_since = None;
+        }
+        Ok(())
+    }
+
+    /// When an fsync is due under [`FsyncPolicy::Every`] (`None`: nothing waits for one).
+    pub fn sync_due(&self) -> Option<Instant> {
+        match self.policy {
+            FsyncPolicy::Every(period) => self.dirty_since.map(|t| t + period),
+            FsyncPolicy::EveryBatch | FsyncPolicy::Never => None,
+        }
+    }
+
+    /// The fsync policy.
+    pub fn policy(&self) -> FsyncPolicy {
+        self.policy
+    }
+}
+
+/// Fsyncs a directory, making the creation, removal or renaming of its entries durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Reads the records of the log at `path` (an absent file holds none). With `repair`, a torn
+/// final record is cut from the file (with a warning); without, it is only left out (for tools
+/// that inspect a stopped node's log). A damaged record before the tail is an error either way.
+pub fn read_log(path: &Path, repair: bool) -> Result<Vec<Vec<u8>>, DiskError> {
+    let io = |source| DiskError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(mut f) => f.read_to_end(&mut bytes).map_err(io)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(e)),
+    };
+    let parsed = wal::parse(&bytes).map_err(|c| DiskError::Corrupt {
+        path: path.to_path_buf(),
+        offset: c.offset,
+        records_before: c.records_before,
+    })?;
+    if parsed.torn(bytes.len()) && repair {
+        tracing::warn!(
+            path = %path.display(),
+            kept_bytes = parsed.good_len,
+            cut_bytes = bytes.len() - parsed.good_len,
+            records = parsed.records.len(),
+            "write-ahead log ends in a torn record (a crash during an append); cutting it"
+        );
+        let f = OpenOptions::new().write(true).open(path).map_err(io)?;
+        f.set_len(parsed.good_len as u64).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    Ok(parsed.records)
+}
+
+/// What a [`DiskWorker`] reports.
+#[derive(Debug)]
+pub enum DiskEvent {
+    /// Every write up to the `through`-th (from 1) is durable as the policy defines it.
+    Durable {
+        /// The number of the latest durable write.
+        through: u64,
+        /// Whether everything written so far was fsynced, too.
+        fsynced: bool,
+    },
+    /// The disk failed; the worker stopped and nothing after the last `Durable` is durable.
+    Failed(DiskError),
+}
+
+/// A disk on a thread of its own. Dropping it lets the thread finish the writes queued and end.
+pub struct DiskWorker {
+    tx: mpsc::Sender<Write>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DiskWorker {
+    /// Starts a thread that carries out writes on `disk` in order and calls `report` as they
+    /// become durable (or once with the failure that stopped it). At most `capacity` writes
+    /// wait in the queue.
+    pub fn spawn(
+        name: String,
+        disk: FileDisk,
+        capacity: usize,
+        report: impl Fn(DiskEvent) + Send + 'static,
+    ) -> io::Result<DiskWorker> {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || write_loop(disk, rx, report))?;
+        Ok(DiskWorker {
+            tx,
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues a write, waiting while the queue is full. Fails only if the worker stopped (its
+    /// failure was reported).
+    pub async fn write(&self, write: Write) -> Result<(), Write> {
+        self.tx.send(write).await.map_err(|e| e.0)
+    }
+}
+
+impl Drop for DiskWorker {
+    fn drop(&mut self) {
+        let (tx, _) = mpsc::channel(1);
+        drop(std::mem::replace(&mut self.tx, tx));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn write_loop(
+    mut disk: FileDisk,
+    mut rx: mpsc::Receiver<Write>,
+    report: impl Fn(DiskEvent) + Send + 'static,
+) {
+    // A small runtime of this thread's own waits for writes or for a timed fsync.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(source) => {
+            report(DiskEvent::Failed(DiskError::Io {
+                path: disk.path.clone(),
+                source,
+            }));
+            return;
+        }
+    };
+    let mut written = 0u64;
+    loop {
+        let next = rt.block_on(async {
+            match disk.sync_due() {
+                Some(due) => tokio::time::timeout_at(due.into(), rx.recv()).await,
+                None => Ok(rx.recv().await),
+            }
+        });
+        let first = match next {
+            Ok(Some(w)) => w,
+            Ok(None) => {
+                // The machine stopped: make what was written durable before going.
+                let _ = disk.sync();
+                return;
+            }
+            Err(_timed_out) => {
+                match disk.sync() {
+                    Ok(()) => report(DiskEvent::Durable {
+                        through: written,
+                        fsynced: true,
+                    }),
+                    Err(e) => {
+                        report(DiskEvent::Failed(e));
+                        return;
+                    }
+                }
+                continue;
+            }
+        };
+        // Everything already queued goes under the same fsync (group commit).
+        let mut batch = vec![first];
+        while batch.len() < 1024 {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let result =
+            batch
+                .iter()
+                .try_for_each(|w| disk.write(w))
+                .and_then(|()| match disk.policy() {
+                    FsyncPolicy::EveryBatch => disk.sync(),
+                    FsyncPolicy::Every(_) => match disk.sync_due() {
+                        Some(due) if Instant::now() >= due => disk.sync(),
+                        _ => Ok(()),
+                    },
+                    FsyncPolicy::Never => Ok(()),
+                });
+        match result {
+            Ok(()) => {
+                written += batch.len() as u64;
+                report(DiskEvent::Durable {
+                    through: written,
+                    fsynced: disk.dirty_since.is_none(),
+                });
+            }
+            Err(e) => {
+                report(DiskEvent::Failed(e));
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("atomos-disk-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir.join("wal")
+    }
+
+    fn append(d: &mut FileDisk, records: &[&[u8]]) {
+        d.write(&Write::Append(records.iter().map(|r| r.to_vec()).collect()))
+            .unwrap();
+        d.sync().unwrap();
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_and_appending_goes_on_after_it() {
+        let path = temp("torn");
+        let (mut d, none) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        assert!(none.is_empty());
+        append(&mut d, &[b"one", b"two"]);
+        drop(d);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes.extend_from_slice(&[0, 0, 0, 50, 1, 2]); // half a record
+        fs::write(&path, &bytes).unwrap();
+        let (mut d, records) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        assert_eq!(records, vec![b"one".to_vec(), b"two".to_vec()]);
+        append(&mut d, &[b"three"]);
+        let (_, records) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        assert_eq!(records.len(), 3);
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_damaged_record_in_the_middle_refuses_to_open_and_names_the_offset() {
+        let path = temp("corrupt");
+        let (mut d, _) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        append(&mut d, &[b"one", b"two", b"three"]);
+        drop(d);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[wal::HEADER + 3 + wal::HEADER] ^= 0xff; // inside "two"
+        fs::write(&path, &bytes).unwrap();
+        let before = fs::read(&path).unwrap();
+        match FileDisk::open(&path, FsyncPolicy::EveryBatch) {
+            Err(DiskError::Corrupt {
+                offset,
+                records_before,
+                ..
+            }) => {
+                assert_eq!((offset, records_before), (wal::HEADER + 3, 1));
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("a corrupt log opened"),
+        }
+        assert_eq!(fs::read(&path).unwrap(), before, "the log was changed");
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_rewrite_replaces_the_log() {
+        let path = temp("rewrite");
+        let (mut d, _) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        append(&mut d, &[b"one", b"two"]);
+        d.write(&Write::Rewrite(vec![b"seven".to_vec()])).unwrap();
+        append(&mut d, &[b"eight"]);
+        let (_, records) = FileDisk::open(&path, FsyncPolicy::Never).unwrap();
+        assert_eq!(records, vec![b"seven".to_vec(), b"eight".to_vec()]);
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_periodic_fsync_comes_even_when_no_later_write_does() {
+        let path = temp("periodic");
+        let (d, _) = FileDisk::open(&path, FsyncPolicy::Every(Duration::from_millis(20))).unwrap();
+        let (events_tx, events) = std::sync::mpsc::channel();
+        let worker = DiskWorker::spawn("test-disk".into(), d, 4, move |e| {
+            let _ = events_tx.send(e);
+        })
+        .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(worker.write(Write::Append(vec![b"one".to_vec()])))
+            .unwrap();
+        let next = || match events.recv_timeout(Duration::from_secs(5)) {
+            Ok(DiskEvent::Durable { through, fsynced }) => (through, fsynced),
+            Ok(DiskEvent::Failed(e)) => panic!("{e}"),
+            Err(e) => panic!("no report: {e}"),
+        };
+        // Written, durable as the policy defines it, not yet fsynced...
+        assert_eq!(next(), (1, false));
+        // ... and fsynced by the worker's timer, with no other write coming.
+        assert_eq!(next(), (1, true));
+        drop(worker);
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+}

@@ -1,0 +1,106 @@
+//! The seam between atomos protocols and whatever runs them.
+//!
+//! A protocol is a [`Machine`]: a deterministic value that reacts to one [`Input`] at a time
+//! (a message, a timer tick, a local request, a confirmation that its disk writes are durable)
+//! by appending [`Output`]s (messages to send, records to persist, deliveries to the layers
+//! above, warnings). It reads no clock (the time comes with each input), opens no socket or
+//! file, starts no thread and draws no randomness except from a generator seeded through its
+//! configuration. One driver runs every machine over real transports, timers and disks
+//! (`atomos::driver`); the simulator (`atomos-sim`) runs the same machines over a simulated
+//! network and disk with faults.
+//!
+//! The ordering contract between disk and network is the one the driver and the simulator both
+//! keep: **an output that follows an [`Output::Persist`] is carried out only once that write is
+//! durable** (for sends and deliveries; later writes simply queue behind it). A machine therefore
+//! writes what a message promises before it emits the message, exactly as it would with a
+//! synchronous disk, and the driver is free to run the disk on a thread of its own and to group
+//! many writes under one fsync. [`Input::Persisted`] tells the machine how far its writes are
+//! durable, for machines that want to act on it.
+//!
+//! [`wal`] is the write-ahead log's record framing (length, checksum, payload), shared by the
+//! file disk and the simulated one, with the rule that tells a torn final record (cut) from a
+//! corrupt one in the middle (refuse to start).
+
+#![deny(missing_docs)]
+
+pub mod wal;
+
+use std::fmt::{Debug, Display};
+
+/// A node's id: its address in the cluster's transports and its Raft id. Never 0 in a
+/// configured cluster.
+pub type NodeId = u64;
+
+/// What a machine reacts to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input<M, R> {
+    /// A message from another node (or from a local client of this one).
+    Message {
+        /// The sender.
+        from: NodeId,
+        /// The message.
+        msg: M,
+    },
+    /// The periodic timer fired.
+    Tick,
+    /// A local request (from the application on this node).
+    Request(R),
+    /// Every write the machine emitted, up to and including its `through`-th (counting from 1
+    /// since the machine was built), is durable.
+    Persisted {
+        /// The number of the latest durable write.
+        through: u64,
+    },
+}
+
+/// A disk write. Records are opaque bytes to the disk (the machine encodes them); the disk frames
+/// and checksums each one ([`wal`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Append these records to the log.
+    Append(Vec<Vec<u8>>),
+    /// Replace the whole log with these records, atomically (after a compaction).
+    Rewrite(Vec<Vec<u8>>),
+}
+
+/// What a machine asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output<M, D> {
+    /// Send `msg` to node `to` (possibly this node itself).
+    Send {
+        /// The receiver.
+        to: NodeId,
+        /// The message.
+        msg: M,
+    },
+    /// Write to this node's disk. Sends and deliveries emitted after it wait until it is
+    /// durable; the machine hears of it through [`Input::Persisted`].
+    Persist(Write),
+    /// Hand something to the layers above on this node (an answer, a delivery).
+    Deliver(D),
+    /// Something an operator should know.
+    Warn(String),
+}
+
+/// A protocol's state machine. Deterministic: the same inputs in the same order give the same
+/// outputs, with no I/O of its own.
+pub trait Machine {
+    /// Messages between nodes.
+    type Msg: Clone + Debug;
+    /// Local requests.
+    type Request: Debug;
+    /// What the machine delivers to the layers above.
+    type Delivery: Clone + Debug;
+    /// Why the machine cannot go on (it must be stopped and restarted from its disk).
+    type Error: Display + Debug;
+
+    /// Reacts to `input` at time `now` (in the machine's time unit, from any fixed origin) by
+    /// appending outputs to `out`. An error means the machine is no longer usable: the node
+    /// must crash-stop (outputs appended before the error are discarded).
+    fn step(
+        &mut self,
+        now: u64,
+        input: Input<Self::Msg, Self::Request>,
+        out: &mut Vec<Output<Self::Msg, Self::Delivery>>,
+    ) -> Result<(), Self::Error>;
+}
