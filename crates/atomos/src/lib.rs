@@ -31,7 +31,6 @@
 mod cluster;
 pub mod config;
 pub mod disk;
-mod gate;
 mod node;
 pub mod ordering;
 pub mod runtime;

@@ -20,7 +20,7 @@ use atomos_order::{
     decode_log, Action, Addr, Client, ClientAction, ClientInput, Command, Delivery, Input,
     OrderError, OrderMsg, Replica, ReplicaConfig, StateMachine,
 };
-use atomos_seam::Output;
+use atomos_seam::{Gate, Output};
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
@@ -28,7 +28,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::disk::{DiskError, DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
-use crate::gate::Gate;
 
 /// Disk writes that may wait for the disk thread before the replica's task waits for it.
 const DISK_QUEUE: usize = 1024;

@@ -28,5 +28,5 @@ pub use log_store::LogStore;
 pub use logging::raft_logger;
 pub use record::{decode_log, Record};
 pub use register::{Register, RegisterOp};
-pub use replica::{Command, Input, OrderError, OrderStats, Replica, ReplicaConfig};
+pub use replica::{Command, Input, OrderError, OrderStats, PlantedBug, Replica, ReplicaConfig};
 pub use types::{Action, Addr, BatchId, Delivery, OrderMsg, Request, StateMachine};

@@ -57,6 +57,20 @@ pub struct ReplicaConfig {
     pub max_inflight: usize,
     /// Seeds the jitter added to ticks, which keeps elections from splitting forever.
     pub seed: u64,
+    /// A deliberate bug, for the tests that prove the simulation catches it; `None` in any
+    /// real use.
+    #[doc(hidden)]
+    pub planted_bug: Option<PlantedBug>,
+}
+
+/// Bugs a replica can be built with on purpose, so that a test shows the simulation finds
+/// them.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Deliver (and apply) entries finally as soon as they are in the log, before Raft commits
+    /// them.
+    FinalBeforeCommit,
 }
 
 impl ReplicaConfig {
@@ -75,6 +89,7 @@ impl ReplicaConfig {
             snapshot_every: 10_000,
             max_inflight: 256,
             seed: id,
+            planted_bug: None,
         }
     }
 }
@@ -920,7 +935,11 @@ impl<S: StateMachine> Replica<S> {
             self.stats.opt_delivered += 1;
             self.missing = None;
         }
-        while self.final_next <= self.commit && self.final_next < self.opt_next {
+        let committed = match self.cfg.planted_bug {
+            Some(PlantedBug::FinalBeforeCommit) => self.raft.store().last(),
+            None => self.commit,
+        };
+        while self.final_next <= committed && self.final_next < self.opt_next {
             let seq = self.final_next;
             let Some(p) = self.pending.remove(&seq) else {
                 break;

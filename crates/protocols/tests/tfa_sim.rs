@@ -14,7 +14,7 @@ use atomos_core::Key;
 use atomos_protocols::tfa::{Action, Failure, Reply, TfaConfig, TfaMsg, TfaNode};
 use atomos_sim::workload::{self, BankOp, BankWorkload, ListAppendTxn, ListAppendWorkload};
 use atomos_sim::{
-    check_seeds, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
+    check_seeds, Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
 };
 
 const ACCOUNTS: u64 = 6;
@@ -201,35 +201,24 @@ struct Running {
 /// A simulated node: a TFA node and the transaction programs its application runs.
 struct SimNode {
     me: NodeId,
-    nodes: usize,
-    cfg: TfaConfig,
-    incarnation: u64,
     tfa: TfaNode,
     running: BTreeMap<u64, Running>,
     rng: SimRng,
 }
 
 impl SimNode {
-    fn new(me: NodeId, nodes: usize, cfg: TfaConfig, seed: u64) -> SimNode {
-        SimNode {
+    /// A node (re)started: TFA keeps nothing on disk, so it starts empty, under a new
+    /// incarnation.
+    fn boot(boot: Boot, nodes: usize, cfg: TfaConfig, seed: u64) -> Result<SimNode, String> {
+        let me = boot.node;
+        let tfa = TfaNode::new(me, (1..=nodes as u64).collect(), boot.incarnation, cfg)
+            .ok_or("not a member")?;
+        Ok(SimNode {
             me,
-            nodes,
-            tfa: Self::tfa(me, nodes, 0, &cfg),
-            cfg,
-            incarnation: 0,
+            tfa,
             running: BTreeMap::new(),
-            rng: SimRng::new(seed ^ ((me as u64 + 1) * 0x9e37)),
-        }
-    }
-
-    fn tfa(me: NodeId, nodes: usize, incarnation: u64, cfg: &TfaConfig) -> TfaNode {
-        TfaNode::new(
-            me as u64,
-            (0..nodes as u64).collect(),
-            incarnation,
-            cfg.clone(),
-        )
-        .expect("member")
+            rng: SimRng::new(seed ^ (me * 0x9e37) ^ (boot.incarnation << 40)),
+        })
     }
 
     /// Moves transaction `h` on: its next read, or its commit.
@@ -268,10 +257,7 @@ impl SimNode {
             let mut next = Vec::new();
             for a in acts {
                 match a {
-                    Action::Send { to, msg } => out.push(Output::Send {
-                        to: to as NodeId,
-                        msg,
-                    }),
+                    Action::Send { to, msg } => out.push(Output::Send { to, msg }),
                     Action::Warn(w) => panic!("node {}: {w}", self.me),
                     Action::Reply { h, reply } => self.answer(now, h, reply, &mut next, out),
                 }
@@ -316,7 +302,7 @@ impl SimNode {
         match result {
             Ok(()) => {
                 let r = self.running.remove(&h).expect("present");
-                out.push(Output::Note(Note::Committed {
+                out.push(Output::Deliver(Note::Committed {
                     id: r.txn.id(),
                     answer: r.answer.expect("set at commit"),
                 }));
@@ -333,7 +319,7 @@ impl SimNode {
             }
             Err(failure) => {
                 let r = self.running.remove(&h).expect("present");
-                out.push(Output::Note(Note::Failed {
+                out.push(Output::Deliver(Note::Failed {
                     id: r.txn.id(),
                     failure,
                 }));
@@ -345,12 +331,18 @@ impl SimNode {
 impl Machine for SimNode {
     type Msg = TfaMsg;
     type Request = Txn;
-    type Note = Note;
+    type Delivery = Note;
+    type Error = String;
 
-    fn step(&mut self, now: u64, input: Input<TfaMsg, Txn>, out: &mut Vec<Output<TfaMsg, Note>>) {
+    fn step(
+        &mut self,
+        now: u64,
+        input: Input<TfaMsg, Txn>,
+        out: &mut Vec<Output<TfaMsg, Note>>,
+    ) -> Result<(), String> {
         let mut acts = Vec::new();
         match input {
-            Input::Start => {}
+            Input::Persisted { .. } => {}
             Input::Request(txn) => {
                 let h = txn.id();
                 self.running.insert(
@@ -365,7 +357,7 @@ impl Machine for SimNode {
                 );
                 self.start_attempt(now, h, &mut acts);
             }
-            Input::Message { from, msg } => self.tfa.on_message(now, from as u64, msg, &mut acts),
+            Input::Message { from, msg } => self.tfa.on_message(now, from, msg, &mut acts),
             Input::Tick => {
                 self.tfa.tick(now, &mut acts);
                 let due: Vec<u64> = self
@@ -380,13 +372,7 @@ impl Machine for SimNode {
             }
         }
         self.drive(now, acts, out);
-    }
-
-    fn crash(&mut self) {
-        // TFA keeps nothing on disk: the node's objects and transactions are lost.
-        self.incarnation += 1;
-        self.tfa = Self::tfa(self.me, self.nodes, self.incarnation, &self.cfg);
-        self.running.clear();
+        Ok(())
     }
 }
 
@@ -414,15 +400,15 @@ fn simulate(seed: u64, nodes: usize, faults: Faults) -> Outcome {
     let cfg = SimConfig {
         seed,
         nodes,
+        crashable: nodes,
         tick_every: 10,
         fault_until: 3_000,
         settle: 12_000,
         faults,
     };
-    let machines = (0..nodes)
-        .map(|me| SimNode::new(me, nodes, sim_tfa_config(), seed))
-        .collect();
-    let mut sim = Sim::new(cfg, machines);
+    let mut sim = Sim::new(cfg, move |boot| {
+        SimNode::boot(boot, nodes, sim_tfa_config(), seed)
+    });
     let mut rng = SimRng::new(seed ^ 0x7fa);
     let mut lists = ListAppendWorkload::new(LIST_KEYS, 4, 0.5);
     let bank = BankWorkload {
@@ -430,11 +416,11 @@ fn simulate(seed: u64, nodes: usize, faults: Faults) -> Outcome {
         max_amount: 30,
         audit_ratio: 0.2,
     };
-    sim.request_at(0, 0, Txn::Setup);
+    sim.request_at(0, 1, Txn::Setup);
     let mut submitted = Vec::new();
     for i in 0..200u64 {
         let at = 100 + i * 15 + rng.below(15);
-        let node = rng.below(nodes as u64) as NodeId;
+        let node = 1 + rng.below(nodes as u64);
         let txn = if rng.chance(0.5) {
             let t = lists.next(&mut rng);
             submitted.push(t.clone());
@@ -448,7 +434,10 @@ fn simulate(seed: u64, nodes: usize, faults: Faults) -> Outcome {
         sim.request_at(at, node, txn);
     }
     let run = sim.run();
-    let machines_report = final_state(sim.machines());
+    let machines: Vec<&SimNode> = (1..=nodes as NodeId)
+        .filter_map(|n| sim.machine(n))
+        .collect();
+    let machines_report = final_state(&machines);
     Outcome {
         run,
         submitted,
@@ -458,7 +447,7 @@ fn simulate(seed: u64, nodes: usize, faults: Faults) -> Outcome {
 
 /// After the run: each account owned by exactly one node (its balance returned), every list
 /// key by at most one, no lock held, nothing unconfirmed.
-fn final_state(machines: &[SimNode]) -> Result<Vec<i64>, String> {
+fn final_state(machines: &[&SimNode]) -> Result<Vec<i64>, String> {
     for m in machines {
         let held = m.tfa.objects().locks_held();
         if held > 0 {

@@ -15,7 +15,7 @@
 //! writes what a message promises before it emits the message, exactly as it would with a
 //! synchronous disk, and the driver is free to run the disk on a thread of its own and to group
 //! many writes under one fsync. [`Input::Persisted`] tells the machine how far its writes are
-//! durable, for machines that want to act on it.
+//! durable, for machines that want to act on it. [`Gate`] is that rule as drivers keep it.
 //!
 //! [`wal`] is the write-ahead log's record framing (length, checksum, payload), shared by the
 //! file disk and the simulated one, with the rule that tells a torn final record (cut) from a
@@ -23,7 +23,10 @@
 
 #![deny(missing_docs)]
 
+mod gate;
 pub mod wal;
+
+pub use gate::Gate;
 
 use std::fmt::{Debug, Display};
 

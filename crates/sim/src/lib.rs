@@ -1,11 +1,16 @@
 //! A deterministic, single-threaded discrete-event simulator for protocol state machines.
 //!
-//! Nodes are [`Machine`]s: deterministic values that react to inputs (start, message, timer
-//! tick, client request) with outputs (messages to send, notes for the checker). The simulator
-//! owns time, the network and the faults: message loss, duplication, delay (and so reordering),
-//! partitions that come and go, and crashes with restarts (a machine keeps only what it
-//! persisted). Every random choice comes from one generator seeded by a `u64`, so a seed
-//! reproduces a run exactly, trace and all.
+//! Nodes are the same [`Machine`]s the production driver runs (the protocol seam,
+//! `atomos-seam`): they react to messages, ticks, local requests and persistence confirmations
+//! with messages, disk writes and deliveries. The simulator owns time, the network, the disks
+//! and the faults: message loss, duplication, delay (and so reordering), partitions that come
+//! and go, crashes with restarts, and disks that fail like real ones ([`SimDisk`]: unsynced
+//! writes lost, torn final records, failing fsyncs, records damaged in the middle). It keeps
+//! the seam's rule that whatever a machine emits after a disk write waits until that write is
+//! durable. A crashed node's machine is dropped; it restarts by being built again from the
+//! records its disk kept ([`Boot`]), so nothing survives a crash that was not persisted. Every
+//! random choice comes from one generator seeded by a `u64`, so a seed reproduces a run
+//! exactly, trace and all.
 //!
 //! [`workload`] generates bank transfers and list-append transactions from the same seed, and
 //! turns what the nodes reported into a history for
@@ -14,11 +19,14 @@
 
 #![deny(missing_docs)]
 
+mod disk;
 mod rng;
 mod seeds;
 mod sim;
 pub mod workload;
 
+pub use atomos_seam::{Input, Machine, NodeId, Output, Write};
+pub use disk::SimDisk;
 pub use rng::SimRng;
 pub use seeds::{check_seeds, seeds, SEEDS_VAR, SEED_VAR};
-pub use sim::{Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig};
+pub use sim::{Boot, BootFn, Faults, Run, Sim, SimConfig};

@@ -1,67 +1,30 @@
-//! The simulator: event queue, simulated network, faults, trace.
+//! The simulator: event queue, simulated network and disks, faults, trace.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
-use std::fmt::Debug;
 
+use atomos_seam::{Gate, Input, Machine, NodeId, Output};
+
+use crate::disk::SimDisk;
 use crate::rng::SimRng;
 
-/// A node's index in the simulation.
-pub type NodeId = usize;
-
-/// What a machine reacts to.
+/// What a (re)starting node gets: who it is, how many times it started before, and the
+/// records its disk holds (a torn final record already cut).
 #[derive(Clone, Debug)]
-pub enum Input<M, R> {
-    /// The node (re)started; after a crash it has only what it persisted.
-    Start,
-    /// A message from another node.
-    Message {
-        /// The sender.
-        from: NodeId,
-        /// The message.
-        msg: M,
-    },
-    /// A periodic timer.
-    Tick,
-    /// A client request.
-    Request(R),
+pub struct Boot {
+    /// The node (1..=nodes).
+    pub node: NodeId,
+    /// How many times this node started before (0 the first time).
+    pub incarnation: u64,
+    /// The durable records on its disk, in order.
+    pub log: Vec<Vec<u8>>,
 }
 
-/// What a machine asks for.
-#[derive(Clone, Debug)]
-pub enum Output<M, N> {
-    /// Send `msg` to `to` (through the faulty network).
-    Send {
-        /// The receiver.
-        to: NodeId,
-        /// The message.
-        msg: M,
-    },
-    /// Something observable for the checker (a reply to a client, a delivery).
-    Note(N),
-}
+/// Builds a node's machine when it (re)starts, or says why it refuses to (it then stays down).
+pub type BootFn<M> = Box<dyn FnMut(Boot) -> Result<M, String>>;
 
-/// A deterministic protocol state machine: no clocks, threads, sockets or randomness of its own.
-pub trait Machine {
-    /// Messages between nodes.
-    type Msg: Clone + Debug;
-    /// Client requests.
-    type Request: Clone + Debug;
-    /// Observable events.
-    type Note: Clone + Debug;
-    /// Reacts to one input at simulated time `now`, appending outputs to `out`.
-    fn step(
-        &mut self,
-        now: u64,
-        input: Input<Self::Msg, Self::Request>,
-        out: &mut Vec<Output<Self::Msg, Self::Note>>,
-    );
-    /// The node crashed: forget everything that was not persisted.
-    fn crash(&mut self);
-}
-
-/// Fault rates. Probabilities are per message (loss, duplication), or per node and tick (crash),
-/// or per tick (partition).
+/// Fault rates. Probabilities are per message (loss, duplication), per node and tick (crash),
+/// per tick (partition) or per disk write (failing fsync).
 #[derive(Clone, Debug)]
 pub struct Faults {
     /// Probability that a message is lost.
@@ -78,10 +41,23 @@ pub struct Faults {
     pub crash: f64,
     /// How long a crashed node stays down.
     pub down_for: u64,
+    /// A disk write becomes durable 1..=`sync_delay` time units after it is issued (in order).
+    pub sync_delay: u64,
+    /// Probability, at a crash, that part of the first unsynced write reached the disk (a torn
+    /// final record).
+    pub torn: f64,
+    /// Probability per disk write that its fsync fails: the node crash-stops, as its driver
+    /// would, and restarts from what was durable.
+    pub fsync_fail: f64,
+    /// Probability per crash that a durable record in the middle of the node's log is damaged
+    /// (the node must then refuse to start) ...
+    pub corrupt: f64,
+    /// ... on at most this many nodes per run.
+    pub max_corrupt_nodes: usize,
 }
 
 impl Faults {
-    /// No faults; messages take one time unit.
+    /// No faults; messages take one time unit; disk writes are durable after one.
     pub fn none() -> Faults {
         Faults {
             drop: 0.0,
@@ -91,10 +67,17 @@ impl Faults {
             partition_len: 0,
             crash: 0.0,
             down_for: 0,
+            sync_delay: 1,
+            torn: 0.0,
+            fsync_fail: 0.0,
+            corrupt: 0.0,
+            max_corrupt_nodes: 0,
         }
     }
 
-    /// Every kind of fault, at rates that keep a small cluster making progress.
+    /// Every kind of network fault and crash, at rates that keep a small cluster making
+    /// progress; disks lose unsynced writes and tear them, and fsyncs fail now and then.
+    /// No disk is damaged in the middle (set [`Faults::corrupt`] for that).
     pub fn harsh() -> Faults {
         Faults {
             drop: 0.05,
@@ -104,6 +87,11 @@ impl Faults {
             partition_len: 200,
             crash: 0.01,
             down_for: 100,
+            sync_delay: 10,
+            torn: 0.3,
+            fsync_fail: 0.001,
+            corrupt: 0.0,
+            max_corrupt_nodes: 0,
         }
     }
 }
@@ -113,8 +101,10 @@ impl Faults {
 pub struct SimConfig {
     /// The seed of every random choice.
     pub seed: u64,
-    /// Number of nodes.
+    /// Number of nodes; they are numbered 1..=nodes.
     pub nodes: usize,
+    /// Nodes 1..=`crashable` may crash (the others, clients for example, never do).
+    pub crashable: usize,
     /// Time units between ticks.
     pub tick_every: u64,
     /// Faults are injected until this time.
@@ -127,22 +117,46 @@ pub struct SimConfig {
 
 /// What a run produced.
 #[derive(Clone, Debug)]
-pub struct Run<N> {
+pub struct Run<D> {
     /// The seed.
     pub seed: u64,
     /// Every event in the order processed, one line each.
     pub trace: Vec<String>,
-    /// Notes the machines emitted: (time, node, note).
-    pub notes: Vec<(u64, NodeId, N)>,
+    /// What the machines delivered: (time, node, delivery).
+    pub notes: Vec<(u64, NodeId, D)>,
+    /// Machine errors (each crash-stopped its node): (time, node, error).
+    pub failures: Vec<(u64, NodeId, String)>,
+    /// Nodes that refused to start: (time, node, why).
+    pub refused: Vec<(u64, NodeId, String)>,
+    /// Nodes whose log was damaged in the middle: (time, node).
+    pub corrupted: Vec<(u64, NodeId)>,
+    /// Crashes that left a torn final record.
+    pub torn: usize,
+    /// Failed fsyncs.
+    pub failed_fsyncs: usize,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 enum Event<M, R> {
-    Deliver { from: NodeId, to: NodeId, msg: M },
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        msg: M,
+    },
     Tick,
     Restart(NodeId),
     Heal,
-    Request { to: NodeId, req: R },
+    Request {
+        to: NodeId,
+        req: R,
+    },
+    /// The node's writes up to `through` reach the disk (if it did not restart meanwhile).
+    Synced {
+        node: NodeId,
+        incarnation: u64,
+        through: u64,
+        fail: bool,
+    },
 }
 
 struct Scheduled<M, R> {
@@ -169,37 +183,72 @@ impl<M, R> Ord for Scheduled<M, R> {
     }
 }
 
+type Out<M> = Output<<M as Machine>::Msg, <M as Machine>::Delivery>;
+
+/// One simulated node: its machine while it is up, its disk always.
+struct Slot<M: Machine> {
+    machine: Option<M>,
+    disk: SimDisk,
+    /// Outputs waiting for disk writes before them.
+    gate: Gate<Out<M>>,
+    /// Starts so far.
+    incarnation: u64,
+    /// When its latest write becomes durable (writes sync in order).
+    synced_at: u64,
+    /// It refused to start (a damaged log): it stays down.
+    refused: bool,
+    corrupted: bool,
+}
+
 /// A simulation of `nodes` machines.
-pub struct Sim<S: Machine> {
+pub struct Sim<M: Machine> {
     cfg: SimConfig,
     rng: SimRng,
     now: u64,
     seq: u64,
-    queue: BinaryHeap<Scheduled<S::Msg, S::Request>>,
-    machines: Vec<S>,
-    up: Vec<bool>,
+    queue: BinaryHeap<Scheduled<M::Msg, M::Request>>,
+    boot: BootFn<M>,
+    slots: Vec<Slot<M>>,
     /// During a partition, the side each node is on.
     side: Option<Vec<bool>>,
-    trace: Vec<String>,
-    notes: Vec<(u64, NodeId, S::Note)>,
-    out: Vec<Output<S::Msg, S::Note>>,
+    run: Run<M::Delivery>,
+    out: Vec<Out<M>>,
     live: bool,
 }
 
-impl<S: Machine> Sim<S> {
-    /// A simulation of the given machines (one per node).
-    pub fn new(cfg: SimConfig, machines: Vec<S>) -> Sim<S> {
-        assert_eq!(cfg.nodes, machines.len(), "one machine per node");
+impl<M: Machine> Sim<M> {
+    /// A simulation whose nodes are built (and rebuilt after each crash, from their disks) by
+    /// `boot`.
+    pub fn new(cfg: SimConfig, boot: impl FnMut(Boot) -> Result<M, String> + 'static) -> Sim<M> {
+        let slots = (0..cfg.nodes)
+            .map(|_| Slot {
+                machine: None,
+                disk: SimDisk::new(),
+                gate: Gate::new(),
+                incarnation: 0,
+                synced_at: 0,
+                refused: false,
+                corrupted: false,
+            })
+            .collect();
         Sim {
             rng: SimRng::new(cfg.seed),
             now: 0,
             seq: 0,
             queue: BinaryHeap::new(),
-            up: vec![true; machines.len()],
-            machines,
+            boot: Box::new(boot),
+            slots,
             side: None,
-            trace: Vec::new(),
-            notes: Vec::new(),
+            run: Run {
+                seed: cfg.seed,
+                trace: Vec::new(),
+                notes: Vec::new(),
+                failures: Vec::new(),
+                refused: Vec::new(),
+                corrupted: Vec::new(),
+                torn: 0,
+                failed_fsyncs: 0,
+            },
             out: Vec::new(),
             live: std::env::var_os("ATOMOS_SIM_TRACE").is_some(),
             cfg,
@@ -212,10 +261,10 @@ impl<S: Machine> Sim<S> {
         if self.live {
             eprintln!("{line}");
         }
-        self.trace.push(line);
+        self.run.trace.push(line);
     }
 
-    fn schedule(&mut self, delay: u64, event: Event<S::Msg, S::Request>) {
+    fn schedule(&mut self, delay: u64, event: Event<M::Msg, M::Request>) {
         self.seq += 1;
         self.queue.push(Scheduled {
             time: self.now + delay,
@@ -224,8 +273,16 @@ impl<S: Machine> Sim<S> {
         });
     }
 
-    /// Submits a client request to `node` at time `at`.
-    pub fn request_at(&mut self, at: u64, node: NodeId, req: S::Request) {
+    fn slot(&mut self, node: NodeId) -> &mut Slot<M> {
+        &mut self.slots[node as usize - 1]
+    }
+
+    fn is_up(&self, node: NodeId) -> bool {
+        self.slots[node as usize - 1].machine.is_some()
+    }
+
+    /// Submits a local request to `node` at time `at`.
+    pub fn request_at(&mut self, at: u64, node: NodeId, req: M::Request) {
         let delay = at.saturating_sub(self.now);
         self.schedule(delay, Event::Request { to: node, req });
     }
@@ -234,22 +291,151 @@ impl<S: Machine> Sim<S> {
         self.now < self.cfg.fault_until
     }
 
-    fn step_node(&mut self, node: NodeId, input: Input<S::Msg, S::Request>) {
+    /// Starts `node` from its disk.
+    fn start(&mut self, node: NodeId) {
+        let slot = self.slot(node);
+        if slot.machine.is_some() || slot.refused {
+            return;
+        }
+        let incarnation = slot.incarnation;
+        slot.incarnation += 1;
+        slot.gate = Gate::new();
+        let log = match slot.disk.load() {
+            Ok(log) => log,
+            Err(c) => {
+                slot.refused = true;
+                let why = format!(
+                    "damaged log record at byte {} ({} good before it)",
+                    c.offset, c.records_before
+                );
+                self.log(format!("{} refused {node} {why}", self.now));
+                self.run.refused.push((self.now, node, why));
+                return;
+            }
+        };
+        self.log(format!("{} start {node} #{incarnation}", self.now));
+        match (self.boot)(Boot {
+            node,
+            incarnation,
+            log,
+        }) {
+            Ok(m) => self.slot(node).machine = Some(m),
+            Err(why) => {
+                self.slot(node).refused = true;
+                self.log(format!("{} refused {node} {why}", self.now));
+                self.run.refused.push((self.now, node, why));
+            }
+        }
+    }
+
+    /// `node` stops: its machine is gone, its unsynced writes are lost (part of the first may
+    /// land torn), and maybe a record in the middle of its log is damaged.
+    fn crash(&mut self, node: NodeId, why: &str) {
+        self.log(format!("{} crash {node} ({why})", self.now));
+        let f = self.cfg.faults.clone();
+        let corrupted_nodes = self.slots.iter().filter(|s| s.corrupted).count();
+        let mut rng = std::mem::replace(&mut self.rng, SimRng::new(0));
+        let slot = self.slot(node);
+        slot.machine = None;
+        let torn = slot.disk.crash(f.torn, &mut rng);
+        let corrupt = !slot.corrupted
+            && corrupted_nodes < f.max_corrupt_nodes
+            && rng.chance(f.corrupt)
+            && slot.disk.corrupt(&mut rng);
+        if corrupt {
+            slot.corrupted = true;
+        }
+        self.rng = rng;
+        if torn {
+            self.run.torn += 1;
+            self.log(format!("{} torn {node}", self.now));
+        }
+        if corrupt {
+            self.run.corrupted.push((self.now, node));
+            self.log(format!("{} corrupted {node}", self.now));
+        }
+    }
+
+    fn step_node(&mut self, node: NodeId, input: Input<M::Msg, M::Request>) {
+        let now = self.now;
         let mut out = std::mem::take(&mut self.out);
-        self.machines[node].step(self.now, input, &mut out);
+        let result = match self.slot(node).machine.as_mut() {
+            Some(m) => m.step(now, input, &mut out),
+            None => return,
+        };
+        if let Err(e) = result {
+            // Crash-stop, as the driver does: nothing of this step goes out.
+            out.clear();
+            self.out = out;
+            let e = e.to_string();
+            self.run.failures.push((now, node, e.clone()));
+            self.crash(node, &e);
+            self.schedule(self.cfg.faults.down_for.max(1), Event::Restart(node));
+            return;
+        }
         for o in out.drain(..) {
             match o {
-                Output::Send { to, msg } => self.send(node, to, msg),
-                Output::Note(n) => {
-                    self.log(format!("{} note {node} {n:?}", self.now));
-                    self.notes.push((self.now, node, n));
+                Output::Persist(write) => self.persist(node, write),
+                o => {
+                    if let Some(o) = self.slot(node).gate.pass(o) {
+                        self.carry_out(node, o);
+                    }
                 }
             }
         }
         self.out = out;
     }
 
-    fn send(&mut self, from: NodeId, to: NodeId, msg: S::Msg) {
+    fn persist(&mut self, node: NodeId, write: atomos_seam::Write) {
+        let faulty = self.faulty();
+        let fail = faulty && self.rng.chance(self.cfg.faults.fsync_fail);
+        let delay = 1 + self.rng.below(self.cfg.faults.sync_delay.max(1));
+        let now = self.now;
+        let slot = self.slot(node);
+        slot.gate.write();
+        let through = slot.disk.issue(write);
+        let incarnation = slot.incarnation;
+        // Writes become durable in the order issued.
+        slot.synced_at = slot.synced_at.max(now + delay);
+        let at = slot.synced_at - now;
+        self.schedule(
+            at,
+            Event::Synced {
+                node,
+                incarnation,
+                through,
+                fail,
+            },
+        );
+    }
+
+    fn carry_out(&mut self, node: NodeId, o: Out<M>) {
+        match o {
+            Output::Send { to, msg } => self.send(node, to, msg),
+            Output::Deliver(d) => {
+                self.log(format!("{} note {node} {d:?}", self.now));
+                self.run.notes.push((self.now, node, d));
+            }
+            Output::Warn(w) => self.log(format!("{} warn {node} {w}", self.now)),
+            Output::Persist(_) => {}
+        }
+    }
+
+    fn synced(&mut self, node: NodeId, through: u64) {
+        let slot = self.slot(node);
+        slot.disk.sync(through);
+        let free = slot.gate.durable(through);
+        for o in free {
+            self.carry_out(node, o);
+        }
+        self.step_node(node, Input::Persisted { through });
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, msg: M::Msg) {
+        if to == 0 || to as usize > self.cfg.nodes {
+            self.log(format!("{} nowhere {from}->{to} {msg:?}", self.now));
+            return;
+        }
         let faults = self.faulty();
         if faults && self.rng.chance(self.cfg.faults.drop) {
             self.log(format!("{} lost {from}->{to} {msg:?}", self.now));
@@ -274,7 +460,9 @@ impl<S: Machine> Sim<S> {
     }
 
     fn cut_off(&self, a: NodeId, b: NodeId) -> bool {
-        self.side.as_ref().is_some_and(|s| s[a] != s[b])
+        self.side
+            .as_ref()
+            .is_some_and(|s| s[a as usize - 1] != s[b as usize - 1])
     }
 
     fn inject_faults(&mut self) {
@@ -289,21 +477,19 @@ impl<S: Machine> Sim<S> {
             self.side = Some(side);
             self.schedule(f.partition_len.max(1), Event::Heal);
         }
-        for node in 0..self.cfg.nodes {
-            if self.up[node] && self.rng.chance(f.crash) {
-                self.log(format!("{} crash {node}", self.now));
-                self.up[node] = false;
-                self.machines[node].crash();
+        for node in 1..=self.cfg.crashable.min(self.cfg.nodes) as NodeId {
+            if self.is_up(node) && self.rng.chance(f.crash) {
+                self.crash(node, "fault");
                 self.schedule(f.down_for.max(1), Event::Restart(node));
             }
         }
     }
 
-    /// Runs to the end and returns the trace and the notes. The machines stay available for
-    /// checking their final state ([`Sim::machines`]).
-    pub fn run(&mut self) -> Run<S::Note> {
-        for node in 0..self.cfg.nodes {
-            self.step_node(node, Input::Start);
+    /// Runs to the end and returns what happened. The machines stay available for checking
+    /// their final state ([`Sim::machine`]), and the disks too ([`Sim::disk`]).
+    pub fn run(&mut self) -> Run<M::Delivery> {
+        for node in 1..=self.cfg.nodes as NodeId {
+            self.start(node);
         }
         self.schedule(self.cfg.tick_every.max(1), Event::Tick);
         let end = self.cfg.fault_until + self.cfg.settle;
@@ -318,17 +504,13 @@ impl<S: Machine> Sim<S> {
                 healed = true;
                 self.side = None;
                 self.log(format!("{} settle", self.now));
-                for node in 0..self.cfg.nodes {
-                    if !self.up[node] {
-                        self.up[node] = true;
-                        self.log(format!("{} restart {node}", self.now));
-                        self.step_node(node, Input::Start);
-                    }
+                for node in 1..=self.cfg.nodes as NodeId {
+                    self.start(node);
                 }
             }
             match event {
                 Event::Deliver { from, to, msg } => {
-                    if !self.up[to] || self.cut_off(from, to) {
+                    if !self.is_up(to) || self.cut_off(from, to) {
                         self.log(format!("{time} blocked {from}->{to} {msg:?}"));
                     } else {
                         self.log(format!("{time} deliver {from}->{to} {msg:?}"));
@@ -339,44 +521,65 @@ impl<S: Machine> Sim<S> {
                     if self.faulty() {
                         self.inject_faults();
                     }
-                    for node in 0..self.cfg.nodes {
-                        if self.up[node] {
-                            self.step_node(node, Input::Tick);
-                        }
+                    for node in 1..=self.cfg.nodes as NodeId {
+                        self.step_node(node, Input::Tick);
                     }
                     self.schedule(self.cfg.tick_every.max(1), Event::Tick);
                 }
-                Event::Restart(node) => {
-                    if !self.up[node] {
-                        self.up[node] = true;
-                        self.log(format!("{time} restart {node}"));
-                        self.step_node(node, Input::Start);
-                    }
-                }
+                Event::Restart(node) => self.start(node),
                 Event::Heal => {
                     if self.side.take().is_some() {
                         self.log(format!("{time} heal"));
                     }
                 }
                 Event::Request { to, req } => {
-                    if self.up[to] {
+                    if self.is_up(to) {
                         self.log(format!("{time} request {to} {req:?}"));
                         self.step_node(to, Input::Request(req));
                     } else {
                         self.log(format!("{time} request-refused {to} {req:?}"));
                     }
                 }
+                Event::Synced {
+                    node,
+                    incarnation,
+                    through,
+                    fail,
+                } => {
+                    let slot = self.slot(node);
+                    if slot.machine.is_none() || slot.incarnation != incarnation {
+                        continue; // the node restarted: these writes were lost
+                    }
+                    if fail {
+                        self.run.failed_fsyncs += 1;
+                        self.crash(node, "fsync failed");
+                        self.schedule(self.cfg.faults.down_for.max(1), Event::Restart(node));
+                    } else {
+                        self.synced(node, through);
+                    }
+                }
             }
         }
-        Run {
+        let run = Run {
             seed: self.cfg.seed,
-            trace: std::mem::take(&mut self.trace),
-            notes: std::mem::take(&mut self.notes),
-        }
+            trace: Vec::new(),
+            notes: Vec::new(),
+            failures: Vec::new(),
+            refused: Vec::new(),
+            corrupted: Vec::new(),
+            torn: 0,
+            failed_fsyncs: 0,
+        };
+        std::mem::replace(&mut self.run, run)
     }
 
-    /// The machines, to check their state after a run.
-    pub fn machines(&self) -> &[S] {
-        &self.machines
+    /// Node `node`'s machine, if it is up.
+    pub fn machine(&self, node: NodeId) -> Option<&M> {
+        self.slots.get(node as usize - 1)?.machine.as_ref()
+    }
+
+    /// Node `node`'s durable records as they stand.
+    pub fn disk(&self, node: NodeId) -> Vec<Vec<u8>> {
+        self.slots[node as usize - 1].disk.records()
     }
 }

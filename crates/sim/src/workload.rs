@@ -5,11 +5,13 @@ use std::collections::BTreeMap;
 
 use atomos_core::history::list_append::{ListOp, ListTxn, Outcome};
 
+use atomos_seam::NodeId;
+use serde::{Deserialize, Serialize};
+
 use crate::rng::SimRng;
-use crate::sim::NodeId;
 
 /// A bank operation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BankOp {
     /// Move `amount` from one account to another, if the source holds that much.
     Transfer {
@@ -54,7 +56,7 @@ impl BankWorkload {
 
 /// A list-append transaction as submitted: reads carry nothing yet; whoever executes it fills
 /// in what each read saw.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListAppendTxn {
     /// Unique in the run.
     pub id: u64,
@@ -129,7 +131,7 @@ pub fn list_history(
         .iter()
         .map(|txn| match reported.remove(&txn.id) {
             Some((node, ops)) => ListTxn {
-                node: node as u64,
+                node,
                 id: txn.id,
                 outcome: Outcome::Committed,
                 ops,

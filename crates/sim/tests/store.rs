@@ -15,16 +15,19 @@ use std::collections::BTreeMap;
 use atomos_core::history::list_append::{self, ListOp};
 use atomos_sim::workload::{self, BankOp, BankWorkload, ListAppendTxn, ListAppendWorkload};
 use atomos_sim::{
-    check_seeds, seeds, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
+    check_seeds, seeds, Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
+    Write,
 };
+use serde::{Deserialize, Serialize};
 
-const PRIMARY: NodeId = 0;
+const PRIMARY: NodeId = 1;
+const NODES: usize = 3;
 const ACCOUNTS: u64 = 8;
 const INITIAL: i64 = 100;
 /// Time units a forwarded transaction waits for its answer before it is re-sent.
 const RESEND_AFTER: u64 = 60;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 enum Txn {
     Lists(ListAppendTxn),
     Bank { id: u64, op: BankOp },
@@ -58,7 +61,8 @@ struct Note {
     answer: Answer,
 }
 
-/// What the primary persists (atomically with each execution).
+/// The primary's state: rebuilt at boot by executing again the transactions its disk holds (it
+/// writes each one it executes before answering).
 #[derive(Default)]
 struct Persisted {
     lists: BTreeMap<u64, Vec<u64>>,
@@ -76,24 +80,37 @@ struct Store {
 }
 
 impl Store {
-    fn new(me: NodeId, forgetful: bool) -> Store {
-        Store {
-            me,
+    fn boot(boot: Boot, forgetful: bool) -> Result<Store, String> {
+        let mut store = Store {
+            me: boot.node,
             persisted: Persisted {
                 balances: vec![INITIAL; ACCOUNTS as usize],
                 ..Persisted::default()
             },
             waiting: BTreeMap::new(),
             forgetful,
+        };
+        for r in &boot.log {
+            let txn: Txn = postcard::from_bytes(r).map_err(|e| e.to_string())?;
+            store.apply(&txn);
         }
+        Ok(store)
     }
 
-    fn execute(&mut self, txn: &Txn) -> Answer {
+    /// Executes `txn` (or answers it again) and writes it to disk before anything that
+    /// follows goes out.
+    fn execute(&mut self, txn: &Txn, out: &mut Vec<Output<Msg, Note>>) -> Answer {
         if !self.forgetful {
             if let Some(answer) = self.persisted.executed.get(&txn.id()) {
                 return answer.clone();
             }
         }
+        let record = postcard::to_stdvec(txn).unwrap_or_default();
+        out.push(Output::Persist(Write::Append(vec![record])));
+        self.apply(txn)
+    }
+
+    fn apply(&mut self, txn: &Txn) -> Answer {
         let p = &mut self.persisted;
         let answer = match txn {
             Txn::Lists(t) => Answer::Lists(
@@ -135,14 +152,20 @@ impl Store {
 impl Machine for Store {
     type Msg = Msg;
     type Request = Txn;
-    type Note = Note;
+    type Delivery = Note;
+    type Error = String;
 
-    fn step(&mut self, now: u64, input: Input<Msg, Txn>, out: &mut Vec<Output<Msg, Note>>) {
+    fn step(
+        &mut self,
+        now: u64,
+        input: Input<Msg, Txn>,
+        out: &mut Vec<Output<Msg, Note>>,
+    ) -> Result<(), String> {
         match input {
-            Input::Start => {}
+            Input::Persisted { .. } => {}
             Input::Request(txn) if self.me == PRIMARY => {
-                let answer = self.execute(&txn);
-                out.push(Output::Note(Note {
+                let answer = self.execute(&txn, out);
+                out.push(Output::Deliver(Note {
                     id: txn.id(),
                     answer,
                 }));
@@ -158,7 +181,7 @@ impl Machine for Store {
                 from,
                 msg: Msg::Forward { txn },
             } => {
-                let answer = self.execute(&txn);
+                let answer = self.execute(&txn, out);
                 out.push(Output::Send {
                     to: from,
                     msg: Msg::Done {
@@ -172,7 +195,7 @@ impl Machine for Store {
                 ..
             } => {
                 if self.waiting.remove(&id).is_some() {
-                    out.push(Output::Note(Note { id, answer }));
+                    out.push(Output::Deliver(Note { id, answer }));
                 }
             }
             Input::Tick => {
@@ -187,10 +210,7 @@ impl Machine for Store {
                 }
             }
         }
-    }
-
-    fn crash(&mut self) {
-        self.waiting.clear();
+        Ok(())
     }
 }
 
@@ -201,17 +221,16 @@ struct Outcome {
 }
 
 fn simulate(seed: u64, forgetful: bool) -> Outcome {
-    let nodes = 3;
     let cfg = SimConfig {
         seed,
-        nodes,
+        nodes: NODES,
+        crashable: NODES,
         tick_every: 10,
         fault_until: 3_000,
         settle: 2_000,
         faults: Faults::harsh(),
     };
-    let machines = (0..nodes).map(|me| Store::new(me, forgetful)).collect();
-    let mut sim = Sim::new(cfg, machines);
+    let mut sim = Sim::new(cfg, move |boot| Store::boot(boot, forgetful));
     // The workload comes from its own generator seeded by the run's seed.
     let mut rng = SimRng::new(seed ^ 0x5eed);
     let mut lists = ListAppendWorkload::new(4, 4, 0.5);
@@ -223,7 +242,7 @@ fn simulate(seed: u64, forgetful: bool) -> Outcome {
     let mut submitted = Vec::new();
     for i in 0..150u64 {
         let at = i * 20 + rng.below(20);
-        let node = rng.below(nodes as u64) as NodeId;
+        let node = 1 + rng.below(NODES as u64) as NodeId;
         let txn = if rng.chance(0.5) {
             let t = lists.next(&mut rng);
             submitted.push(t.clone());
@@ -237,7 +256,10 @@ fn simulate(seed: u64, forgetful: bool) -> Outcome {
         sim.request_at(at, node, txn);
     }
     let run = sim.run();
-    let final_balances = sim.machines()[PRIMARY].persisted.balances.clone();
+    let final_balances = sim
+        .machine(PRIMARY)
+        .map(|p| p.persisted.balances.clone())
+        .unwrap_or_default();
     Outcome {
         run,
         submitted,

@@ -1,12 +1,12 @@
-//! The seam's ordering rule between disk and network, kept by a driver: an output that follows
-//! a disk write is carried out only once that write is durable.
+//! The seam's ordering rule between disk and network, as every driver keeps it: an output that
+//! follows a disk write is carried out only once that write is durable.
 
 use std::collections::VecDeque;
 
 /// Holds back outputs emitted after disk writes that are not durable yet, and lets them go, in
 /// the order they were emitted, as the writes become durable.
 #[derive(Debug)]
-pub(crate) struct Gate<T> {
+pub struct Gate<T> {
     /// Writes emitted so far (the latest one's number).
     emitted: u64,
     /// Writes durable so far.
@@ -16,7 +16,8 @@ pub(crate) struct Gate<T> {
 }
 
 impl<T> Gate<T> {
-    pub(crate) fn new() -> Gate<T> {
+    /// A gate with nothing written and nothing held.
+    pub fn new() -> Gate<T> {
         Gate {
             emitted: 0,
             durable: 0,
@@ -25,13 +26,13 @@ impl<T> Gate<T> {
     }
 
     /// A write was emitted; returns its number (from 1).
-    pub(crate) fn write(&mut self) -> u64 {
+    pub fn write(&mut self) -> u64 {
         self.emitted += 1;
         self.emitted
     }
 
     /// An output was emitted: it comes back if it may be carried out now, or waits in the gate.
-    pub(crate) fn pass(&mut self, output: T) -> Option<T> {
+    pub fn pass(&mut self, output: T) -> Option<T> {
         if self.durable >= self.emitted {
             Some(output)
         } else {
@@ -42,7 +43,7 @@ impl<T> Gate<T> {
 
     /// Writes up to number `through` are durable: the outputs that waited only for them, in
     /// emission order.
-    pub(crate) fn durable(&mut self, through: u64) -> Vec<T> {
+    pub fn durable(&mut self, through: u64) -> Vec<T> {
         self.durable = self.durable.max(through);
         let mut free = Vec::new();
         while self.held.front().is_some_and(|(w, _)| *w <= self.durable) {
@@ -54,9 +55,14 @@ impl<T> Gate<T> {
     }
 
     /// Outputs waiting.
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> usize {
+    pub fn held(&self) -> usize {
         self.held.len()
+    }
+}
+
+impl<T> Default for Gate<T> {
+    fn default() -> Gate<T> {
+        Gate::new()
     }
 }
 

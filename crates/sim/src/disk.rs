@@ -1,0 +1,162 @@
+//! A simulated disk that fails like real ones: writes are durable only once synced, a crash
+//! loses the rest and may leave the first of them torn, and a record in the middle of the log
+//! can be damaged. Records are framed and checksummed exactly as the file disk does it
+//! ([`atomos_seam::wal`]), so a restarting machine meets the same errors it would meet in
+//! production.
+
+use std::collections::VecDeque;
+
+use atomos_seam::{wal, Write};
+
+use crate::rng::SimRng;
+
+/// One node's disk.
+#[derive(Clone, Debug, Default)]
+pub struct SimDisk {
+    /// What reached the platter.
+    durable: Vec<u8>,
+    /// Writes issued since the node started and not durable yet, with their numbers.
+    pending: VecDeque<(u64, Write)>,
+    /// Writes issued since the node started.
+    issued: u64,
+}
+
+fn framed(records: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for r in records {
+        wal::frame(r, &mut out);
+    }
+    out
+}
+
+impl SimDisk {
+    /// An empty disk.
+    pub fn new() -> SimDisk {
+        SimDisk::default()
+    }
+
+    /// The node issued a write; returns its number (from 1 since the node started).
+    pub fn issue(&mut self, write: Write) -> u64 {
+        self.issued += 1;
+        self.pending.push_back((self.issued, write));
+        self.issued
+    }
+
+    /// Writes up to number `through` reach the platter, in order (a rewrite replaces the log
+    /// atomically, as a rename does).
+    pub fn sync(&mut self, through: u64) {
+        while self.pending.front().is_some_and(|(n, _)| *n <= through) {
+            let Some((_, write)) = self.pending.pop_front() else {
+                break;
+            };
+            match write {
+                Write::Append(records) => self.durable.extend(framed(&records)),
+                Write::Rewrite(records) => self.durable = framed(&records),
+            }
+        }
+    }
+
+    /// The node crashed: unsynced writes are lost, but part of the first one, if it appends,
+    /// may have reached the platter when `rng` says so (a torn record).
+    pub fn crash(&mut self, torn: f64, rng: &mut SimRng) -> bool {
+        let mut tore = false;
+        if let Some((_, Write::Append(records))) = self.pending.front() {
+            let bytes = framed(records);
+            if bytes.len() > 1 && rng.chance(torn) {
+                let keep = 1 + rng.below(bytes.len() as u64 - 1) as usize;
+                self.durable.extend_from_slice(&bytes[..keep]);
+                tore = true;
+            }
+        }
+        self.pending.clear();
+        self.issued = 0;
+        tore
+    }
+
+    /// Damages one byte (of the checksum or the payload) of a durable record that is not the
+    /// last: a last record damaged looks torn, and no log format can tell them apart. Returns
+    /// false if there is no such record.
+    pub fn corrupt(&mut self, rng: &mut SimRng) -> bool {
+        let Ok(parsed) = wal::parse(&self.durable) else {
+            return false; // damaged already
+        };
+        if parsed.records.len() < 2 {
+            return false;
+        }
+        let victim = rng.below(parsed.records.len() as u64 - 1) as usize;
+        let start: usize = parsed.records[..victim]
+            .iter()
+            .map(|r| wal::HEADER + r.len())
+            .sum();
+        // A checksum or payload byte: a damaged length field can make everything after it look
+        // like a torn tail, which this log format cannot tell from one.
+        let len = wal::HEADER + parsed.records[victim].len();
+        let at = start + 4 + rng.below(len as u64 - 4) as usize;
+        self.durable[at] ^= 0x5a;
+        true
+    }
+
+    /// What a restarting node reads: the durable records, with a torn final record cut from the
+    /// disk, or where a damaged record sits before the tail (the node must refuse to start).
+    pub fn load(&mut self) -> Result<Vec<Vec<u8>>, wal::Corrupt> {
+        let parsed = wal::parse(&self.durable)?;
+        self.durable.truncate(parsed.good_len);
+        Ok(parsed.records)
+    }
+
+    /// The durable records as they stand (for checks after a run); stops at damage.
+    pub fn records(&self) -> Vec<Vec<u8>> {
+        match wal::parse(&self.durable) {
+            Ok(p) => p.records,
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn append(d: &mut SimDisk, r: &[u8]) -> u64 {
+        d.issue(Write::Append(vec![r.to_vec()]))
+    }
+
+    #[test]
+    fn only_synced_writes_survive_a_crash() {
+        let mut rng = SimRng::new(1);
+        let mut d = SimDisk::new();
+        let one = append(&mut d, b"one");
+        append(&mut d, b"two");
+        d.sync(one);
+        d.crash(0.0, &mut rng);
+        assert_eq!(d.load().unwrap(), vec![b"one".to_vec()]);
+        // Numbering starts again with the next incarnation.
+        assert_eq!(append(&mut d, b"three"), 1);
+    }
+
+    #[test]
+    fn a_torn_write_is_cut_and_a_damaged_middle_is_refused() {
+        let mut rng = SimRng::new(2);
+        let mut d = SimDisk::new();
+        let n = append(&mut d, b"one");
+        d.sync(n);
+        append(&mut d, b"two two two");
+        assert!(d.crash(1.0, &mut rng));
+        assert_eq!(d.load().unwrap(), vec![b"one".to_vec()]);
+        for r in [b"a".as_slice(), b"bb", b"ccc"] {
+            let n = append(&mut d, r);
+            d.sync(n);
+        }
+        assert!(d.corrupt(&mut rng));
+        assert!(d.load().is_err());
+    }
+
+    #[test]
+    fn a_rewrite_replaces_the_log_when_synced() {
+        let mut d = SimDisk::new();
+        append(&mut d, b"one");
+        let n = d.issue(Write::Rewrite(vec![b"seven".to_vec()]));
+        d.sync(n);
+        assert_eq!(d.records(), vec![b"seven".to_vec()]);
+    }
+}
