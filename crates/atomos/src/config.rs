@@ -15,6 +15,7 @@
 //! order = false             # run an order-layer replica among all members
 //! order_fsync = "batch"     # batch | never | 10ms
 //! order_load_clients = 0    # generated order load (tests, demos)
+//! order_snapshot_every = 10000  # final deliveries between snapshots (log compactions)
 //! bank_load_threads = 0     # threads moving money between shared accounts (tests, demos)
 //!
 //! [[peers]]
@@ -25,7 +26,8 @@
 //! Environment variables: `ATOMOS_CLUSTER`, `ATOMOS_NODE_ID`, `ATOMOS_LISTEN`,
 //! `ATOMOS_DATA_DIR`, `ATOMOS_SECRET`, `ATOMOS_PROTOCOL`, `ATOMOS_CONTENTION`,
 //! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, `ATOMOS_ORDER`,
-//! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, `ATOMOS_BANK_LOAD_THREADS`, and
+//! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, `ATOMOS_ORDER_SNAPSHOT_EVERY`,
+//! `ATOMOS_BANK_LOAD_THREADS`, and
 //! `ATOMOS_PEERS` as
 //! `id=address,id=address`.
 
@@ -93,6 +95,7 @@ struct FileConfig {
     order: Option<bool>,
     order_fsync: Option<String>,
     order_load_clients: Option<usize>,
+    order_snapshot_every: Option<u64>,
     bank_load_threads: Option<usize>,
     peers: Option<Vec<FilePeer>>,
 }
@@ -162,6 +165,9 @@ pub struct NodeSettings {
     /// appends a unique value to the register `load`; answered values go to
     /// `data_dir/acked.log`.
     pub order_load_clients: usize,
+    /// The order replica snapshots its state and compacts its log every this many final
+    /// deliveries (at least 1).
+    pub order_snapshot_every: u64,
     /// Threads running bank transfers over accounts shared by every member (for tests and
     /// demos): the member with the smallest id creates them; every member audits the total
     /// once a second and logs it ("bank audit").
@@ -319,6 +325,19 @@ pub fn load(
         ),
         "clients",
     )?;
+    let order_snapshot_every = match pick(
+        "ATOMOS_ORDER_SNAPSHOT_EVERY",
+        "order_snapshot_every",
+        file.order_snapshot_every.map(|n| n.to_string()),
+    ) {
+        Some((key, v)) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| invalid(&key, format!("{v:?} is not a positive number of entries")))?,
+        None => 10_000,
+    };
     let bank_load_threads = count(
         pick(
             "ATOMOS_BANK_LOAD_THREADS",
@@ -367,6 +386,7 @@ pub fn load(
         order,
         order_fsync,
         order_load_clients,
+        order_snapshot_every,
         bank_load_threads,
         peers,
     })

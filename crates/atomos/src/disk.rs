@@ -151,35 +151,40 @@ impl FileDisk {
                 self.dirty_since.get_or_insert_with(Instant::now);
                 Ok(())
             }
-            Write::Rewrite(records) => self.rewrite(records).map_err(|e| self.io(e)),
+            Write::Rewrite(records) => self.rewrite(records),
         }
     }
 
     /// Replaces the log: the new one is written beside it, fsynced, renamed over it, and the
     /// directory fsynced, so a crash leaves either the old log or the new one.
-    fn rewrite(&mut self, records: &[Vec<u8>]) -> io::Result<()> {
+    fn rewrite(&mut self, records: &[Vec<u8>]) -> Result<(), DiskError> {
         let mut bytes = Vec::new();
         for r in records {
             wal::frame(r, &mut bytes);
         }
         let tmp = self.path.with_extension("rewrite");
+        let at_tmp = |source| DiskError::Io {
+            path: tmp.clone(),
+            source,
+        };
         {
-            let mut f = File::create(&tmp)?;
-            f.write_all(&bytes)?;
+            let mut f = File::create(&tmp).map_err(at_tmp)?;
+            f.write_all(&bytes).map_err(at_tmp)?;
             if self.policy != FsyncPolicy::Never {
-                f.sync_all()?;
+                f.sync_all().map_err(at_tmp)?;
             }
         }
-        fs::rename(&tmp, &self.path)?;
+        fs::rename(&tmp, &self.path).map_err(|e| self.io(e))?;
         if self.policy != FsyncPolicy::Never {
             if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                sync_dir(dir)?;
+                sync_dir(dir).map_err(|e| self.io(e))?;
             }
         }
         self.file = OpenOptions::new()
             .read(true)
             .append(true)
-            .open(&self.path)?;
+            .open(&self.path)
+            .map_err(|e| self.io(e))?;
         self.dirty_since = None;
         Ok(())
     }

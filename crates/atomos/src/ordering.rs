@@ -3,7 +3,8 @@
 //! carries out what it asks (sends, deliveries; disk writes on a thread of their own, with
 //! whatever follows a write held back until it is durable), and measures what the layer
 //! promises (optimistic deliveries, revocations, the delay from optimistic to final delivery).
-//! A replica that fails (its disk, or a log that diverged) ends its task with the error logged.
+//! A replica that fails (its disk, or a log that diverged) ends its task and reports to the
+//! node's [`Health`].
 //!
 //! Applications submit requests with [`OrderNode::submit`]; each uses a client of this node
 //! (a unique random client id, sequence numbers, re-sending to another replica when this one
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::disk::{DiskError, DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
+use crate::health::Health;
 
 /// Disk writes that may wait for the disk thread before the replica's task waits for it.
 const DISK_QUEUE: usize = 1024;
@@ -64,6 +66,9 @@ pub struct OrderNodeConfig {
     /// How generated requests are made and reported (default: `load_request_bytes` of 7s,
     /// unreported).
     pub load_hooks: Option<LoadHooks>,
+    /// Where the replica reports that it failed (default: a health of its own, which still
+    /// logs the failure).
+    pub health: Option<Arc<Health>>,
 }
 
 /// Makes the payload of generated request number n.
@@ -101,6 +106,7 @@ impl OrderNodeConfig {
             load_request_bytes: 64,
             client_resend_ticks: 40,
             load_hooks: None,
+            health: None,
         }
     }
 }
@@ -189,7 +195,7 @@ pub struct OrderNode {
     tx: mpsc::UnboundedSender<Event>,
     shared: Arc<Shared>,
     stop: CancellationToken,
-    task: Option<tokio::task::JoinHandle<Result<(), OrderNodeError>>>,
+    task: Option<tokio::task::JoinHandle<Option<Result<(), OrderNodeError>>>>,
     transport: Arc<dyn Transport<OrderMsg>>,
 }
 
@@ -253,14 +259,9 @@ impl OrderNode {
             opt_at: BTreeMap::new(),
             started: Instant::now(),
         };
-        let node_id = cfg.replica.id;
-        let task = tokio::spawn(async move {
-            let result = run(cfg, task, rx, stop_task).await;
-            if let Err(e) = &result {
-                tracing::error!(node = node_id, error = %e, "order replica stopped");
-            }
-            result
-        });
+        let health = cfg.health.clone().unwrap_or_default();
+        let component = format!("order replica {}", cfg.replica.id);
+        let task = health.supervise(component, run(cfg, task, rx, stop_task));
         Ok(OrderNode {
             tx,
             shared,
@@ -319,7 +320,8 @@ impl OrderNode {
     pub async fn stop(mut self) -> Result<(), OrderNodeError> {
         self.shutdown();
         match self.task.take() {
-            Some(t) => t.await.unwrap_or(Ok(())),
+            // A panic was reported to the node's health.
+            Some(t) => t.await.ok().flatten().unwrap_or(Ok(())),
             None => Ok(()),
         }
     }

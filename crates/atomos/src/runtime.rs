@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::NodeSettings;
+use crate::health::Health;
 use crate::node::{Node, NodeConfig, Protocol};
 use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig};
 use crate::tfa::{TfaDriver, TfaSource, TICK};
@@ -93,6 +94,7 @@ pub struct NodeRuntime {
     order: Option<OrderNode>,
     order_inbox: Arc<OnceLock<Arc<dyn Deliver<OrderMsg>>>>,
     tfa: Arc<OnceLock<Arc<TfaDriver>>>,
+    health: Arc<Health>,
     stop: CancellationToken,
 }
 
@@ -143,7 +145,8 @@ impl NodeRuntime {
 
     /// Starts an order-layer replica among this node and its peers, over this node's
     /// connections, with the register state machine.
-    pub fn start_order(&mut self, cfg: OrderNodeConfig) -> Result<(), RuntimeError> {
+    pub fn start_order(&mut self, mut cfg: OrderNodeConfig) -> Result<(), RuntimeError> {
+        cfg.health = Some(self.health.clone());
         let link = OrderLink {
             rpc: self.rpc.clone(),
             faults: FaultRules::default(),
@@ -196,12 +199,13 @@ impl NodeRuntime {
             ));
         }
         let stop = self.stop.clone();
-        tokio::spawn(async move {
+        // A panic in the protocol's timer (the machine stepped on it) stops the node.
+        self.health.supervise("tfa timer".into(), async move {
             let mut timer = tokio::time::interval(TICK);
             timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
                 tokio::select! {
-                    _ = stop.cancelled() => return,
+                    _ = stop.cancelled() => return Ok::<(), String>(()),
                     _ = timer.tick() => driver.tick(),
                 }
             }
@@ -213,6 +217,11 @@ impl NodeRuntime {
     /// The TFA driver, if this node runs TFA.
     pub fn tfa(&self) -> Option<&Arc<TfaDriver>> {
         self.tfa.get()
+    }
+
+    /// Whether the node's protocol components are alive; the first failure, if one failed.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
     }
 
     /// The order-layer replica, if this node runs one.
@@ -250,6 +259,7 @@ impl NodeRuntime {
             order: None,
             order_inbox,
             tfa,
+            health: Health::new(),
             stop,
         }
     }
@@ -448,6 +458,7 @@ fn order_config(settings: &NodeSettings) -> Result<OrderNodeConfig, RuntimeError
     members.sort_unstable();
     let mut replica = ReplicaConfig::new(settings.node_id, members);
     replica.seed = rand::random();
+    replica.snapshot_every = settings.order_snapshot_every;
     let mut cfg = OrderNodeConfig::new(replica);
     cfg.wal = Some((settings.data_dir.join("order.wal"), settings.order_fsync));
     cfg.load_clients = settings.order_load_clients;

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod bank_load;
 mod cluster_up;
+mod http;
 mod serve;
 mod sweep;
 

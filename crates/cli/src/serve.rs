@@ -7,7 +7,7 @@ use atomos::config::NodeSettings;
 use atomos::NodeRuntime;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tokio::signal::unix::{signal, SignalKind};
-use tracing::info;
+use tracing::{error, info};
 
 use crate::bank_load::BankLoad;
 
@@ -35,13 +35,13 @@ fn init_logging(level: &str) {
 
 async fn serve(settings: NodeSettings) -> Result<bool, String> {
     // Installed before the node starts, so every counter it registers is exported.
+    let mut metrics = None;
     if let Some(addr) = settings.metrics {
         // Round trips from 50 us to 5 s.
         let buckets = [
             50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3, 100e-3, 500e-3, 1.0, 5.0,
         ];
-        PrometheusBuilder::new()
-            .with_http_listener(addr)
+        let handle = PrometheusBuilder::new()
             .set_buckets_for_metric(
                 Matcher::Full("atomos_request_latency_seconds".into()),
                 &buckets,
@@ -52,15 +52,22 @@ async fn serve(settings: NodeSettings) -> Result<bool, String> {
                 &buckets,
             )
             .map_err(|e| format!("metrics buckets: {e}"))?
-            .install()
-            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
-        info!(%addr, "metrics at http://{addr}/metrics");
+            .install_recorder()
+            .map_err(|e| format!("cannot record metrics: {e}"))?;
+        metrics = Some((addr, handle));
     }
     let mut terminate =
         signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
     let node = NodeRuntime::start_tcp(&settings)
         .await
         .map_err(|e| e.to_string())?;
+    if let Some((addr, handle)) = metrics {
+        let bound = crate::http::serve(addr, handle, node.health().clone())
+            .await
+            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+        info!(addr = %bound, "metrics at http://{bound}/metrics, health at http://{bound}/health");
+    }
+    let health = node.health().clone();
     let load = (settings.bank_load_threads > 0).then(|| {
         let first = settings
             .peers
@@ -74,10 +81,11 @@ async fn serve(settings: NodeSettings) -> Result<bool, String> {
             first == Some(settings.node_id),
         )
     });
-    tokio::select! {
-        _ = terminate.recv() => info!("SIGTERM: shutting down"),
-        _ = tokio::signal::ctrl_c() => info!("interrupted: shutting down"),
-    }
+    let failure = tokio::select! {
+        _ = terminate.recv() => { info!("SIGTERM: shutting down"); None }
+        _ = tokio::signal::ctrl_c() => { info!("interrupted: shutting down"); None }
+        cause = health.failed() => Some(cause),
+    };
     if let Some(load) = load {
         // Its threads may wait on answers from peers: stop them before the node.
         tokio::task::spawn_blocking(move || load.stop())
@@ -85,6 +93,11 @@ async fn serve(settings: NodeSettings) -> Result<bool, String> {
             .map_err(|e| format!("bank load: {e}"))?;
     }
     node.shutdown();
+    if let Some(cause) = failure {
+        // Crash-stop: a supervisor restarts the node from its log.
+        error!(node = settings.node_id, cause, "node stopped by a failure");
+        return Err(format!("node {} failed: {cause}", settings.node_id));
+    }
     info!(node = settings.node_id, "node stopped");
     Ok(true)
 }
