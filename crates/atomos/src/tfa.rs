@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atomos_core::{Key, RemoteAttempt, RemoteError, RemoteSource};
-use atomos_protocols::tfa::{Action, Failure, Reply, TfaCounters, TfaMsg, TfaNode};
+use atomos_protocols::tfa::{
+    Action, Answer, Failure, Reply, TfaCounters, TfaMsg, TfaNode, TfaRequest,
+};
+use atomos_seam::{Input, Machine, Output};
 use parking_lot::{Condvar, Mutex};
 use tracing::warn;
 
@@ -59,46 +62,60 @@ impl TfaDriver {
         (self.epoch.elapsed().as_nanos() / TICK.as_nanos()) as u64
     }
 
-    /// Runs `op` on the node and carries out its actions: answers go to their waiters, then,
-    /// with the node unlocked (an in-memory link delivers at once, possibly back here),
-    /// messages go out.
-    fn step(&self, op: impl FnOnce(&mut TfaNode, u64, &mut Vec<Action>)) {
-        let now = self.now();
+    /// Steps the node with `input` and carries out its outputs: answers go to their waiters,
+    /// then, with the node unlocked (an in-memory link delivers at once, possibly back here),
+    /// messages go out. TFA persists nothing, so no output waits for a disk.
+    fn step(&self, input: Input<TfaMsg, TfaRequest>) {
         let mut outgoing = Vec::new();
         {
             let mut inner = self.inner.lock();
-            let mut actions = Vec::new();
-            op(&mut inner.node, now, &mut actions);
-            self.apply(&mut inner, actions, &mut outgoing);
+            self.step_locked(&mut inner, input, &mut outgoing);
         }
         for (to, msg) in outgoing {
             (self.send)(to, msg);
         }
     }
 
-    fn apply(&self, inner: &mut Inner, actions: Vec<Action>, outgoing: &mut Vec<(u64, TfaMsg)>) {
+    fn step_locked(
+        &self,
+        inner: &mut Inner,
+        input: Input<TfaMsg, TfaRequest>,
+        outgoing: &mut Vec<(u64, TfaMsg)>,
+    ) {
+        let mut actions: Vec<Action> = Vec::new();
+        let Ok(()) = inner.node.step(self.now(), input, &mut actions);
         for a in actions {
             match a {
-                Action::Send { to, msg } => outgoing.push((to, msg)),
-                Action::Reply { h, reply } => {
+                Output::Send { to, msg } => outgoing.push((to, msg)),
+                Output::Deliver(Answer { h, reply }) => {
                     if let Some(w) = inner.waiters.get(&h) {
                         *w.reply.lock() = Some(reply);
                         w.ready.notify_one();
                     }
                 }
-                Action::Warn(w) => warn!(node = inner.node.id(), "{w}"),
+                Output::Warn(w) => warn!(node = inner.node.id(), "{w}"),
+                Output::Persist(_) => {}
             }
         }
     }
 
     /// A message from node `from`.
     pub(crate) fn message(&self, from: u64, msg: TfaMsg) {
-        self.step(|node, now, out| node.on_message(now, from, msg, out));
+        self.step(Input::Message { from, msg });
     }
 
     /// The timer.
     pub(crate) fn tick(&self) {
-        self.step(|node, now, out| node.tick(now, out));
+        self.step(Input::Tick);
+    }
+
+    /// A request of the application's, with the node locked (and nothing to send).
+    fn request_quietly(&self, inner: &mut Inner, request: TfaRequest) {
+        let mut outgoing = Vec::new();
+        self.step_locked(inner, Input::Request(request), &mut outgoing);
+        // Begin, forget and abort change only this node's state (TFA's node takes no output
+        // for them), so nothing is sent with the node locked.
+        debug_assert!(outgoing.is_empty(), "a quiet request sent messages");
     }
 
     /// The node's counters.
@@ -132,7 +149,7 @@ impl RemoteSource for TfaSource {
         let waiter = Arc::new(Waiter::default());
         {
             let mut inner = driver.inner.lock();
-            inner.node.begin(h);
+            driver.request_quietly(&mut inner, TfaRequest::Begin { h });
             inner.waiters.insert(h, waiter.clone());
         }
         Box::new(TfaAttempt {
@@ -144,8 +161,10 @@ impl RemoteSource for TfaSource {
     }
 
     fn release_abstract(&self, family: u64, names: Vec<String>) {
-        self.0
-            .step(move |node, _, out| node.release_abstract(family, names, out));
+        self.0.step(Input::Request(TfaRequest::ReleaseAbstract {
+            family,
+            names,
+        }));
     }
 }
 
@@ -167,12 +186,8 @@ fn remote_error(f: Failure) -> RemoteError {
 }
 
 impl TfaAttempt {
-    /// Hands `op` to the node and waits for the answer.
-    fn call(
-        &mut self,
-        key: &Key,
-        op: impl FnOnce(&mut TfaNode, u64, &mut Vec<Action>),
-    ) -> Result<Reply, RemoteError> {
+    /// Hands `request` to the node and waits for the answer.
+    fn call(&mut self, key: &Key, request: TfaRequest) -> Result<Reply, RemoteError> {
         // An answer that arrived while the application was busy ended the transaction.
         if let Some(r) = self.waiter.reply.lock().take() {
             self.over = true;
@@ -181,7 +196,7 @@ impl TfaAttempt {
                 _ => RemoteError::Conflict(atomos_core::AbortCause::CommitValidation),
             });
         }
-        self.driver.step(op);
+        self.driver.step(Input::Request(request));
         let mut slot = self.waiter.reply.lock();
         let deadline = Instant::now() + self.driver.patience;
         while slot.is_none() {
@@ -206,8 +221,11 @@ impl TfaAttempt {
 
 impl RemoteAttempt for TfaAttempt {
     fn read(&mut self, key: &Key) -> Result<Option<Vec<u8>>, RemoteError> {
-        let (h, k) = (self.h, key.clone());
-        match self.call(key, |node, now, out| node.read(now, h, k, out))? {
+        let request = TfaRequest::Read {
+            h: self.h,
+            key: key.clone(),
+        };
+        match self.call(key, request)? {
             Reply::Read(Ok(v)) => Ok(v),
             // The transaction stays open: the engine forgets part of it or aborts it.
             Reply::Read(Err(f @ Failure::Stale(_))) => Err(remote_error(f)),
@@ -222,11 +240,12 @@ impl RemoteAttempt for TfaAttempt {
     }
 
     fn abstract_lock(&mut self, family: u64, name: &str) -> Result<bool, RemoteError> {
-        let (h, n) = (self.h, name.to_string());
-        let key = Key::from(name);
-        match self.call(&key, move |node, now, out| {
-            node.abstract_lock(now, h, family, n, out)
-        })? {
+        let request = TfaRequest::AbstractLock {
+            h: self.h,
+            family,
+            name: name.to_string(),
+        };
+        match self.call(&Key::from(name), request)? {
             Reply::Abstract(Ok(taken)) => Ok(taken),
             // Refused: the transaction stays open (the engine aborts it).
             Reply::Abstract(Err(f)) => Err(remote_error(f)),
@@ -246,7 +265,7 @@ impl RemoteAttempt for TfaAttempt {
             .first()
             .map(|w| w.0.clone())
             .unwrap_or_else(|| Key::from_bytes(&[]));
-        let reply = self.call(&key, move |node, now, out| node.commit(now, h, writes, out));
+        let reply = self.call(&key, TfaRequest::Commit { h, writes });
         // Stale reads leave the transaction open (the engine resumes or aborts it).
         self.over = !matches!(reply, Ok(Reply::Commit(Err(Failure::Stale(_)))));
         match reply? {
@@ -260,14 +279,21 @@ impl RemoteAttempt for TfaAttempt {
 
     fn forget(&mut self, keys: &[Key]) {
         if !self.over {
-            self.driver.inner.lock().node.forget(self.h, keys);
+            let request = TfaRequest::Forget {
+                h: self.h,
+                keys: keys.to_vec(),
+            };
+            self.driver
+                .request_quietly(&mut self.driver.inner.lock(), request);
         }
     }
 
     fn abort(&mut self) {
         if !self.over {
             self.over = true;
-            self.driver.inner.lock().node.abort(self.h);
+            let request = TfaRequest::Abort { h: self.h };
+            self.driver
+                .request_quietly(&mut self.driver.inner.lock(), request);
         }
     }
 }
@@ -276,7 +302,8 @@ impl Drop for TfaAttempt {
     fn drop(&mut self) {
         let mut inner = self.driver.inner.lock();
         if !self.over {
-            inner.node.abort(self.h);
+            self.driver
+                .request_quietly(&mut inner, TfaRequest::Abort { h: self.h });
         }
         inner.waiters.remove(&self.h);
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 
 /// A node's id within its cluster.
-pub type NodeId = u64;
+pub use atomos_seam::NodeId;
 
 /// Why a message was not accepted for sending. A message that was accepted can still be lost
 /// (a connection breaks, a fault rule drops it): transports deliver at most once.

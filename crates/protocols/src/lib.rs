@@ -1,9 +1,10 @@
-//! Distributed consistency protocols, each a deterministic state machine over `atomos-core`.
+//! Distributed consistency protocols, each a deterministic state machine behind the protocol
+//! seam (`atomos_seam::Machine`): no I/O of its own, run by the node runtime's driver in
+//! production and by the simulator in tests.
 //!
-//! Built so far: the building blocks of [`tfa`] (the Transaction Forwarding Algorithm of
-//! HyflowCPP): node clocks and the forwarding rule, the tracker directory, and the owner's
-//! object table with commit locks that expire. The transaction path that uses them across nodes
-//! is not built yet.
+//! Built: [`tfa`], the Transaction Forwarding Algorithm of HyflowCPP: node clocks, the tracker
+//! directory, owners with commit locks that expire, reads with forwarding, commits that migrate
+//! objects to the committer, closed and open nesting and checkpoints across nodes.
 
 #![deny(missing_docs)]
 

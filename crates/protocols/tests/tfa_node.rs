@@ -5,7 +5,8 @@
 use std::collections::VecDeque;
 
 use atomos_core::{AbortCause, Key};
-use atomos_protocols::tfa::{Action, Body, Failure, Reply, TfaConfig, TfaMsg, TfaNode};
+use atomos_protocols::tfa::{Action, Answer, Body, Failure, Reply, TfaConfig, TfaMsg, TfaNode};
+use atomos_seam::Output;
 
 fn cfg() -> TfaConfig {
     TfaConfig {
@@ -50,13 +51,14 @@ impl Net {
     fn absorb(&mut self, from: u64, acts: Vec<Action>) {
         for a in acts {
             match a {
-                Action::Send { to, msg } => {
+                Output::Send { to, msg } => {
                     if self.cut != Some(to) && self.cut != Some(from) {
                         self.queue.push_back((from, to, msg));
                     }
                 }
-                Action::Reply { h, reply } => self.replies.push((from, h, reply)),
-                Action::Warn(_) => {}
+                Output::Deliver(Answer { h, reply }) => self.replies.push((from, h, reply)),
+                Output::Warn(_) => {}
+                Output::Persist(_) => panic!("TFA wrote to disk"),
             }
         }
     }

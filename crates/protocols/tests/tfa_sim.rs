@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use atomos_core::history::list_append::{self, ListOp};
 use atomos_core::Key;
-use atomos_protocols::tfa::{Action, Failure, Reply, TfaConfig, TfaMsg, TfaNode};
+use atomos_protocols::tfa::{self, Action, Failure, Reply, TfaConfig, TfaMsg, TfaNode};
 use atomos_sim::workload::{self, BankOp, BankWorkload, ListAppendTxn, ListAppendWorkload};
 use atomos_sim::{
     check_seeds, Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
@@ -257,9 +257,12 @@ impl SimNode {
             let mut next = Vec::new();
             for a in acts {
                 match a {
-                    Action::Send { to, msg } => out.push(Output::Send { to, msg }),
-                    Action::Warn(w) => panic!("node {}: {w}", self.me),
-                    Action::Reply { h, reply } => self.answer(now, h, reply, &mut next, out),
+                    Output::Send { to, msg } => out.push(Output::Send { to, msg }),
+                    Output::Warn(w) => panic!("node {}: {w}", self.me),
+                    Output::Deliver(tfa::Answer { h, reply }) => {
+                        self.answer(now, h, reply, &mut next, out)
+                    }
+                    Output::Persist(_) => panic!("node {}: TFA wrote to disk", self.me),
                 }
             }
             acts = next;

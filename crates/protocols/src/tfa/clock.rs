@@ -1,4 +1,5 @@
-//! Node clocks and transaction forwarding (thesis 5.1, figure 5.1).
+//! Node clocks (thesis 5.1): Lamport-style, moved up by every message and advanced by every
+//! write commit. The forwarding rule of figure 5.1 that uses them is in the node's read path.
 
 /// A node's clock: incremented by each write transaction it commits, and moved up to any larger
 /// clock piggybacked on a message it receives (a Lamport-style clock).
@@ -30,37 +31,6 @@ impl NodeClock {
     }
 }
 
-/// What a transaction must do after reading from a node whose clock was `sender`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Forward {
-    /// The sender is not ahead: nothing to do.
-    Stay,
-    /// Every object read is still at a version no newer than the transaction's start: the
-    /// transaction moves its timestamp up to this value.
-    To(u64),
-    /// Something read has a newer version now: the transaction's reads may be inconsistent with
-    /// what it reads next, so it must abort (or resume from a checkpoint).
-    Abort,
-}
-
-/// The forwarding rule: a transaction with timestamp `timestamp` that receives an object from a
-/// node at clock `sender` is forwarded to `sender` if every object in its read set still has a
-/// current version at most `timestamp` (`current_read_versions` yields those versions).
-pub fn forward(
-    timestamp: u64,
-    sender: u64,
-    current_read_versions: impl IntoIterator<Item = u64>,
-) -> Forward {
-    if sender <= timestamp {
-        return Forward::Stay;
-    }
-    if current_read_versions.into_iter().all(|v| v <= timestamp) {
-        Forward::To(sender)
-    } else {
-        Forward::Abort
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,17 +42,5 @@ mod tests {
         assert_eq!(c.observe(9), 9);
         assert_eq!(c.advance_for_commit(), 10);
         assert_eq!(c.now(), 10);
-    }
-
-    #[test]
-    fn forwarding_follows_figure_5_1() {
-        assert_eq!(
-            forward(10, 8, [12]),
-            Forward::Stay,
-            "sender behind: nothing to check"
-        );
-        assert_eq!(forward(10, 15, [3, 10]), Forward::To(15));
-        assert_eq!(forward(10, 15, [3, 11]), Forward::Abort);
-        assert_eq!(forward(10, 15, []), Forward::To(15), "nothing read yet");
     }
 }

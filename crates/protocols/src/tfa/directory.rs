@@ -2,12 +2,11 @@
 //! the home's tracker records the key's current owner. Other nodes cache owners and correct the
 //! cache when a request reaches a node that no longer owns the object.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use atomos_core::Key;
 
-/// A node id.
-pub type NodeId = u64;
+pub use atomos_seam::NodeId;
 
 /// Finds an object's home node. Pluggable, so another lookup scheme can replace hashing.
 pub trait Directory {

@@ -3,21 +3,24 @@
 //! instead of a global one.
 //!
 //! - [`clock`]: each node's clock, advanced by its write commits and by larger clocks seen in
-//!   messages; the forwarding rule of figure 5.1.
+//!   messages.
 //! - [`directory`]: where an object lives: its home node (by hash of its key) tracks the current
 //!   owner; other nodes cache owners and correct the cache when redirected.
 //! - [`owner`]: the objects a node owns, with versions, commit locks held until the committer's
 //!   decision is known, and forwarding addresses of objects that left.
 //! - [`msg`]: what nodes say to each other; every message carries the sender's clock.
 //! - [`node`]: one node as a deterministic state machine: reads with forwarding, the commit of
-//!   figure 5.2 with migration to the committer, directory updates, lock recovery.
+//!   figure 5.2 with migration to the committer, directory updates, lock recovery; behind the
+//!   protocol seam ([`atomos_seam::Machine`]) with the application's calls as [`TfaRequest`]s.
 
 pub mod clock;
 pub mod directory;
+mod machine;
 pub mod msg;
 pub mod node;
 pub mod owner;
 
+pub use machine::TfaRequest;
 pub use msg::{Body, Decision, FetchAnswer, TfaMsg};
-pub use node::{Action, Failure, Reply, TfaConfig, TfaCounters, TfaNode};
+pub use node::{Action, Answer, Failure, Reply, TfaConfig, TfaCounters, TfaNode};
 pub use owner::TxId;

@@ -23,9 +23,13 @@
 //! - Requests are re-sent until answered; one unanswered for the request timeout fails the
 //!   transaction with the unreachable node and key.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap as HashMap;
 
 use atomos_core::{AbortCause, Key};
+
+use atomos_seam::Output;
 
 use super::clock::NodeClock;
 use super::directory::{Directory, HashDirectory, NodeId, OwnerCache, Tracker};
@@ -98,26 +102,19 @@ pub enum Reply {
     Commit(Result<(), Failure>),
 }
 
-/// What the node asks its driver to do.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Action {
-    /// Send `msg` to node `to`.
-    Send {
-        /// The receiver.
-        to: NodeId,
-        /// The message.
-        msg: TfaMsg,
-    },
-    /// Answer the application's transaction `h`.
-    Reply {
-        /// The handle the application chose at `begin`.
-        h: u64,
-        /// The answer.
-        reply: Reply,
-    },
-    /// Something an operator should know (a lock released without a decision).
-    Warn(String),
+/// An answer to the application's transaction `h`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The handle the application chose at `begin`.
+    pub h: u64,
+    /// The answer.
+    pub reply: Reply,
 }
+
+/// What the node asks its driver to do: send messages, answer the application (a
+/// [`Answer`] delivered), warn an operator (a lock released without a decision). TFA keeps
+/// nothing on disk, so it never persists.
+pub type Action = Output<TfaMsg, Answer>;
 
 /// Counters of a node since it started.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -283,8 +280,8 @@ impl TfaNode {
             tracker: Tracker::new(),
             cache: OwnerCache::new(),
             active: BTreeMap::new(),
-            requests: HashMap::new(),
-            handles: HashMap::new(),
+            requests: HashMap::default(),
+            handles: HashMap::default(),
             decided: BTreeMap::new(),
             tracking: BTreeMap::new(),
             acks: BTreeMap::new(),
@@ -365,7 +362,7 @@ impl TfaNode {
     }
 
     fn send(&self, to: NodeId, body: Body, out: &mut Vec<Action>) {
-        out.push(Action::Send {
+        out.push(Output::Send {
             to,
             msg: TfaMsg {
                 clock: self.clock.now(),
@@ -429,10 +426,10 @@ impl TfaNode {
             // Read-only: every read was consistent at `rv` when it was made.
             self.counters.commits += 1;
             self.finish(h);
-            out.push(Action::Reply {
+            out.push(Output::Deliver(Answer {
                 h,
                 reply: Reply::Commit(Ok(())),
-            });
+            }));
             return;
         }
         writes.sort_by(|a, b| a.0.cmp(&b.0));
@@ -585,10 +582,10 @@ impl TfaNode {
         if let Some(tx) = self.active.get_mut(&h) {
             tx.wait = Wait::Idle;
         }
-        out.push(Action::Reply {
+        out.push(Output::Deliver(Answer {
             h,
             reply: Reply::Abstract(granted.ok_or(Failure::Conflict(AbortCause::AbstractLock))),
-        });
+        }));
     }
 
     /// Abandons transaction `h` before commit (the application gave up). It holds no lock
@@ -794,10 +791,10 @@ impl TfaNode {
         for req in std::mem::take(&mut tx.outstanding).into_keys() {
             self.requests.remove(&req);
         }
-        out.push(Action::Reply {
+        out.push(Output::Deliver(Answer {
             h,
             reply: Reply::Read(Ok(value)),
-        });
+        }));
     }
 
     // ----- validation (forwarding and commit) -----
@@ -851,10 +848,10 @@ impl TfaNode {
             if matches!(tx.wait, Wait::Forward { .. }) {
                 self.counters.aborts_forward += 1;
                 tx.wait = Wait::Idle;
-                out.push(Action::Reply {
+                out.push(Output::Deliver(Answer {
                     h,
                     reply: Reply::Read(Err(Failure::Stale(invalid))),
-                });
+                }));
                 return;
             }
             self.counters.aborts_validation += 1;
@@ -955,10 +952,10 @@ impl TfaNode {
             }
         }
         self.counters.commits += 1;
-        out.push(Action::Reply {
+        out.push(Output::Deliver(Answer {
             h,
             reply: Reply::Commit(Ok(())),
-        });
+        }));
     }
 
     /// Ends transaction `h` with `failure`: locks it holds here are released, owners it asked
@@ -1001,7 +998,7 @@ impl TfaNode {
         } else {
             Reply::Commit(Err(failure))
         };
-        out.push(Action::Reply { h, reply });
+        out.push(Output::Deliver(Answer { h, reply }));
     }
 
     /// A commit found reads that are no longer current (`keys`): its locks are released (the
@@ -1042,10 +1039,10 @@ impl TfaNode {
                 },
             );
         }
-        out.push(Action::Reply {
+        out.push(Output::Deliver(Answer {
             h,
             reply: Reply::Commit(Err(Failure::Stale(keys))),
-        });
+        }));
     }
 
     fn finish(&mut self, h: u64) {
@@ -1328,7 +1325,7 @@ impl TfaNode {
         }
         for holder in gone {
             self.free_abstract_of(holder);
-            out.push(Action::Warn(format!(
+            out.push(Output::Warn(format!(
                 "released the abstract locks of family {} of node {} after no answer",
                 holder.1, holder.0
             )));
@@ -1350,7 +1347,7 @@ impl TfaNode {
             if held_for >= self.cfg.abandon {
                 let n = self.objects.release(tx);
                 self.counters.abandoned_locks += n as u64;
-                out.push(Action::Warn(format!(
+                out.push(Output::Warn(format!(
                     "released {n} locks of transaction {}:{} after {held_for} ticks without \
                      hearing from node {}",
                     tx.node, tx.n, tx.node

@@ -7,7 +7,7 @@
 //! lease makes the owner ask the committer ([`OwnedObjects::overdue`]); a committer that never
 //! answers (crashed and gone) loses its locks after the abandon time.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use atomos_core::Key;
 use serde::{Deserialize, Serialize};
@@ -224,11 +224,6 @@ impl OwnedObjects {
             }
         }
         keys.len()
-    }
-
-    /// Whether `tx` holds any lock here.
-    pub fn holds(&self, tx: TxId) -> bool {
-        self.locked.contains_key(&tx)
     }
 
     /// Transactions whose locks outlived their lease at `now`, with how long they have held
