@@ -13,12 +13,16 @@
 //!   figure 5.2 with migration to the committer, directory updates, lock recovery; behind the
 //!   protocol seam ([`atomos_seam::Machine`]) with the application's calls as [`TfaRequest`]s.
 
+mod abstract_locks;
 pub mod clock;
+mod coordinator;
 pub mod directory;
 mod machine;
 pub mod msg;
 pub mod node;
 pub mod owner;
+mod server;
+mod timers;
 
 pub use machine::TfaRequest;
 pub use msg::{Body, Decision, FetchAnswer, TfaMsg};

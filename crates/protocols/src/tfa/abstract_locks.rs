@@ -1,0 +1,122 @@
+//! Abstract locks of open nesting (TFAON): held on the home of their name for a transaction
+//! family until it ends, and freed when the family's node says it is gone.
+
+use std::collections::BTreeMap;
+
+use atomos_core::{AbortCause, Key};
+use atomos_seam::Output;
+
+use super::directory::{Directory, NodeId};
+use super::msg::Body;
+use super::node::*;
+
+impl TfaNode {
+    /// Takes the abstract lock `name` for `family` (a number of this node's choosing that
+    /// names a top-level transaction and its open-nested children), asked by transaction `h`;
+    /// the answer is a [`Reply::Abstract`]. The lock lives on the home of its name and is held
+    /// until [`TfaNode::release_abstract`]; a home whose lock outlives the lease asks whether
+    /// the family still runs and frees it if not.
+    pub fn abstract_lock(
+        &mut self,
+        now: u64,
+        h: u64,
+        family: u64,
+        name: String,
+        out: &mut Vec<Action>,
+    ) {
+        let family = self.family_id(family);
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
+        self.families.insert(family);
+        let key = Key::from(name.as_str());
+        let home = self.dir.home(&key);
+        if home == self.me {
+            let granted = self.grant_abstract(now, (self.me, family), name);
+            return self.abstract_answer(h, granted, out);
+        }
+        tx.wait = Wait::Abstract;
+        let body = |req| Body::AbstractLock { req, family, name };
+        self.request(now, h, home, key, body, out);
+    }
+
+    /// `family` ended: its abstract locks are released (on their homes, by message).
+    pub fn release_abstract(&mut self, family: u64, names: Vec<String>, out: &mut Vec<Action>) {
+        let family = self.family_id(family);
+        self.families.remove(&family);
+        let mut by_home: BTreeMap<NodeId, Vec<String>> = BTreeMap::new();
+        for name in names {
+            by_home
+                .entry(self.dir.home(&Key::from(name.as_str())))
+                .or_default()
+                .push(name);
+        }
+        for (home, names) in by_home {
+            if home == self.me {
+                self.free_abstract((self.me, family), &names);
+            } else {
+                self.send(home, Body::AbstractRelease { family, names }, out);
+            }
+        }
+    }
+
+    /// How many abstract locks this node is home to and holds right now.
+    pub fn abstract_locks_held(&self) -> usize {
+        self.abstract_held.len()
+    }
+
+    pub(super) fn grant_abstract(
+        &mut self,
+        now: u64,
+        holder: (NodeId, u64),
+        name: String,
+    ) -> Option<bool> {
+        match self.abstract_held.get(&name) {
+            Some(hold) if hold.holder == holder => Some(false),
+            Some(_) => None,
+            None => {
+                self.abstract_held.insert(
+                    name,
+                    AbstractHold {
+                        holder,
+                        since: now,
+                        ask_at: now + self.cfg.lease,
+                    },
+                );
+                Some(true)
+            }
+        }
+    }
+
+    pub(super) fn free_abstract(&mut self, holder: (NodeId, u64), names: &[String]) {
+        for name in names {
+            if self
+                .abstract_held
+                .get(name)
+                .is_some_and(|hold| hold.holder == holder)
+            {
+                self.abstract_held.remove(name);
+            }
+        }
+    }
+
+    /// The application's family number made unique across this node's restarts (the
+    /// application may number families from 1 again after a restart).
+    pub(super) fn family_id(&self, family: u64) -> u64 {
+        (self.incarnation << 40) ^ family
+    }
+
+    pub(super) fn free_abstract_of(&mut self, holder: (NodeId, u64)) {
+        self.abstract_held.retain(|_, hold| hold.holder != holder);
+    }
+
+    pub(super) fn abstract_answer(&mut self, h: u64, granted: Option<bool>, out: &mut Vec<Action>) {
+        if let Some(tx) = self.active.get_mut(&h) {
+            tx.wait = Wait::Idle;
+        }
+        out.push(Output::Deliver(Answer {
+            h,
+            reply: Reply::Abstract(granted.ok_or(Failure::Conflict(AbortCause::AbstractLock))),
+        }));
+    }
+}

@@ -1,0 +1,506 @@
+//! The coordinator's side of a TFA node: the application's transactions, their reads with
+//! forwarding (figure 5.1), validation and the commit of figure 5.2.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use atomos_core::{AbortCause, Key};
+use atomos_seam::Output;
+
+use super::directory::{Directory, NodeId};
+use super::msg::{Body, Decision, FetchAnswer};
+use super::node::*;
+use super::owner::{Refusal, TxId};
+
+impl TfaNode {
+    /// Starts transaction `h` (a handle the caller picks, unique among running ones) at the
+    /// node's clock.
+    pub fn begin(&mut self, h: u64) {
+        let id = TxId {
+            node: self.me,
+            n: self.next_tx,
+        };
+        self.next_tx += 1;
+        self.handles.insert(id, h);
+        self.active.insert(
+            h,
+            Active {
+                id,
+                rv: self.clock.now(),
+                reads: BTreeMap::new(),
+                wait: Wait::Idle,
+                outstanding: BTreeMap::new(),
+                contacted: BTreeSet::new(),
+            },
+        );
+    }
+
+    /// Reads `key` for transaction `h`; the answer is a [`Reply::Read`] (at once when this node
+    /// owns the object). A failed read ends the transaction.
+    pub fn read(&mut self, now: u64, h: u64, key: Key, out: &mut Vec<Action>) {
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
+        let target = self.cache.ask(&key, &self.dir);
+        tx.wait = Wait::Fetch {
+            key: key.clone(),
+            hops: 0,
+            busy: 0,
+        };
+        self.fetch_from(now, h, key, target, out);
+    }
+
+    /// Commits transaction `h` with its buffered writes (`None` deletes); the answer is a
+    /// [`Reply::Commit`]. Every written key should have been read by the transaction.
+    pub fn commit(
+        &mut self,
+        now: u64,
+        h: u64,
+        mut writes: Vec<(Key, Option<Vec<u8>>)>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
+        if writes.is_empty() {
+            // Read-only: every read was consistent at `rv` when it was made.
+            self.counters.commits += 1;
+            self.finish(h);
+            out.push(Output::Deliver(Answer {
+                h,
+                reply: Reply::Commit(Ok(())),
+            }));
+            return;
+        }
+        writes.sort_by(|a, b| a.0.cmp(&b.0));
+        writes.dedup_by(|later, earlier| later.0 == earlier.0);
+        let mut by_owner: BTreeMap<NodeId, Vec<(Key, Option<u64>)>> = BTreeMap::new();
+        for (key, _) in &writes {
+            let (owner, version) = match tx.reads.get(key) {
+                Some(r) => (r.owner, Some(r.version)),
+                None => (self.cache.ask(key, &self.dir), None),
+            };
+            by_owner
+                .entry(owner)
+                .or_default()
+                .push((key.clone(), version));
+        }
+        let id = tx.id;
+        if let Some(local) = by_owner.remove(&self.me) {
+            match self.objects.try_lock(id, &local, now, self.cfg.lease) {
+                Ok(()) => {}
+                Err(Refusal::Invalid(key)) => return self.reopen(now, h, vec![key], out),
+                Err(busy) => return self.fail(now, h, refusal_failure(&busy), out),
+            }
+        }
+        let tx = self.active.get_mut(&h).expect("checked above");
+        tx.wait = Wait::Lock { writes };
+        tx.contacted.extend(by_owner.keys().copied());
+        for (owner, items) in by_owner {
+            let key = items[0].0.clone();
+            self.request(
+                now,
+                h,
+                owner,
+                key,
+                |req| Body::Lock { req, tx: id, items },
+                out,
+            );
+        }
+        self.lock_progress(now, h, out);
+    }
+
+    /// Drops `keys` from transaction `h`'s reads (a nested block or checkpoint that read them
+    /// rolls back after [`Failure::Stale`]); the transaction goes on with the rest.
+    pub fn forget(&mut self, h: u64, keys: &[Key]) {
+        if let Some(tx) = self.active.get_mut(&h) {
+            if matches!(tx.wait, Wait::Idle) {
+                for k in keys {
+                    tx.reads.remove(k);
+                }
+            }
+        }
+    }
+
+    /// Abandons transaction `h` before commit (the application gave up). It holds no lock
+    /// before commit, so nothing needs to be told.
+    pub fn abort(&mut self, h: u64) {
+        if let Some(tx) = self.active.get(&h) {
+            if matches!(
+                tx.wait,
+                Wait::Idle | Wait::Fetch { .. } | Wait::Forward { .. } | Wait::Abstract
+            ) {
+                self.finish(h);
+            }
+        }
+    }
+
+    pub(super) fn fetch_from(
+        &mut self,
+        now: u64,
+        h: u64,
+        key: Key,
+        target: NodeId,
+        out: &mut Vec<Action>,
+    ) {
+        if target == self.me {
+            let answer = self.lookup(&key);
+            let clock = self.clock.now();
+            return self.fetched(now, h, self.me, clock, answer, out);
+        }
+        let k = key.clone();
+        self.request(now, h, target, key, |req| Body::Fetch { req, key: k }, out);
+    }
+
+    pub(super) fn fetched(
+        &mut self,
+        now: u64,
+        h: u64,
+        from: NodeId,
+        sender_clock: u64,
+        answer: FetchAnswer,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
+        let Wait::Fetch { key, hops, busy } = &tx.wait else {
+            return;
+        };
+        let (key, hops, busy) = (key.clone(), *hops, *busy);
+        drop_requests(&mut self.requests, &mut tx.outstanding);
+        if from != self.me {
+            self.counters.remote_reads += 1;
+        }
+        match answer {
+            FetchAnswer::Busy if busy < self.cfg.busy_retries => {
+                // A commit is installing: its lock is short-lived, so ask again after the
+                // busy delay rather than abort at once.
+                tx.wait = Wait::Fetch {
+                    key: key.clone(),
+                    hops,
+                    busy: busy + 1,
+                };
+                let k = key.clone();
+                tx.outstanding.insert(
+                    BUSY_WAIT,
+                    Outstanding {
+                        to: from,
+                        key,
+                        body: Body::Fetch { req: 0, key: k },
+                        sent: now,
+                        deadline: now + self.cfg.busy_delay,
+                    },
+                );
+            }
+            FetchAnswer::Busy => {
+                self.counters.aborts_busy_read += 1;
+                self.fail(now, h, Failure::Conflict(AbortCause::ReadLocked), out)
+            }
+            FetchAnswer::Redirect(next) => {
+                if hops >= self.cfg.max_hops {
+                    self.counters.aborts_busy_read += 1;
+                    return self.fail(now, h, Failure::Conflict(AbortCause::ReadLocked), out);
+                }
+                self.cache.learn(key.clone(), next);
+                tx.wait = Wait::Fetch {
+                    key: key.clone(),
+                    hops: hops + 1,
+                    busy,
+                };
+                self.fetch_from(now, h, key, next, out)
+            }
+            FetchAnswer::Found { value, version } => {
+                if from != self.me {
+                    self.cache.learn(key.clone(), from);
+                }
+                if version <= tx.rv {
+                    return self.deliver(now, h, key, value, version, from, None, out);
+                }
+                // Figure 5.1: forward to the owner's clock if everything read is still
+                // current; a transaction that read nothing moves up at once.
+                let to_clock = sender_clock.max(version);
+                tx.wait = Wait::Forward {
+                    key,
+                    value,
+                    version,
+                    owner: from,
+                    to_clock,
+                };
+                let items: Vec<(Key, ReadInfo)> =
+                    tx.reads.iter().map(|(k, r)| (k.clone(), *r)).collect();
+                self.validate_reads(now, h, items, out);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn deliver(
+        &mut self,
+        now: u64,
+        h: u64,
+        key: Key,
+        value: Option<Vec<u8>>,
+        version: u64,
+        owner: NodeId,
+        forward_to: Option<u64>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
+        if let Some(c) = forward_to {
+            tx.rv = tx.rv.max(c);
+            self.counters.forwards += 1;
+        }
+        if let Some(earlier) = tx.reads.insert(key, ReadInfo { version, owner }) {
+            // Read again (after a nested block rolled back): it must not have changed.
+            if earlier.version != version {
+                self.counters.aborts_forward += 1;
+                return self.fail(now, h, Failure::Conflict(AbortCause::ReadValidation), out);
+            }
+        }
+        tx.wait = Wait::Idle;
+        drop_requests(&mut self.requests, &mut tx.outstanding);
+        out.push(Output::Deliver(Answer {
+            h,
+            reply: Reply::Read(Ok(value)),
+        }));
+    }
+
+    /// Checks `items` at their owners: local ones now, remote ones by request; the outcome goes
+    /// to `validated`.
+    pub(super) fn validate_reads(
+        &mut self,
+        now: u64,
+        h: u64,
+        items: Vec<(Key, ReadInfo)>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(tx) = self.active.get(&h) else {
+            return;
+        };
+        let id = tx.id;
+        let mut by_owner: BTreeMap<NodeId, Vec<(Key, u64)>> = BTreeMap::new();
+        for (key, r) in items {
+            if r.owner == self.me {
+                if !self.objects.validate(id, &key, r.version) {
+                    return self.validated(now, h, vec![key], out);
+                }
+            } else {
+                by_owner.entry(r.owner).or_default().push((key, r.version));
+            }
+        }
+        for (owner, items) in by_owner {
+            let key = items[0].0.clone();
+            let body = |req| Body::Validate { req, tx: id, items };
+            self.request(now, h, owner, key, body, out);
+        }
+        if self.active[&h].outstanding.is_empty() {
+            self.validated(now, h, Vec::new(), out);
+        }
+    }
+
+    /// All validation answers are in (`invalid` empty: nothing changed), or one named reads
+    /// that are no longer current. A failed forward leaves the transaction open: the
+    /// application may drop the reads of a nested block or checkpoint that covers them
+    /// ([`TfaNode::forget`]) and go on, or abort.
+    pub(super) fn validated(&mut self, now: u64, h: u64, invalid: Vec<Key>, out: &mut Vec<Action>) {
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
+        drop_requests(&mut self.requests, &mut tx.outstanding);
+        if !invalid.is_empty() {
+            if matches!(tx.wait, Wait::Forward { .. }) {
+                self.counters.aborts_forward += 1;
+                tx.wait = Wait::Idle;
+                out.push(Output::Deliver(Answer {
+                    h,
+                    reply: Reply::Read(Err(Failure::Stale(invalid))),
+                }));
+                return;
+            }
+            self.counters.aborts_validation += 1;
+            return self.reopen(now, h, invalid, out);
+        }
+        match std::mem::replace(&mut tx.wait, Wait::Idle) {
+            Wait::Forward {
+                key,
+                value,
+                version,
+                owner,
+                to_clock,
+            } => self.deliver(now, h, key, value, version, owner, Some(to_clock), out),
+            Wait::Validate { writes } => self.decide_commit(now, h, writes, out),
+            other => tx.wait = other,
+        }
+    }
+
+    /// Called after each lock answer: once every owner granted, validate the other reads.
+    pub(super) fn lock_progress(&mut self, now: u64, h: u64, out: &mut Vec<Action>) {
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
+        if !tx.outstanding.is_empty() {
+            return;
+        }
+        let Wait::Lock { writes } = std::mem::replace(&mut tx.wait, Wait::Idle) else {
+            return;
+        };
+        let written: BTreeSet<&Key> = writes.iter().map(|(k, _)| k).collect();
+        let items: Vec<(Key, ReadInfo)> = tx
+            .reads
+            .iter()
+            .filter(|(k, _)| !written.contains(k))
+            .map(|(k, r)| (k.clone(), *r))
+            .collect();
+        tx.wait = Wait::Validate { writes };
+        self.validate_reads(now, h, items, out);
+    }
+
+    pub(super) fn decide_commit(
+        &mut self,
+        now: u64,
+        h: u64,
+        writes: Vec<(Key, Option<Vec<u8>>)>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(tx) = self.active.remove(&h) else {
+            return;
+        };
+        self.handles.remove(&tx.id);
+        let version = self.clock.advance_for_commit();
+        for (key, _) in &writes {
+            if tx.reads.get(key).is_some_and(|r| r.owner != self.me) {
+                self.counters.migrations_in += 1;
+            }
+        }
+        self.objects.install(tx.id, &writes, version);
+        if !tx.contacted.is_empty() {
+            let decision = Decision::Commit { version };
+            for &owner in &tx.contacted {
+                self.send(
+                    owner,
+                    Body::Decided {
+                        tx: tx.id,
+                        decision,
+                    },
+                    out,
+                );
+            }
+            self.decided.insert(
+                tx.id,
+                Pending {
+                    decision,
+                    waiting: tx.contacted.clone(),
+                    sent: now,
+                    since: now,
+                },
+            );
+        }
+        for (key, _) in writes {
+            self.cache.forget(&key);
+            let home = self.dir.home(&key);
+            if home == self.me {
+                self.tracker.update(key, self.me, version);
+            } else {
+                // Sent with the next timer tick, batched per home.
+                self.tracking.insert(
+                    key,
+                    Tracking {
+                        version,
+                        sent: None,
+                        since: now,
+                    },
+                );
+            }
+        }
+        self.counters.commits += 1;
+        out.push(Output::Deliver(Answer {
+            h,
+            reply: Reply::Commit(Ok(())),
+        }));
+    }
+
+    /// Ends transaction `h` with `failure`: locks it holds here are released, owners it asked
+    /// for locks are told (until they confirm), and the application gets the failure.
+    pub(super) fn fail(&mut self, now: u64, h: u64, failure: Failure, out: &mut Vec<Action>) {
+        let Some(mut tx) = self.active.remove(&h) else {
+            return;
+        };
+        drop_requests(&mut self.requests, &mut tx.outstanding);
+        self.handles.remove(&tx.id);
+        self.objects.release(tx.id);
+        if !tx.contacted.is_empty() {
+            for &owner in &tx.contacted {
+                self.send(
+                    owner,
+                    Body::Decided {
+                        tx: tx.id,
+                        decision: Decision::Abort,
+                    },
+                    out,
+                );
+            }
+            self.decided.insert(
+                tx.id,
+                Pending {
+                    decision: Decision::Abort,
+                    waiting: tx.contacted,
+                    sent: now,
+                    since: now,
+                },
+            );
+        }
+        if matches!(failure, Failure::Unavailable { .. }) {
+            self.counters.unavailable += 1;
+        }
+        let reply = if matches!(tx.wait, Wait::Fetch { .. } | Wait::Forward { .. }) {
+            Reply::Read(Err(failure))
+        } else {
+            Reply::Commit(Err(failure))
+        };
+        out.push(Output::Deliver(Answer { h, reply }));
+    }
+
+    /// A commit found reads that are no longer current (`keys`): its locks are released (the
+    /// owners it asked are told), and the transaction stays open under a new number with its
+    /// reads, answering `Reply::Commit(Err(Failure::Stale(keys)))`. The application drops the
+    /// reads of the checkpoint that covers them and commits again, or aborts. (A new number, so
+    /// that a late "abort" for the first attempt never releases the second's locks.)
+    pub(super) fn reopen(&mut self, now: u64, h: u64, keys: Vec<Key>, out: &mut Vec<Action>) {
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
+        drop_requests(&mut self.requests, &mut tx.outstanding);
+        let old = tx.id;
+        tx.id = TxId {
+            node: self.me,
+            n: self.next_tx,
+        };
+        self.next_tx += 1;
+        tx.wait = Wait::Idle;
+        let contacted = std::mem::take(&mut tx.contacted);
+        self.handles.remove(&old);
+        self.handles.insert(tx.id, h);
+        self.objects.release(old);
+        if !contacted.is_empty() {
+            for &owner in &contacted {
+                let decision = Decision::Abort;
+                self.send(owner, Body::Decided { tx: old, decision }, out);
+            }
+            self.decided.insert(
+                old,
+                Pending {
+                    decision: Decision::Abort,
+                    waiting: contacted,
+                    sent: now,
+                    since: now,
+                },
+            );
+        }
+        out.push(Output::Deliver(Answer {
+            h,
+            reply: Reply::Commit(Err(Failure::Stale(keys))),
+        }));
+    }
+}

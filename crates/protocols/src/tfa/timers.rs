@@ -1,0 +1,160 @@
+//! What a TFA node does as time passes: re-sends, timeouts, batched directory updates and
+//! confirmations, and questions about locks held past their lease.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use atomos_core::Key;
+use atomos_seam::Output;
+
+use super::directory::{Directory, NodeId};
+use super::msg::Body;
+use super::node::*;
+
+impl TfaNode {
+    /// Time passes: re-sends what is unanswered, fails transactions whose requests timed out,
+    /// and asks committers about locks past their lease.
+    pub fn tick(&mut self, now: u64, out: &mut Vec<Action>) {
+        let mut expired = Vec::new();
+        let mut resend = Vec::new();
+        let mut refetch = Vec::new();
+        for (&h, tx) in &mut self.active {
+            if let Some(o) = tx.outstanding.get(&BUSY_WAIT) {
+                if now >= o.deadline {
+                    refetch.push((h, o.key.clone(), o.to));
+                }
+                continue;
+            }
+            for o in tx.outstanding.values_mut() {
+                if now >= o.deadline {
+                    expired.push((
+                        h,
+                        Failure::Unavailable {
+                            key: o.key.clone(),
+                            node: o.to,
+                        },
+                    ));
+                    break;
+                }
+                if now >= o.sent + self.cfg.resend {
+                    o.sent = now;
+                    resend.push((o.to, o.body.clone()));
+                }
+            }
+        }
+        expired.sort_by_key(|(h, _)| *h);
+        for (to, body) in resend {
+            self.send(to, body, out);
+        }
+        for (h, failure) in expired {
+            self.fail(now, h, failure, out);
+        }
+        for (h, key, to) in refetch {
+            if let Some(tx) = self.active.get_mut(&h) {
+                tx.outstanding.remove(&BUSY_WAIT);
+            }
+            self.fetch_from(now, h, key, to, out);
+        }
+        let mut gone = Vec::new();
+        let mut repeat = Vec::new();
+        for (tx, p) in &mut self.decided {
+            if now >= p.since + self.cfg.abandon {
+                gone.push(*tx);
+            } else if now >= p.sent + self.cfg.resend {
+                p.sent = now;
+                for &owner in &p.waiting {
+                    repeat.push((
+                        owner,
+                        Body::Decided {
+                            tx: *tx,
+                            decision: p.decision,
+                        },
+                    ));
+                }
+            }
+        }
+        for tx in gone {
+            self.decided.remove(&tx);
+        }
+        repeat.sort_by_key(|(to, _)| *to);
+        for (to, body) in repeat {
+            self.send(to, body, out);
+        }
+        let mut tracks: BTreeMap<NodeId, Vec<(Key, u64)>> = BTreeMap::new();
+        let (dir, resend, abandon) = (&self.dir, self.cfg.resend, self.cfg.abandon);
+        self.tracking.retain(|key, t| {
+            if now >= t.since + abandon {
+                return false;
+            }
+            if t.sent.is_none_or(|s| now >= s + resend) {
+                t.sent = Some(now);
+                tracks
+                    .entry(dir.home(key))
+                    .or_default()
+                    .push((key.clone(), t.version));
+            }
+            true
+        });
+        for (home, entries) in tracks {
+            self.send(home, Body::Track { entries }, out);
+        }
+        for (to, acks) in std::mem::take(&mut self.acks) {
+            if !acks.done.is_empty() {
+                self.send(to, Body::Done { txs: acks.done }, out);
+            }
+            if !acks.tracked.is_empty() {
+                self.send(
+                    to,
+                    Body::Tracked {
+                        entries: acks.tracked,
+                    },
+                    out,
+                );
+            }
+        }
+        let mut ask: BTreeSet<(NodeId, u64)> = BTreeSet::new();
+        let mut gone: BTreeSet<(NodeId, u64)> = BTreeSet::new();
+        for hold in self.abstract_held.values_mut() {
+            if hold.ask_at <= now {
+                hold.ask_at = now + self.cfg.lease;
+                if now >= hold.since + self.cfg.abandon {
+                    gone.insert(hold.holder);
+                } else {
+                    ask.insert(hold.holder);
+                }
+            }
+        }
+        for holder in gone {
+            self.free_abstract_of(holder);
+            out.push(Output::Warn(format!(
+                "released the abstract locks of family {} of node {} after no answer",
+                holder.1, holder.0
+            )));
+        }
+        for (node, family) in ask {
+            if node == self.me {
+                if !self.families.contains(&family) {
+                    self.free_abstract_of((node, family));
+                }
+            } else {
+                self.send(node, Body::FamilyAlive { family }, out);
+            }
+        }
+        for (tx, held_for) in self.objects.overdue(now, self.cfg.lease) {
+            if tx.node == self.me {
+                // Our own transaction: it resolves its locks itself (decision or timeout).
+                continue;
+            }
+            if held_for >= self.cfg.abandon {
+                let n = self.objects.release(tx);
+                self.counters.abandoned_locks += n as u64;
+                out.push(Output::Warn(format!(
+                    "released {n} locks of transaction {}:{} after {held_for} ticks without \
+                     hearing from node {}",
+                    tx.node, tx.n, tx.node
+                )));
+            } else {
+                self.send(tx.node, Body::Ask { tx }, out);
+            }
+        }
+    }
+}
