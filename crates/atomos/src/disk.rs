@@ -15,6 +15,8 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atomos_seam::{wal, Write};
@@ -27,10 +29,12 @@ pub enum FsyncPolicy {
     /// power. Writes that arrive together share one fsync.
     EveryBatch,
     /// Writes are reported durable once written to the operating system, and fsynced within
-    /// this period (even when no later write comes): a power loss forgets at most that much.
+    /// this period (even when no later write comes). A process crash loses nothing; a power
+    /// loss forgets up to that much, votes and acknowledged Raft entries included, which can
+    /// break Raft's safety (two leaders in a term, a lost committed entry).
     Every(Duration),
-    /// Never (the operating system writes back when it likes): for in-memory clusters and
-    /// benchmarks.
+    /// Never (the operating system writes back when it likes): safe against process crashes
+    /// only, like [`FsyncPolicy::Every`]; for benchmarks and throwaway clusters.
     Never,
 }
 
@@ -105,11 +109,12 @@ impl FileDisk {
             path: path.to_path_buf(),
             source,
         };
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        fs::create_dir_all(dir).map_err(io)?;
+        let dir = parent_dir(path);
+        if !dir.exists() {
+            fs::create_dir_all(dir).map_err(io)?;
+            // The new directory's own entry must survive too.
+            sync_dir(parent_dir(dir)).map_err(io)?;
+        }
         let existed = path.exists();
         let file = OpenOptions::new()
             .create(true)
@@ -143,6 +148,12 @@ impl FileDisk {
     pub fn write(&mut self, write: &Write) -> Result<(), DiskError> {
         match write {
             Write::Append(records) => {
+                if let Some(big) = records.iter().find(|r| r.len() > wal::MAX_RECORD) {
+                    return Err(self.io(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("a record of {} bytes is too large for the log", big.len()),
+                    )));
+                }
                 let mut bytes = Vec::new();
                 for r in records {
                     wal::frame(r, &mut bytes);
@@ -158,6 +169,12 @@ impl FileDisk {
     /// Replaces the log: the new one is written beside it, fsynced, renamed over it, and the
     /// directory fsynced, so a crash leaves either the old log or the new one.
     fn rewrite(&mut self, records: &[Vec<u8>]) -> Result<(), DiskError> {
+        if let Some(big) = records.iter().find(|r| r.len() > wal::MAX_RECORD) {
+            return Err(self.io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a record of {} bytes is too large for the log", big.len()),
+            )));
+        }
         let mut bytes = Vec::new();
         for r in records {
             wal::frame(r, &mut bytes);
@@ -176,9 +193,7 @@ impl FileDisk {
         }
         fs::rename(&tmp, &self.path).map_err(|e| self.io(e))?;
         if self.policy != FsyncPolicy::Never {
-            if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                sync_dir(dir).map_err(|e| self.io(e))?;
-            }
+            sync_dir(parent_dir(&self.path)).map_err(|e| self.io(e))?;
         }
         self.file = OpenOptions::new()
             .read(true)
@@ -210,6 +225,13 @@ impl FileDisk {
     pub fn policy(&self) -> FsyncPolicy {
         self.policy
     }
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// Fsyncs a directory, making the creation, removal or renaming of its entries durable.
@@ -265,16 +287,19 @@ pub enum DiskEvent {
     Failed(DiskError),
 }
 
-/// A disk on a thread of its own. Dropping it lets the thread finish the writes queued and end.
+/// A disk on a thread of its own. [`DiskWorker::close`] lets it finish the writes queued and
+/// waits for it; [`DiskWorker::abandon`] makes it stop at the next write without carrying out
+/// the rest (as if the process had died); dropping it closes the queue without waiting.
 pub struct DiskWorker {
     tx: mpsc::Sender<Write>,
+    abandoned: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl DiskWorker {
     /// Starts a thread that carries out writes on `disk` in order and calls `report` as they
-    /// become durable (or once with the failure that stopped it). At most `capacity` writes
-    /// wait in the queue.
+    /// become durable (or once with the failure that stopped it, a panic included). At most
+    /// `capacity` writes wait in the queue.
     pub fn spawn(
         name: String,
         disk: FileDisk,
@@ -282,36 +307,66 @@ impl DiskWorker {
         report: impl Fn(DiskEvent) + Send + 'static,
     ) -> io::Result<DiskWorker> {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || write_loop(disk, rx, report))?;
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let stop = abandoned.clone();
+        let path = disk.path.clone();
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            let report = Arc::new(report);
+            let inner = report.clone();
+            let run = std::panic::AssertUnwindSafe(move || write_loop(disk, rx, &stop, &*inner));
+            if std::panic::catch_unwind(run).is_err() {
+                report(DiskEvent::Failed(DiskError::Io {
+                    path,
+                    source: io::Error::other("the disk thread panicked"),
+                }));
+            }
+        })?;
         Ok(DiskWorker {
             tx,
+            abandoned,
             thread: Some(thread),
         })
     }
 
     /// Queues a write, waiting while the queue is full. Fails only if the worker stopped (its
-    /// failure was reported).
+    /// failure was reported, or it was abandoned).
     pub async fn write(&self, write: Write) -> Result<(), Write> {
         self.tx.send(write).await.map_err(|e| e.0)
     }
-}
 
-impl Drop for DiskWorker {
-    fn drop(&mut self) {
+    /// A handle that stops the worker at its next write, dropping the writes still queued (as
+    /// if the process had died), from anywhere.
+    pub fn abandoner(&self) -> Abandon {
+        Abandon(self.abandoned.clone())
+    }
+
+    /// Closes the queue and waits (off the async workers) until the thread has carried out
+    /// what was queued and ended.
+    pub async fn close(mut self) {
         let (tx, _) = mpsc::channel(1);
         drop(std::mem::replace(&mut self.tx, tx));
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
+    }
+}
+
+/// Stops a [`DiskWorker`] at its next write ([`DiskWorker::abandoner`]).
+#[derive(Clone, Debug)]
+pub struct Abandon(Arc<AtomicBool>);
+
+impl Abandon {
+    /// The worker carries out no further write.
+    pub fn abandon(&self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
 fn write_loop(
     mut disk: FileDisk,
     mut rx: mpsc::Receiver<Write>,
-    report: impl Fn(DiskEvent) + Send + 'static,
+    abandoned: &AtomicBool,
+    report: &dyn Fn(DiskEvent),
 ) {
     // A small runtime of this thread's own waits for writes or for a timed fsync.
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -335,6 +390,9 @@ fn write_loop(
                 None => Ok(rx.recv().await),
             }
         });
+        if abandoned.load(Ordering::Acquire) {
+            return;
+        }
         let first = match next {
             Ok(Some(w)) => w,
             Ok(None) => {
@@ -486,7 +544,7 @@ mod tests {
         assert_eq!(next(), (1, false));
         // ... and fsynced by the worker's timer, with no other write coming.
         assert_eq!(next(), (1, true));
-        drop(worker);
+        rt.block_on(worker.close());
         let _ = fs::remove_dir_all(path.parent().unwrap());
     }
 }

@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::disk::{DiskError, DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
+use crate::disk::{Abandon, DiskError, DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
 use crate::health::Health;
 
 /// Disk writes that may wait for the disk thread before the replica's task waits for it.
@@ -197,6 +197,8 @@ pub struct OrderNode {
     stop: CancellationToken,
     task: Option<tokio::task::JoinHandle<Option<Result<(), OrderNodeError>>>>,
     transport: Arc<dyn Transport<OrderMsg>>,
+    /// Stops the disk thread at once when the node stops.
+    abandon: Option<Abandon>,
 }
 
 impl OrderNode {
@@ -245,6 +247,7 @@ impl OrderNode {
             None => (None, Vec::new()),
         };
         let replica = Replica::open(cfg.replica.clone(), log, machine)?;
+        let abandon = disk.as_ref().map(DiskWorker::abandoner);
         let task = Task {
             me: cfg.replica.id,
             replica,
@@ -268,6 +271,7 @@ impl OrderNode {
             stop,
             task: Some(task),
             transport,
+            abandon,
         })
     }
 
@@ -314,6 +318,9 @@ impl OrderNode {
     pub fn shutdown(&self) {
         self.stop.cancel();
         self.transport.shutdown();
+        if let Some(a) = &self.abandon {
+            a.abandon();
+        }
     }
 
     /// Stops the node like [`OrderNode::shutdown`] and waits for its task to end.
@@ -329,8 +336,7 @@ impl OrderNode {
 
 impl Drop for OrderNode {
     fn drop(&mut self) {
-        self.stop.cancel();
-        self.transport.shutdown();
+        self.shutdown();
     }
 }
 
@@ -475,8 +481,11 @@ impl<S: StateMachine> Task<S> {
                     if let Some(disk) = &self.disk {
                         self.gate.write();
                         if disk.write(write).await.is_err() {
-                            // The disk thread stopped; its failure is on its way.
-                            return Ok(());
+                            // The disk thread stopped (its failure, if it reported one, waits
+                            // in the inbox): nothing more can become durable.
+                            return Err(OrderNodeError::Io(std::io::Error::other(
+                                "the write-ahead log's writer stopped",
+                            )));
                         }
                     }
                 }
@@ -567,9 +576,24 @@ impl<S: StateMachine> Task<S> {
     }
 }
 
+/// Runs the replica's task, then lets its disk thread finish (or stop, if abandoned) before the
+/// task ends, so nothing is written to its log after [`OrderNode::stop`] returns.
 async fn run<S: StateMachine>(
     cfg: OrderNodeConfig,
     mut task: Task<S>,
+    rx: mpsc::UnboundedReceiver<Event>,
+    stop: CancellationToken,
+) -> Result<(), OrderNodeError> {
+    let result = run_loop(cfg, &mut task, rx, stop).await;
+    if let Some(disk) = task.disk.take() {
+        disk.close().await;
+    }
+    result
+}
+
+async fn run_loop<S: StateMachine>(
+    cfg: OrderNodeConfig,
+    task: &mut Task<S>,
     mut rx: mpsc::UnboundedReceiver<Event>,
     stop: CancellationToken,
 ) -> Result<(), OrderNodeError> {

@@ -1,6 +1,6 @@
 //! The node's HTTP endpoint: `GET /metrics` (Prometheus text) and `GET /health` (200 `ok`, or
 //! 503 with the failure that is stopping the node). One request per connection, read with a
-//! size and time limit; anything else gets 404 or 400.
+//! size and time limit, at most 32 connections at once; anything else gets 404 or 400.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,9 +10,12 @@ use atomos::health::Health;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
 /// Largest request head read.
 const MAX_REQUEST: usize = 8 * 1024;
+/// Connections answered at once.
+const MAX_CONNECTIONS: usize = 32;
 
 /// Binds `addr` and serves until the runtime stops; histograms' upkeep runs every 5 s.
 pub async fn serve(
@@ -30,13 +33,27 @@ pub async fn serve(
             upkeep.run_upkeep();
         }
     });
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, most likely: wait, and go on serving.
+                    tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            // Beyond the limit a connection is closed at once rather than held.
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                continue;
+            };
             let (metrics, health) = (metrics.clone(), health.clone());
             tokio::spawn(async move {
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(5), answer(stream, &metrics, &health))
-                        .await;
+                let answered = answer(stream, &metrics, &health);
+                let _ = tokio::time::timeout(Duration::from_secs(5), answered).await;
+                drop(slot);
             });
         }
     });

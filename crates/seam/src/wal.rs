@@ -1,25 +1,41 @@
-//! The write-ahead log's framing: each record is `[length u32 BE][crc32 u32 BE][payload]`.
+//! The write-ahead log's framing: each record is `[length u32 BE][checksum u32 BE][payload]`,
+//! the checksum a CRC-32 of the length's four bytes and the payload (so a run of zero bytes is
+//! never a valid record, and a damaged length fails the check).
 //!
-//! Reading a log back ([`parse`]) distinguishes two kinds of damage:
-//! - a **torn tail**: the last record is incomplete (its header or payload runs past the end of
-//!   the file) or it reaches exactly to the end and its checksum fails. That is what a crash in
-//!   the middle of an append leaves; the record was never durable, so nothing durable is lost
-//!   by cutting it.
-//! - **corruption**: a record whose checksum fails with more bytes after it. Cutting there would
-//!   forget records that were durable (for Raft: votes and acknowledged entries), so the log is
-//!   refused with the offset of the bad record, and the replica must not start from it.
+//! Reading a log back ([`parse`]) stops at the first record that is incomplete or fails its
+//! checksum, and tells two kinds of damage apart by what follows it:
+//! - a **torn tail**: nothing after it is a valid record (the rest is a prefix of an append
+//!   that never finished, garbage, or zeros a file system left after extending the file). The
+//!   bytes were never durable, so nothing durable is lost by cutting them.
+//! - **corruption**: a valid record follows somewhere after it, so the damaged one was durable
+//!   (this covers a damaged length field, which makes a record look as if it ran past the end).
+//!   Cutting there would forget durable records (for Raft: votes and acknowledged entries), so
+//!   the log is refused with the offset of the bad record, and the replica must not start.
+//!
+//! One case no framing can tell from a torn write: damage to the very last durable record.
+//! The reader takes it for torn and cuts it.
 
 /// Bytes of a record's header.
 pub const HEADER: usize = 8;
 
+/// The largest payload a record can hold.
+pub const MAX_RECORD: usize = u32::MAX as usize;
+
+fn checksum(len: u32, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&len.to_be_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
 /// Appends `payload` framed as one record to `out`.
 ///
 /// # Panics
-/// If the payload is 4 GiB or larger (no record comes near: frames are bounded far below).
+/// If the payload is larger than [`MAX_RECORD`] (callers check; no record comes near).
 pub fn frame(payload: &[u8], out: &mut Vec<u8>) {
     let len = u32::try_from(payload.len()).expect("a record under 4 GiB");
     out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(&crc32fast::hash(payload).to_be_bytes());
+    out.extend_from_slice(&checksum(len, payload).to_be_bytes());
     out.extend_from_slice(payload);
 }
 
@@ -33,13 +49,13 @@ pub struct Parsed {
 }
 
 impl Parsed {
-    /// Whether a torn final record follows the good ones (`total` is the log's length).
+    /// Whether a torn tail follows the good records (`total` is the log's length).
     pub fn torn(&self, total: usize) -> bool {
         self.good_len < total
     }
 }
 
-/// A record in the middle of a log is damaged.
+/// A record before the end of a log is damaged.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Corrupt {
     /// Where the damaged record starts.
@@ -48,32 +64,38 @@ pub struct Corrupt {
     pub records_before: usize,
 }
 
-/// Splits a log into records: the good ones and how many bytes they take (a torn final record
-/// is left out), or where a damaged record sits that is not the last.
+/// The record at the start of `rest`, if it is complete and its checksum holds.
+fn record_at(rest: &[u8]) -> Option<&[u8]> {
+    let header = rest.get(..HEADER)?;
+    let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+    let crc = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+    let payload = rest.get(HEADER..HEADER.checked_add(len as usize)?)?;
+    (checksum(len, payload) == crc).then_some(payload)
+}
+
+/// Splits a log into records: the good ones and how many bytes they take (a torn tail is left
+/// out), or where a damaged record sits that valid records follow.
 pub fn parse(bytes: &[u8]) -> Result<Parsed, Corrupt> {
     let mut records = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
-        let rest = &bytes[at..];
-        if rest.len() < HEADER {
-            break; // a torn header
-        }
-        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        let crc = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]);
-        let Some(payload) = rest.get(HEADER..HEADER + len) else {
-            break; // a torn payload
-        };
-        if crc32fast::hash(payload) != crc {
-            if HEADER + len == rest.len() {
-                break; // the final record, torn inside
+        match record_at(&bytes[at..]) {
+            Some(payload) => {
+                records.push(payload.to_vec());
+                at += HEADER + payload.len();
             }
-            return Err(Corrupt {
-                offset: at,
-                records_before: records.len(),
-            });
+            None => {
+                // Damaged or incomplete: torn only if no valid record starts anywhere after.
+                let later = (at + 1..bytes.len()).any(|y| record_at(&bytes[y..]).is_some());
+                if later {
+                    return Err(Corrupt {
+                        offset: at,
+                        records_before: records.len(),
+                    });
+                }
+                break;
+            }
         }
-        records.push(payload.to_vec());
-        at += HEADER + len;
     }
     Ok(Parsed {
         records,
@@ -133,8 +155,24 @@ mod tests {
                 records_before: 1
             })
         );
-        let mut bad = bytes;
+        let mut bad = bytes.clone();
         bad[5] ^= 1; // the checksum of "one"
         assert_eq!(parse(&bad).unwrap_err().offset, 0);
+        // A length damaged to run past the end is not taken for a torn tail.
+        let mut bad = bytes;
+        bad[second] = 0x7f;
+        assert_eq!(parse(&bad).unwrap_err().offset, second);
+    }
+
+    #[test]
+    fn zeros_or_garbage_after_the_last_record_are_a_torn_tail() {
+        let mut bytes = log(&[b"one", b"two"]);
+        let good = bytes.len();
+        bytes.extend_from_slice(&[0; 4096]);
+        let p = parse(&bytes).unwrap();
+        assert_eq!((p.records.len(), p.good_len), (2, good));
+        bytes.truncate(good);
+        bytes.extend((0..3000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+        assert_eq!(parse(&bytes).unwrap().good_len, good);
     }
 }

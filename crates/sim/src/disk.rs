@@ -56,15 +56,22 @@ impl SimDisk {
         }
     }
 
-    /// The node crashed: unsynced writes are lost, but part of the first one, if it appends,
-    /// may have reached the platter when `rng` says so (a torn record).
+    /// The node crashed: unsynced writes are lost, but the first one, if it appends, may leave
+    /// a torn record behind when `rng` says so: a prefix of its bytes, or as many zeros (a file
+    /// extended whose data never landed). Returns whether it did.
     pub fn crash(&mut self, torn: f64, rng: &mut SimRng) -> bool {
         let mut tore = false;
         if let Some((_, Write::Append(records))) = self.pending.front() {
             let bytes = framed(records);
             if bytes.len() > 1 && rng.chance(torn) {
                 let keep = 1 + rng.below(bytes.len() as u64 - 1) as usize;
-                self.durable.extend_from_slice(&bytes[..keep]);
+                if rng.chance(0.5) {
+                    // Part of the write landed.
+                    self.durable.extend_from_slice(&bytes[..keep]);
+                } else {
+                    // The file grew but the data never landed: zeros.
+                    self.durable.resize(self.durable.len() + keep, 0);
+                }
                 tore = true;
             }
         }
@@ -73,7 +80,7 @@ impl SimDisk {
         tore
     }
 
-    /// Damages one byte (of the checksum or the payload) of a durable record that is not the
+    /// Damages one byte (of the header or the payload) of a durable record that is not the
     /// last: a last record damaged looks torn, and no log format can tell them apart. Returns
     /// false if there is no such record.
     pub fn corrupt(&mut self, rng: &mut SimRng) -> bool {
@@ -88,10 +95,8 @@ impl SimDisk {
             .iter()
             .map(|r| wal::HEADER + r.len())
             .sum();
-        // A checksum or payload byte: a damaged length field can make everything after it look
-        // like a torn tail, which this log format cannot tell from one.
         let len = wal::HEADER + parsed.records[victim].len();
-        let at = start + 4 + rng.below(len as u64 - 4) as usize;
+        let at = start + rng.below(len as u64) as usize;
         self.durable[at] ^= 0x5a;
         true
     }
