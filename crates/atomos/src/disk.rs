@@ -334,6 +334,14 @@ impl DiskWorker {
         self.tx.send(write).await.map_err(|e| e.0)
     }
 
+    /// Queues a write if the queue has room.
+    pub fn try_write(&self, write: Write) -> Result<(), TryWriteError> {
+        self.tx.try_send(write).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(w) => TryWriteError::Full(w),
+            mpsc::error::TrySendError::Closed(_) => TryWriteError::Closed,
+        })
+    }
+
     /// A handle that stops the worker at its next write, dropping the writes still queued (as
     /// if the process had died), from anywhere.
     pub fn abandoner(&self) -> Abandon {
@@ -349,6 +357,15 @@ impl DiskWorker {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
     }
+}
+
+/// Why [`DiskWorker::try_write`] did not queue a write.
+#[derive(Debug)]
+pub enum TryWriteError {
+    /// The queue is full: here is the write back.
+    Full(Write),
+    /// The worker stopped.
+    Closed,
 }
 
 /// Stops a [`DiskWorker`] at its next write ([`DiskWorker::abandoner`]).

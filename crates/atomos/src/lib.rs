@@ -31,6 +31,7 @@
 mod cluster;
 pub mod config;
 pub mod disk;
+mod driver;
 pub mod health;
 mod node;
 pub mod ordering;

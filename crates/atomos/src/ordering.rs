@@ -18,10 +18,9 @@ use std::time::{Duration, Instant};
 
 use atomos_net::transport::{Deliver, NodeId, Transport};
 use atomos_order::{
-    decode_log, Action, Addr, Client, ClientAction, ClientInput, Command, Delivery, Input,
-    OrderError, OrderMsg, Replica, ReplicaConfig, StateMachine,
+    decode_log, Addr, Client, ClientAction, ClientInput, Command, Delivery, Input, OrderError,
+    OrderMsg, Replica, ReplicaConfig, StateMachine,
 };
-use atomos_seam::{Gate, Output};
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
@@ -29,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::disk::{Abandon, DiskError, DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
+use crate::driver::{Carry, RunError, Runner};
 use crate::health::Health;
 
 /// Disk writes that may wait for the disk thread before the replica's task waits for it.
@@ -249,18 +249,17 @@ impl OrderNode {
         let replica = Replica::open(cfg.replica.clone(), log, machine)?;
         let abandon = disk.as_ref().map(DiskWorker::abandoner);
         let task = Task {
-            me: cfg.replica.id,
-            replica,
-            transport: transport.clone(),
-            shared: shared.clone(),
-            disk,
-            gate: Gate::new(),
-            clients: Clients::new(&cfg),
-            client_out: Vec::new(),
-            local: VecDeque::new(),
-            actions: Vec::new(),
-            opt_at: BTreeMap::new(),
-            started: Instant::now(),
+            // The replica counts time in ticks; the runner's clock is in milliseconds.
+            runner: Runner::new(replica, disk, Duration::from_millis(1)),
+            io: OrderIo {
+                me: cfg.replica.id,
+                transport: transport.clone(),
+                shared: shared.clone(),
+                clients: Clients::new(&cfg),
+                client_out: Vec::new(),
+                local: VecDeque::new(),
+                opt_at: BTreeMap::new(),
+            },
         };
         let health = cfg.health.clone().unwrap_or_default();
         let component = format!("order replica {}", cfg.replica.id);
@@ -416,108 +415,39 @@ impl Clients {
     }
 }
 
-/// The replica's task: its machine, the gate between its disk writes and what depends on them,
-/// the disk thread, the local clients.
+/// The replica's task: the replica in its runner (time, disk, gate) and everything else.
 struct Task<S: StateMachine> {
+    runner: Runner<Replica<S>>,
+    io: OrderIo,
+}
+
+/// Where the replica's outputs go, and the local clients.
+struct OrderIo {
     me: Addr,
-    replica: Replica<S>,
     transport: Arc<dyn Transport<OrderMsg>>,
     shared: Arc<Shared>,
-    disk: Option<DiskWorker>,
-    gate: Gate<Action>,
     clients: Clients,
     client_out: Vec<ClientAction>,
     /// Messages from this node to itself.
     local: VecDeque<(Addr, OrderMsg)>,
-    actions: Vec<Action>,
     opt_at: BTreeMap<u64, Instant>,
-    started: Instant,
 }
 
-impl<S: StateMachine> Task<S> {
-    fn now(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
-    fn step(&mut self, input: Input) -> Result<(), OrderNodeError> {
-        let now = self.now();
-        self.replica.step(now, input, &mut self.actions)?;
-        Ok(())
-    }
-
-    fn on_event(&mut self, e: Event) -> Result<(), OrderNodeError> {
-        match e {
-            Event::Net {
-                msg: msg @ OrderMsg::Reply { .. },
-                ..
-            } => {
-                // Answers to our clients' requests re-sent to other replicas.
-                answer(&mut self.clients, &self.shared, msg, &mut self.client_out);
-                Ok(())
-            }
-            Event::Net { from, msg } => self.step(Input::Message { from, msg }),
-            Event::Submit { payload, reply } => {
-                self.clients
-                    .submit(payload, Waiter::App(reply), &mut self.client_out);
-                Ok(())
-            }
-            Event::Disk(DiskEvent::Durable { through, .. }) => {
-                for a in self.gate.durable(through) {
-                    self.carry_out(a);
-                }
-                self.step(Input::Persisted { through })
-            }
-            Event::Disk(DiskEvent::Failed(e)) => Err(e.into()),
-        }
-    }
-
-    /// Carries out the replica's outputs in order: writes go to the disk thread (waiting while
-    /// its queue is full), and whatever follows a write waits in the gate until it is durable.
-    async fn perform(&mut self) -> Result<(), OrderNodeError> {
-        let actions = std::mem::take(&mut self.actions);
-        for a in actions {
-            match a {
-                Output::Persist(write) => {
-                    if let Some(disk) = &self.disk {
-                        self.gate.write();
-                        if disk.write(write).await.is_err() {
-                            // The disk thread stopped (its failure, if it reported one, waits
-                            // in the inbox): nothing more can become durable.
-                            return Err(OrderNodeError::Io(std::io::Error::other(
-                                "the write-ahead log's writer stopped",
-                            )));
-                        }
-                    }
-                }
-                a => {
-                    if let Some(a) = self.gate.pass(a) {
-                        self.carry_out(a);
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Carries out one output that no disk write holds back.
-    fn carry_out(&mut self, a: Action) {
+impl<S: StateMachine> Carry<Replica<S>> for OrderIo {
+    fn send(&mut self, to: Addr, msg: OrderMsg) {
         let me = self.me;
-        match a {
-            Output::Send {
-                to,
-                msg: msg @ OrderMsg::Reply { .. },
-            } if to == me => answer(&mut self.clients, &self.shared, msg, &mut self.client_out),
-            Output::Send { to, msg } if to == me => self.local.push_back((me, msg)),
-            Output::Send { to, msg } => {
+        match msg {
+            msg @ OrderMsg::Reply { .. } if to == me => {
+                answer(&mut self.clients, &self.shared, msg, &mut self.client_out)
+            }
+            msg if to == me => self.local.push_back((me, msg)),
+            msg => {
                 let _ = self.transport.send(to, msg);
             }
-            Output::Deliver(d) => self.delivered(d),
-            Output::Warn(w) => warn!(node = me, "{w}"),
-            Output::Persist(_) => {}
         }
     }
 
-    fn delivered(&mut self, d: Delivery) {
+    fn deliver(&mut self, d: Delivery) {
         let shared = &self.shared;
         match &d {
             Delivery::Opt { seq, .. } => {
@@ -548,31 +478,78 @@ impl<S: StateMachine> Task<S> {
         }
     }
 
-    /// Local work: clients' messages out, messages to itself in, the open batch sealed, and
-    /// what that produced carried out. Returns whether anything was produced.
+    fn warn(&mut self, text: String) {
+        warn!(node = self.me, "{text}");
+    }
+}
+
+impl From<RunError<OrderError>> for OrderNodeError {
+    fn from(e: RunError<OrderError>) -> Self {
+        match e {
+            RunError::Machine(e) => OrderNodeError::Order(e),
+            RunError::DiskStopped => OrderNodeError::Io(std::io::Error::other(
+                "the write-ahead log's writer stopped",
+            )),
+        }
+    }
+}
+
+impl<S: StateMachine> Task<S> {
+    /// Steps the replica; returns how many outputs it produced.
+    fn step(&mut self, input: Input) -> Result<usize, OrderNodeError> {
+        Ok(self.runner.step(input, &mut self.io)?)
+    }
+
+    fn on_event(&mut self, e: Event) -> Result<(), OrderNodeError> {
+        let io = &mut self.io;
+        match e {
+            Event::Net {
+                msg: msg @ OrderMsg::Reply { .. },
+                ..
+            } => {
+                // Answers to our clients' requests re-sent to other replicas.
+                answer(&mut io.clients, &io.shared, msg, &mut io.client_out);
+            }
+            Event::Net { from, msg } => {
+                self.step(Input::Message { from, msg })?;
+            }
+            Event::Submit { payload, reply } => {
+                io.clients
+                    .submit(payload, Waiter::App(reply), &mut io.client_out);
+            }
+            Event::Disk(DiskEvent::Durable { through, .. }) => {
+                self.runner.durable(through, &mut self.io)?;
+            }
+            Event::Disk(DiskEvent::Failed(e)) => return Err(e.into()),
+        }
+        Ok(())
+    }
+
+    /// Local work: clients' messages out, messages to itself in, the open batch sealed.
+    /// Returns whether the replica produced anything.
     async fn round(&mut self) -> Result<bool, OrderNodeError> {
-        let me = self.me;
-        for a in std::mem::take(&mut self.client_out) {
+        let me = self.io.me;
+        for a in std::mem::take(&mut self.io.client_out) {
             match a {
-                ClientAction::Send { to, msg } if to == me => self.local.push_back((me, msg)),
+                ClientAction::Send { to, msg } if to == me => self.io.local.push_back((me, msg)),
                 ClientAction::Send { to, msg } => {
-                    let _ = self.transport.send(to, msg);
+                    let _ = self.io.transport.send(to, msg);
                 }
                 ClientAction::Done { .. } => {}
             }
         }
-        while let Some((from, msg)) = self.local.pop_front() {
-            self.step(Input::Message { from, msg })?;
+        let mut produced = 0;
+        while let Some((from, msg)) = self.io.local.pop_front() {
+            produced += self.step(Input::Message { from, msg })?;
         }
-        self.step(Input::Request(Command::Flush))?;
-        if self.actions.is_empty() {
-            return Ok(false);
-        }
-        self.perform().await?;
-        self.shared
-            .requests_delivered
-            .store(self.replica.stats().requests_delivered, Ordering::Relaxed);
-        Ok(true)
+        produced += self.step(Input::Request(Command::Flush))?;
+        // Backpressure: wait while the disk thread cannot take more writes.
+        self.runner.drain_backlog().await?;
+        self.io.shared.requests_delivered.store(
+            self.runner.machine().stats().requests_delivered,
+            Ordering::Relaxed,
+        );
+        Ok(produced > 0)
     }
 }
 
@@ -585,7 +562,7 @@ async fn run<S: StateMachine>(
     stop: CancellationToken,
 ) -> Result<(), OrderNodeError> {
     let result = run_loop(cfg, &mut task, rx, stop).await;
-    if let Some(disk) = task.disk.take() {
+    if let Some(disk) = task.runner.take_disk() {
         disk.close().await;
     }
     result
@@ -598,13 +575,13 @@ async fn run_loop<S: StateMachine>(
     stop: CancellationToken,
 ) -> Result<(), OrderNodeError> {
     for _ in 0..cfg.load_clients {
-        task.clients.submit_load(&mut task.client_out);
+        task.io.clients.submit_load(&mut task.io.client_out);
     }
     let mut next_tick = Instant::now() + cfg.tick;
     loop {
         // Work left over from the last round (answers that started new requests) must not
         // wait for an event, but must not starve the other tasks either: yield, then go on.
-        if !task.client_out.is_empty() || !task.local.is_empty() {
+        if !task.io.client_out.is_empty() || !task.io.local.is_empty() {
             tokio::task::yield_now().await;
             if stop.is_cancelled() {
                 return Ok(());
@@ -632,20 +609,17 @@ async fn run_loop<S: StateMachine>(
         }
         if tick {
             task.step(Input::Tick)?;
-            let ids: Vec<u64> = task.clients.active.keys().copied().collect();
-            for id in ids {
-                if let Some((c, _)) = task.clients.active.get_mut(&id) {
-                    c.step(ClientInput::Tick, &mut task.client_out);
-                }
+            let io = &mut task.io;
+            for (c, _) in io.clients.active.values_mut() {
+                c.step(ClientInput::Tick, &mut io.client_out);
             }
-            task.shared
+            let replica = task.runner.machine();
+            io.shared
                 .leader
-                .store(task.replica.is_leader(), Ordering::Relaxed);
-            task.shared
-                .term
-                .store(task.replica.term(), Ordering::Relaxed);
+                .store(replica.is_leader(), Ordering::Relaxed);
+            io.shared.term.store(replica.term(), Ordering::Relaxed);
         }
-        task.perform().await?;
+        task.runner.drain_backlog().await?;
         // A few rounds of local work per wake-up; whatever remains waits for the next one.
         for _round in 0..64 {
             if !task.round().await? {

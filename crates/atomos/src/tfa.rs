@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atomos_core::{Key, RemoteAttempt, RemoteError, RemoteSource};
-use atomos_protocols::tfa::{
-    Action, Answer, Failure, Reply, TfaCounters, TfaMsg, TfaNode, TfaRequest,
-};
-use atomos_seam::{Input, Machine, Output};
+use atomos_protocols::tfa::{Answer, Failure, Reply, TfaCounters, TfaMsg, TfaNode, TfaRequest};
+use atomos_seam::Input;
 use parking_lot::{Condvar, Mutex};
 use tracing::warn;
+
+use crate::driver::{Carry, RunError, Runner};
 
 /// How often the protocol's timer runs: its time unit.
 pub(crate) const TICK: Duration = Duration::from_millis(1);
@@ -26,8 +26,33 @@ struct Waiter {
 }
 
 struct Inner {
-    node: TfaNode,
+    runner: Runner<TfaNode>,
     waiters: HashMap<u64, Arc<Waiter>>,
+}
+
+/// Where the node's outputs go: messages are collected to be sent once the node is unlocked,
+/// answers go to the application threads waiting for them.
+struct TfaCarry<'a> {
+    node: u64,
+    waiters: &'a HashMap<u64, Arc<Waiter>>,
+    outgoing: &'a mut Vec<(u64, TfaMsg)>,
+}
+
+impl Carry<TfaNode> for TfaCarry<'_> {
+    fn send(&mut self, to: u64, msg: TfaMsg) {
+        self.outgoing.push((to, msg));
+    }
+
+    fn deliver(&mut self, Answer { h, reply }: Answer) {
+        if let Some(w) = self.waiters.get(&h) {
+            *w.reply.lock() = Some(reply);
+            w.ready.notify_one();
+        }
+    }
+
+    fn warn(&mut self, text: String) {
+        warn!(node = self.node, "{text}");
+    }
 }
 
 /// Sends a protocol message to a node.
@@ -37,7 +62,6 @@ pub(crate) type SendFn = Box<dyn Fn(u64, TfaMsg) + Send + Sync>;
 pub struct TfaDriver {
     inner: Mutex<Inner>,
     send: SendFn,
-    epoch: Instant,
     next_handle: AtomicU64,
     /// How long an application thread waits for an answer before giving up on the node it
     /// asked (the protocol answers within its request timeout unless its timer stopped).
@@ -48,18 +72,13 @@ impl TfaDriver {
     pub(crate) fn new(node: TfaNode, send: SendFn, patience: Duration) -> Arc<TfaDriver> {
         Arc::new(TfaDriver {
             inner: Mutex::new(Inner {
-                node,
+                runner: Runner::new(node, None, TICK),
                 waiters: HashMap::new(),
             }),
             send,
-            epoch: Instant::now(),
             next_handle: AtomicU64::new(1),
             patience,
         })
-    }
-
-    fn now(&self) -> u64 {
-        (self.epoch.elapsed().as_nanos() / TICK.as_nanos()) as u64
     }
 
     /// Steps the node with `input` and carries out its outputs: answers go to their waiters,
@@ -82,20 +101,17 @@ impl TfaDriver {
         input: Input<TfaMsg, TfaRequest>,
         outgoing: &mut Vec<(u64, TfaMsg)>,
     ) {
-        let mut actions: Vec<Action> = Vec::new();
-        let Ok(()) = inner.node.step(self.now(), input, &mut actions);
-        for a in actions {
-            match a {
-                Output::Send { to, msg } => outgoing.push((to, msg)),
-                Output::Deliver(Answer { h, reply }) => {
-                    if let Some(w) = inner.waiters.get(&h) {
-                        *w.reply.lock() = Some(reply);
-                        w.ready.notify_one();
-                    }
-                }
-                Output::Warn(w) => warn!(node = inner.node.id(), "{w}"),
-                Output::Persist(_) => {}
-            }
+        let Inner { runner, waiters } = inner;
+        let mut carry = TfaCarry {
+            node: runner.machine().id(),
+            waiters,
+            outgoing,
+        };
+        match runner.step(input, &mut carry) {
+            Ok(_) => {}
+            Err(RunError::Machine(never)) => match never {},
+            // TFA runs without a disk.
+            Err(RunError::DiskStopped) => {}
         }
     }
 
@@ -120,22 +136,22 @@ impl TfaDriver {
 
     /// The node's counters.
     pub fn counters(&self) -> TfaCounters {
-        self.inner.lock().node.counters().clone()
+        self.inner.lock().runner.machine().counters().clone()
     }
 
     /// Locks held on this node's objects right now.
     pub fn locks_held(&self) -> usize {
-        self.inner.lock().node.objects().locks_held()
+        self.inner.lock().runner.machine().objects().locks_held()
     }
 
     /// Abstract locks (open nesting) this node is home to and holds right now.
     pub fn abstract_locks_held(&self) -> usize {
-        self.inner.lock().node.abstract_locks_held()
+        self.inner.lock().runner.machine().abstract_locks_held()
     }
 
     /// Objects this node owns right now (deleted ones included).
     pub fn objects_owned(&self) -> usize {
-        self.inner.lock().node.objects().len()
+        self.inner.lock().runner.machine().objects().len()
     }
 }
 
@@ -208,7 +224,7 @@ impl TfaAttempt {
                 && slot.is_none()
             {
                 self.over = true;
-                let node = self.driver.inner.lock().node.id();
+                let node = self.driver.inner.lock().runner.machine().id();
                 return Err(RemoteError::Unavailable {
                     key: key.clone(),
                     node,

@@ -1,0 +1,162 @@
+//! The driver core every protocol runs on: a [`Runner`] owns one seam machine
+//! ([`atomos_seam::Machine`]) and carries out what it asks, the same way for every protocol:
+//! the time of each step, disk writes handed to the machine's disk thread ([`DiskWorker`]),
+//! the seam's rule that whatever follows a write waits until the write is durable
+//! ([`atomos_seam::Gate`]), persistence confirmations fed back to the machine, and errors
+//! turned into a stop. Where messages go and what a delivery means is the host's business
+//! ([`Carry`]): the order layer's task and the TFA node's lock are hosts, each bringing the
+//! inputs in its own way (a task that drains an inbox; the threads that bring a message or a
+//! request, stepping the machine where they are). A new protocol is a machine and a host's
+//! few lines, not a driver.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use atomos_seam::{Gate, Input, Machine, NodeId, Output, Write};
+
+use crate::disk::{DiskWorker, TryWriteError};
+
+/// Where a machine's outputs go, once nothing holds them back.
+pub(crate) trait Carry<M: Machine> {
+    /// Sends `msg` to node `to` (possibly this one).
+    fn send(&mut self, to: NodeId, msg: M::Msg);
+    /// Hands a delivery to the layers above.
+    fn deliver(&mut self, delivery: M::Delivery);
+    /// Tells an operator.
+    fn warn(&mut self, text: String) {
+        tracing::warn!("{text}");
+    }
+}
+
+/// Why a runner stopped.
+#[derive(Debug)]
+pub(crate) enum RunError<E> {
+    /// The machine failed.
+    Machine(E),
+    /// The disk thread stopped: nothing more can become durable.
+    DiskStopped,
+}
+
+impl<E> From<E> for RunError<E> {
+    fn from(e: E) -> Self {
+        RunError::Machine(e)
+    }
+}
+
+/// A machine, its gate and its disk.
+pub(crate) struct Runner<M: Machine> {
+    machine: M,
+    gate: Gate<Output<M::Msg, M::Delivery>>,
+    disk: Option<DiskWorker>,
+    /// Writes the disk thread's full queue could not take yet, in order.
+    backlog: VecDeque<Write>,
+    epoch: Instant,
+    unit: Duration,
+}
+
+impl<M: Machine> Runner<M> {
+    /// Runs `machine`, writing to `disk`, with time in units of `unit` since now. Without a
+    /// disk nothing it writes is kept: no output waits, and it never hears `Persisted`.
+    pub(crate) fn new(machine: M, disk: Option<DiskWorker>, unit: Duration) -> Runner<M> {
+        Runner {
+            machine,
+            gate: Gate::new(),
+            disk,
+            backlog: VecDeque::new(),
+            epoch: Instant::now(),
+            unit,
+        }
+    }
+
+    /// The machine (to read its state).
+    pub(crate) fn machine(&self) -> &M {
+        &self.machine
+    }
+
+    /// The time now, in the machine's unit.
+    pub(crate) fn now(&self) -> u64 {
+        (self.epoch.elapsed().as_nanos() / self.unit.as_nanos().max(1)) as u64
+    }
+
+    /// Steps the machine with `input` and carries out its outputs: writes go to the disk
+    /// thread, and what follows a write waits until it is durable. Returns how many outputs
+    /// the step produced.
+    pub(crate) fn step(
+        &mut self,
+        input: Input<M::Msg, M::Request>,
+        carry: &mut impl Carry<M>,
+    ) -> Result<usize, RunError<M::Error>> {
+        let mut out = Vec::new();
+        self.machine.step(self.now(), input, &mut out)?;
+        let produced = out.len();
+        for o in out {
+            match o {
+                Output::Persist(write) => self.persist(write)?,
+                o => {
+                    if let Some(o) = self.gate.pass(o) {
+                        carry_out(o, carry);
+                    }
+                }
+            }
+        }
+        Ok(produced)
+    }
+
+    fn persist(&mut self, write: Write) -> Result<(), RunError<M::Error>> {
+        let Some(disk) = &self.disk else {
+            return Ok(()); // kept nowhere: durable as it will ever be
+        };
+        self.gate.write();
+        if !self.backlog.is_empty() {
+            self.backlog.push_back(write);
+            return Ok(());
+        }
+        match disk.try_write(write) {
+            Ok(()) => Ok(()),
+            Err(TryWriteError::Full(write)) => {
+                self.backlog.push_back(write);
+                Ok(())
+            }
+            Err(TryWriteError::Closed) => Err(RunError::DiskStopped),
+        }
+    }
+
+    /// The disk thread made writes up to `through` durable: what waited for them is carried
+    /// out, and the machine hears of it.
+    pub(crate) fn durable(
+        &mut self,
+        through: u64,
+        carry: &mut impl Carry<M>,
+    ) -> Result<usize, RunError<M::Error>> {
+        for o in self.gate.durable(through) {
+            carry_out(o, carry);
+        }
+        self.step(Input::Persisted { through }, carry)
+    }
+
+    /// Waits until the disk thread has taken every write its full queue turned away (the
+    /// host's backpressure: call it before taking more input).
+    pub(crate) async fn drain_backlog(&mut self) -> Result<(), RunError<M::Error>> {
+        let Some(disk) = &self.disk else {
+            return Ok(());
+        };
+        while let Some(write) = self.backlog.pop_front() {
+            disk.write(write).await.map_err(|_| RunError::DiskStopped)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the disk thread out (to close it when the host stops).
+    pub(crate) fn take_disk(&mut self) -> Option<DiskWorker> {
+        self.disk.take()
+    }
+}
+
+fn carry_out<M: Machine>(o: Output<M::Msg, M::Delivery>, carry: &mut impl Carry<M>) {
+    match o {
+        Output::Send { to, msg } => carry.send(to, msg),
+        Output::Deliver(d) => carry.deliver(d),
+        Output::Warn(w) => carry.warn(w),
+        Output::Persist(_) => {}
+    }
+}
