@@ -144,16 +144,22 @@ impl FileDisk {
         }
     }
 
+    /// Refuses records the framing cannot hold.
+    fn check_sizes(&self, records: &[Vec<u8>]) -> Result<(), DiskError> {
+        match records.iter().find(|r| r.len() > wal::MAX_RECORD) {
+            Some(big) => Err(self.io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a record of {} bytes is too large for the log", big.len()),
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Carries out a write (to the operating system; [`FileDisk::sync`] makes it durable).
     pub fn write(&mut self, write: &Write) -> Result<(), DiskError> {
         match write {
             Write::Append(records) => {
-                if let Some(big) = records.iter().find(|r| r.len() > wal::MAX_RECORD) {
-                    return Err(self.io(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("a record of {} bytes is too large for the log", big.len()),
-                    )));
-                }
+                self.check_sizes(records)?;
                 let mut bytes = Vec::new();
                 for r in records {
                     wal::frame(r, &mut bytes);
@@ -169,12 +175,7 @@ impl FileDisk {
     /// Replaces the log: the new one is written beside it, fsynced, renamed over it, and the
     /// directory fsynced, so a crash leaves either the old log or the new one.
     fn rewrite(&mut self, records: &[Vec<u8>]) -> Result<(), DiskError> {
-        if let Some(big) = records.iter().find(|r| r.len() > wal::MAX_RECORD) {
-            return Err(self.io(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("a record of {} bytes is too large for the log", big.len()),
-            )));
-        }
+        self.check_sizes(records)?;
         let mut bytes = Vec::new();
         for r in records {
             wal::frame(r, &mut bytes);

@@ -136,6 +136,21 @@ pub struct Run<D> {
     pub failed_fsyncs: usize,
 }
 
+impl<D> Run<D> {
+    fn empty(seed: u64) -> Run<D> {
+        Run {
+            seed,
+            trace: Vec::new(),
+            notes: Vec::new(),
+            failures: Vec::new(),
+            refused: Vec::new(),
+            corrupted: Vec::new(),
+            torn: 0,
+            failed_fsyncs: 0,
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Event<M, R> {
     Deliver {
@@ -239,16 +254,7 @@ impl<M: Machine> Sim<M> {
             boot: Box::new(boot),
             slots,
             side: None,
-            run: Run {
-                seed: cfg.seed,
-                trace: Vec::new(),
-                notes: Vec::new(),
-                failures: Vec::new(),
-                refused: Vec::new(),
-                corrupted: Vec::new(),
-                torn: 0,
-                failed_fsyncs: 0,
-            },
+            run: Run::empty(cfg.seed),
             out: Vec::new(),
             live: std::env::var_os("ATOMOS_SIM_TRACE").is_some(),
             cfg,
@@ -560,17 +566,7 @@ impl<M: Machine> Sim<M> {
                 }
             }
         }
-        let run = Run {
-            seed: self.cfg.seed,
-            trace: Vec::new(),
-            notes: Vec::new(),
-            failures: Vec::new(),
-            refused: Vec::new(),
-            corrupted: Vec::new(),
-            torn: 0,
-            failed_fsyncs: 0,
-        };
-        std::mem::replace(&mut self.run, run)
+        std::mem::replace(&mut self.run, Run::empty(self.cfg.seed))
     }
 
     /// Node `node`'s machine, if it is up.
