@@ -34,6 +34,10 @@ use crate::health::Health;
 /// Disk writes that may wait for the disk thread before the replica's task waits for it.
 const DISK_QUEUE: usize = 1024;
 
+/// Messages from the network that may wait for the replica's task; beyond that they are
+/// dropped (and counted), as a lossy link would: the protocol re-sends what matters.
+const NET_QUEUE: usize = 65_536;
+
 /// Why an order node stopped, or could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum OrderNodeError {
@@ -128,6 +132,8 @@ pub struct OrderNodeStats {
     pub load_answered: u64,
     /// Microseconds from an entry's optimistic to its final delivery (p50, p99, samples).
     pub opt_to_final_us: (f64, f64, u64),
+    /// Messages from the network dropped because the replica's inbox was full.
+    pub inbox_dropped: u64,
 }
 
 /// Why a submitted request has no answer.
@@ -160,6 +166,7 @@ struct Shared {
     load_answered: AtomicU64,
     opt_to_final: Mutex<Histogram<u64>>,
     deliveries: Mutex<Option<mpsc::UnboundedSender<Delivery>>>,
+    inbox_dropped: AtomicU64,
 }
 
 /// The order layer's figures in the node's metrics (Prometheus when enabled).
@@ -167,6 +174,7 @@ struct OrderMetrics {
     opt_delivered: metrics::Counter,
     revoked: metrics::Counter,
     opt_to_final: metrics::Histogram,
+    inbox_dropped: metrics::Counter,
 }
 
 impl OrderMetrics {
@@ -176,16 +184,25 @@ impl OrderMetrics {
             opt_delivered: metrics::counter!("atomos_order_opt_delivered_total", &labels),
             revoked: metrics::counter!("atomos_order_revoked_total", &labels),
             opt_to_final: metrics::histogram!("atomos_order_opt_to_final_seconds", &labels),
+            inbox_dropped: metrics::counter!("atomos_order_inbox_dropped_total", &labels),
         }
     }
 }
 
-/// The transport's messages go to the node's task.
-struct ToTask(mpsc::UnboundedSender<Event>);
+/// The transport's messages go to the node's task, through a bounded inbox.
+struct ToTask {
+    inbox: mpsc::Sender<Event>,
+    shared: Arc<Shared>,
+}
 
 impl Deliver<OrderMsg> for ToTask {
     fn message(&self, from: NodeId, msg: OrderMsg) {
-        let _ = self.0.send(Event::Net { from, msg });
+        if let Err(mpsc::error::TrySendError::Full(_)) =
+            self.inbox.try_send(Event::Net { from, msg })
+        {
+            self.shared.inbox_dropped.fetch_add(1, Ordering::Relaxed);
+            self.shared.metrics.inbox_dropped.increment(1);
+        }
     }
     fn link(&self, _peer: NodeId, _up: bool) {}
 }
@@ -214,7 +231,7 @@ impl OrderNode {
         F: FnOnce(Arc<dyn Deliver<OrderMsg>>) -> std::io::Result<Arc<dyn Transport<OrderMsg>>>,
     {
         let (tx, rx) = mpsc::unbounded_channel();
-        let transport = connect(Arc::new(ToTask(tx.clone())))?;
+        let (net_tx, net_rx) = mpsc::channel(NET_QUEUE);
         let shared = Arc::new(Shared {
             leader: AtomicBool::new(false),
             term: AtomicU64::new(0),
@@ -227,7 +244,12 @@ impl OrderNode {
                 Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds"),
             ),
             deliveries: Mutex::new(None),
+            inbox_dropped: AtomicU64::new(0),
         });
+        let transport = connect(Arc::new(ToTask {
+            inbox: net_tx.clone(),
+            shared: shared.clone(),
+        }))?;
         let stop = CancellationToken::new();
         let stop_task = stop.clone();
         let (disk, log) = match &cfg.wal {
@@ -263,7 +285,12 @@ impl OrderNode {
         };
         let health = cfg.health.clone().unwrap_or_default();
         let component = format!("order replica {}", cfg.replica.id);
-        let task = health.supervise(component, run(cfg, task, rx, stop_task));
+        let inbox = Inbox {
+            ctl: rx,
+            net: net_rx,
+            _net_open: net_tx,
+        };
+        let task = health.supervise(component, run(cfg, task, inbox, stop_task));
         Ok(OrderNode {
             tx,
             shared,
@@ -310,6 +337,7 @@ impl OrderNode {
                 h.value_at_quantile(0.99) as f64 / 1000.0,
                 h.len(),
             ),
+            inbox_dropped: self.shared.inbox_dropped.load(Ordering::Relaxed),
         }
     }
 
@@ -553,15 +581,34 @@ impl<S: StateMachine> Task<S> {
     }
 }
 
+/// What the replica's task reads: local requests and the disk's reports (unbounded: they are
+/// few and must not be lost), and messages from the network (bounded).
+struct Inbox {
+    ctl: mpsc::UnboundedReceiver<Event>,
+    net: mpsc::Receiver<Event>,
+    /// Keeps the network inbox open while the task runs, whatever the transport does.
+    _net_open: mpsc::Sender<Event>,
+}
+
+impl Inbox {
+    /// The next event waiting, local ones first, without waiting.
+    fn try_next(&mut self) -> Option<Event> {
+        self.ctl
+            .try_recv()
+            .ok()
+            .or_else(|| self.net.try_recv().ok())
+    }
+}
+
 /// Runs the replica's task, then lets its disk thread finish (or stop, if abandoned) before the
 /// task ends, so nothing is written to its log after [`OrderNode::stop`] returns.
 async fn run<S: StateMachine>(
     cfg: OrderNodeConfig,
     mut task: Task<S>,
-    rx: mpsc::UnboundedReceiver<Event>,
+    inbox: Inbox,
     stop: CancellationToken,
 ) -> Result<(), OrderNodeError> {
-    let result = run_loop(cfg, &mut task, rx, stop).await;
+    let result = run_loop(cfg, &mut task, inbox, stop).await;
     if let Some(disk) = task.runner.take_disk() {
         disk.close().await;
     }
@@ -571,7 +618,7 @@ async fn run<S: StateMachine>(
 async fn run_loop<S: StateMachine>(
     cfg: OrderNodeConfig,
     task: &mut Task<S>,
-    mut rx: mpsc::UnboundedReceiver<Event>,
+    mut inbox: Inbox,
     stop: CancellationToken,
 ) -> Result<(), OrderNodeError> {
     for _ in 0..cfg.load_clients {
@@ -590,10 +637,11 @@ async fn run_loop<S: StateMachine>(
             tokio::select! {
                 _ = stop.cancelled() => return Ok(()),
                 _ = tokio::time::sleep_until(next_tick.into()) => {}
-                event = rx.recv() => match event {
+                event = inbox.ctl.recv() => match event {
                     None => return Ok(()),
                     Some(e) => task.on_event(e)?,
                 },
+                Some(e) = inbox.net.recv() => task.on_event(e)?,
             }
         }
         let tick = Instant::now() >= next_tick;
@@ -602,9 +650,9 @@ async fn run_loop<S: StateMachine>(
         }
         // Take whatever else is waiting, then seal the open batch.
         for _ in 0..1024 {
-            match rx.try_recv() {
-                Ok(e) => task.on_event(e)?,
-                Err(_) => break,
+            match inbox.try_next() {
+                Some(e) => task.on_event(e)?,
+                None => break,
             }
         }
         if tick {
