@@ -4,17 +4,21 @@
 //! the seam's rule that whatever follows a write waits until the write is durable
 //! ([`atomos_seam::Gate`]), persistence confirmations fed back to the machine, and errors
 //! turned into a stop. Where messages go and what a delivery means is the host's business
-//! ([`Carry`]): the order layer's task and the TFA node's lock are hosts, each bringing the
-//! inputs in its own way (a task that drains an inbox; the threads that bring a message or a
-//! request, stepping the machine where they are). A new protocol is a machine and a host's
-//! few lines, not a driver.
+//! ([`Carry`]). [`Shared`] is a host for any machine stepped where its inputs arrive (TFA
+//! runs on it: a remote read wakes its application thread with no task hop); the order
+//! layer's task (`crate::ordering`) is a host that drains an inbox and seals its batch when
+//! the inbox is empty. A new protocol is a machine on one of them, not a driver.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atomos_seam::{Gate, Input, Machine, NodeId, Output, Write};
+use parking_lot::Mutex;
 
 use crate::disk::{DiskWorker, TryWriteError};
+use crate::health::Health;
 
 /// Where a machine's outputs go, once nothing holds them back.
 pub(crate) trait Carry<M: Machine> {
@@ -158,5 +162,93 @@ fn carry_out<M: Machine>(o: Output<M::Msg, M::Delivery>, carry: &mut impl Carry<
         Output::Deliver(d) => carry.deliver(d),
         Output::Warn(w) => carry.warn(w),
         Output::Persist(_) => {}
+    }
+}
+
+/// Outputs collected under a host's lock, carried out after it is released.
+struct Collected<M: Machine> {
+    sends: Vec<(NodeId, M::Msg)>,
+    deliveries: Vec<M::Delivery>,
+}
+
+impl<M: Machine> Carry<M> for Collected<M> {
+    fn send(&mut self, to: NodeId, msg: M::Msg) {
+        self.sends.push((to, msg));
+    }
+
+    fn deliver(&mut self, delivery: M::Delivery) {
+        self.deliveries.push(delivery);
+    }
+}
+
+/// Sends a machine's message to a node.
+pub(crate) type SendFn<M> = Box<dyn Fn(NodeId, <M as Machine>::Msg) + Send + Sync>;
+/// Hands a machine's delivery to the layers above.
+pub(crate) type DeliverFn<M> = Box<dyn Fn(<M as Machine>::Delivery) + Send + Sync>;
+
+/// A host for any machine that is stepped where its inputs arrive: the thread that brings a
+/// message or a request steps it under a lock, and what the step delivers and sends is carried
+/// out after the lock is released (deliveries first; an in-memory link may deliver straight
+/// back). A machine error stops it: it is reported to the node's health and later inputs are
+/// ignored.
+pub(crate) struct Shared<M: Machine> {
+    runner: Mutex<Runner<M>>,
+    send: SendFn<M>,
+    deliver: DeliverFn<M>,
+    health: Arc<Health>,
+    component: String,
+    failed: AtomicBool,
+}
+
+impl<M: Machine> Shared<M> {
+    /// Hosts `runner`, whose outputs go to `send` and `deliver`; failures are reported to
+    /// `health` as `component`'s.
+    pub(crate) fn new(
+        runner: Runner<M>,
+        send: SendFn<M>,
+        deliver: DeliverFn<M>,
+        health: Arc<Health>,
+        component: String,
+    ) -> Shared<M> {
+        Shared {
+            runner: Mutex::new(runner),
+            send,
+            deliver,
+            health,
+            component,
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Steps the machine with `input` and carries out what it produced.
+    pub(crate) fn step(&self, input: Input<M::Msg, M::Request>) {
+        if self.failed.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut out = Collected::<M> {
+            sends: Vec::new(),
+            deliveries: Vec::new(),
+        };
+        let result = self.runner.lock().step(input, &mut out);
+        if let Err(e) = result {
+            self.failed.store(true, Ordering::Relaxed);
+            let cause = match e {
+                RunError::Machine(e) => e.to_string(),
+                RunError::DiskStopped => "the write-ahead log's writer stopped".to_string(),
+            };
+            self.health.fail(&self.component, &cause);
+            return;
+        }
+        for d in out.deliveries {
+            (self.deliver)(d);
+        }
+        for (to, msg) in out.sends {
+            (self.send)(to, msg);
+        }
+    }
+
+    /// Reads the machine's state.
+    pub(crate) fn with<T>(&self, read: impl FnOnce(&M) -> T) -> T {
+        read(self.runner.lock().machine())
     }
 }

@@ -176,7 +176,7 @@ impl NodeRuntime {
         let send = Box::new(move |to: u64, msg: TfaMsg| {
             let _ = rpc.send(to, NodeMsg::Tfa(msg));
         });
-        let driver = TfaDriver::new(node, send, Duration::from_secs(60));
+        let driver = TfaDriver::new(node, send, Duration::from_secs(60), self.health.clone());
         if self.tfa.set(driver.clone()).is_err() {
             return Err(RuntimeError::Tfa("TFA already runs on this node"));
         }

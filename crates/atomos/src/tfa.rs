@@ -1,6 +1,7 @@
-//! The TFA protocol in a running node: the deterministic [`TfaNode`] behind a lock, fed by the
-//! node's connections and a 1 ms timer, and called by application threads through the
-//! engine's remote interface (their `atomically` blocks on the answers).
+//! The TFA protocol in a running node: the deterministic [`TfaNode`] on the shared host of the
+//! driver core (`driver::Shared`: stepped under a lock by whichever thread brings an input),
+//! fed by the node's connections and a 1 ms timer, and called by application threads through
+//! the engine's remote interface (their `atomically` blocks on the answers).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,9 +12,9 @@ use atomos_core::{Key, RemoteAttempt, RemoteError, RemoteSource};
 use atomos_protocols::tfa::{Answer, Failure, Reply, TfaCounters, TfaMsg, TfaNode, TfaRequest};
 use atomos_seam::Input;
 use parking_lot::{Condvar, Mutex};
-use tracing::warn;
 
-use crate::driver::{Carry, RunError, Runner};
+use crate::driver::{Runner, Shared};
+use crate::health::Health;
 
 /// How often the protocol's timer runs: its time unit.
 pub(crate) const TICK: Duration = Duration::from_millis(1);
@@ -25,43 +26,16 @@ struct Waiter {
     ready: Condvar,
 }
 
-struct Inner {
-    runner: Runner<TfaNode>,
-    waiters: HashMap<u64, Arc<Waiter>>,
-}
-
-/// Where the node's outputs go: messages are collected to be sent once the node is unlocked,
-/// answers go to the application threads waiting for them.
-struct TfaCarry<'a> {
-    node: u64,
-    waiters: &'a HashMap<u64, Arc<Waiter>>,
-    outgoing: &'a mut Vec<(u64, TfaMsg)>,
-}
-
-impl Carry<TfaNode> for TfaCarry<'_> {
-    fn send(&mut self, to: u64, msg: TfaMsg) {
-        self.outgoing.push((to, msg));
-    }
-
-    fn deliver(&mut self, Answer { h, reply }: Answer) {
-        if let Some(w) = self.waiters.get(&h) {
-            *w.reply.lock() = Some(reply);
-            w.ready.notify_one();
-        }
-    }
-
-    fn warn(&mut self, text: String) {
-        warn!(node = self.node, "{text}");
-    }
-}
+/// Application threads waiting for answers, by transaction handle.
+type Waiters = Arc<Mutex<HashMap<u64, Arc<Waiter>>>>;
 
 /// Sends a protocol message to a node.
 pub(crate) type SendFn = Box<dyn Fn(u64, TfaMsg) + Send + Sync>;
 
 /// A TFA node driven by the runtime.
 pub struct TfaDriver {
-    inner: Mutex<Inner>,
-    send: SendFn,
+    node: Shared<TfaNode>,
+    waiters: Waiters,
     next_handle: AtomicU64,
     /// How long an application thread waits for an answer before giving up on the node it
     /// asked (the protocol answers within its request timeout unless its timer stopped).
@@ -69,50 +43,35 @@ pub struct TfaDriver {
 }
 
 impl TfaDriver {
-    pub(crate) fn new(node: TfaNode, send: SendFn, patience: Duration) -> Arc<TfaDriver> {
+    pub(crate) fn new(
+        node: TfaNode,
+        send: SendFn,
+        patience: Duration,
+        health: Arc<Health>,
+    ) -> Arc<TfaDriver> {
+        let waiters: Waiters = Arc::default();
+        let answers = waiters.clone();
+        let deliver = Box::new(move |Answer { h, reply }: Answer| {
+            if let Some(w) = answers.lock().get(&h) {
+                *w.reply.lock() = Some(reply);
+                w.ready.notify_one();
+            }
+        });
+        let component = format!("tfa node {}", node.id());
+        // TFA keeps nothing on disk.
+        let runner = Runner::new(node, None, TICK);
         Arc::new(TfaDriver {
-            inner: Mutex::new(Inner {
-                runner: Runner::new(node, None, TICK),
-                waiters: HashMap::new(),
-            }),
-            send,
+            node: Shared::new(runner, send, deliver, health, component),
+            waiters,
             next_handle: AtomicU64::new(1),
             patience,
         })
     }
 
-    /// Steps the node with `input` and carries out its outputs: answers go to their waiters,
-    /// then, with the node unlocked (an in-memory link delivers at once, possibly back here),
-    /// messages go out. TFA persists nothing, so no output waits for a disk.
+    /// Steps the node with `input`: answers go to their waiters, then, with the node unlocked
+    /// (an in-memory link delivers at once, possibly back here), messages go out.
     fn step(&self, input: Input<TfaMsg, TfaRequest>) {
-        let mut outgoing = Vec::new();
-        {
-            let mut inner = self.inner.lock();
-            self.step_locked(&mut inner, input, &mut outgoing);
-        }
-        for (to, msg) in outgoing {
-            (self.send)(to, msg);
-        }
-    }
-
-    fn step_locked(
-        &self,
-        inner: &mut Inner,
-        input: Input<TfaMsg, TfaRequest>,
-        outgoing: &mut Vec<(u64, TfaMsg)>,
-    ) {
-        let Inner { runner, waiters } = inner;
-        let mut carry = TfaCarry {
-            node: runner.machine().id(),
-            waiters,
-            outgoing,
-        };
-        match runner.step(input, &mut carry) {
-            Ok(_) => {}
-            Err(RunError::Machine(never)) => match never {},
-            // TFA runs without a disk.
-            Err(RunError::DiskStopped) => {}
-        }
+        self.node.step(input);
     }
 
     /// A message from node `from`.
@@ -125,33 +84,24 @@ impl TfaDriver {
         self.step(Input::Tick);
     }
 
-    /// A request of the application's, with the node locked (and nothing to send).
-    fn request_quietly(&self, inner: &mut Inner, request: TfaRequest) {
-        let mut outgoing = Vec::new();
-        self.step_locked(inner, Input::Request(request), &mut outgoing);
-        // Begin, forget and abort change only this node's state (TFA's node takes no output
-        // for them), so nothing is sent with the node locked.
-        debug_assert!(outgoing.is_empty(), "a quiet request sent messages");
-    }
-
     /// The node's counters.
     pub fn counters(&self) -> TfaCounters {
-        self.inner.lock().runner.machine().counters().clone()
+        self.node.with(|n| n.counters().clone())
     }
 
     /// Locks held on this node's objects right now.
     pub fn locks_held(&self) -> usize {
-        self.inner.lock().runner.machine().objects().locks_held()
+        self.node.with(|n| n.objects().locks_held())
     }
 
     /// Abstract locks (open nesting) this node is home to and holds right now.
     pub fn abstract_locks_held(&self) -> usize {
-        self.inner.lock().runner.machine().abstract_locks_held()
+        self.node.with(TfaNode::abstract_locks_held)
     }
 
     /// Objects this node owns right now (deleted ones included).
     pub fn objects_owned(&self) -> usize {
-        self.inner.lock().runner.machine().objects().len()
+        self.node.with(|n| n.objects().len())
     }
 }
 
@@ -163,11 +113,8 @@ impl RemoteSource for TfaSource {
         let driver = self.0.clone();
         let h = driver.next_handle.fetch_add(1, Ordering::Relaxed);
         let waiter = Arc::new(Waiter::default());
-        {
-            let mut inner = driver.inner.lock();
-            driver.request_quietly(&mut inner, TfaRequest::Begin { h });
-            inner.waiters.insert(h, waiter.clone());
-        }
+        driver.waiters.lock().insert(h, waiter.clone());
+        driver.step(Input::Request(TfaRequest::Begin { h }));
         Box::new(TfaAttempt {
             driver,
             h,
@@ -224,7 +171,7 @@ impl TfaAttempt {
                 && slot.is_none()
             {
                 self.over = true;
-                let node = self.driver.inner.lock().runner.machine().id();
+                let node = self.driver.node.with(TfaNode::id);
                 return Err(RemoteError::Unavailable {
                     key: key.clone(),
                     node,
@@ -295,32 +242,28 @@ impl RemoteAttempt for TfaAttempt {
 
     fn forget(&mut self, keys: &[Key]) {
         if !self.over {
-            let request = TfaRequest::Forget {
+            self.driver.step(Input::Request(TfaRequest::Forget {
                 h: self.h,
                 keys: keys.to_vec(),
-            };
-            self.driver
-                .request_quietly(&mut self.driver.inner.lock(), request);
+            }));
         }
     }
 
     fn abort(&mut self) {
         if !self.over {
             self.over = true;
-            let request = TfaRequest::Abort { h: self.h };
             self.driver
-                .request_quietly(&mut self.driver.inner.lock(), request);
+                .step(Input::Request(TfaRequest::Abort { h: self.h }));
         }
     }
 }
 
 impl Drop for TfaAttempt {
     fn drop(&mut self) {
-        let mut inner = self.driver.inner.lock();
         if !self.over {
             self.driver
-                .request_quietly(&mut inner, TfaRequest::Abort { h: self.h });
+                .step(Input::Request(TfaRequest::Abort { h: self.h }));
         }
-        inner.waiters.remove(&self.h);
+        self.driver.waiters.lock().remove(&self.h);
     }
 }
