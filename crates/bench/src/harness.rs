@@ -12,6 +12,9 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
+/// The most nodes a benchmark runs in one process.
+pub const MAX_NODES: usize = 64;
+
 use crate::cluster::{BenchNodes, TransportKind};
 use crate::workloads::{NestingModel, TpccMix, TpccScale, WorkloadKind, WorkloadParams};
 
@@ -209,8 +212,11 @@ impl BenchConfig {
         if self.duration.is_zero() {
             return bad("--duration must be positive".into());
         }
-        if self.nodes == 0 {
-            return bad("--nodes must be at least 1".into());
+        if self.nodes == 0 || self.nodes > MAX_NODES {
+            return bad(format!(
+                "--nodes must be from 1 to {MAX_NODES} (nodes run in this process), not {}",
+                self.nodes
+            ));
         }
         if self.protocol == Protocol::Local && self.nodes != 1 {
             return bad(format!(

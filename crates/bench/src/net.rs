@@ -84,10 +84,19 @@ enum NetMsg {
 
 type Node = (Rpc<NetMsg>, Arc<TcpTransport<Envelope<NetMsg>>>);
 
+/// The largest message the benchmark sends: well inside the transport's default frame limit.
+const MAX_MESSAGE_BYTES: usize = 8 << 20;
+
 /// Runs the three phases.
 pub fn run(cfg: &NetBenchConfig) -> Result<NetReport, String> {
     if cfg.duration.is_zero() {
         return Err("--duration must be positive".into());
+    }
+    if !(1..=MAX_MESSAGE_BYTES).contains(&cfg.message_bytes) {
+        return Err(format!(
+            "--message-bytes must be from 1 to {MAX_MESSAGE_BYTES}, not {}",
+            cfg.message_bytes
+        ));
     }
     crate::network_runtime()?.block_on(run_phases(cfg))
 }

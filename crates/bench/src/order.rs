@@ -113,6 +113,13 @@ pub fn run(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
     if cfg.nodes == 0 || cfg.duration.is_zero() {
         return Err("--nodes and --duration must be positive".into());
     }
+    if cfg.nodes > crate::harness::MAX_NODES {
+        return Err(format!(
+            "--nodes must be at most {} (replicas run in this process), not {}",
+            crate::harness::MAX_NODES,
+            cfg.nodes
+        ));
+    }
     crate::network_runtime()?.block_on(run_cluster(cfg))
 }
 

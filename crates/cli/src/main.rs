@@ -271,12 +271,15 @@ fn check_config(path: Option<PathBuf>) -> Result<bool, String> {
     Ok(true)
 }
 
+/// The longest time a flag accepts: a year.
+const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
 fn seconds(s: f64, what: &str) -> Result<Duration, String> {
-    if s.is_finite() && s > 0.0 {
-        Ok(Duration::from_secs_f64(s))
+    if s.is_finite() && s > 0.0 && s <= MAX_SECONDS {
+        Duration::try_from_secs_f64(s).map_err(|e| format!("{what}: {e}"))
     } else {
         Err(format!(
-            "{what} must be a positive number of seconds, not {s}"
+            "{what} must be a positive number of seconds up to a year, not {s}"
         ))
     }
 }
@@ -501,11 +504,11 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
 }
 
 fn link_delay(ms: f64) -> Result<Duration, String> {
-    if ms.is_finite() && ms >= 0.0 {
-        Ok(Duration::from_secs_f64(ms / 1000.0))
+    if ms.is_finite() && (0.0..=60_000.0).contains(&ms) {
+        Duration::try_from_secs_f64(ms / 1000.0).map_err(|e| format!("--link-delay-ms: {e}"))
     } else {
         Err(format!(
-            "--link-delay-ms must be zero or a positive number, not {ms}"
+            "--link-delay-ms must be a number of milliseconds from 0 to 60000, not {ms}"
         ))
     }
 }

@@ -1,0 +1,77 @@
+//! Bad input at the command line: every entry of a table of wrong flags, values and files
+//! gets a clear error and exit status 2, never a panic, a hang or an allocation the size of
+//! the number typed.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+const ATOMOS: &str = env!("CARGO_BIN_EXE_atomos");
+
+/// Each entry: the arguments, and a word the error must contain.
+const BAD: &[(&str, &str)] = &[
+    ("bench bank --duration 1e20", "--duration"),
+    ("bench bank --duration nan", "--duration"),
+    ("bench bank --duration 0", "--duration"),
+    ("bench bank --duration -1", "-1"),
+    ("bench bank --threads 0 --duration 0.1", "--threads"),
+    ("bench bank --objects 1 --duration 0.1", "--objects"),
+    ("bench bank --read-ratio 2 --duration 0.1", "--read-ratio"),
+    ("bench bank --nodes 0 --duration 0.1", "--nodes"),
+    ("bench bank --protocol tfa --nodes 1000000 --duration 0.1", "--nodes"),
+    ("bench bank --protocol nosuch --duration 0.1", "protocol"),
+    ("bench nosuch --duration 0.1", "nosuch"),
+    ("bench net --duration 0.3 --link-delay-ms 1e300", "--link-delay-ms"),
+    ("bench net --duration 0.3 --message-bytes 0", "--message-bytes"),
+    ("bench net --duration 0.3 --message-bytes 99999999999", "--message-bytes"),
+    ("bench order --nodes 0 --duration 0.1", "--nodes"),
+    ("bench order --nodes 1000000 --duration 0.1", "--nodes"),
+    ("bench order --nodes 3 --duration 0.1 --fsync bogus", "--fsync"),
+    ("bench order --nodes 3 --duration 1 --kill-leader-every 1e20", "--kill-leader-every"),
+    ("bench bank --sweep bogus=1 --duration 0.1 --json /tmp/x.json", "bogus"),
+    ("bench tpcc --warehouses 0 --duration 0.1", "--warehouses"),
+    ("demo --duration 1e20", "--duration"),
+    ("demo --threads 0 --duration 0.1", "--threads"),
+    ("report /nonexistent/result.json --out /tmp", "/nonexistent"),
+    ("check-config --config /nonexistent/node.toml", "/nonexistent"),
+    ("node --config /nonexistent/node.toml", "/nonexistent"),
+    ("cluster up --nodes 0", "--nodes"),
+    ("cluster up --nodes 3 --base-port 65534", "--base-port"),
+    ("nosuch", "nosuch"),
+];
+
+#[test]
+fn bad_input_is_a_clear_error_with_status_2_and_never_a_panic() {
+    let mut wrong = Vec::new();
+    for (args, word) in BAD {
+        let mut child = Command::new(ATOMOS)
+            .args(args.split_whitespace())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                wrong.push(format!("`atomos {args}` did not end in 20 s"));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        if text.contains("panicked") {
+            wrong.push(format!("`atomos {args}` panicked:\n{text}"));
+        } else if out.status.code() != Some(2) {
+            wrong.push(format!(
+                "`atomos {args}` exited with {:?}:\n{text}",
+                out.status.code()
+            ));
+        } else if !text.contains(word) {
+            wrong.push(format!("`atomos {args}` did not name {word:?}:\n{text}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
