@@ -401,3 +401,32 @@ fn abstract_locks_live_on_their_home_and_die_with_their_family() {
     net.ticks(10);
     assert_eq!(held(&mut net), 0);
 }
+
+#[test]
+fn a_clock_near_the_end_of_u64_is_dropped_and_changes_nothing() {
+    let mut net = Net::new(2);
+    let k = Key::from("k");
+    assert!(matches!(
+        net.write_all(1, 1, std::slice::from_ref(&k), 1),
+        Reply::Commit(Ok(()))
+    ));
+    let before = net.node(2).clock();
+    let mut acts = Vec::new();
+    let now = net.now;
+    let forged = TfaMsg {
+        clock: u64::MAX,
+        body: Body::Track {
+            entries: vec![(k.clone(), u64::MAX)],
+        },
+    };
+    net.node(2).on_message(now, 1, forged, &mut acts);
+    assert!(matches!(acts.as_slice(), [Output::Warn(_)]), "{acts:?}");
+    assert_eq!(net.node(2).clock(), before);
+    // The nodes go on committing with versions that still grow.
+    assert!(matches!(
+        net.write_all(2, 2, std::slice::from_ref(&k), 2),
+        Reply::Commit(Ok(()))
+    ));
+    assert!(net.node(2).clock() > before && net.node(2).clock() < 1 << 62);
+    assert_eq!(read_value(&mut net, 1, 3, &k), Some(vec![2]));
+}

@@ -24,12 +24,17 @@ impl NodeClock {
     }
 
     /// A write transaction commits here: the clock advances, and the new value is the version of
-    /// everything it writes.
+    /// everything it writes. (Clocks from messages are bounded by [`MAX_CLOCK`], so this never
+    /// comes near wrapping.)
     pub fn advance_for_commit(&mut self) -> u64 {
-        self.0 += 1;
+        self.0 = self.0.saturating_add(1);
         self.0
     }
 }
+
+/// The largest clock a message may carry: far beyond what commits reach (one per commit), far
+/// below where adding would wrap. A message claiming more is dropped.
+pub const MAX_CLOCK: u64 = 1 << 62;
 
 #[cfg(test)]
 mod tests {

@@ -3,6 +3,9 @@
 
 use atomos_core::{AbortCause, Key};
 
+use atomos_seam::Output;
+
+use super::clock::MAX_CLOCK;
 use super::directory::{Directory, NodeId};
 use super::msg::{Body, Decision, FetchAnswer, TfaMsg};
 use super::node::*;
@@ -11,6 +14,14 @@ use super::owner::{Refusal, TxId};
 impl TfaNode {
     /// Handles a message from node `from`.
     pub fn on_message(&mut self, now: u64, from: NodeId, msg: TfaMsg, out: &mut Vec<Action>) {
+        if msg.clock > MAX_CLOCK {
+            // A clock no run reaches: taking it would stall or wrap this node's versions.
+            out.push(Output::Warn(format!(
+                "dropped a message from node {from} with clock {}, beyond {MAX_CLOCK}",
+                msg.clock
+            )));
+            return;
+        }
         self.clock.observe(msg.clock);
         match msg.body {
             Body::Fetch { req, key } => {
