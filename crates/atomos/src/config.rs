@@ -6,7 +6,7 @@
 //! node_id = 1
 //! listen = "127.0.0.1:7401"
 //! data_dir = "./data/1"
-//! secret = "..."            # or ATOMOS_SECRET
+//! secret = "..."            # or ATOMOS_SECRET; at least 32 bytes
 //! protocol = "local"
 //! contention = "backoff"    # abort-self | backoff | priority
 //! log_level = "info"        # error | warn | info | debug | trace
@@ -71,6 +71,9 @@ pub enum ConfigError {
         problem: String,
     },
 }
+
+/// The shortest cluster secret accepted.
+pub const MIN_SECRET_BYTES: usize = 32;
 
 fn invalid(key: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -187,6 +190,22 @@ fn address(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
     })
 }
 
+/// A warning if the configuration file at `path` can be read by its group or by others while
+/// it holds the cluster secret (`cluster up` writes its files readable by their owner only).
+pub fn exposure_warning(path: &Path, settings: &NodeSettings) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    let holds_secret = settings.secret.is_some() && std::env::var_os("ATOMOS_SECRET").is_none();
+    (holds_secret && mode & 0o077 != 0).then(|| {
+        format!(
+            "{} holds the cluster secret and can be read by its group or others (mode {:o}); \
+             make it readable by its owner only (chmod 600)",
+            path.display(),
+            mode & 0o777
+        )
+    })
+}
+
 /// Reads `path` (if given) and the environment through `env`, applies defaults and validates.
 /// `env` is `|name| std::env::var(name).ok()` in the program, and a map in tests.
 pub fn load(
@@ -243,7 +262,16 @@ pub fn load(
         None => PathBuf::from(format!("./atomos-data/node-{node_id}")),
     };
     let secret = match pick("ATOMOS_SECRET", "secret", file.secret) {
-        Some((key, v)) if v.is_empty() => return Err(invalid(&key, "must not be empty")),
+        Some((key, v)) if v.len() < MIN_SECRET_BYTES => {
+            return Err(invalid(
+                &key,
+                format!(
+                    "must be at least {MIN_SECRET_BYTES} bytes, not {} (`atomos cluster up` \
+                     generates 64 hex digits)",
+                    v.len()
+                ),
+            ))
+        }
         Some((_, v)) => Some(Secret(v)),
         None => None,
     };

@@ -48,7 +48,7 @@ fn a_file_with_a_membership_list_and_environment_overrides() {
 cluster = "prod"
 node_id = 1
 listen = "127.0.0.1:7401"
-secret = "from-file"
+secret = "0123456789abcdef0123456789abcdef-file"
 contention = "priority"
 log_level = "debug"
 metrics = "127.0.0.1:9401"
@@ -67,22 +67,28 @@ address = "127.0.0.1:7402"
     assert_eq!(s.contention, ContentionPolicy::Priority);
     assert_eq!(s.peers.len(), 1, "this node is dropped from its own peers");
     assert_eq!(s.peers[0].id, 2);
-    assert_eq!(s.secret.as_ref().unwrap().expose(), b"from-file");
+    assert_eq!(
+        s.secret.as_ref().unwrap().expose(),
+        b"0123456789abcdef0123456789abcdef-file"
+    );
     assert!(
-        !format!("{s:?}").contains("from-file"),
+        !format!("{s:?}").contains("0123456789abcdef0123456789abcdef-file"),
         "the secret is never printed"
     );
 
     let s = load(
         Some(&path),
         env(&[
-            ("ATOMOS_SECRET", "from-env"),
+            ("ATOMOS_SECRET", "0123456789abcdef0123456789abcdef-env"),
             ("ATOMOS_LISTEN", "127.0.0.1:7501"),
             ("ATOMOS_PEERS", "3=127.0.0.1:7503"),
         ]),
     )
     .unwrap();
-    assert_eq!(s.secret.unwrap().expose(), b"from-env");
+    assert_eq!(
+        s.secret.unwrap().expose(),
+        b"0123456789abcdef0123456789abcdef-env"
+    );
     assert_eq!(s.listen.to_string(), "127.0.0.1:7501");
     assert_eq!(s.peers.iter().map(|p| p.id).collect::<Vec<_>>(), vec![3]);
 }
@@ -121,7 +127,7 @@ fn bad_values_name_their_key() {
     );
     let path = file(
         "bad-peer.toml",
-        "secret = \"s\"\n[[peers]]\nid = 2\naddress = \"x\"\n",
+        "secret = \"0123456789abcdef0123456789abcdef\"\n[[peers]]\nid = 2\naddress = \"x\"\n",
     );
     assert_eq!(
         key_of(load(Some(&path), env(&[])).unwrap_err()),
@@ -136,13 +142,26 @@ fn inconsistent_membership_and_missing_secrets_are_refused() {
         "secret"
     );
     let dup = env(&[
-        ("ATOMOS_SECRET", "s"),
+        ("ATOMOS_SECRET", SECRET),
         ("ATOMOS_PEERS", "2=127.0.0.1:7402,2=127.0.0.1:7403"),
     ]);
     assert_eq!(key_of(load(None, dup).unwrap_err()), "peers");
-    let wrong_self = env(&[("ATOMOS_SECRET", "s"), ("ATOMOS_PEERS", "0=127.0.0.1:9999")]);
+    let wrong_self = env(&[
+        ("ATOMOS_SECRET", SECRET),
+        ("ATOMOS_PEERS", "0=127.0.0.1:9999"),
+    ]);
     assert_eq!(key_of(load(None, wrong_self).unwrap_err()), "peers");
+    let short = env(&[
+        ("ATOMOS_SECRET", "only 31 bytes long, too short!!"),
+        ("ATOMOS_PEERS", "2=127.0.0.1:7402"),
+    ]);
+    let err = load(None, short).unwrap_err();
+    assert!(err.to_string().contains("at least 32 bytes"), "{err}");
+    assert_eq!(key_of(err), "ATOMOS_SECRET");
 }
+
+/// A secret long enough to be accepted.
+const SECRET: &str = "0123456789abcdef0123456789abcdef";
 
 #[test]
 fn unknown_keys_and_broken_files_are_errors() {

@@ -267,6 +267,12 @@ fn main() -> ExitCode {
 fn check_config(path: Option<PathBuf>) -> Result<bool, String> {
     let settings = atomos::config::load(path.as_deref(), |name| std::env::var(name).ok())
         .map_err(|e| e.to_string())?;
+    if let Some(w) = path
+        .as_deref()
+        .and_then(|p| atomos::config::exposure_warning(p, &settings))
+    {
+        eprintln!("warning: {w}");
+    }
     println!("{settings:#?}");
     Ok(true)
 }

@@ -99,3 +99,30 @@ fn bad_input_is_a_clear_error_with_status_2_and_never_a_panic() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
 }
+
+#[test]
+fn a_configuration_readable_by_others_holding_the_secret_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("atomos-exposed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("node.toml");
+    std::fs::write(
+        &path,
+        "secret = \"0123456789abcdef0123456789abcdef\"\n[[peers]]\nid = 2\naddress = \"127.0.0.1:7402\"\n",
+    )
+    .unwrap();
+    let check = |mode| {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = Command::new(ATOMOS)
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .env_remove("ATOMOS_SECRET")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(check(0o644).contains("chmod 600"));
+    assert!(!check(0o600).contains("chmod 600"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

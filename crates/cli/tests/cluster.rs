@@ -75,7 +75,10 @@ fn cluster_survives_kill_9_refuses_a_wrong_secret_and_stops_cleanly() {
     let impostor = start_node(
         &dir.join("node-3.toml"),
         &impostor_log,
-        &[("ATOMOS_SECRET", "not the cluster secret")],
+        &[(
+            "ATOMOS_SECRET",
+            "not the cluster secret, but as long as one",
+        )],
     );
     wait_for_line(
         &log(1),
