@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use protobuf::Message as _;
+use prost::Message as _;
 use raft::eraftpb::{Entry, EntryType, HardState, Message, MessageType, Snapshot};
 use raft::{RawNode, SnapshotStatus};
 use serde::{Deserialize, Serialize};
@@ -234,7 +234,7 @@ impl<S: StateMachine> Replica<S> {
                 Record::Entries(list) => {
                     let ents = list
                         .iter()
-                        .map(|b| Entry::parse_from_bytes(b))
+                        .map(|b| Entry::decode(b.as_slice()))
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(|e| OrderError::Corrupt(e.to_string()))?;
                     store.append(&ents);
@@ -245,7 +245,7 @@ impl<S: StateMachine> Replica<S> {
                     store.set_hard_state(hs);
                 }
                 Record::Installed(bytes) => {
-                    let snap = Snapshot::parse_from_bytes(&bytes)
+                    let snap = Snapshot::decode(bytes.as_slice())
                         .map_err(|e| OrderError::Corrupt(e.to_string()))?;
                     store.install(snap);
                 }
@@ -546,7 +546,7 @@ impl<S: StateMachine> Replica<S> {
     ) -> Result<(), OrderError> {
         let member = self.cfg.replicas.contains(&from);
         match msg {
-            OrderMsg::Raft(bytes) if member => match Message::parse_from_bytes(&bytes) {
+            OrderMsg::Raft(bytes) if member => match Message::decode(bytes.as_slice()) {
                 Ok(m) if m.from == from && m.to == self.cfg.id => {
                     // Errors here are stale or irrelevant messages (raft-rs ignores them too).
                     let _ = self.raft.step(m);
@@ -600,16 +600,15 @@ impl<S: StateMachine> Replica<S> {
             OrderMsg::FetchState { after } if member => {
                 let snap = self.raft.store().latest_snapshot();
                 if snap.get_metadata().index >= after {
-                    match snap.write_to_bytes() {
-                        Ok(snapshot) => out.push(Output::Send {
-                            to: from,
-                            msg: OrderMsg::State { snapshot },
-                        }),
-                        Err(e) => tracing::error!(error = %e, "cannot encode a snapshot"),
-                    }
+                    out.push(Output::Send {
+                        to: from,
+                        msg: OrderMsg::State {
+                            snapshot: snap.encode_to_vec(),
+                        },
+                    });
                 }
             }
-            OrderMsg::State { snapshot } if member => match Snapshot::parse_from_bytes(&snapshot) {
+            OrderMsg::State { snapshot } if member => match Snapshot::decode(snapshot.as_slice()) {
                 Ok(snap) => self.adopt(snap, out)?,
                 Err(e) => tracing::warn!(from, error = %e, "undecodable snapshot dropped"),
             },
@@ -703,13 +702,10 @@ impl<S: StateMachine> Replica<S> {
             if m.get_msg_type() == MessageType::MsgSnapshot {
                 self.snapshot_to.push(m.to);
             }
-            match m.write_to_bytes() {
-                Ok(bytes) => out.push(Output::Send {
-                    to: m.to,
-                    msg: OrderMsg::Raft(bytes),
-                }),
-                Err(e) => tracing::error!(error = %e, "cannot encode a raft message"),
-            }
+            out.push(Output::Send {
+                to: m.to,
+                msg: OrderMsg::Raft(m.encode_to_vec()),
+            });
         }
     }
 
@@ -775,11 +771,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// Appends entries to the log; revokes optimistic deliveries they replace.
     fn append(&mut self, ents: &[Entry], out: &mut Vec<Action>) -> Result<(), OrderError> {
-        let encoded = ents
-            .iter()
-            .map(|e| e.write_to_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| OrderError::Corrupt(e.to_string()))?;
+        let encoded = ents.iter().map(|e| e.encode_to_vec()).collect();
         self.write(&Record::Entries(encoded));
         if let Some(cut) = self.raft.mut_store().append(ents) {
             if cut < self.final_next {
@@ -848,10 +840,7 @@ impl<S: StateMachine> Replica<S> {
     /// entry: it replaces the log.
     fn install(&mut self, snap: Snapshot, out: &mut Vec<Action>) -> Result<(), OrderError> {
         self.restore_state(&snap, out)?;
-        let bytes = snap
-            .write_to_bytes()
-            .map_err(|e| OrderError::Corrupt(e.to_string()))?;
-        self.write(&Record::Installed(bytes));
+        self.write(&Record::Installed(snap.encode_to_vec()));
         self.raft.mut_store().install(snap);
         Ok(())
     }
@@ -997,9 +986,7 @@ impl<S: StateMachine> Replica<S> {
             delivered_batches: self.delivered_batches.iter().copied().collect(),
         };
         let mut snap = Snapshot {
-            data: postcard::to_stdvec(&data)
-                .map_err(|e| OrderError::Corrupt(e.to_string()))?
-                .into(),
+            data: postcard::to_stdvec(&data).map_err(|e| OrderError::Corrupt(e.to_string()))?,
             ..Snapshot::default()
         };
         let meta = snap.mut_metadata();
@@ -1033,16 +1020,12 @@ impl<S: StateMachine> Replica<S> {
     fn rewrite_disk(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
         let store = self.raft.store();
         let snap = store.latest_snapshot();
-        let mut records = vec![Record::Installed(
-            snap.write_to_bytes()
-                .map_err(|e| OrderError::Corrupt(e.to_string()))?,
-        )];
-        let rest = store
+        let mut records = vec![Record::Installed(snap.encode_to_vec())];
+        let rest: Vec<Vec<u8>> = store
             .entries_from(store.first())
             .iter()
-            .map(|e| e.write_to_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| OrderError::Corrupt(e.to_string()))?;
+            .map(|e| e.encode_to_vec())
+            .collect();
         if !rest.is_empty() {
             records.push(Record::Entries(rest));
         }

@@ -1,0 +1,103 @@
+//! Raft bytes from peers (messages, entries, snapshots) are decoded with prost, whose decoder
+//! has a recursion limit; protobuf 2.x's own parser (RUSTSEC-2024-0437: a stack overflow on
+//! crafted input) is never called. Deeply nested and random bytes get an error, never a panic
+//! or a stack overflow, and a replica fed them as messages changes nothing and goes on.
+
+use std::path::Path;
+
+use atomos_order::{OrderMsg, Register, Replica, ReplicaConfig};
+use atomos_seam::Input;
+use prost::Message as _;
+use raft::eraftpb::{Entry, Message, Snapshot};
+
+/// `depth` start-group tags of an unknown field, nested: what overflowed protobuf 2.x's stack.
+fn nested_groups(depth: usize) -> Vec<u8> {
+    let tag = (15 << 3) | 3; // field 15, wire type "start group"
+    vec![tag; depth]
+}
+
+/// Deterministic pseudo-random bytes.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn deep_nesting_and_noise_are_errors_not_crashes() {
+    let deep = nested_groups(1_000_000);
+    assert!(Message::decode(deep.as_slice()).is_err());
+    assert!(Entry::decode(deep.as_slice()).is_err());
+    assert!(Snapshot::decode(deep.as_slice()).is_err());
+    for seed in 0..2_000 {
+        let bytes = noise(seed, (seed as usize * 7) % 512);
+        // Any outcome but a panic is fine: garbage may happen to be a valid message.
+        let _ = Message::decode(bytes.as_slice());
+        let _ = Entry::decode(bytes.as_slice());
+        let _ = Snapshot::decode(bytes.as_slice());
+    }
+}
+
+#[test]
+fn a_replica_fed_crafted_raft_bytes_goes_on() {
+    let cfg = ReplicaConfig::new(1, vec![1, 2, 3]);
+    let mut r = Replica::open(cfg, Vec::new(), Register::new()).unwrap();
+    let before = r.describe();
+    let mut out = Vec::new();
+    for bytes in [nested_groups(100_000), noise(7, 300), Vec::new()] {
+        for msg in [
+            OrderMsg::Raft(bytes.clone()),
+            OrderMsg::State {
+                snapshot: bytes.clone(),
+            },
+        ] {
+            r.step(0, Input::Message { from: 2, msg }, &mut out)
+                .unwrap();
+        }
+    }
+    assert_eq!(r.describe(), before);
+}
+
+#[test]
+fn nothing_in_the_workspace_parses_with_protobuf_2() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut found = Vec::new();
+    let mut stack = vec![root.join("crates")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with(file!()) {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for pattern in ["parse_from_bytes", "parse_from(", "CodedInputStream"] {
+                    if text.contains(pattern) {
+                        found.push(format!("{} calls {pattern}", path.display()));
+                    }
+                }
+            }
+        }
+    }
+    // Only raft and raft-proto may depend on protobuf (raft 0.7 needs it for its traits).
+    let lock = std::fs::read_to_string(root.join("Cargo.lock")).unwrap();
+    for package in lock.split("[[package]]") {
+        let name = package
+            .lines()
+            .find_map(|l| l.strip_prefix("name = \""))
+            .map(|n| n.trim_end_matches('"'))
+            .unwrap_or("");
+        let depends = package
+            .lines()
+            .any(|l| l.trim() == "\"protobuf\"," || l.trim().starts_with("\"protobuf 2"));
+        if depends && name != "raft" && name != "raft-proto" {
+            found.push(format!("{name} depends on protobuf"));
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
