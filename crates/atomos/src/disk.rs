@@ -294,6 +294,8 @@ pub enum DiskEvent {
 pub struct DiskWorker {
     tx: mpsc::Sender<Write>,
     abandoned: Arc<AtomicBool>,
+    /// Why the worker stopped, if it failed.
+    failure: Arc<parking_lot::Mutex<Option<String>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -307,40 +309,57 @@ impl DiskWorker {
         capacity: usize,
         report: impl Fn(DiskEvent) + Send + 'static,
     ) -> io::Result<DiskWorker> {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let (tx, mut rx) = mpsc::channel(capacity.max(1));
         let abandoned = Arc::new(AtomicBool::new(false));
         let stop = abandoned.clone();
+        let failure: Arc<parking_lot::Mutex<Option<String>>> = Arc::default();
+        let cause = failure.clone();
         let path = disk.path.clone();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
-            let report = Arc::new(report);
-            let inner = report.clone();
-            let run = std::panic::AssertUnwindSafe(move || write_loop(disk, rx, &stop, &*inner));
+            // The cause is kept before the queue closes, so a writer that finds it closed can
+            // say why.
+            let note = move |e: DiskEvent| {
+                if let DiskEvent::Failed(err) = &e {
+                    cause.lock().get_or_insert_with(|| err.to_string());
+                }
+                report(e)
+            };
+            let run = std::panic::AssertUnwindSafe(|| write_loop(disk, &mut rx, &stop, &note));
             if std::panic::catch_unwind(run).is_err() {
-                report(DiskEvent::Failed(DiskError::Io {
+                note(DiskEvent::Failed(DiskError::Io {
                     path,
                     source: io::Error::other("the disk thread panicked"),
                 }));
             }
+            drop(rx);
         })?;
         Ok(DiskWorker {
             tx,
             abandoned,
+            failure,
             thread: Some(thread),
         })
     }
 
-    /// Queues a write, waiting while the queue is full. Fails only if the worker stopped (its
-    /// failure was reported, or it was abandoned).
-    pub async fn write(&self, write: Write) -> Result<(), Write> {
-        self.tx.send(write).await.map_err(|e| e.0)
+    /// Queues a write, waiting while the queue is full. Fails only if the worker stopped (it
+    /// failed, or was abandoned), with why.
+    pub async fn write(&self, write: Write) -> Result<(), String> {
+        self.tx.send(write).await.map_err(|_| self.why_stopped())
     }
 
     /// Queues a write if the queue has room.
     pub fn try_write(&self, write: Write) -> Result<(), TryWriteError> {
         self.tx.try_send(write).map_err(|e| match e {
             mpsc::error::TrySendError::Full(w) => TryWriteError::Full(w),
-            mpsc::error::TrySendError::Closed(_) => TryWriteError::Closed,
+            mpsc::error::TrySendError::Closed(_) => TryWriteError::Stopped(self.why_stopped()),
         })
+    }
+
+    fn why_stopped(&self) -> String {
+        self.failure
+            .lock()
+            .clone()
+            .unwrap_or_else(|| "the write-ahead log's writer stopped".to_string())
     }
 
     /// A handle that stops the worker at its next write, dropping the writes still queued (as
@@ -365,8 +384,8 @@ impl DiskWorker {
 pub enum TryWriteError {
     /// The queue is full: here is the write back.
     Full(Write),
-    /// The worker stopped.
-    Closed,
+    /// The worker stopped: why.
+    Stopped(String),
 }
 
 /// Stops a [`DiskWorker`] at its next write ([`DiskWorker::abandoner`]).
@@ -382,7 +401,7 @@ impl Abandon {
 
 fn write_loop(
     mut disk: FileDisk,
-    mut rx: mpsc::Receiver<Write>,
+    rx: &mut mpsc::Receiver<Write>,
     abandoned: &AtomicBool,
     report: &dyn Fn(DiskEvent),
 ) {

@@ -37,8 +37,8 @@ pub(crate) trait Carry<M: Machine> {
 pub(crate) enum RunError<E> {
     /// The machine failed.
     Machine(E),
-    /// The disk thread stopped: nothing more can become durable.
-    DiskStopped,
+    /// The disk thread stopped (why): nothing more can become durable.
+    DiskStopped(String),
 }
 
 impl<E> From<E> for RunError<E> {
@@ -121,7 +121,7 @@ impl<M: Machine> Runner<M> {
                 self.backlog.push_back(write);
                 Ok(())
             }
-            Err(TryWriteError::Closed) => Err(RunError::DiskStopped),
+            Err(TryWriteError::Stopped(why)) => Err(RunError::DiskStopped(why)),
         }
     }
 
@@ -145,7 +145,7 @@ impl<M: Machine> Runner<M> {
             return Ok(());
         };
         while let Some(write) = self.backlog.pop_front() {
-            disk.write(write).await.map_err(|_| RunError::DiskStopped)?;
+            disk.write(write).await.map_err(RunError::DiskStopped)?;
         }
         Ok(())
     }
@@ -234,7 +234,7 @@ impl<M: Machine> Shared<M> {
             self.failed.store(true, Ordering::Relaxed);
             let cause = match e {
                 RunError::Machine(e) => e.to_string(),
-                RunError::DiskStopped => "the write-ahead log's writer stopped".to_string(),
+                RunError::DiskStopped(why) => why,
             };
             self.health.fail(&self.component, &cause);
             return;

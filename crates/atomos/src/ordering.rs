@@ -515,9 +515,7 @@ impl From<RunError<OrderError>> for OrderNodeError {
     fn from(e: RunError<OrderError>) -> Self {
         match e {
             RunError::Machine(e) => OrderNodeError::Order(e),
-            RunError::DiskStopped => OrderNodeError::Io(std::io::Error::other(
-                "the write-ahead log's writer stopped",
-            )),
+            RunError::DiskStopped(why) => OrderNodeError::Io(std::io::Error::other(why)),
         }
     }
 }
