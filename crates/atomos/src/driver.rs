@@ -54,6 +54,8 @@ pub(crate) struct Runner<M: Machine> {
     disk: Option<DiskWorker>,
     /// Writes the disk thread's full queue could not take yet, in order.
     backlog: VecDeque<Write>,
+    /// The step's outputs (kept between steps, so a step allocates nothing for them).
+    out: Vec<Output<M::Msg, M::Delivery>>,
     epoch: Instant,
     unit: Duration,
 }
@@ -67,6 +69,7 @@ impl<M: Machine> Runner<M> {
             gate: Gate::new(),
             disk,
             backlog: VecDeque::new(),
+            out: Vec::new(),
             epoch: Instant::now(),
             unit,
         }
@@ -90,20 +93,32 @@ impl<M: Machine> Runner<M> {
         input: Input<M::Msg, M::Request>,
         carry: &mut impl Carry<M>,
     ) -> Result<usize, RunError<M::Error>> {
-        let mut out = Vec::new();
-        self.machine.step(self.now(), input, &mut out)?;
+        let mut out = std::mem::take(&mut self.out);
+        let stepped = self.machine.step(self.now(), input, &mut out);
         let produced = out.len();
-        for o in out {
-            match o {
-                Output::Persist(write) => self.persist(write)?,
-                o => {
-                    if let Some(o) = self.gate.pass(o) {
-                        carry_out(o, carry);
-                    }
+        let result = stepped
+            .map_err(RunError::Machine)
+            .and_then(|()| out.drain(..).try_for_each(|o| self.route(o, carry)));
+        out.clear();
+        self.out = out;
+        result.map(|()| produced)
+    }
+
+    /// Routes one output: a write to the disk thread, anything else through the gate.
+    fn route(
+        &mut self,
+        o: Output<M::Msg, M::Delivery>,
+        carry: &mut impl Carry<M>,
+    ) -> Result<(), RunError<M::Error>> {
+        match o {
+            Output::Persist(write) => self.persist(write),
+            o => {
+                if let Some(o) = self.gate.pass(o) {
+                    carry_out(o, carry);
                 }
+                Ok(())
             }
         }
-        Ok(produced)
     }
 
     fn persist(&mut self, write: Write) -> Result<(), RunError<M::Error>> {

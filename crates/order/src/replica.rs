@@ -420,32 +420,6 @@ impl<S: StateMachine> Replica<S> {
         z ^ (z >> 31)
     }
 
-    /// Reacts to one input; appends messages to send, disk writes and deliveries to `out`
-    /// (every record a message or delivery depends on is written before it: see
-    /// [`atomos_seam`]). The replica counts time in ticks, so `now` is not used.
-    pub fn step(
-        &mut self,
-        _now: u64,
-        input: Input,
-        out: &mut Vec<Action>,
-    ) -> Result<(), OrderError> {
-        match input {
-            Input::Tick => self.tick(out)?,
-            Input::Request(Command::Flush) => {
-                if !self.open.is_empty() {
-                    self.seal(out)?;
-                }
-            }
-            Input::Message { from, msg } => self.on_message(from, msg, out)?,
-            // Writes are ordered before what depends on them; nothing waits for this.
-            Input::Persisted { .. } => {}
-        }
-        self.handle_ready(out)?;
-        self.deliver(out)?;
-        self.flush(out);
-        Ok(())
-    }
-
     /// Queues a record for the next disk write.
     fn write(&mut self, record: &Record) {
         self.unflushed.push(record.encode());
@@ -1055,7 +1029,24 @@ impl<S: StateMachine> Machine for Replica<S> {
     type Delivery = Delivery;
     type Error = OrderError;
 
-    fn step(&mut self, now: u64, input: Input, out: &mut Vec<Action>) -> Result<(), OrderError> {
-        Replica::step(self, now, input, out)
+    /// Reacts to one input; appends messages to send, disk writes and deliveries to `out`
+    /// (every record a message or delivery depends on is written before it: see
+    /// [`atomos_seam`]). The replica counts time in ticks, so `now` is not used.
+    fn step(&mut self, _now: u64, input: Input, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        match input {
+            Input::Tick => self.tick(out)?,
+            Input::Request(Command::Flush) => {
+                if !self.open.is_empty() {
+                    self.seal(out)?;
+                }
+            }
+            Input::Message { from, msg } => self.on_message(from, msg, out)?,
+            // Writes are ordered before what depends on them; nothing waits for this.
+            Input::Persisted { .. } => {}
+        }
+        self.handle_ready(out)?;
+        self.deliver(out)?;
+        self.flush(out);
+        Ok(())
     }
 }

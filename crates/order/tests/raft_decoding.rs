@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use atomos_order::{OrderMsg, Register, Replica, ReplicaConfig};
-use atomos_seam::Input;
+use atomos_seam::{Input, Machine};
 use prost::Message as _;
 use raft::eraftpb::{Entry, Message, Snapshot};
 
