@@ -1,7 +1,8 @@
 //! One OS-Paxos replica: a Raft core (raft-rs `RawNode`) that orders batch ids, S-Paxos batch
 //! dissemination around it, optimistic and final delivery, client deduplication, persistence,
-//! snapshots. A deterministic state machine: [`Replica::step`] takes a tick or a message and
-//! appends what to send and deliver; it reads no clock and owns no socket.
+//! snapshots. A deterministic state machine behind the protocol seam (its
+//! [`Machine::step`] takes a tick, a message, a flush request or a persistence confirmation
+//! and appends what to send, write and deliver); it reads no clock and owns no socket or file.
 //!
 //! - A client's request goes into the replica's open batch; a batch is sealed when full or after
 //!   `batch_delay_ticks`, persisted, and sent to every replica. Each persists it and acknowledges;
