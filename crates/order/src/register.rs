@@ -56,6 +56,10 @@ impl Register {
         self.values.get(key).map(Vec::as_slice)
     }
 
+    fn decode_snapshot(data: &[u8]) -> Result<(BTreeMap<String, Vec<u8>>, u64), String> {
+        postcard::from_bytes(data).map_err(|e| e.to_string())
+    }
+
     /// Requests applied (malformed ones included).
     pub fn applied(&self) -> u64 {
         self.applied
@@ -84,9 +88,13 @@ impl StateMachine for Register {
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
-        let (values, applied) = postcard::from_bytes(data).map_err(|e| e.to_string())?;
+        let (values, applied) = Self::decode_snapshot(data)?;
         self.values = values;
         self.applied = applied;
         Ok(())
+    }
+
+    fn check_snapshot(&self, data: &[u8]) -> Result<(), String> {
+        Self::decode_snapshot(data).map(|_| ())
     }
 }

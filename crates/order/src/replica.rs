@@ -148,6 +148,8 @@ pub struct OrderStats {
     pub snapshots_installed: u64,
     /// Snapshots taken here.
     pub snapshots_taken: u64,
+    /// Snapshots from peers refused because their state does not decode.
+    pub snapshots_refused: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -522,6 +524,13 @@ impl<S: StateMachine> Replica<S> {
         let member = self.cfg.replicas.contains(&from);
         match msg {
             OrderMsg::Raft(bytes) if member => match Message::decode(bytes.as_slice()) {
+                Ok(m)
+                    if m.get_msg_type() == MessageType::MsgSnapshot
+                        && self.check_snapshot(m.get_snapshot()).is_err() =>
+                {
+                    self.stats.snapshots_refused += 1;
+                    tracing::warn!(from, "raft snapshot whose state does not decode refused");
+                }
                 Ok(m) if m.from == from && m.to == self.cfg.id => {
                     // Errors here are stale or irrelevant messages (raft-rs ignores them too).
                     let _ = self.raft.step(m);
@@ -583,10 +592,18 @@ impl<S: StateMachine> Replica<S> {
                     });
                 }
             }
-            OrderMsg::State { snapshot } if member => match Snapshot::decode(snapshot.as_slice()) {
-                Ok(snap) => self.adopt(snap, out)?,
-                Err(e) => tracing::warn!(from, error = %e, "undecodable snapshot dropped"),
-            },
+            OrderMsg::State { snapshot } if member => {
+                match Snapshot::decode(snapshot.as_slice())
+                    .map_err(|e| e.to_string())
+                    .and_then(|snap| self.check_snapshot(&snap).map(|()| snap))
+                {
+                    Ok(snap) => self.adopt(snap, out)?,
+                    Err(error) => {
+                        self.stats.snapshots_refused += 1;
+                        tracing::warn!(from, %error, "undecodable snapshot refused");
+                    }
+                }
+            }
             OrderMsg::Request(req) => self.on_request(from, req, out)?,
             OrderMsg::Raft(_)
             | OrderMsg::Batch { .. }
@@ -780,6 +797,13 @@ impl<S: StateMachine> Replica<S> {
             .collect();
         self.opt_next = from;
         out.push(Output::Deliver(Delivery::Revoke { from }));
+    }
+
+    /// Whether a snapshot's state decodes (ours and the machine's), changing nothing: a
+    /// snapshot from a peer that fails is refused before anything of it is taken.
+    fn check_snapshot(&self, snap: &Snapshot) -> Result<(), String> {
+        let data: SnapshotData = postcard::from_bytes(&snap.data).map_err(|e| e.to_string())?;
+        self.machine.check_snapshot(&data.machine)
     }
 
     /// Takes the delivered state of a snapshot: the state machine, the clients' table, the

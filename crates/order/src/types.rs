@@ -115,6 +115,9 @@ pub trait StateMachine {
     fn apply(&mut self, request: &Request) -> Vec<u8>;
     /// The whole state, encoded.
     fn snapshot(&self) -> Vec<u8>;
-    /// Replaces the state with a snapshot's.
+    /// Replaces the state with a snapshot's. On an error the state is unchanged.
     fn restore(&mut self, data: &[u8]) -> Result<(), String>;
+    /// Whether `restore(data)` would succeed, changing nothing: a snapshot from a peer is
+    /// checked with it before it is taken, and refused if it fails.
+    fn check_snapshot(&self, data: &[u8]) -> Result<(), String>;
 }

@@ -29,6 +29,15 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Where a replica stands, without the count of refused snapshots (which refusing changes).
+fn standing(r: &Replica<Register>) -> String {
+    let mut stats = r.stats();
+    stats.snapshots_refused = 0;
+    let described = r.describe();
+    let place = described.split(", OrderStats").next().unwrap_or_default();
+    format!("{place} {stats:?}")
+}
+
 #[test]
 fn deep_nesting_and_noise_are_errors_not_crashes() {
     let deep = nested_groups(1_000_000);
@@ -48,7 +57,7 @@ fn deep_nesting_and_noise_are_errors_not_crashes() {
 fn a_replica_fed_crafted_raft_bytes_goes_on() {
     let cfg = ReplicaConfig::new(1, vec![1, 2, 3]);
     let mut r = Replica::open(cfg, Vec::new(), Register::new()).unwrap();
-    let before = r.describe();
+    let before = standing(&r);
     let mut out = Vec::new();
     for bytes in [nested_groups(100_000), noise(7, 300), Vec::new()] {
         for msg in [
@@ -61,7 +70,7 @@ fn a_replica_fed_crafted_raft_bytes_goes_on() {
                 .unwrap();
         }
     }
-    assert_eq!(r.describe(), before);
+    assert_eq!(standing(&r), before);
 }
 
 #[test]
@@ -100,4 +109,49 @@ fn nothing_in_the_workspace_parses_with_protobuf_2() {
         }
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// A snapshot from a peer whose state does not decode: sent by Raft (as the leader's
+/// `MsgSnapshot`) or in answer to a fetch (`State`), it is refused and the replica goes on
+/// unchanged, instead of stopping on a corrupt state.
+#[test]
+fn a_snapshot_whose_state_does_not_decode_is_refused_not_fatal() {
+    use raft::eraftpb::{ConfState, MessageType, SnapshotMetadata};
+    let cfg = ReplicaConfig::new(1, vec![1, 2, 3]);
+    let mut r = Replica::open(cfg, Vec::new(), Register::new()).unwrap();
+    let before = standing(&r);
+    let mut out = Vec::new();
+    for data in [noise(3, 64), Vec::new(), nested_groups(1_000)] {
+        let snapshot = Snapshot {
+            data,
+            metadata: Some(SnapshotMetadata {
+                index: 5,
+                term: 1,
+                conf_state: Some(ConfState {
+                    voters: vec![1, 2, 3],
+                    ..Default::default()
+                }),
+            }),
+        };
+        let mut m = Message {
+            from: 2,
+            to: 1,
+            term: 1,
+            snapshot: Some(snapshot.clone()),
+            ..Default::default()
+        };
+        m.set_msg_type(MessageType::MsgSnapshot);
+        for msg in [
+            OrderMsg::Raft(m.encode_to_vec()),
+            OrderMsg::State {
+                snapshot: snapshot.encode_to_vec(),
+            },
+        ] {
+            r.step(0, Input::Message { from: 2, msg }, &mut out)
+                .expect("a bad snapshot from a peer is not fatal");
+        }
+    }
+    assert_eq!(standing(&r), before);
+    assert_eq!(r.stats().snapshots_refused, 6);
+    assert_eq!(r.stats().snapshots_installed, 0);
 }
