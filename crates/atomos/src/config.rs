@@ -10,7 +10,7 @@
 //! protocol = "local"
 //! contention = "backoff"    # abort-self | backoff | priority
 //! log_level = "info"        # error | warn | info | debug | trace
-//! metrics = "127.0.0.1:9401"  # off unless set
+//! metrics = "9401"         # off unless set; a port alone is 127.0.0.1
 //! max_frame_bytes = 16777216
 //! order = false             # run an order-layer replica among all members
 //! order_fsync = "batch"     # batch | never | 10ms
@@ -181,6 +181,14 @@ pub struct NodeSettings {
 
 const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
 
+/// The metrics endpoint's address: a port alone means 127.0.0.1.
+fn metrics_address(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+    match value.trim().parse::<u16>() {
+        Ok(port) => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
+        Err(_) => address(key, value),
+    }
+}
+
 fn address(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
     SocketAddr::from_str(value.trim()).map_err(|_| {
         invalid(
@@ -190,20 +198,30 @@ fn address(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
     })
 }
 
-/// A warning if the configuration file at `path` can be read by its group or by others while
-/// it holds the cluster secret (`cluster up` writes its files readable by their owner only).
-pub fn exposure_warning(path: &Path, settings: &NodeSettings) -> Option<String> {
+/// Warnings about what the settings expose: a configuration file at `path` that holds the
+/// cluster secret and can be read by its group or by others (`cluster up` writes its files
+/// readable by their owner only), and a metrics endpoint reachable from other machines (it has
+/// no authentication).
+pub fn exposure_warnings(path: Option<&Path>, settings: &NodeSettings) -> Vec<String> {
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    let mut warnings = Vec::new();
+    let mode = path.and_then(|p| Some((p, std::fs::metadata(p).ok()?.permissions().mode())));
     let holds_secret = settings.secret.is_some() && std::env::var_os("ATOMOS_SECRET").is_none();
-    (holds_secret && mode & 0o077 != 0).then(|| {
-        format!(
+    if let Some((path, mode)) = mode.filter(|(_, mode)| holds_secret && mode & 0o077 != 0) {
+        warnings.push(format!(
             "{} holds the cluster secret and can be read by its group or others (mode {:o}); \
              make it readable by its owner only (chmod 600)",
             path.display(),
             mode & 0o777
-        )
-    })
+        ));
+    }
+    if let Some(metrics) = settings.metrics.filter(|a| !a.ip().is_loopback()) {
+        warnings.push(format!(
+            "the metrics endpoint listens on {metrics}, reachable from other machines, and \
+             has no authentication; give a port alone to serve it on 127.0.0.1 only"
+        ));
+    }
+    warnings
 }
 
 /// Reads `path` (if given) and the environment through `env`, applies defaults and validates.
@@ -306,7 +324,7 @@ pub fn load(
         None => "info".to_string(),
     };
     let metrics = match pick("ATOMOS_METRICS", "metrics", file.metrics) {
-        Some((key, v)) => Some(address(&key, &v)?),
+        Some((key, v)) => Some(metrics_address(&key, &v)?),
         None => None,
     };
     let max_frame_bytes = match pick(

@@ -267,10 +267,7 @@ fn main() -> ExitCode {
 fn check_config(path: Option<PathBuf>) -> Result<bool, String> {
     let settings = atomos::config::load(path.as_deref(), |name| std::env::var(name).ok())
         .map_err(|e| e.to_string())?;
-    if let Some(w) = path
-        .as_deref()
-        .and_then(|p| atomos::config::exposure_warning(p, &settings))
-    {
+    for w in atomos::config::exposure_warnings(path.as_deref(), &settings) {
         eprintln!("warning: {w}");
     }
     println!("{settings:#?}");

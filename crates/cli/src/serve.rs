@@ -16,7 +16,7 @@ pub fn run(config: Option<&Path>) -> Result<bool, String> {
     let settings = atomos::config::load(config, |name| std::env::var(name).ok())
         .map_err(|e| format!("the node does not start: {e}"))?;
     init_logging(&settings.log_level);
-    if let Some(w) = config.and_then(|p| atomos::config::exposure_warning(p, &settings)) {
+    for w in atomos::config::exposure_warnings(config, &settings) {
         tracing::warn!("{w}");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()

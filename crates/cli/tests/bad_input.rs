@@ -126,3 +126,26 @@ fn a_configuration_readable_by_others_holding_the_secret_is_warned_about() {
     assert!(!check(0o600).contains("chmod 600"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_metrics_endpoint_is_on_loopback_unless_an_address_says_otherwise() {
+    let check = |metrics: &str| {
+        let out = Command::new(ATOMOS)
+            .arg("check-config")
+            .env("ATOMOS_SECRET", "0123456789abcdef0123456789abcdef")
+            .env("ATOMOS_METRICS", metrics)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (settings, warnings) = check("9401");
+    assert!(settings.contains("127.0.0.1:9401"), "{settings}");
+    assert!(!warnings.contains("metrics"), "{warnings}");
+    let (settings, warnings) = check("0.0.0.0:9401");
+    assert!(settings.contains("0.0.0.0:9401"), "{settings}");
+    assert!(warnings.contains("no authentication"), "{warnings}");
+}

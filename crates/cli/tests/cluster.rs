@@ -83,9 +83,13 @@ fn cluster_survives_kill_9_refuses_a_wrong_secret_and_stops_cleanly() {
     wait_for_line(
         &log(1),
         down,
-        &["connection refused", "peer=3", "proof does not match"],
+        &["connection refused", "peer=3", "cluster secret"],
     );
-    wait_for_line(&impostor_log, 0, &["refused", "proof does not match"]);
+    wait_for_line(
+        &impostor_log,
+        0,
+        &["refused", "does not open with the cluster secret"],
+    );
     assert!(stop(impostor).success());
 
     // The real node 3 restarts: the others reconnect on their own.

@@ -63,6 +63,12 @@ impl Decoder {
         }
     }
 
+    /// Changes the largest frame accepted from now on (a connection allows larger frames once
+    /// its peer is authenticated).
+    pub fn set_max_frame(&mut self, max_frame: usize) {
+        self.max_frame = max_frame;
+    }
+
     /// Adds bytes received from the peer.
     pub fn push(&mut self, bytes: &[u8]) {
         if self.poisoned.is_some() {

@@ -1,45 +1,53 @@
-//! The connection handshake, as a state machine without I/O.
+//! The connection handshake, as a state machine without I/O: the Noise protocol framework
+//! (pattern `NNpsk0`, via the `snow` crate), keyed by the cluster secret.
 //!
-//! Both sides send [`HandshakeMsg::Hello`] as soon as the connection opens: cluster name, node
-//! id, wire version and a fresh random nonce (the caller supplies it, so the machine stays
-//! deterministic). On the peer's hello a side checks cluster and version and answers with
-//! [`HandshakeMsg::Proof`]: HMAC-SHA256, keyed with the cluster secret, over a label, the
-//! cluster, both node ids (sender first) and both nonces (sender's first). On the peer's proof it
-//! verifies it (in constant time) and the connection is established. A proof binds both nonces
-//! and the direction, so it cannot be replayed on another connection or reflected back.
+//! 1. Both sides send a [`Preamble`] in the clear: the wire version and the cluster name, so a
+//!    node of another version or cluster gets a clear refusal. Nothing secret is in it.
+//! 2. The dialler (initiator) sends Noise's first message: a fresh ephemeral key and its node
+//!    id, encrypted under a key mixed from a pre-shared key derived from the cluster secret
+//!    (and the cluster name). Only a peer that knows the secret can produce or read it.
+//! 3. The acceptor (responder) opens it (a peer that does not know the secret is refused here,
+//!    before it was sent anything that depends on the secret), and answers with its ephemeral
+//!    key and its node id, sealed under keys from both ephemeral keys and the secret.
+//! 4. The dialler opens that answer, and sends an empty sealed record that proves it holds its
+//!    ephemeral key: the acceptor counts the dialler as authenticated only then, so a replayed
+//!    first message establishes nothing.
+//!
+//! Both preambles are Noise's prologue: a preamble changed on the way fails the handshake.
+//! From then on every byte is sealed (see [`secure`](crate::secure)). The ephemeral keys come
+//! from the operating system's random source, through `snow`.
 
 use std::fmt;
 
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
+use snow::{Builder, HandshakeState};
 
+use crate::frame;
+use crate::secure::{self, Opener, Sealer};
 use crate::wire::WIRE_VERSION;
 
-/// Bytes of a handshake nonce.
-pub const NONCE_LEN: usize = 32;
+/// The Noise protocol every connection speaks.
+pub const NOISE_PATTERN: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
 
-const LABEL: &[u8] = b"atomos handshake v1\0";
+/// Largest frame accepted before the peer has proved it knows the secret: a handshake needs
+/// far less, and an unauthenticated peer gets no room for more.
+pub const MAX_HANDSHAKE_FRAME: usize = 512;
 
-/// What the two sides exchange before anything else.
+/// Longest cluster name, in bytes (it must fit a handshake frame).
+pub const MAX_CLUSTER_NAME: usize = 255;
+
+/// Fixed bytes of the Noise prologue and of the pre-shared key's derivation.
+const LABEL: &[u8] = b"atomos noise v1\0";
+
+/// What each side sends first, in the clear.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum HandshakeMsg {
-    /// Who the sender is.
-    Hello {
-        /// The sender's cluster.
-        cluster: String,
-        /// The sender's node id.
-        node: u64,
-        /// The wire version the sender speaks.
-        wire_version: u16,
-        /// A fresh random value.
-        nonce: [u8; NONCE_LEN],
-    },
-    /// The sender's proof that it knows the cluster secret.
-    Proof {
-        /// HMAC-SHA256 as described in the module documentation.
-        mac: [u8; 32],
-    },
+pub struct Preamble {
+    /// The wire version the sender speaks.
+    pub wire_version: u16,
+    /// The sender's cluster.
+    pub cluster: String,
 }
 
 /// This node's identity for handshakes.
@@ -69,6 +77,9 @@ pub enum IdentityError {
     /// The cluster name is empty.
     #[error("the cluster name is empty")]
     EmptyCluster,
+    /// The cluster name is longer than [`MAX_CLUSTER_NAME`] bytes.
+    #[error("the cluster name is {0} bytes long; at most {MAX_CLUSTER_NAME} are allowed")]
+    LongCluster(usize),
 }
 
 impl Identity {
@@ -81,6 +92,9 @@ impl Identity {
         let (cluster, secret) = (cluster.into(), secret.into());
         if cluster.is_empty() {
             return Err(IdentityError::EmptyCluster);
+        }
+        if cluster.len() > MAX_CLUSTER_NAME {
+            return Err(IdentityError::LongCluster(cluster.len()));
         }
         if secret.is_empty() {
             return Err(IdentityError::EmptySecret);
@@ -96,6 +110,25 @@ impl Identity {
     pub fn node(&self) -> u64 {
         self.node
     }
+
+    /// Noise's pre-shared key: HMAC-SHA256 keyed with the secret over a label and the cluster.
+    fn psk(&self) -> [u8; 32] {
+        // HMAC accepts keys of any length; `Identity::new` refuses an empty one.
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.secret).expect("HMAC takes any key length");
+        mac.update(LABEL);
+        mac.update(self.cluster.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+}
+
+/// Which end of the connection a side is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The side that dialled: it speaks first and proves itself first.
+    Initiator,
+    /// The side that accepted.
+    Responder,
 }
 
 /// Why a handshake refused the peer. Each is a reason to close the connection and log it.
@@ -117,169 +150,241 @@ pub enum Refusal {
         /// The peer's.
         theirs: u16,
     },
-    /// The peer's proof does not match: it does not know the cluster secret.
-    #[error("peer's proof does not match the cluster secret")]
+    /// The peer's handshake does not open with the cluster secret: it does not know it, or
+    /// the handshake was tampered with.
+    #[error("peer's handshake does not open with the cluster secret")]
     BadProof,
     /// The peer claims this node's own id.
     #[error("peer claims this node's own id {0}")]
     SameNode(u64),
-    /// A message arrived that the handshake does not expect now.
-    #[error("unexpected {got} while {state}")]
-    Unexpected {
-        /// What arrived.
-        got: &'static str,
-        /// What the handshake was doing.
-        state: &'static str,
-    },
+    /// Bytes that are not the handshake message expected now.
+    #[error("malformed handshake: {0}")]
+    Malformed(String),
+    /// A message arrived after the handshake failed or finished.
+    #[error("handshake message after the handshake {0}")]
+    Over(&'static str),
 }
 
-/// What to do after a step.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Send this message to the peer.
-    Send(HandshakeMsg),
-    /// The peer is authenticated; the connection carries application messages from now on.
+/// Where a handshake stands after a step.
+pub enum Progress {
+    /// More messages are needed from the peer.
+    Pending,
+    /// The peer is authenticated; from now on every byte is sealed with these.
     Established {
         /// The peer's node id.
         peer: u64,
+        /// Seals what this side sends.
+        sealer: Sealer,
+        /// Opens what the peer sends.
+        opener: Opener,
     },
 }
 
-#[derive(Clone, Debug)]
+impl fmt::Debug for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Progress::Pending => write!(f, "Pending"),
+            Progress::Established { peer, .. } => write!(f, "Established {{ peer: {peer} }}"),
+        }
+    }
+}
+
 enum State {
-    AwaitHello,
-    AwaitProof {
+    AwaitPreamble,
+    /// Responder: the dialler's first Noise message.
+    AwaitFirst(Box<HandshakeState>),
+    /// Initiator: the acceptor's answer.
+    AwaitAnswer(Box<HandshakeState>),
+    /// Responder: the dialler's first sealed record.
+    AwaitConfirm {
         peer: u64,
-        peer_nonce: [u8; NONCE_LEN],
+        sealer: Sealer,
+        opener: Opener,
     },
-    Established {
-        peer: u64,
-    },
-    Refused,
+    Over(&'static str),
 }
 
 /// One side of one connection's handshake.
-#[derive(Debug)]
 pub struct Handshake {
     me: Identity,
-    nonce: [u8; NONCE_LEN],
+    role: Role,
+    preamble: Vec<u8>,
     state: State,
 }
 
+impl fmt::Debug for Handshake {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handshake")
+            .field("me", &self.me)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Handshake {
-    /// Starts a handshake with a fresh random `nonce`; returns it with the hello to send.
-    pub fn start(me: Identity, nonce: [u8; NONCE_LEN]) -> (Handshake, HandshakeMsg) {
-        let hello = HandshakeMsg::Hello {
-            cluster: me.cluster.clone(),
-            node: me.node,
+    /// Starts a handshake and appends the frames to send now (the preamble) to `out`.
+    pub fn start(me: Identity, role: Role, out: &mut Vec<u8>) -> Handshake {
+        let preamble = Preamble {
             wire_version: WIRE_VERSION,
-            nonce,
+            cluster: me.cluster.clone(),
         };
-        (
-            Handshake {
-                me,
-                nonce,
-                state: State::AwaitHello,
-            },
-            hello,
-        )
-    }
-
-    /// The authenticated peer, once established.
-    pub fn peer(&self) -> Option<u64> {
-        match self.state {
-            State::Established { peer } => Some(peer),
-            _ => None,
+        // A string and an integer always encode; the name is bounded by `Identity::new`.
+        let preamble = postcard::to_stdvec(&preamble).unwrap_or_default();
+        let _ = frame::encode(&preamble, MAX_HANDSHAKE_FRAME, out);
+        Handshake {
+            me,
+            role,
+            preamble,
+            state: State::AwaitPreamble,
         }
     }
 
-    /// Feeds one message from the peer. After a refusal every later step is refused too.
-    pub fn step(&mut self, msg: HandshakeMsg) -> Result<Outcome, Refusal> {
-        let result = self.advance(msg);
-        if result.is_err() {
-            self.state = State::Refused;
-        }
-        result
+    /// Feeds one frame's payload from the peer and appends the frames to send to `out`. After
+    /// a refusal every later step is refused too.
+    pub fn step(&mut self, payload: &[u8], out: &mut Vec<u8>) -> Result<Progress, Refusal> {
+        // A step that fails leaves the handshake failed; one that succeeds sets what follows.
+        let state = std::mem::replace(&mut self.state, State::Over("failed"));
+        self.advance(state, payload, out)
     }
 
-    fn advance(&mut self, msg: HandshakeMsg) -> Result<Outcome, Refusal> {
-        match (&self.state, msg) {
-            (
-                State::AwaitHello,
-                HandshakeMsg::Hello {
-                    cluster,
-                    node,
-                    wire_version,
-                    nonce,
-                },
-            ) => {
-                if cluster != self.me.cluster {
-                    return Err(Refusal::WrongCluster {
-                        ours: self.me.cluster.clone(),
-                        theirs: cluster,
-                    });
-                }
-                if wire_version != WIRE_VERSION {
-                    return Err(Refusal::Version {
-                        ours: WIRE_VERSION,
-                        theirs: wire_version,
-                    });
-                }
-                if node == self.me.node {
-                    return Err(Refusal::SameNode(node));
-                }
-                let mac = self
-                    .proof(self.me.node, node, &self.nonce, &nonce)
-                    .finalize()
-                    .into_bytes()
-                    .into();
-                self.state = State::AwaitProof {
-                    peer: node,
-                    peer_nonce: nonce,
+    fn advance(
+        &mut self,
+        state: State,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Progress, Refusal> {
+        match state {
+            State::AwaitPreamble => {
+                let theirs = self.check_preamble(payload)?;
+                let (first, second) = match self.role {
+                    Role::Initiator => (&self.preamble[..], theirs),
+                    Role::Responder => (theirs, &self.preamble[..]),
                 };
-                Ok(Outcome::Send(HandshakeMsg::Proof { mac }))
+                let mut prologue = LABEL.to_vec();
+                for part in [first, second] {
+                    prologue.extend_from_slice(&(part.len() as u32).to_be_bytes());
+                    prologue.extend_from_slice(part);
+                }
+                let psk = self.me.psk();
+                let builder = Builder::new(NOISE_PATTERN.parse().map_err(noise)?)
+                    .psk(0, &psk)
+                    .and_then(|b| b.prologue(&prologue))
+                    .map_err(noise)?;
+                match self.role {
+                    Role::Initiator => {
+                        let mut noise_state = builder.build_initiator().map_err(noise)?;
+                        self.write_noise(&mut noise_state, out)?;
+                        self.state = State::AwaitAnswer(Box::new(noise_state));
+                    }
+                    Role::Responder => {
+                        let noise_state = builder.build_responder().map_err(noise)?;
+                        self.state = State::AwaitFirst(Box::new(noise_state));
+                    }
+                }
+                Ok(Progress::Pending)
             }
-            (State::AwaitProof { peer, peer_nonce }, HandshakeMsg::Proof { mac }) => {
-                let (peer, peer_nonce) = (*peer, *peer_nonce);
-                self.proof(peer, self.me.node, &peer_nonce, &self.nonce)
-                    .verify_slice(&mac)
+            State::AwaitFirst(mut noise_state) => {
+                let peer = self.read_noise(&mut noise_state, payload)?;
+                self.write_noise(&mut noise_state, out)?;
+                let (sealer, opener) = into_channel(*noise_state)?;
+                self.state = State::AwaitConfirm {
+                    peer,
+                    sealer,
+                    opener,
+                };
+                Ok(Progress::Pending)
+            }
+            State::AwaitAnswer(mut noise_state) => {
+                let peer = self.read_noise(&mut noise_state, payload)?;
+                let (mut sealer, opener) = into_channel(*noise_state)?;
+                sealer
+                    .seal_record(&[], out)
+                    .map_err(|e| Refusal::Malformed(e.to_string()))?;
+                self.state = State::Over("finished");
+                Ok(Progress::Established {
+                    peer,
+                    sealer,
+                    opener,
+                })
+            }
+            State::AwaitConfirm {
+                peer,
+                sealer,
+                mut opener,
+            } => {
+                let mut plain = Vec::new();
+                opener
+                    .open(payload, &mut plain)
                     .map_err(|_| Refusal::BadProof)?;
-                self.state = State::Established { peer };
-                Ok(Outcome::Established { peer })
+                if !plain.is_empty() {
+                    return Err(Refusal::Malformed("the confirmation carries data".into()));
+                }
+                self.state = State::Over("finished");
+                Ok(Progress::Established {
+                    peer,
+                    sealer,
+                    opener,
+                })
             }
-            (state, msg) => Err(Refusal::Unexpected {
-                got: match msg {
-                    HandshakeMsg::Hello { .. } => "hello",
-                    HandshakeMsg::Proof { .. } => "proof",
-                },
-                state: match state {
-                    State::AwaitHello => "awaiting the peer's hello",
-                    State::AwaitProof { .. } => "awaiting the peer's proof",
-                    State::Established { .. } => "established",
-                    State::Refused => "refused",
-                },
-            }),
+            State::Over(how) => Err(Refusal::Over(how)),
         }
     }
 
-    /// The MAC state for a proof sent by `from` to `to`.
-    fn proof(
-        &self,
-        from: u64,
-        to: u64,
-        from_nonce: &[u8; NONCE_LEN],
-        to_nonce: &[u8; NONCE_LEN],
-    ) -> Hmac<Sha256> {
-        // HMAC accepts keys of any length; `Identity::new` refuses an empty one.
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.me.secret)
-            .expect("HMAC takes any key length");
-        mac.update(LABEL);
-        mac.update(&(self.me.cluster.len() as u64).to_be_bytes());
-        mac.update(self.me.cluster.as_bytes());
-        mac.update(&from.to_be_bytes());
-        mac.update(&to.to_be_bytes());
-        mac.update(from_nonce);
-        mac.update(to_nonce);
-        mac
+    /// Checks the peer's preamble; returns its bytes.
+    fn check_preamble<'a>(&self, payload: &'a [u8]) -> Result<&'a [u8], Refusal> {
+        let theirs: Preamble = postcard::from_bytes(payload)
+            .map_err(|e| Refusal::Malformed(format!("preamble: {e}")))?;
+        if theirs.wire_version != WIRE_VERSION {
+            return Err(Refusal::Version {
+                ours: WIRE_VERSION,
+                theirs: theirs.wire_version,
+            });
+        }
+        if theirs.cluster != self.me.cluster {
+            return Err(Refusal::WrongCluster {
+                ours: self.me.cluster.clone(),
+                theirs: theirs.cluster,
+            });
+        }
+        Ok(payload)
     }
+
+    /// Appends this side's next Noise message, carrying its node id, as a frame.
+    fn write_noise(
+        &self,
+        noise_state: &mut HandshakeState,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Refusal> {
+        let mut message = [0u8; MAX_HANDSHAKE_FRAME];
+        let n = noise_state
+            .write_message(&self.me.node.to_be_bytes(), &mut message)
+            .map_err(noise)?;
+        frame::encode(&message[..n], MAX_HANDSHAKE_FRAME, out)
+            .map_err(|e| Refusal::Malformed(e.to_string()))
+    }
+
+    /// Opens the peer's Noise message; returns the node id it carries.
+    fn read_noise(&self, noise_state: &mut HandshakeState, payload: &[u8]) -> Result<u64, Refusal> {
+        let mut plain = [0u8; MAX_HANDSHAKE_FRAME];
+        let n = noise_state
+            .read_message(payload, &mut plain)
+            .map_err(|_| Refusal::BadProof)?;
+        let node: [u8; 8] = plain[..n]
+            .try_into()
+            .map_err(|_| Refusal::Malformed(format!("a node id of {n} bytes")))?;
+        let node = u64::from_be_bytes(node);
+        if node == self.me.node {
+            return Err(Refusal::SameNode(node));
+        }
+        Ok(node)
+    }
+}
+
+fn into_channel(noise_state: HandshakeState) -> Result<(Sealer, Opener), Refusal> {
+    let keys = noise_state.into_stateless_transport_mode().map_err(noise)?;
+    Ok(secure::split(keys))
+}
+
+fn noise(e: snow::Error) -> Refusal {
+    Refusal::Malformed(format!("noise: {e}"))
 }

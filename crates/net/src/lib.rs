@@ -5,8 +5,10 @@
 //! - [`wire`]: every message travels in an envelope carrying the wire version, encoded with a
 //!   compact binary codec (postcard); a frame decodes to a whole message or to an error, never
 //!   to part of one.
-//! - [`handshake`]: the sans-I/O state machine that opens every connection: cluster name, node
-//!   id, wire version and an HMAC-SHA256 proof over both sides' nonces with the cluster secret.
+//! - [`handshake`]: the sans-I/O state machine that opens every connection: wire version and
+//!   cluster name, then a Noise `NNpsk0` handshake keyed by the cluster secret.
+//! - [`secure`]: after the handshake every byte travels in records sealed with
+//!   ChaCha20-Poly1305; a tampered, injected, replayed or reordered record does not open.
 //!
 //! On top, with I/O:
 //!
@@ -24,6 +26,7 @@ pub mod frame;
 pub mod handshake;
 pub mod memory;
 pub mod rpc;
+pub mod secure;
 pub mod tcp;
 pub mod transport;
 pub mod wire;

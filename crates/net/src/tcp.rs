@@ -1,16 +1,21 @@
 //! The TCP transport on tokio.
 //!
 //! - One connection per pair of members: the member with the smaller id dials, the other
-//!   accepts. A connection carries frames of [`LinkFrame`]: first the handshake, then
-//!   application messages and keep-alives.
+//!   accepts. A connection opens with the [`handshake`](crate::handshake) (frames of at most
+//!   [`MAX_HANDSHAKE_FRAME`] bytes, within `handshake_timeout`); from then on it carries
+//!   records sealed as [`secure`](crate::secure) says, whose plaintext is a stream of frames of
+//!   [`LinkFrame`]: application messages and keep-alives.
+//! - At most `max_pending_handshakes` accepted connections may be handshaking at once; more
+//!   are closed at once, so unauthenticated peers cost a bounded amount.
 //! - Sending encodes the message straight into the peer's outbox and returns; one writer task
 //!   per connection writes everything queued since its last write in one call, so a burst of
 //!   small messages costs few system calls.
 //! - A lost connection is re-dialled with exponential back-off (with jitter); an idle
 //!   connection carries a keep-alive, and a peer silent for `dead_after` is declared dead and
 //!   its connection closed.
-//! - A refused handshake, a malformed, truncated or oversized frame closes the connection and
-//!   is logged with the reason; nothing of a damaged frame is delivered.
+//! - A refused handshake, a record that does not open (tampered with, injected, replayed,
+//!   reordered), a malformed, truncated or oversized frame closes the connection and is logged
+//!   with the reason; nothing of a damaged record is delivered.
 //! - Messages are delivered at most once: bytes queued or in flight when a connection breaks
 //!   are lost, and protocols above recover.
 
@@ -27,22 +32,21 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::counters::{connection_event, LinkCounters};
 use crate::frame::{Decoder, DEFAULT_MAX_FRAME};
-use crate::handshake::{Handshake, HandshakeMsg, Identity, Outcome};
+use crate::handshake::{Handshake, Identity, Progress, Role, MAX_HANDSHAKE_FRAME};
+use crate::secure::{Opener, Sealer, MAX_RECORD};
 use crate::transport::{Deliver, FaultRules, NodeId, SendError, Transport, Verdict};
 use crate::wire;
 
-/// What travels in one frame of a TCP connection.
+/// What travels in one frame of an established TCP connection (inside sealed records).
 #[derive(Debug, Serialize, Deserialize)]
 pub enum LinkFrame<M> {
-    /// A handshake step (only before the connection is established).
-    Handshake(HandshakeMsg),
     /// Sent on an idle connection so the peer knows this node is alive.
     KeepAlive,
     /// An application message.
@@ -70,11 +74,14 @@ pub struct TcpConfig {
     pub reconnect_max: Duration,
     /// Bytes that may wait for one peer before sends to it fail with [`SendError::Backlog`].
     pub max_backlog: usize,
+    /// Accepted connections that may be handshaking at once; more are closed unanswered.
+    pub max_pending_handshakes: usize,
 }
 
 impl TcpConfig {
     /// Defaults: 16 MiB frames, keep-alive every 500 ms, dead after 3 s of silence, 3 s to
-    /// handshake, re-dial after 20 ms doubling up to 1 s, 64 MiB of backlog per peer.
+    /// handshake, re-dial after 20 ms doubling up to 1 s, 64 MiB of backlog per peer, 64
+    /// connections handshaking at once.
     pub fn new(identity: Identity, peers: Vec<(NodeId, SocketAddr)>) -> TcpConfig {
         TcpConfig {
             identity,
@@ -86,6 +93,7 @@ impl TcpConfig {
             reconnect_min: Duration::from_millis(20),
             reconnect_max: Duration::from_secs(1),
             max_backlog: 64 << 20,
+            max_pending_handshakes: 64,
         }
     }
 }
@@ -294,6 +302,7 @@ where
     M: Serialize + DeserializeOwned + Send + 'static,
 {
     let me = shared.cfg.identity.node();
+    let pending = Arc::new(Semaphore::new(shared.cfg.max_pending_handshakes));
     loop {
         let accepted = tokio::select! {
             _ = shared.stop.cancelled() => return,
@@ -308,6 +317,11 @@ where
                 continue;
             }
         };
+        let Ok(permit) = pending.clone().try_acquire_owned() else {
+            debug!(node = me, %from, "too many connections handshaking: one closed unanswered");
+            connection_event(me, None, "shed");
+            continue;
+        };
         let shared = shared.clone();
         tokio::spawn(async move {
             let opened = timeout(
@@ -316,10 +330,11 @@ where
             )
             .await
             .unwrap_or_else(|_| Err(("handshake timed out".to_string(), None)));
+            drop(permit);
             match opened {
-                Ok((stream, peer, decoder)) => {
-                    let link = shared.links[&peer].clone();
-                    run_connection(&shared, &link, stream, decoder).await;
+                Ok(opened) => {
+                    let link = shared.links[&opened.peer].clone();
+                    run_connection(&shared, &link, opened).await;
                 }
                 Err((reason, peer)) => {
                     warn!(node = me, peer = ?peer, %from, %reason, "refused an incoming connection");
@@ -350,10 +365,10 @@ where
                 .unwrap_or_else(|_| Err(("handshake timed out".to_string(), None))),
         };
         match opened {
-            Ok((stream, _, decoder)) => {
+            Ok(opened) => {
                 failures = 0;
                 backoff = shared.cfg.reconnect_min;
-                run_connection(&shared, &link, stream, decoder).await;
+                run_connection(&shared, &link, opened).await;
             }
             Err((reason, refused_by)) => {
                 failures += 1;
@@ -375,6 +390,16 @@ where
     }
 }
 
+/// A connection whose peer is authenticated.
+struct Opened {
+    stream: TcpStream,
+    peer: NodeId,
+    sealer: Sealer,
+    opener: Opener,
+    /// Holds the sealed records that arrived with the end of the handshake.
+    records: Decoder,
+}
+
 /// Handshakes on a fresh stream. `expect` is the peer a dialler meant to reach. On refusal,
 /// returns the reason and, when the handshake itself refused, the peer it refused (or the
 /// expected one).
@@ -382,71 +407,79 @@ async fn open_connection<M>(
     shared: &Shared<M>,
     mut stream: TcpStream,
     expect: Option<NodeId>,
-) -> Result<(TcpStream, NodeId, Decoder), (Reason, Option<NodeId>)>
+) -> Result<Opened, (Reason, Option<NodeId>)>
 where
     M: Serialize + DeserializeOwned + Send + 'static,
 {
     let io_err = |e: io::Error| (format!("connection failed during the handshake: {e}"), None);
     stream.set_nodelay(true).map_err(io_err)?;
-    let cfg = &shared.cfg;
-    let (mut handshake, hello) = Handshake::start(cfg.identity.clone(), rand::random());
-    let mut out = Vec::new();
-    let send = |msg: HandshakeMsg, out: &mut Vec<u8>| {
-        out.clear();
-        wire::encode(&LinkFrame::<()>::Handshake(msg), cfg.max_frame, out)
-            .map_err(|e| (format!("cannot encode the handshake: {e}"), None))
+    let role = match expect {
+        Some(_) => Role::Initiator,
+        None => Role::Responder,
     };
-    send(hello, &mut out)?;
+    let mut out = Vec::new();
+    let mut handshake = Handshake::start(shared.cfg.identity.clone(), role, &mut out);
     stream.write_all(&out).await.map_err(io_err)?;
-    let mut decoder = Decoder::new(cfg.max_frame);
-    let mut buf = vec![0u8; 4096];
+    let mut records = Decoder::new(MAX_HANDSHAKE_FRAME);
+    let mut buf = [0u8; 1024];
     let refused = |reason: String, peer: Option<NodeId>| (reason, peer.or(expect));
     loop {
-        while let Some(payload) = decoder
+        while let Some(payload) = records
             .next_frame()
             .map_err(|e| refused(format!("bad frame during the handshake: {e}"), None))?
         {
-            let msg = match wire::decode::<LinkFrame<M>>(payload) {
-                Ok(LinkFrame::Handshake(msg)) => msg,
-                Ok(_) => return Err(refused("message before the handshake".into(), None)),
-                Err(e) => return Err(refused(format!("bad handshake: {e}"), None)),
-            };
-            match handshake.step(msg) {
-                Ok(Outcome::Send(reply)) => {
-                    send(reply, &mut out)?;
-                    stream.write_all(&out).await.map_err(io_err)?;
+            out.clear();
+            let progress = handshake
+                .step(payload, &mut out)
+                .map_err(|refusal| refused(refusal.to_string(), None))?;
+            if !out.is_empty() {
+                stream.write_all(&out).await.map_err(io_err)?;
+            }
+            if let Progress::Established {
+                peer,
+                sealer,
+                opener,
+            } = progress
+            {
+                if !shared.links.contains_key(&peer) {
+                    return Err(refused(
+                        format!("node {peer} is not a member of this cluster"),
+                        Some(peer),
+                    ));
                 }
-                Ok(Outcome::Established { peer }) => {
-                    if !shared.links.contains_key(&peer) {
-                        return Err(refused(
-                            format!("node {peer} is not a member of this cluster"),
-                            Some(peer),
-                        ));
-                    }
-                    if expect.is_some_and(|e| e != peer) {
-                        return Err(refused(
-                            format!("expected node {expect:?} at this address, found {peer}"),
-                            Some(peer),
-                        ));
-                    }
-                    return Ok((stream, peer, decoder));
+                if expect.is_some_and(|e| e != peer) {
+                    return Err(refused(
+                        format!("expected node {expect:?} at this address, found {peer}"),
+                        Some(peer),
+                    ));
                 }
-                Err(refusal) => return Err(refused(refusal.to_string(), None)),
+                records.set_max_frame(MAX_RECORD);
+                return Ok(Opened {
+                    stream,
+                    peer,
+                    sealer,
+                    opener,
+                    records,
+                });
             }
         }
         let n = stream.read(&mut buf).await.map_err(io_err)?;
         if n == 0 {
-            return Err(refused(
-                "the peer closed the connection during the handshake".into(),
-                None,
-            ));
+            let reason = match role {
+                Role::Initiator => {
+                    "the peer closed the connection during the handshake (a peer that does \
+                     not share this node's cluster secret closes it so)"
+                }
+                Role::Responder => "the peer closed the connection during the handshake",
+            };
+            return Err(refused(reason.into(), None));
         }
-        decoder.push(&buf[..n]);
+        records.push(&buf[..n]);
     }
 }
 
 /// Runs an established connection until it fails, is replaced, or the transport stops.
-async fn run_connection<M>(shared: &Shared<M>, link: &Arc<Link>, stream: TcpStream, dec: Decoder)
+async fn run_connection<M>(shared: &Shared<M>, link: &Arc<Link>, opened: Opened)
 where
     M: Serialize + DeserializeOwned + Send + 'static,
 {
@@ -460,15 +493,16 @@ where
     connection_event(me, Some(link.peer), "up");
     shared.deliver.link(link.peer, true);
 
-    let (rd, wr) = stream.into_split();
+    let (rd, wr) = opened.stream.into_split();
     let writer = tokio::spawn(write_loop(
         link.clone(),
         wr,
+        opened.sealer,
         conn.clone(),
         shared.cfg.keepalive,
         shared.cfg.max_frame,
     ));
-    let reason = read_loop(shared, link, rd, dec, &conn).await;
+    let reason = read_loop(shared, link, rd, opened.opener, opened.records, &conn).await;
     conn.cancel();
     let reason = match writer.await {
         Ok(Err(e)) => format!("write failed: {e}"),
@@ -491,11 +525,13 @@ where
 async fn write_loop(
     link: Arc<Link>,
     mut wr: OwnedWriteHalf,
+    mut sealer: Sealer,
     conn: CancellationToken,
     keepalive: Duration,
     max_frame: usize,
 ) -> io::Result<()> {
     let mut batch: Vec<u8> = Vec::with_capacity(64 << 10);
+    let mut sealed: Vec<u8> = Vec::with_capacity(64 << 10);
     let mut last_write = Instant::now();
     loop {
         let next_due = {
@@ -505,14 +541,19 @@ async fn write_loop(
             next_due
         };
         if !batch.is_empty() {
+            sealed.clear();
+            sealer
+                .seal(&batch, &mut sealed)
+                .map_err(|e| io::Error::other(e.to_string()))?;
             tokio::select! {
                 _ = conn.cancelled() => return Ok(()),
-                written = wr.write_all(&batch) => written?,
+                written = wr.write_all(&sealed) => written?,
             }
-            link.counters.sent_bytes.increment(batch.len() as u64);
+            link.counters.sent_bytes.increment(sealed.len() as u64);
             batch.clear();
             if batch.capacity() > 4 << 20 {
                 batch = Vec::with_capacity(64 << 10);
+                sealed = Vec::with_capacity(64 << 10);
             }
             last_write = Instant::now();
             continue;
@@ -538,32 +579,30 @@ async fn read_loop<M>(
     shared: &Shared<M>,
     link: &Link,
     mut rd: OwnedReadHalf,
-    mut decoder: Decoder,
+    mut opener: Opener,
+    mut records: Decoder,
     conn: &CancellationToken,
 ) -> Reason
 where
     M: Serialize + DeserializeOwned + Send + 'static,
 {
     let mut buf = vec![0u8; 64 << 10];
+    let mut frames = Decoder::new(shared.cfg.max_frame);
+    let mut plain = Vec::with_capacity(MAX_RECORD);
     loop {
         loop {
-            let payload = match decoder.next_frame() {
-                Ok(Some(p)) => p,
+            let record = match records.next_frame() {
+                Ok(Some(r)) => r,
                 Ok(None) => break,
-                Err(e) => return format!("bad frame: {e}"),
+                Err(e) => return format!("bad record: {e}"),
             };
-            match wire::decode::<LinkFrame<M>>(payload) {
-                Ok(LinkFrame::App(msg)) => {
-                    link.counters.received_messages.increment(1);
-                    if !shared.faults.refuse_incoming(link.peer) {
-                        shared.deliver.message(link.peer, msg);
-                    }
-                }
-                Ok(LinkFrame::KeepAlive) => {}
-                Ok(LinkFrame::Handshake(_)) => {
-                    return "handshake message on an established connection".into()
-                }
-                Err(e) => return format!("bad message: {e}"),
+            plain.clear();
+            if let Err(e) = opener.open(record, &mut plain) {
+                return e.to_string();
+            }
+            frames.push(&plain);
+            if let Err(reason) = deliver_frames(shared, link, &mut frames) {
+                return reason;
             }
         }
         let read = tokio::select! {
@@ -579,15 +618,37 @@ where
             }
             Ok(Err(e)) => return format!("read failed: {e}"),
             Ok(Ok(0)) => {
-                return match decoder.finish() {
+                let ended = records.finish().map_err(|e| format!("in a record: {e}"));
+                let ended = ended.and_then(|()| frames.finish().map_err(|e| e.to_string()));
+                return match ended {
                     Ok(()) => "the peer closed the connection".into(),
                     Err(e) => format!("the peer closed the connection: {e}"),
-                }
+                };
             }
             Ok(Ok(n)) => {
                 link.counters.received_bytes.increment(n as u64);
-                decoder.push(&buf[..n]);
+                records.push(&buf[..n]);
             }
         }
     }
+}
+
+/// Delivers the whole frames of opened plaintext; an error is why the connection must close.
+fn deliver_frames<M>(shared: &Shared<M>, link: &Link, frames: &mut Decoder) -> Result<(), Reason>
+where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
+    while let Some(payload) = frames.next_frame().map_err(|e| format!("bad frame: {e}"))? {
+        match wire::decode::<LinkFrame<M>>(payload) {
+            Ok(LinkFrame::App(msg)) => {
+                link.counters.received_messages.increment(1);
+                if !shared.faults.refuse_incoming(link.peer) {
+                    shared.deliver.message(link.peer, msg);
+                }
+            }
+            Ok(LinkFrame::KeepAlive) => {}
+            Err(e) => return Err(format!("bad message: {e}")),
+        }
+    }
+    Ok(())
 }

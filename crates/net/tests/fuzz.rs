@@ -2,7 +2,7 @@
 //! never a panic, and never part of a message.
 
 use atomos_net::frame::Decoder;
-use atomos_net::handshake::HandshakeMsg;
+use atomos_net::handshake::Preamble;
 use atomos_net::rpc::Envelope;
 use atomos_net::tcp::LinkFrame;
 use atomos_net::wire;
@@ -14,7 +14,7 @@ enum Msg {
     Read { key: Vec<u8>, version: u64 },
     Write { key: Vec<u8>, value: Vec<u8> },
     Commit(u64, Vec<(Vec<u8>, u64)>),
-    Hs(HandshakeMsg),
+    Hs(Preamble),
 }
 
 fn msg() -> impl Strategy<Value = Msg> {
@@ -27,17 +27,12 @@ fn msg() -> impl Strategy<Value = Msg> {
             proptest::collection::vec((bytes(), any::<u64>()), 0..5)
         )
             .prop_map(|(a, b)| Msg::Commit(a, b)),
-        (any::<[u8; 32]>()).prop_map(|mac| Msg::Hs(HandshakeMsg::Proof { mac })),
-        (".{0,12}", any::<u64>(), any::<u16>(), any::<[u8; 32]>()).prop_map(
-            |(cluster, node, wire_version, nonce)| {
-                Msg::Hs(HandshakeMsg::Hello {
-                    cluster,
-                    node,
-                    wire_version,
-                    nonce,
-                })
-            }
-        ),
+        (".{0,12}", any::<u16>()).prop_map(|(cluster, wire_version)| {
+            Msg::Hs(Preamble {
+                wire_version,
+                cluster,
+            })
+        }),
     ]
 }
 

@@ -1,135 +1,262 @@
-//! The handshake between two sides, driven by hand, over real encoded frames.
+//! The Noise handshake between two sides, driven by hand over real frames, and the sealed
+//! records that follow it.
 
-use atomos_net::frame::{Decoder, DEFAULT_MAX_FRAME};
-use atomos_net::handshake::{Handshake, HandshakeMsg, Identity, IdentityError, Outcome, Refusal};
-use atomos_net::wire::{self, WIRE_VERSION};
+use atomos_net::frame::{self, Decoder, DEFAULT_MAX_FRAME};
+use atomos_net::handshake::{
+    Handshake, Identity, IdentityError, Preamble, Progress, Refusal, Role, MAX_CLUSTER_NAME,
+};
+use atomos_net::secure::{Opener, SealError, Sealer, MAX_PLAIN};
+use atomos_net::wire::WIRE_VERSION;
+
+const KEY: &str = "a cluster secret of thirty-two bytes!";
 
 fn id(cluster: &str, node: u64, secret: &str) -> Identity {
     Identity::new(cluster, node, secret).unwrap()
 }
 
-/// Sends `msg` through the real codec, as a connection would.
-fn over_the_wire(msg: &HandshakeMsg) -> HandshakeMsg {
-    let mut bytes = Vec::new();
-    wire::encode(msg, DEFAULT_MAX_FRAME, &mut bytes).unwrap();
+/// The frames' payloads in `bytes`.
+fn frames(bytes: &[u8]) -> Vec<Vec<u8>> {
     let mut d = Decoder::new(DEFAULT_MAX_FRAME);
-    d.push(&bytes);
-    let frame = d.next_frame().unwrap().unwrap().to_vec();
-    wire::decode(&frame).unwrap()
+    d.push(bytes);
+    let mut out = Vec::new();
+    while let Some(f) = d.next_frame().unwrap() {
+        out.push(f.to_vec());
+    }
+    assert_eq!(d.finish(), Ok(()));
+    out
 }
 
-/// Runs both sides to the end; returns what each side concluded.
-fn connect(a: Identity, b: Identity) -> (Result<u64, Refusal>, Result<u64, Refusal>) {
-    let (mut ha, hello_a) = Handshake::start(a, [1; 32]);
-    let (mut hb, hello_b) = Handshake::start(b, [2; 32]);
-    let proof_a = ha.step(over_the_wire(&hello_b));
-    let proof_b = hb.step(over_the_wire(&hello_a));
-    let finish = |h: &mut Handshake,
-                  step: Result<Outcome, Refusal>,
-                  peer_proof: &Result<Outcome, Refusal>| {
-        let _ = step?;
-        match peer_proof {
-            Ok(Outcome::Send(p)) => match h.step(over_the_wire(p))? {
-                Outcome::Established { peer } => Ok(peer),
-                other => panic!("unexpected {other:?}"),
-            },
-            // The peer refused and sent nothing: this side never learns more.
-            _ => Err(Refusal::BadProof),
+type Ended = Result<(u64, Sealer, Opener), Refusal>;
+
+/// One side, with what it received and how it ended.
+struct Side {
+    hs: Handshake,
+    ended: Option<Ended>,
+    /// Every frame it sent, in order.
+    sent: Vec<Vec<u8>>,
+}
+
+impl Side {
+    fn feed(&mut self, payload: &[u8], out: &mut Vec<u8>) {
+        if self.ended.is_some() {
+            return;
         }
+        match self.hs.step(payload, out) {
+            Ok(Progress::Pending) => {}
+            Ok(Progress::Established {
+                peer,
+                sealer,
+                opener,
+            }) => self.ended = Some(Ok((peer, sealer, opener))),
+            Err(e) => self.ended = Some(Err(e)),
+        }
+    }
+}
+
+/// Runs the dialler `i` and the acceptor `r` until neither has anything more to say.
+fn connect(i: Identity, r: Identity) -> (Side, Side) {
+    let (mut to_r, mut to_i) = (Vec::new(), Vec::new());
+    let mut si = Side {
+        hs: Handshake::start(i, Role::Initiator, &mut to_r),
+        ended: None,
+        sent: Vec::new(),
     };
-    let ra = finish(&mut ha, proof_a.clone(), &proof_b);
-    let rb = finish(&mut hb, proof_b, &proof_a);
-    (ra, rb)
-}
-
-#[test]
-fn same_cluster_and_secret_establish() {
-    let (a, b) = connect(id("prod", 1, "s3cret"), id("prod", 2, "s3cret"));
-    assert_eq!((a, b), (Ok(2), Ok(1)));
-}
-
-#[test]
-fn a_wrong_secret_is_refused_on_both_sides() {
-    let (a, b) = connect(id("prod", 1, "s3cret"), id("prod", 2, "guess"));
-    assert_eq!(a, Err(Refusal::BadProof));
-    assert_eq!(b, Err(Refusal::BadProof));
-}
-
-#[test]
-fn another_cluster_is_refused() {
-    let (mut h, _) = Handshake::start(id("prod", 1, "s"), [0; 32]);
-    let hello = HandshakeMsg::Hello {
-        cluster: "staging".into(),
-        node: 2,
-        wire_version: WIRE_VERSION,
-        nonce: [9; 32],
+    let mut sr = Side {
+        hs: Handshake::start(r, Role::Responder, &mut to_i),
+        ended: None,
+        sent: Vec::new(),
     };
-    assert!(matches!(h.step(hello), Err(Refusal::WrongCluster { .. })));
-    assert!(h.peer().is_none());
+    while !to_r.is_empty() || !to_i.is_empty() {
+        let (for_r, for_i) = (
+            frames(&std::mem::take(&mut to_r)),
+            frames(&std::mem::take(&mut to_i)),
+        );
+        for f in &for_r {
+            sr.feed(f, &mut to_i);
+        }
+        for f in &for_i {
+            si.feed(f, &mut to_r);
+        }
+        si.sent.extend(for_r);
+        sr.sent.extend(for_i);
+    }
+    (si, sr)
+}
+
+fn established(side: Side) -> (u64, Sealer, Opener) {
+    match side.ended {
+        Some(Ok(done)) => done,
+        other => panic!("not established: {other:?}"),
+    }
+}
+
+fn refusal(side: &Side) -> Refusal {
+    match &side.ended {
+        Some(Err(e)) => e.clone(),
+        other => panic!("not refused: {other:?}"),
+    }
 }
 
 #[test]
-fn another_wire_version_is_refused() {
-    let (mut h, _) = Handshake::start(id("prod", 1, "s"), [0; 32]);
-    let hello = HandshakeMsg::Hello {
-        cluster: "prod".into(),
-        node: 2,
+fn same_cluster_and_secret_establish_a_sealed_channel() {
+    let (i, r) = connect(id("prod", 1, KEY), id("prod", 2, KEY));
+    let (peer_of_i, mut seal_i, mut open_i) = established(i);
+    let (peer_of_r, mut seal_r, mut open_r) = established(r);
+    assert_eq!((peer_of_i, peer_of_r), (2, 1));
+
+    // Both directions carry any amount, split into records no larger than Noise allows.
+    for (sealer, opener) in [(&mut seal_i, &mut open_r), (&mut seal_r, &mut open_i)] {
+        let plain: Vec<u8> = (0..3 * MAX_PLAIN + 5).map(|n| n as u8).collect();
+        let mut wire = Vec::new();
+        sealer.seal(&plain, &mut wire).unwrap();
+        let mut opened = Vec::new();
+        for record in frames(&wire) {
+            opener.open(&record, &mut opened).unwrap();
+        }
+        assert_eq!(opened, plain);
+        assert!(
+            !wire.windows(64).any(|w| w == &plain[1000..1064]),
+            "sealed, not plain"
+        );
+    }
+}
+
+/// Three records from `sealer`, as the peer would receive them.
+fn three_records(sealer: &mut Sealer) -> Vec<Vec<u8>> {
+    let mut wire = Vec::new();
+    for text in [&b"first"[..], b"second", b"third"] {
+        sealer.seal(text, &mut wire).unwrap();
+    }
+    frames(&wire)
+}
+
+#[test]
+fn tampered_replayed_reordered_and_injected_records_do_not_open() {
+    type Mangle = fn(&mut Vec<Vec<u8>>);
+    let cases: [(&str, Mangle); 5] = [
+        ("flipped bit", |r| r[1][3] ^= 0x10),
+        ("replayed", |r| r[1] = r[0].clone()),
+        ("reordered", |r| r.swap(1, 2)),
+        ("dropped", |r| drop(r.remove(1))),
+        ("injected", |r| r.insert(1, vec![0x55; 40])),
+    ];
+    for (what, mangle) in cases {
+        let (i, r) = connect(id("c", 1, KEY), id("c", 2, KEY));
+        let (_, mut sealer, _) = established(i);
+        let (_, _, mut opener) = established(r);
+        let mut records = three_records(&mut sealer);
+        mangle(&mut records);
+        let mut opened = Vec::new();
+        opener.open(&records[0], &mut opened).unwrap();
+        let err = opener.open(&records[1], &mut opened);
+        assert!(
+            matches!(err, Err(SealError::Tampered { .. })),
+            "{what}: {err:?}"
+        );
+        assert_eq!(
+            opened, b"first",
+            "{what}: nothing of a bad record is delivered"
+        );
+        // A failed opener stays failed, even for a record that would open in its place.
+        for record in &records[1..] {
+            assert!(opener.open(record, &mut opened).is_err(), "{what}");
+        }
+        assert_eq!(opened, b"first", "{what}");
+    }
+}
+
+#[test]
+fn a_wrong_secret_is_refused_before_the_acceptor_proves_anything() {
+    let (i, r) = connect(
+        id("prod", 1, KEY),
+        id("prod", 2, "another secret of 32 bytes or so"),
+    );
+    assert_eq!(refusal(&r), Refusal::BadProof);
+    // The acceptor sent its preamble only: nothing that depends on the secret.
+    assert_eq!(r.sent.len(), 1);
+    assert!(i.ended.is_none(), "the dialler waits until its deadline");
+}
+
+#[test]
+fn another_cluster_or_wire_version_is_refused_clearly() {
+    let (i, r) = connect(id("prod", 1, KEY), id("staging", 2, KEY));
+    assert!(matches!(refusal(&i), Refusal::WrongCluster { .. }));
+    assert!(matches!(refusal(&r), Refusal::WrongCluster { .. }));
+
+    let mut out = Vec::new();
+    let mut h = Handshake::start(id("prod", 1, KEY), Role::Responder, &mut out);
+    let preamble = Preamble {
         wire_version: WIRE_VERSION + 1,
-        nonce: [9; 32],
+        cluster: "prod".into(),
     };
+    let err = h.step(&postcard::to_stdvec(&preamble).unwrap(), &mut out);
     assert_eq!(
-        h.step(hello),
-        Err(Refusal::Version {
+        err.unwrap_err(),
+        Refusal::Version {
             ours: WIRE_VERSION,
             theirs: WIRE_VERSION + 1
-        })
+        }
     );
 }
 
 #[test]
-fn proofs_cannot_be_replayed_or_reflected() {
-    // A proof recorded on one connection does not open another (fresh nonces).
-    let (mut a1, _) = Handshake::start(id("c", 1, "k"), [1; 32]);
-    let (mut b1, hello_b1) = Handshake::start(id("c", 2, "k"), [2; 32]);
-    let Outcome::Send(_) = a1.step(hello_b1).unwrap() else {
-        panic!()
-    };
-    let (_, hello_a1) = Handshake::start(id("c", 1, "k"), [1; 32]);
-    let Outcome::Send(recorded_proof_of_b) = b1.step(hello_a1).unwrap() else {
-        panic!()
-    };
-
-    let (mut a2, _) = Handshake::start(id("c", 1, "k"), [3; 32]);
-    let (_, hello_b2) = Handshake::start(id("c", 2, "k"), [4; 32]);
-    a2.step(hello_b2).unwrap();
-    assert_eq!(a2.step(recorded_proof_of_b), Err(Refusal::BadProof));
-
-    // Reflecting a side's own proof back to it fails: proofs are bound to their direction.
-    let (mut a, _) = Handshake::start(id("c", 1, "k"), [5; 32]);
-    let (_, hello_b) = Handshake::start(id("c", 2, "k"), [6; 32]);
-    let Outcome::Send(own_proof) = a.step(hello_b).unwrap() else {
-        panic!()
-    };
-    assert_eq!(a.step(own_proof), Err(Refusal::BadProof));
-}
-
-#[test]
-fn out_of_order_messages_and_self_connections_are_refused() {
-    let (mut h, hello) = Handshake::start(id("c", 1, "k"), [0; 32]);
+fn a_replayed_first_message_establishes_nothing() {
+    // A recorded dialler's preamble and first message, replayed to a new acceptor: it answers,
+    // but without the dialler's ephemeral key nobody can confirm, and it never counts the
+    // dialler as authenticated.
+    let (i, _) = connect(id("c", 1, KEY), id("c", 2, KEY));
+    let recorded = i.sent.clone();
+    assert_eq!(recorded.len(), 3, "preamble, first message, confirmation");
+    let mut out = Vec::new();
+    let mut replayed = Handshake::start(id("c", 2, KEY), Role::Responder, &mut out);
     assert!(matches!(
-        h.step(HandshakeMsg::Proof { mac: [0; 32] }),
-        Err(Refusal::Unexpected { .. })
+        replayed.step(&recorded[0], &mut out),
+        Ok(Progress::Pending)
     ));
-    // Refused once, refused for good.
-    let (_, other) = Handshake::start(id("c", 2, "k"), [1; 32]);
-    assert!(h.step(other).is_err());
-
-    let (mut h, _) = Handshake::start(id("c", 1, "k"), [0; 32]);
-    assert_eq!(h.step(hello), Err(Refusal::SameNode(1)));
+    assert!(matches!(
+        replayed.step(&recorded[1], &mut out),
+        Ok(Progress::Pending)
+    ));
+    assert_eq!(
+        replayed.step(&recorded[2], &mut out).unwrap_err(),
+        Refusal::BadProof
+    );
 }
 
 #[test]
-fn empty_secrets_and_clusters_are_configuration_errors() {
+fn tampered_preambles_self_connections_and_late_messages_are_refused() {
+    // A preamble changed on the way (same cluster and version, other bytes) breaks the
+    // handshake: both preambles are bound into it.
+    let (mut to_r, mut to_i) = (Vec::new(), Vec::new());
+    let mut hi = Handshake::start(id("c", 1, KEY), Role::Initiator, &mut to_r);
+    let mut hr = Handshake::start(id("c", 2, KEY), Role::Responder, &mut to_i);
+    let mut preamble_of_r = frames(&to_i).remove(0);
+    preamble_of_r.push(0); // trailing byte: postcard ignores it, the prologue does not
+    let mut first = Vec::new();
+    hi.step(&preamble_of_r, &mut first).unwrap();
+    hr.step(&frames(&to_r)[0], &mut Vec::new()).unwrap();
+    let first = frames(&first);
+    assert_eq!(
+        hr.step(&first[0], &mut Vec::new()).unwrap_err(),
+        Refusal::BadProof
+    );
+    // Refused once, refused for good.
+    assert!(hr.step(&first[0], &mut Vec::new()).is_err());
+
+    let (i, r) = connect(id("c", 1, KEY), id("c", 1, KEY));
+    assert_eq!(refusal(&r), Refusal::SameNode(1));
+    assert!(i.ended.is_none());
+
+    let mut out = Vec::new();
+    let mut h = Handshake::start(id("c", 1, KEY), Role::Responder, &mut out);
+    assert!(matches!(
+        h.step(&[0xff; 8], &mut out),
+        Err(Refusal::Malformed(_))
+    ));
+}
+
+#[test]
+fn bad_identities_are_configuration_errors() {
     assert_eq!(
         Identity::new("c", 1, "").unwrap_err(),
         IdentityError::EmptySecret
@@ -138,6 +265,20 @@ fn empty_secrets_and_clusters_are_configuration_errors() {
         Identity::new("", 1, "k").unwrap_err(),
         IdentityError::EmptyCluster
     );
+    let long = "x".repeat(MAX_CLUSTER_NAME + 1);
+    assert_eq!(
+        Identity::new(long.as_str(), 1, "k").unwrap_err(),
+        IdentityError::LongCluster(MAX_CLUSTER_NAME + 1)
+    );
+    // The longest name still fits a handshake frame.
+    let mut out = Vec::new();
+    let _ = Handshake::start(
+        id(&"y".repeat(MAX_CLUSTER_NAME), 1, KEY),
+        Role::Initiator,
+        &mut out,
+    );
+    assert_eq!(frames(&out).len(), 1);
+    assert!(out.len() <= frame::PREFIX + atomos_net::handshake::MAX_HANDSHAKE_FRAME);
     assert!(
         !format!("{:?}", id("c", 1, "topsecret")).contains("topsecret"),
         "Debug hides the secret"

@@ -1,103 +1,20 @@
 //! The TCP and in-memory transports with the request layer on top, on loopback.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use atomos_net::frame::DEFAULT_MAX_FRAME;
-use atomos_net::handshake::{Handshake, HandshakeMsg, Identity, Outcome};
+use atomos_net::handshake::{Handshake, Identity, Progress, Role};
 use atomos_net::memory::MemoryNetwork;
 use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
-use atomos_net::tcp::{LinkFrame, TcpConfig, TcpTransport};
+use atomos_net::secure::Sealer;
 use atomos_net::transport::{LinkRule, NodeId, SendError, Transport};
-use atomos_net::wire;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-enum Msg {
-    Ping(u64),
-    Pong(u64),
-    Note(u64),
-}
+mod common;
 
-const SECRET: &str = "loopback secret";
-const WAIT: Duration = Duration::from_secs(10);
-
-struct TestNode {
-    rpc: Rpc<Msg>,
-    transport: Arc<TcpTransport<Envelope<Msg>>>,
-    notes: mpsc::UnboundedReceiver<u64>,
-    links: mpsc::UnboundedReceiver<(NodeId, bool)>,
-}
-
-fn config(id: NodeId, secret: &str, peers: &[(NodeId, SocketAddr)]) -> TcpConfig {
-    let mut cfg = TcpConfig::new(Identity::new("test", id, secret).unwrap(), peers.to_vec());
-    cfg.reconnect_max = Duration::from_millis(200);
-    cfg
-}
-
-/// Starts a node that answers `Ping(n)` with `Pong(n)` and reports one-way notes and link changes.
-fn start(cfg: TcpConfig, listener: TcpListener) -> TestNode {
-    let (rpc, mut inbox) = Rpc::<Msg>::new();
-    let transport = Arc::new(TcpTransport::start(cfg, listener, rpc.deliverer()).unwrap());
-    rpc.attach(transport.clone());
-    let (notes_tx, notes) = mpsc::unbounded_channel();
-    let (links_tx, links) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Some(inbound) = inbox.recv().await {
-            match inbound {
-                Inbound::Request {
-                    msg: Msg::Ping(n),
-                    reply,
-                    ..
-                } => {
-                    let _ = reply.send(Msg::Pong(n));
-                }
-                Inbound::Message {
-                    msg: Msg::Note(n), ..
-                } => {
-                    let _ = notes_tx.send(n);
-                }
-                Inbound::Link { peer, up } => {
-                    let _ = links_tx.send((peer, up));
-                }
-                _ => {}
-            }
-        }
-    });
-    TestNode {
-        rpc,
-        transport,
-        notes,
-        links,
-    }
-}
-
-async fn listeners(n: usize) -> (Vec<TcpListener>, Vec<(NodeId, SocketAddr)>) {
-    let mut ls = Vec::new();
-    let mut members = Vec::new();
-    for id in 1..=n as NodeId {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        members.push((id, l.local_addr().unwrap()));
-        ls.push(l);
-    }
-    (ls, members)
-}
-
-async fn wait_link(node: &mut TestNode, peer: NodeId, up: bool) {
-    tokio::time::timeout(WAIT, async {
-        while let Some((p, u)) = node.links.recv().await {
-            if (p, u) == (peer, up) {
-                return;
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("link to {peer} never became up={up}"));
-}
+use common::*;
 
 async fn ping(rpc: &Rpc<Msg>, to: NodeId, n: u64) -> Result<Msg, RpcError> {
     rpc.request(to, Msg::Ping(n), Duration::from_millis(500))
@@ -221,16 +138,14 @@ async fn fault_rules_cut_and_delay_links() {
     assert!(started.elapsed() >= Duration::from_millis(30));
 }
 
-/// Completes a real handshake as node `id` on a raw socket, returning the socket.
-async fn raw_peer(addr: SocketAddr, id: NodeId) -> TcpStream {
+/// Completes a real handshake as node `id` on a raw socket; returns the socket and what seals
+/// the records it sends.
+async fn raw_peer(addr: SocketAddr, id: NodeId) -> (TcpStream, Sealer) {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let (mut hs, hello) = Handshake::start(Identity::new("test", id, SECRET).unwrap(), [7; 32]);
-    let frame = |m: HandshakeMsg| {
-        let mut out = Vec::new();
-        wire::encode(&LinkFrame::<()>::Handshake(m), DEFAULT_MAX_FRAME, &mut out).unwrap();
-        out
-    };
-    s.write_all(&frame(hello)).await.unwrap();
+    let mut out = Vec::new();
+    let me = Identity::new("test", id, SECRET).unwrap();
+    let mut hs = Handshake::start(me, Role::Initiator, &mut out);
+    s.write_all(&out).await.unwrap();
     let mut dec = atomos_net::frame::Decoder::new(DEFAULT_MAX_FRAME);
     let mut buf = [0u8; 1024];
     loop {
@@ -238,12 +153,11 @@ async fn raw_peer(addr: SocketAddr, id: NodeId) -> TcpStream {
         assert!(n > 0, "closed during the handshake");
         dec.push(&buf[..n]);
         while let Some(p) = dec.next_frame().unwrap() {
-            let LinkFrame::<()>::Handshake(m) = wire::decode(p).unwrap() else {
-                panic!("not a handshake frame")
-            };
-            match hs.step(m).unwrap() {
-                Outcome::Send(reply) => s.write_all(&frame(reply)).await.unwrap(),
-                Outcome::Established { .. } => return s,
+            out.clear();
+            let progress = hs.step(p, &mut out).unwrap();
+            s.write_all(&out).await.unwrap();
+            if let Progress::Established { sealer, .. } = progress {
+                return (s, sealer);
             }
         }
     }
@@ -274,11 +188,13 @@ async fn malformed_frames_and_silent_peers_close_only_their_connection() {
     assert!(closed.is_ok(), "a garbage connection is closed");
 
     // An authenticated peer that sends a damaged message: link down, nothing delivered.
-    let mut s = raw_peer(addr, 1).await;
+    let (mut s, mut sealer) = raw_peer(addr, 1).await;
     wait_link(&mut three, 1, true).await;
     let mut bad = Vec::new();
-    atomos_net::frame::encode(&[1, 0, 2, 0xff, 0xff], DEFAULT_MAX_FRAME, &mut bad).unwrap();
-    s.write_all(&bad).await.unwrap();
+    atomos_net::frame::encode(&[2, 0, 2, 0xff, 0xff], DEFAULT_MAX_FRAME, &mut bad).unwrap();
+    let mut sealed = Vec::new();
+    sealer.seal(&bad, &mut sealed).unwrap();
+    s.write_all(&sealed).await.unwrap();
     wait_link(&mut three, 1, false).await;
     assert!(three.notes.try_recv().is_err());
 
@@ -332,4 +248,53 @@ async fn in_memory_network_answers_and_applies_rules() {
         ping(&rpcs[0], 3, 8).await,
         Err(RpcError::Send(SendError::UnknownPeer(3)))
     );
+}
+
+/// Whether the node closes `s` within `within`.
+async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 512];
+    tokio::time::timeout(within, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_connections_are_bounded_and_timed_out() {
+    let (mut ls, members) = listeners(2).await;
+    let mut cfg = config(2, SECRET, &members);
+    cfg.max_pending_handshakes = 4;
+    cfg.handshake_timeout = Duration::from_millis(1500);
+    let mut two = start(cfg, ls.remove(1));
+    let addr = members[1].1;
+
+    // Ten connections that never prove anything: four are let in to handshake, the rest are
+    // closed at once.
+    let mut idle = Vec::new();
+    for _ in 0..10 {
+        idle.push(TcpStream::connect(addr).await.unwrap());
+    }
+    let mut shed = 0;
+    for s in &mut idle {
+        if closed_within(s, Duration::from_millis(300)).await {
+            shed += 1;
+        }
+    }
+    assert_eq!(shed, 6, "connections beyond the bound are closed at once");
+    // The four handshaking ones reach their deadline and are closed too.
+    for s in &mut idle {
+        assert!(
+            closed_within(s, Duration::from_secs(5)).await,
+            "no deadline"
+        );
+    }
+    // A real member still gets in.
+    let _one = start(config(1, SECRET, &members), ls.remove(0));
+    wait_link(&mut two, 1, true).await;
 }
