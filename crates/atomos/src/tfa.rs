@@ -145,6 +145,7 @@ fn remote_error(f: Failure) -> RemoteError {
         Failure::Conflict(c) => RemoteError::Conflict(c),
         Failure::Stale(keys) => RemoteError::Stale { keys },
         Failure::Unavailable { key, node } => RemoteError::Unavailable { key, node },
+        Failure::Lost { key, node } => RemoteError::Lost { key, node },
     }
 }
 

@@ -69,6 +69,19 @@ pub enum TxError {
         /// The node that did not answer.
         node: u64,
     },
+    /// The object was lost with a node that crashed holding it (protocols without
+    /// replication keep one copy). It is not re-created silently: a write to the key fails
+    /// the same way.
+    #[error(
+        "object {key} was lost with node {node}: that node restarted or stopped answering \
+         while it held the object, and this protocol keeps one copy"
+    )]
+    Lost {
+        /// The object.
+        key: Key,
+        /// The node it was lost with.
+        node: u64,
+    },
     /// An error of the application's own, which aborted the transaction.
     #[error("{0}")]
     User(Box<dyn std::error::Error + Send + Sync + 'static>),

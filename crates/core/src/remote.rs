@@ -36,6 +36,14 @@ pub enum RemoteError {
         /// The node that did not answer.
         node: u64,
     },
+    /// `key`'s object was lost with node `node`; the transaction fails with
+    /// [`TxError::Lost`].
+    Lost {
+        /// The object.
+        key: Key,
+        /// The node it was lost with.
+        node: u64,
+    },
 }
 
 /// One attempt of a transaction under a distributed protocol.
@@ -198,6 +206,7 @@ impl RemoteState {
                 Err(TxError::Conflict)
             }
             Err(RemoteError::Unavailable { key, node }) => Err(TxError::Unavailable { key, node }),
+            Err(RemoteError::Lost { key, node }) => Err(TxError::Lost { key, node }),
         }
     }
 
@@ -283,6 +292,7 @@ impl RemoteState {
                 Err(TxError::Conflict)
             }
             Err(RemoteError::Unavailable { key, node }) => Err(TxError::Unavailable { key, node }),
+            Err(RemoteError::Lost { key, node }) => Err(TxError::Lost { key, node }),
         }
     }
 
@@ -384,6 +394,9 @@ impl RemoteState {
             }
             Err(RemoteError::Unavailable { key, node }) => {
                 Err(CommitOutcome::Error(TxError::Unavailable { key, node }))
+            }
+            Err(RemoteError::Lost { key, node }) => {
+                Err(CommitOutcome::Error(TxError::Lost { key, node }))
             }
         }
     }

@@ -1,17 +1,23 @@
 //! TFA in the simulator: every node runs list-append and bank transactions over objects that
-//! migrate between them, under message loss, duplication, reordering and partitions.
+//! migrate between them, under message loss, duplication, reordering, partitions, crashes and
+//! restarts (with a disk that loses unsynced writes), and locks given up on.
 //!
 //! Checked on every seed: the list-append history recorded on all nodes is serializable; every
-//! audit and the final state conserve the bank's money; after the network heals, every object has
-//! exactly one owner, no lock is held and no decision is left unconfirmed.
+//! audit sees the bank's money whole; after the network heals, every object has at most one
+//! owner, and one that has none is reported lost by its home (a crashed node's objects are lost:
+//! TFA keeps one copy); a final read of every list sees every committed append to it, or is told
+//! the list was lost; without a lost account the final balances add up; no lock is held and no
+//! decision is left unconfirmed; a transaction fails only as lost or unavailable (what crashes
+//! and partitions explain), never by running out of attempts.
 //!
-//! Replay one seed: `ATOMOS_SIM_SEED=N cargo test -p atomos-protocols --test tfa_sim`.
+//! Replay one seed: `ATOMOS_SIM_SEED=N cargo test -p atomos-protocols --test tfa_sim`; run
+//! 1,000: `ATOMOS_SIM_SEEDS=1000 cargo test -p atomos-protocols --test tfa_sim`.
 
 use std::collections::BTreeMap;
 
 use atomos_core::history::list_append::{self, ListOp};
 use atomos_core::Key;
-use atomos_protocols::tfa::{self, Action, Failure, Reply, TfaConfig, TfaMsg, TfaNode};
+use atomos_protocols::tfa::{self, Action, Failure, PlantedBug, Reply, TfaConfig, TfaMsg, TfaNode};
 use atomos_sim::workload::{self, BankOp, BankWorkload, ListAppendTxn, ListAppendWorkload};
 use atomos_sim::{
     check_seeds, Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
@@ -21,6 +27,8 @@ const ACCOUNTS: u64 = 6;
 const LIST_KEYS: u64 = 4;
 const INITIAL: i64 = 100;
 const MAX_ATTEMPTS: u32 = 60;
+/// Final reads of list `i` have id `FINAL_READ + i`.
+const FINAL_READ: u64 = 2_000_000;
 
 fn account(i: u64) -> Key {
     Key::with_index("acct/", i)
@@ -61,8 +69,18 @@ enum Answer {
 
 #[derive(Clone, Debug)]
 enum Note {
-    Committed { id: u64, answer: Answer },
-    Failed { id: u64, failure: Failure },
+    Committed {
+        id: u64,
+        answer: Answer,
+    },
+    Failed {
+        id: u64,
+        failure: Failure,
+    },
+    /// The accounts were never there (the setup's node crashed before creating them).
+    NeverCreated {
+        id: u64,
+    },
 }
 
 /// What a transaction program needs next, given what it has read so far.
@@ -207,12 +225,13 @@ struct SimNode {
 }
 
 impl SimNode {
-    /// A node (re)started: TFA keeps nothing on disk, so it starts empty, under a new
-    /// incarnation.
+    /// A node (re)started: it reads its home records back from its log and starts without
+    /// objects, under a new incarnation.
     fn boot(boot: Boot, nodes: usize, cfg: TfaConfig, seed: u64) -> Result<SimNode, String> {
         let me = boot.node;
-        let tfa = TfaNode::new(me, (1..=nodes as u64).collect(), boot.incarnation, cfg)
-            .ok_or("not a member")?;
+        let members = (1..=nodes as u64).collect();
+        let tfa = TfaNode::open(me, members, boot.incarnation, cfg, &boot.log)
+            .map_err(|e| e.to_string())?;
         Ok(SimNode {
             me,
             tfa,
@@ -222,7 +241,13 @@ impl SimNode {
     }
 
     /// Moves transaction `h` on: its next read, or its commit.
-    fn advance(&mut self, now: u64, h: u64, acts: &mut Vec<Action>) {
+    fn advance(
+        &mut self,
+        now: u64,
+        h: u64,
+        acts: &mut Vec<Action>,
+        out: &mut Vec<Output<TfaMsg, Note>>,
+    ) {
         let Some(r) = self.running.get_mut(&h) else {
             return;
         };
@@ -232,6 +257,12 @@ impl SimNode {
                 r.answer = Some(answer);
                 self.tfa.commit(now, h, writes, acts)
             }
+            Next::NotYet if r.attempt >= MAX_ATTEMPTS => {
+                self.tfa.abort(h);
+                let id = r.txn.id();
+                self.running.remove(&h);
+                out.push(Output::Deliver(Note::NeverCreated { id }));
+            }
             Next::NotYet => {
                 self.tfa.abort(h);
                 r.restart_at = Some(now + 50);
@@ -239,14 +270,20 @@ impl SimNode {
         }
     }
 
-    fn start_attempt(&mut self, now: u64, h: u64, acts: &mut Vec<Action>) {
+    fn start_attempt(
+        &mut self,
+        now: u64,
+        h: u64,
+        acts: &mut Vec<Action>,
+        out: &mut Vec<Output<TfaMsg, Note>>,
+    ) {
         if let Some(r) = self.running.get_mut(&h) {
             r.attempt += 1;
             r.seen.clear();
             r.answer = None;
             r.restart_at = None;
             self.tfa.begin(h);
-            self.advance(now, h, acts);
+            self.advance(now, h, acts, out);
         }
     }
 
@@ -258,11 +295,11 @@ impl SimNode {
             for a in acts {
                 match a {
                     Output::Send { to, msg } => out.push(Output::Send { to, msg }),
-                    Output::Warn(w) => panic!("node {}: {w}", self.me),
+                    Output::Warn(w) => out.push(Output::Warn(w)),
                     Output::Deliver(tfa::Answer { h, reply }) => {
                         self.answer(now, h, reply, &mut next, out)
                     }
-                    Output::Persist(_) => panic!("node {}: TFA wrote to disk", self.me),
+                    Output::Persist(w) => out.push(Output::Persist(w)),
                 }
             }
             acts = next;
@@ -287,7 +324,7 @@ impl SimNode {
                     _ => unreachable!("a read was outstanding"),
                 };
                 r.seen.insert(key, value);
-                return self.advance(now, h, acts);
+                return self.advance(now, h, acts, out);
             }
             Reply::Read(Err(f)) | Reply::Commit(Err(f)) => Err(f),
             Reply::Commit(Ok(())) => Ok(()),
@@ -358,7 +395,7 @@ impl Machine for SimNode {
                         restart_at: None,
                     },
                 );
-                self.start_attempt(now, h, &mut acts);
+                self.start_attempt(now, h, &mut acts, out);
             }
             Input::Message { from, msg } => self.tfa.on_message(now, from, msg, &mut acts),
             Input::Tick => {
@@ -370,7 +407,7 @@ impl Machine for SimNode {
                     .map(|(&h, _)| h)
                     .collect();
                 for h in due {
-                    self.start_attempt(now, h, &mut acts);
+                    self.start_attempt(now, h, &mut acts, out);
                 }
             }
         }
@@ -380,26 +417,28 @@ impl Machine for SimNode {
 }
 
 /// Timing in simulated time units (ticks every 10): re-send after 40, give up after 1,500 (a
-/// partition lasts 200), ask about a lock after 100, never abandon one during the run.
+/// partition lasts 200, a crashed node stays down 100), ask about a lock after 100, give a
+/// lock up after 1,000 without an answer.
 fn sim_tfa_config() -> TfaConfig {
     TfaConfig {
         lease: 100,
-        abandon: 1_000_000,
+        abandon: 1_000,
         resend: 40,
         request_timeout: 1_500,
         max_hops: 16,
         busy_delay: 10,
         busy_retries: 3,
+        planted_bug: None,
     }
 }
 
 struct Outcome {
     run: Run<Note>,
     submitted: Vec<ListAppendTxn>,
-    machines_report: Result<Vec<i64>, String>,
+    end: Result<Final, String>,
 }
 
-fn simulate(seed: u64, nodes: usize, faults: Faults) -> Outcome {
+fn simulate(seed: u64, nodes: usize, faults: Faults, bug: Option<PlantedBug>) -> Outcome {
     let cfg = SimConfig {
         seed,
         nodes,
@@ -410,7 +449,11 @@ fn simulate(seed: u64, nodes: usize, faults: Faults) -> Outcome {
         faults,
     };
     let mut sim = Sim::new(cfg, move |boot| {
-        SimNode::boot(boot, nodes, sim_tfa_config(), seed)
+        let cfg = TfaConfig {
+            planted_bug: bug,
+            ..sim_tfa_config()
+        };
+        SimNode::boot(boot, nodes, cfg, seed)
     });
     let mut rng = SimRng::new(seed ^ 0x7fa);
     let mut lists = ListAppendWorkload::new(LIST_KEYS, 4, 0.5);
@@ -436,21 +479,53 @@ fn simulate(seed: u64, nodes: usize, faults: Faults) -> Outcome {
         };
         sim.request_at(at, node, txn);
     }
+    // Once the faults are over and every node is back: read every list.
+    for key in 0..LIST_KEYS {
+        let t = ListAppendTxn {
+            id: FINAL_READ + key,
+            ops: vec![ListOp::Read { key, seen: vec![] }],
+        };
+        submitted.push(t.clone());
+        sim.request_at(9_000 + key * 10, 1 + key % nodes as u64, Txn::Lists(t));
+    }
     let run = sim.run();
     let machines: Vec<&SimNode> = (1..=nodes as NodeId)
         .filter_map(|n| sim.machine(n))
         .collect();
-    let machines_report = final_state(&machines);
+    let end = final_state(&machines);
+    if std::env::var("DEBUG_TFA").is_ok() {
+        let pat = std::env::var("DEBUG_TFA").unwrap_or_default();
+        for l in run.trace.iter().filter(|l| {
+            l.contains("crash") || l.contains("start") || (!pat.is_empty() && l.contains(&pat))
+        }) {
+            eprintln!("{l}");
+        }
+        for i in 0..LIST_KEYS {
+            for m in &machines {
+                eprintln!("{}", m.tfa.describe_key(&list(i)));
+            }
+        }
+    }
     Outcome {
         run,
         submitted,
-        machines_report,
+        end,
     }
 }
 
-/// After the run: each account owned by exactly one node (its balance returned), every list
-/// key by at most one, no lock held, nothing unconfirmed.
-fn final_state(machines: &[&SimNode]) -> Result<Vec<i64>, String> {
+/// What the run ended with.
+struct Final {
+    /// Each account's balance, `None` if it was lost.
+    balances: Vec<Option<i64>>,
+    /// Accounts nobody holds and nobody reports lost: never created.
+    absent: Vec<u64>,
+    /// Objects lost (reported so by their home).
+    lost: usize,
+}
+
+/// After the run: every object owned by at most one node, one owned by none reported lost by
+/// its home, no lock held, nothing unconfirmed.
+fn final_state(machines: &[&SimNode]) -> Result<Final, String> {
     for m in machines {
         let held = m.tfa.objects().locks_held();
         if held > 0 {
@@ -461,7 +536,11 @@ fn final_state(machines: &[&SimNode]) -> Result<Vec<i64>, String> {
         let (active, decided, tracking) = m.tfa.in_flight();
         let requests = m.tfa.pending_requests();
         if requests > 0 {
-            return Err(format!("node {} remembers {requests} requests", m.me));
+            return Err(format!(
+                "node {} remembers {requests} requests: {:?}",
+                m.me,
+                m.tfa.describe_active()
+            ));
         }
         if active + decided + tracking > 0 {
             return Err(format!(
@@ -469,18 +548,16 @@ fn final_state(machines: &[&SimNode]) -> Result<Vec<i64>, String> {
                  updates still in flight {:?}",
                 m.me,
                 m.tfa.describe_active()
-            ) + &(0..ACCOUNTS)
-                .map(|i| {
-                    machines
-                        .iter()
-                        .map(|m| m.tfa.describe_key(&account(i)))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                })
-                .collect::<Vec<_>>()
-                .join("\n\n"));
+            ));
         }
     }
+    let describe = |key: &Key| {
+        machines
+            .iter()
+            .map(|m| m.tfa.describe_key(key))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     let owners = |key: &Key| -> Vec<(NodeId, Option<Vec<u8>>)> {
         machines
             .iter()
@@ -493,29 +570,66 @@ fn final_state(machines: &[&SimNode]) -> Result<Vec<i64>, String> {
             })
             .collect()
     };
+    let reported_lost = |key: &Key| {
+        machines
+            .iter()
+            .any(|m| m.tfa.home(key) == m.me && m.tfa.home_record(key).is_some_and(|r| r.lost))
+    };
+    let mut lost = 0;
     for i in 0..LIST_KEYS {
-        let o = owners(&list(i));
+        let key = list(i);
+        let o = owners(&key);
         if o.len() > 1 {
-            return Err(format!("list {i} has owners {o:?}"));
+            return Err(format!("list {i} has owners {o:?}\n{}", describe(&key)));
+        }
+        if o.is_empty() && reported_lost(&key) {
+            lost += 1;
         }
     }
-    (0..ACCOUNTS)
-        .map(|i| match owners(&account(i)).as_slice() {
-            [(_, Some(v))] => Ok(dec(v)),
-            other => Err(format!("account {i} has owners {other:?}")),
-        })
-        .collect()
+    let mut balances = Vec::new();
+    let mut absent = Vec::new();
+    for i in 0..ACCOUNTS {
+        let key = account(i);
+        match owners(&key).as_slice() {
+            [(_, Some(v))] => balances.push(Some(dec(v))),
+            [] if reported_lost(&key) => {
+                lost += 1;
+                balances.push(None);
+            }
+            [] => {
+                absent.push(i);
+                balances.push(None);
+            }
+            other => {
+                return Err(format!(
+                    "account {i} has owners {other:?}\n{}",
+                    describe(&key)
+                ))
+            }
+        }
+    }
+    Ok(Final {
+        balances,
+        absent,
+        lost,
+    })
 }
 
 fn check(o: &Outcome) -> Result<(), String> {
-    let done = o.run.notes.iter().filter_map(|(_, node, n)| match n {
-        Note::Committed {
-            id,
-            answer: Answer::Lists(ops),
-        } => Some((*node, *id, ops.clone())),
-        _ => None,
-    });
-    // A failed transaction committed nothing: it is left out of the history.
+    let done: Vec<(NodeId, u64, Vec<ListOp>)> = o
+        .run
+        .notes
+        .iter()
+        .filter_map(|(_, node, n)| match n {
+            Note::Committed {
+                id,
+                answer: Answer::Lists(ops),
+            } => Some((*node, *id, ops.clone())),
+            _ => None,
+        })
+        .collect();
+    // A failed transaction committed nothing: it is left out of the history. Only the faults
+    // explain a failure: an object lost with a crashed node, or a node that did not answer.
     let failures: Vec<(u64, &Failure)> = o
         .run
         .notes
@@ -525,11 +639,27 @@ fn check(o: &Outcome) -> Result<(), String> {
             _ => None,
         })
         .collect();
-    if failures.len() > 20 {
-        return Err(format!(
-            "{} transactions failed: {failures:?}",
-            failures.len()
-        ));
+    let setup_done = o
+        .run
+        .notes
+        .iter()
+        .any(|(_, _, n)| matches!(n, Note::Committed { id: 0, .. }));
+    for (_, node, n) in &o.run.notes {
+        if let (Note::NeverCreated { id }, true) = (n, setup_done) {
+            return Err(format!(
+                "transaction {id} on node {node} never saw the accounts"
+            ));
+        }
+    }
+    for (id, failure) in &failures {
+        let explained = match failure {
+            Failure::Lost { .. } => true,
+            Failure::Unavailable { .. } => *id < FINAL_READ,
+            _ => false,
+        };
+        if !explained {
+            return Err(format!("transaction {id} failed: {failure:?}"));
+        }
     }
     let failed: std::collections::BTreeSet<u64> = failures.iter().map(|(id, _)| *id).collect();
     let submitted: Vec<ListAppendTxn> = o
@@ -538,8 +668,30 @@ fn check(o: &Outcome) -> Result<(), String> {
         .filter(|t| !failed.contains(&t.id))
         .cloned()
         .collect();
-    let history = workload::list_history(&submitted, done);
+    let history = workload::list_history(&submitted, done.iter().cloned());
     list_append::check(&history).map_err(|e| e.to_string())?;
+    // Every committed append is seen by the final read of its list, unless the list was lost.
+    for key in 0..LIST_KEYS {
+        let final_read = done.iter().find(|(_, id, _)| *id == FINAL_READ + key);
+        let seen = match final_read.map(|(_, _, ops)| ops.as_slice()) {
+            Some([ListOp::Read { seen, .. }]) => seen,
+            Some(other) => return Err(format!("final read of list {key} did {other:?}")),
+            None if failed.contains(&(FINAL_READ + key)) => continue, // lost, and told so
+            None => return Err(format!("the final read of list {key} never finished")),
+        };
+        for (_, id, ops) in &done {
+            for op in ops {
+                if let ListOp::Append { key: k, value } = op {
+                    if *k == key && !seen.contains(value) {
+                        return Err(format!(
+                            "append {value} to list {key} by committed transaction {id} is \
+                             lost: the final read saw {seen:?}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
     let total = INITIAL * ACCOUNTS as i64;
     for (t, node, n) in &o.run.notes {
         if let Note::Committed {
@@ -552,9 +704,18 @@ fn check(o: &Outcome) -> Result<(), String> {
             }
         }
     }
-    let balances = o.machines_report.clone()?;
-    if balances.iter().sum::<i64>() != total {
-        return Err(format!("final balances {balances:?}"));
+    let end = o.end.as_ref().map_err(Clone::clone)?;
+    if setup_done && !end.absent.is_empty() {
+        return Err(format!(
+            "accounts {:?} were created, nobody holds them, and nobody reports them lost",
+            end.absent
+        ));
+    }
+    if end.balances.iter().all(Option::is_some) {
+        let sum: i64 = end.balances.iter().flatten().sum();
+        if sum != total {
+            return Err(format!("final balances {:?}", end.balances));
+        }
     }
     Ok(())
 }
@@ -567,22 +728,54 @@ fn committed(o: &Outcome) -> usize {
         .count()
 }
 
-/// Faults without crashes: TFA does not replicate, so a crash loses data by design.
-fn network_faults() -> Faults {
+/// Every fault, crashes included (a node crashes about once a run).
+fn all_faults() -> Faults {
     Faults {
-        crash: 0.0,
+        crash: 0.003,
         ..Faults::harsh()
     }
 }
 
+fn crashes(o: &Outcome) -> usize {
+    o.run.trace.iter().filter(|l| l.contains(" crash ")).count()
+}
+
 #[test]
-fn histories_are_serializable_and_money_is_conserved_under_network_faults() {
+fn histories_are_serializable_and_nothing_is_lost_unreported_under_crashes_and_faults() {
+    let (mut crashed, mut lost, mut runs) = (0, 0, 0);
     check_seeds(60, "-p atomos-protocols --test tfa_sim", |seed| {
-        let o = simulate(seed, 4, network_faults());
+        let o = simulate(seed, 4, all_faults(), None);
+        check(&o)?;
+        runs += 1;
+        crashed += crashes(&o);
+        lost += o.end.as_ref().map_or(0, |e| e.lost);
+        Ok(())
+    });
+    // The faults did what they are for: nodes crashed and objects were lost (and reported).
+    assert!(crashed >= runs, "{crashed} crashes in {runs} runs");
+    assert!(lost > 0, "no object was ever lost in {runs} runs");
+}
+
+/// Faults without crashes (nor failed fsyncs, which crash a node): nothing is lost, so nearly
+/// everything commits.
+#[test]
+fn under_network_faults_alone_nearly_everything_commits() {
+    check_seeds(30, "-p atomos-protocols --test tfa_sim", |seed| {
+        let o = simulate(
+            seed,
+            4,
+            Faults {
+                crash: 0.0,
+                // A failed fsync crash-stops a node too.
+                fsync_fail: 0.0,
+                ..Faults::harsh()
+            },
+            None,
+        );
         check(&o)?;
         let n = committed(&o);
         if n < 150 {
-            return Err(format!("only {n} of 201 transactions committed"));
+            return Err(format!("only {n} of 205 transactions committed"));
         }
         Ok(())
     });
@@ -591,12 +784,54 @@ fn histories_are_serializable_and_money_is_conserved_under_network_faults() {
 #[test]
 fn without_faults_everything_commits() {
     check_seeds(10, "-p atomos-protocols --test tfa_sim", |seed| {
-        let o = simulate(seed, 3, Faults::none());
+        let o = simulate(seed, 3, Faults::none(), None);
         check(&o)?;
         let n = committed(&o);
-        if n != 201 {
-            return Err(format!("{n} of 201 transactions committed"));
+        if n != 205 {
+            return Err(format!("{n} of 205 transactions committed"));
+        }
+        if o.end.as_ref().map_or(1, |e| e.lost) != 0 {
+            return Err("an object was lost without a fault".into());
         }
         Ok(())
     });
+}
+
+/// Seeds that once failed: each found a defect (fixed since).
+#[test]
+fn seeds_that_found_defects() {
+    // 486: a home's record of a restart reached its disk without the losses it implied;
+    // 632: a loss reported to a home was taken as confirmed by the home's answer to a move of
+    // the same version.
+    for seed in [486, 632] {
+        if let Err(e) = check(&simulate(seed, 4, all_faults(), None)) {
+            panic!("seed {seed}: {e}");
+        }
+    }
+}
+
+/// The simulation catches a planted defect: a restarted committer's locks released (the old
+/// copies kept) instead of dropped as lost. It shows when a committer crashes between its
+/// decision and the owners hearing it, so the faults here crash nodes and lose messages often.
+#[test]
+fn a_planted_bug_is_caught() {
+    let faults = Faults {
+        crash: 0.02,
+        drop: 0.2,
+        ..Faults::harsh()
+    };
+    let caught = (0..200).find_map(|seed| {
+        check(&simulate(
+            seed,
+            4,
+            faults.clone(),
+            Some(PlantedBug::ReleaseInDoubt),
+        ))
+        .err()
+        .map(|e| (seed, e))
+    });
+    let (seed, error) = caught.expect("200 seeds ran the planted bug and none failed");
+    eprintln!("seed {seed} caught the planted bug: {error}");
+    // The same faults without the bug pass.
+    check(&simulate(seed, 4, faults, None)).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
 }

@@ -86,8 +86,12 @@ impl TfaNode {
         }
         let id = tx.id;
         if let Some(local) = by_owner.remove(&self.me) {
-            match self.objects.try_lock(id, &local, now, self.cfg.lease) {
-                Ok(()) => {}
+            let locked = match self.lost_refusal(&local) {
+                Some(lost) => Err(lost),
+                None => self.objects.try_lock(id, &local, now, self.cfg.lease),
+            };
+            match locked {
+                Ok(()) => self.note_creations(&local, out),
                 Err(Refusal::Invalid(key)) => return self.reopen(now, h, vec![key], out),
                 Err(busy) => return self.fail(now, h, refusal_failure(&busy), out),
             }
@@ -196,10 +200,13 @@ impl TfaNode {
                 self.counters.aborts_busy_read += 1;
                 self.fail(now, h, Failure::Conflict(AbortCause::ReadLocked), out)
             }
+            FetchAnswer::Lost(node) => self.fail(now, h, Failure::Lost { key, node }, out),
             FetchAnswer::Redirect(next) => {
                 if hops >= self.cfg.max_hops {
-                    self.counters.aborts_busy_read += 1;
-                    return self.fail(now, h, Failure::Conflict(AbortCause::ReadLocked), out);
+                    // Owners that point at each other: a home that has not yet learned its
+                    // object's owner restarted. Not a conflict to re-run at once.
+                    self.counters.unavailable += 1;
+                    return self.fail(now, h, Failure::Unavailable { key, node: next }, out);
                 }
                 self.cache.learn(key.clone(), next);
                 tx.wait = Wait::Fetch {
@@ -401,7 +408,7 @@ impl TfaNode {
             self.cache.forget(&key);
             let home = self.dir.home(&key);
             if home == self.me {
-                self.tracker.update(key, self.me, version);
+                self.record_owner(key, self.me, self.incarnation, version, out);
             } else {
                 // Sent with the next timer tick, batched per home.
                 self.tracking.insert(
@@ -410,6 +417,7 @@ impl TfaNode {
                         version,
                         sent: None,
                         since: now,
+                        lost_with: None,
                     },
                 );
             }

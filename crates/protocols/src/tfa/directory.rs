@@ -5,6 +5,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use atomos_core::Key;
+use serde::{Deserialize, Serialize};
 
 pub use atomos_seam::NodeId;
 
@@ -46,12 +47,28 @@ impl Directory for HashDirectory {
     }
 }
 
+/// What a home knows of one key's object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerRecord {
+    /// The node that owns it (or owned it, if lost).
+    pub owner: NodeId,
+    /// The owner's incarnation when it took the object: a later incarnation of the owner no
+    /// longer has it.
+    pub incarnation: u64,
+    /// The version the owner wrote (0: the home holds it as a never created object).
+    pub version: u64,
+    /// The object was lost: its owner restarted (or was given up on) holding it.
+    pub lost: bool,
+}
+
 /// A home node's record of the current owner of each key it is home to. Records carry the
 /// version the owner wrote, so updates that arrive late or twice never move a record back.
-/// A key without a record is owned by its home (as a missing object).
+/// A key without a record was never created, and is owned by its home (as a missing object).
+/// A lost object stays lost until a newer version of it turns up (its committer, which took
+/// it while it was in doubt, reports it).
 #[derive(Clone, Debug, Default)]
 pub struct Tracker {
-    owners: HashMap<Key, (NodeId, u64)>,
+    owners: HashMap<Key, OwnerRecord>,
 }
 
 impl Tracker {
@@ -60,26 +77,93 @@ impl Tracker {
         Tracker::default()
     }
 
-    /// The recorded owner of `key`, if any.
-    pub fn owner(&self, key: &Key) -> Option<NodeId> {
-        self.owners.get(key).map(|&(o, _)| o)
+    /// The record of `key`, if any.
+    pub fn record(&self, key: &Key) -> Option<OwnerRecord> {
+        self.owners.get(key).copied()
     }
 
-    /// `owner` committed `key` at `version` (a creation, a move, or a deletion: the deleting
-    /// node keeps the object's "missing" state). Applied only if newer than the record;
-    /// returns whether it was.
-    pub fn update(&mut self, key: Key, owner: NodeId, version: u64) -> bool {
+    /// The recorded owner of `key`, if any and not lost.
+    pub fn owner(&self, key: &Key) -> Option<NodeId> {
+        self.owners.get(key).filter(|r| !r.lost).map(|r| r.owner)
+    }
+
+    /// `owner` (in `incarnation`) committed `key` at `version` (a creation, a move, or a
+    /// deletion: the deleting node keeps the object's "missing" state). Applied only if newer
+    /// than the record; returns the new record if it was.
+    pub fn update(
+        &mut self,
+        key: Key,
+        owner: NodeId,
+        incarnation: u64,
+        version: u64,
+    ) -> Option<OwnerRecord> {
+        let record = OwnerRecord {
+            owner,
+            incarnation,
+            version,
+            lost: false,
+        };
         match self.owners.get_mut(&key) {
-            Some(rec) if rec.1 >= version => false,
+            Some(rec) if rec.version >= version => None,
             Some(rec) => {
-                *rec = (owner, version);
-                true
+                *rec = record;
+                Some(record)
             }
             None => {
-                self.owners.insert(key, (owner, version));
-                true
+                self.owners.insert(key, record);
+                Some(record)
             }
         }
+    }
+
+    /// `key`, held by `owner` at `version`, was lost. Applied unless the record is newer;
+    /// returns the new record if it was.
+    pub fn lose(&mut self, key: Key, owner: NodeId, version: u64) -> Option<OwnerRecord> {
+        let rec = self.owners.entry(key).or_insert(OwnerRecord {
+            owner,
+            incarnation: 0,
+            version,
+            lost: false,
+        });
+        if rec.version > version || rec.lost {
+            return None;
+        }
+        *rec = OwnerRecord {
+            owner,
+            incarnation: rec.incarnation,
+            version,
+            lost: true,
+        };
+        Some(*rec)
+    }
+
+    /// Node `node` restarted as `incarnation`: whatever an earlier incarnation of it owned is
+    /// lost. Returns the keys marked, with their new records, in key order.
+    pub fn lose_owner(&mut self, node: NodeId, incarnation: u64) -> Vec<(Key, OwnerRecord)> {
+        let mut lost: Vec<(Key, OwnerRecord)> = self
+            .owners
+            .iter_mut()
+            .filter(|(_, r)| r.owner == node && r.incarnation < incarnation && !r.lost)
+            .map(|(k, r)| {
+                r.lost = true;
+                (k.clone(), *r)
+            })
+            .collect();
+        lost.sort_by(|a, b| a.0.cmp(&b.0));
+        lost
+    }
+
+    /// Sets `key`'s record as it was saved (when a node recovers its log).
+    pub fn restore(&mut self, key: Key, record: OwnerRecord) {
+        self.owners.insert(key, record);
+    }
+
+    /// Every record, in key order.
+    pub fn records(&self) -> Vec<(Key, OwnerRecord)> {
+        let mut all: Vec<(Key, OwnerRecord)> =
+            self.owners.iter().map(|(k, r)| (k.clone(), *r)).collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
     }
 
     /// How many keys have a record.
@@ -122,6 +206,11 @@ impl OwnerCache {
     pub fn forget(&mut self, key: &Key) {
         self.owners.remove(key);
     }
+
+    /// Node `node` restarted: forget every guess that names it.
+    pub fn forget_node(&mut self, node: NodeId) {
+        self.owners.retain(|_, owner| *owner != node);
+    }
 }
 
 #[cfg(test)]
@@ -147,11 +236,37 @@ mod tests {
         let k = Key::from("acct");
         let mut t = Tracker::new();
         assert_eq!(t.owner(&k), None);
-        assert!(t.update(k.clone(), 1, 5));
-        assert!(t.update(k.clone(), 3, 9));
-        assert!(!t.update(k.clone(), 2, 7), "a late move is ignored");
-        assert!(!t.update(k.clone(), 3, 9), "a duplicate is ignored");
+        assert!(t.update(k.clone(), 1, 0, 5).is_some());
+        assert!(t.update(k.clone(), 3, 0, 9).is_some());
+        assert!(
+            t.update(k.clone(), 2, 0, 7).is_none(),
+            "a late move is ignored"
+        );
+        assert!(
+            t.update(k.clone(), 3, 0, 9).is_none(),
+            "a duplicate is ignored"
+        );
         assert_eq!(t.owner(&k), Some(3));
+    }
+
+    #[test]
+    fn a_restarted_owner_loses_what_it_held_until_a_newer_version_turns_up() {
+        let (a, b) = (Key::from("a"), Key::from("b"));
+        let mut t = Tracker::new();
+        t.update(a.clone(), 3, 1, 5);
+        t.update(b.clone(), 3, 2, 6);
+        let lost = t.lose_owner(3, 2);
+        assert_eq!(lost.len(), 1, "only what the earlier incarnation held");
+        assert_eq!(lost[0].0, a);
+        assert_eq!(t.owner(&a), None);
+        assert!(t.record(&a).is_some_and(|r| r.lost));
+        assert!(t.lose_owner(3, 2).is_empty(), "marked once");
+        assert!(t.update(a.clone(), 4, 1, 5).is_none(), "not an older copy");
+        assert!(t.update(a.clone(), 4, 1, 8).is_some(), "a newer version");
+        assert_eq!(t.owner(&a), Some(4));
+        assert!(t.lose(b.clone(), 3, 5).is_none(), "a newer record stays");
+        assert!(t.lose(b.clone(), 3, 6).is_some());
+        assert_eq!(t.owner(&b), None);
     }
 
     #[test]

@@ -75,10 +75,12 @@ impl Machine for TfaNode {
         input: Input<TfaMsg, TfaRequest>,
         out: &mut Vec<Action>,
     ) -> Result<(), Infallible> {
+        // This run's incarnation goes to disk before anything the step sends.
+        self.start(now, out);
         match input {
             Input::Message { from, msg } => self.on_message(now, from, msg, out),
             Input::Tick => self.tick(now, out),
-            // TFA writes nothing to disk.
+            // What waited for the write was held back by the driver's gate.
             Input::Persisted { .. } => {}
             Input::Request(r) => match r {
                 TfaRequest::Begin { h } => self.begin(h),

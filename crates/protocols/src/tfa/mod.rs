@@ -17,14 +17,18 @@ mod abstract_locks;
 pub mod clock;
 mod coordinator;
 pub mod directory;
+pub mod durable;
 mod machine;
 pub mod msg;
 pub mod node;
 pub mod owner;
+mod recovery;
 mod server;
 mod timers;
 
 pub use machine::TfaRequest;
 pub use msg::{Body, Decision, FetchAnswer, TfaMsg};
-pub use node::{Action, Answer, Failure, Reply, TfaConfig, TfaCounters, TfaNode};
+pub use node::{
+    Action, Answer, Failure, OpenError, PlantedBug, Reply, TfaConfig, TfaCounters, TfaNode,
+};
 pub use owner::TxId;

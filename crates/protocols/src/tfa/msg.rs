@@ -6,11 +6,14 @@ use serde::{Deserialize, Serialize};
 use super::directory::NodeId;
 use super::owner::{Refusal, TxId};
 
-/// A message and the clock of the node that sent it.
+/// A message, the clock of the node that sent it and the sender's incarnation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TfaMsg {
     /// The sender's clock when it sent the message.
     pub clock: u64,
+    /// The sender's incarnation (grows each time it restarts): a receiver that sees a newer
+    /// one knows the sender lost what it held, and drops messages of older ones.
+    pub incarnation: u64,
     /// What the message says.
     pub body: Body,
 }
@@ -89,10 +92,21 @@ pub enum Body {
         /// Each object with the version written.
         entries: Vec<(Key, u64)>,
     },
-    /// The home recorded these `Track` entries.
+    /// Tells the receiver, the home of these keys, that the sender dropped its copy of each
+    /// at its version as lost: the copy was locked by a transaction whose outcome nobody can
+    /// tell any more (its committer restarted, or never answered). Confirmed by `Tracked`.
+    Lost {
+        /// Each object with the version the sender held and the node it was lost with.
+        entries: Vec<(Key, u64, NodeId)>,
+    },
+    /// The sender (re)started: sent to every member until each answers `Welcome`.
+    Hello,
+    /// The answer to `Hello`.
+    Welcome,
+    /// The home recorded these `Track` or `Lost` entries (each with whether it was a loss).
     Tracked {
         /// Each object with the version recorded.
-        entries: Vec<(Key, u64)>,
+        entries: Vec<(Key, u64, bool)>,
     },
     /// Asks the lock's home for an abstract lock (open nesting) for a transaction family of
     /// the sender.
@@ -147,6 +161,8 @@ pub enum FetchAnswer {
     Busy,
     /// The receiver does not own the object; ask this node.
     Redirect(NodeId),
+    /// The object was lost with this node (it restarted, or stopped answering, holding it).
+    Lost(NodeId),
 }
 
 /// A committer's decision.
@@ -159,4 +175,7 @@ pub enum Decision {
     },
     /// Aborted: release its locks.
     Abort,
+    /// The committer restarted since and cannot tell: the locked objects are in doubt (they
+    /// may have moved to the committer and died with it) and are dropped as lost.
+    Unknown,
 }

@@ -59,6 +59,18 @@ pub struct TfaConfig {
     pub busy_delay: u64,
     /// ... this many times, then aborts its transaction.
     pub busy_retries: u32,
+    /// A deliberate defect, for tests that show the simulation catches it.
+    #[doc(hidden)]
+    pub planted_bug: Option<PlantedBug>,
+}
+
+/// Defects the simulation must catch (tests only).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Locks of a restarted committer's transactions are released, keeping the old copies,
+    /// instead of dropping the objects as lost (what TFA did before it knew restarts).
+    ReleaseInDoubt,
 }
 
 impl Default for TfaConfig {
@@ -73,6 +85,7 @@ impl Default for TfaConfig {
             max_hops: 16,
             busy_delay: 1,
             busy_retries: 3,
+            planted_bug: None,
         }
     }
 }
@@ -91,6 +104,15 @@ pub enum Failure {
         /// The object the request was about.
         key: Key,
         /// The node that did not answer.
+        node: NodeId,
+    },
+    /// `key`'s object was lost with `node`: it restarted (or stopped answering) while it held
+    /// the object, of which TFA keeps one copy. It is not re-created silently: writing the key
+    /// fails the same way.
+    Lost {
+        /// The object.
+        key: Key,
+        /// The node it was lost with.
         node: NodeId,
     },
 }
@@ -117,8 +139,8 @@ pub struct Answer {
 }
 
 /// What the node asks its driver to do: send messages, answer the application (a
-/// [`Answer`] delivered), warn an operator (a lock released without a decision). TFA keeps
-/// nothing on disk, so it never persists.
+/// [`Answer`] delivered), persist its home records (see [`super::durable`]), warn an
+/// operator (objects given up as lost).
 pub type Action = Output<TfaMsg, Answer>;
 
 /// Counters of a node since it started.
@@ -142,8 +164,14 @@ pub struct TfaCounters {
     pub forwards: u64,
     /// Objects that moved here from another owner.
     pub migrations_in: u64,
-    /// Locks released without hearing a decision (the committer was presumed gone).
+    /// Locks given up without hearing a decision (the committer was presumed gone): their
+    /// objects were dropped as lost.
     pub abandoned_locks: u64,
+    /// Objects this node dropped as lost (in doubt after their committer restarted or was
+    /// given up on).
+    pub dropped_lost: u64,
+    /// Home records marked lost (their owner restarted holding them, or dropped them).
+    pub marked_lost: u64,
 }
 
 /// The outstanding entry of a read waiting to ask again after a "locked" answer.
@@ -221,19 +249,21 @@ pub(super) struct Pending {
     pub(super) since: u64,
 }
 
-/// A `Track` the home has not confirmed.
+/// A `Track` (or `Lost`) the home has not confirmed.
 pub(super) struct Tracking {
     pub(super) version: u64,
     /// When it was last sent (`None`: not yet).
     pub(super) sent: Option<u64>,
     pub(super) since: u64,
+    /// `Some(node)`: this node dropped its copy as lost with `node` (a `Lost` entry).
+    pub(super) lost_with: Option<NodeId>,
 }
 
 /// Confirmations owed to one node, sent together on the next tick.
 #[derive(Default)]
 pub(super) struct Acks {
     pub(super) done: Vec<TxId>,
-    pub(super) tracked: Vec<(Key, u64)>,
+    pub(super) tracked: Vec<(Key, u64, bool)>,
 }
 
 /// One TFA node.
@@ -259,30 +289,67 @@ pub struct TfaNode {
     /// Families of this node that may hold abstract locks (until they release them).
     pub(super) families: BTreeSet<u64>,
     pub(super) incarnation: u64,
+    /// The latest incarnation seen of each node (this one's included).
+    pub(super) peers: BTreeMap<NodeId, u64>,
+    /// Members that have not answered this node's `Hello` yet, and when it was last sent.
+    pub(super) greeting: (BTreeSet<NodeId>, Option<u64>),
+    /// Records written since the log was last rewritten whole.
+    pub(super) logged: usize,
     pub(super) next_tx: u64,
     pub(super) next_req: u64,
     pub(super) counters: TfaCounters,
 }
 
 impl TfaNode {
-    /// Node `me` of `members` (which must contain it). `incarnation` must grow each time the
-    /// node restarts (a start time will do): transaction numbers of different runs never meet.
+    /// Node `me` of `members` (which must contain it), starting with nothing on disk.
+    /// `incarnation` must grow each time the node restarts (a start time will do): transaction
+    /// numbers of different runs never meet. Returns `None` if `members` lacks `me`.
     pub fn new(
         me: NodeId,
         members: Vec<NodeId>,
         incarnation: u64,
         cfg: TfaConfig,
     ) -> Option<TfaNode> {
+        Self::open(me, members, incarnation, cfg, &[]).ok()
+    }
+
+    /// Node `me` of `members` restarting from its log (the payloads of its records, in
+    /// order), as incarnation `incarnation`, which must be larger than every earlier one. What
+    /// the log says this node owned is lost (it keeps no objects): its home records say so
+    /// from now on. The first step writes that down before anything else goes out.
+    pub fn open(
+        me: NodeId,
+        members: Vec<NodeId>,
+        incarnation: u64,
+        cfg: TfaConfig,
+        log: &[Vec<u8>],
+    ) -> Result<TfaNode, OpenError> {
         if !members.contains(&me) {
-            return None;
+            return Err(OpenError::NotAMember(me));
         }
-        Some(TfaNode {
+        let mut recovered = super::durable::recover(log)?;
+        // Whatever the log says an earlier run of a node held is lost, even if the record of
+        // the loss did not reach the disk before the record of the restart did.
+        for (&node, &seen) in &recovered.peers {
+            recovered.tracker.lose_owner(node, seen);
+        }
+        recovered.tracker.lose_owner(me, incarnation);
+        if let Some(&last) = recovered.peers.get(&me) {
+            if last >= incarnation {
+                return Err(OpenError::OldIncarnation {
+                    given: incarnation,
+                    last,
+                });
+            }
+        }
+        let others: BTreeSet<NodeId> = members.iter().copied().filter(|&m| m != me).collect();
+        Ok(TfaNode {
             me,
             cfg,
-            dir: HashDirectory::new(members)?,
+            dir: HashDirectory::new(members).ok_or(OpenError::NotAMember(me))?,
             clock: NodeClock::new(0),
             objects: OwnedObjects::new(),
-            tracker: Tracker::new(),
+            tracker: recovered.tracker,
             cache: OwnerCache::new(),
             active: BTreeMap::new(),
             requests: HashMap::default(),
@@ -293,6 +360,9 @@ impl TfaNode {
             abstract_held: BTreeMap::new(),
             families: BTreeSet::new(),
             incarnation,
+            peers: recovered.peers,
+            greeting: (others, None),
+            logged: log.len(),
             next_tx: incarnation << 32,
             next_req: 0,
             counters: TfaCounters::default(),
@@ -317,6 +387,11 @@ impl TfaNode {
     /// The home of `key`.
     pub fn home(&self, key: &Key) -> NodeId {
         self.dir.home(key)
+    }
+
+    /// This node's record of `key` as its home (`None` if it has none, or is not its home).
+    pub fn home_record(&self, key: &Key) -> Option<super::directory::OwnerRecord> {
+        self.tracker.record(key)
     }
 
     /// Counters since the node started.
@@ -361,7 +436,7 @@ impl TfaNode {
             self.me,
             self.objects.get(key).map(|h| (h.version, h.locked_by)),
             self.objects.moved_to(key),
-            self.tracker.owner(key),
+            self.tracker.record(key),
             self.dir.home(key),
         )
     }
@@ -371,6 +446,7 @@ impl TfaNode {
             to,
             msg: TfaMsg {
                 clock: self.clock.now(),
+                incarnation: self.incarnation,
                 body,
             },
         });
@@ -423,6 +499,25 @@ impl TfaNode {
     }
 }
 
+/// Why a node cannot start.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// The member list lacks the node.
+    #[error("node {0} is not in the member list")]
+    NotAMember(NodeId),
+    /// The log cannot be read.
+    #[error(transparent)]
+    Corrupt(#[from] super::durable::CorruptLog),
+    /// The incarnation is not newer than one the log already saw.
+    #[error("incarnation {given} is not newer than {last}, which this node's log already ran")]
+    OldIncarnation {
+        /// The incarnation given.
+        given: u64,
+        /// The last one in the log.
+        last: u64,
+    },
+}
+
 /// Forgets the requests a transaction has in flight: answers still due to them are ignored.
 pub(super) fn drop_requests(
     requests: &mut HashMap<u64, u64>,
@@ -438,5 +533,9 @@ pub(super) fn refusal_failure(r: &Refusal) -> Failure {
     match r {
         Refusal::Busy(_) => Failure::Conflict(AbortCause::LockConflict),
         Refusal::Invalid(_) => Failure::Conflict(AbortCause::CommitValidation),
+        Refusal::Lost(key, node) => Failure::Lost {
+            key: key.clone(),
+            node: *node,
+        },
     }
 }

@@ -59,6 +59,18 @@ pub enum Refusal {
     Busy(Key),
     /// The version read is no longer current, or the object left this node.
     Invalid(Key),
+    /// The object was lost with the given node.
+    Lost(Key, NodeId),
+}
+
+/// Where an object that left went.
+#[derive(Clone, Copy, Debug)]
+struct Moved {
+    to: NodeId,
+    /// The incarnation of `to` that took it.
+    incarnation: u64,
+    /// The version it left at.
+    version: u64,
 }
 
 /// The objects this node owns, their locks, and forwarding addresses of objects that left.
@@ -68,7 +80,7 @@ pub struct OwnedObjects {
     /// Keys locked by each transaction.
     locked: HashMap<TxId, Vec<Key>>,
     /// Where objects that left went, with the version they left at.
-    moved: HashMap<Key, (NodeId, u64)>,
+    moved: HashMap<Key, Moved>,
 }
 
 impl OwnedObjects {
@@ -117,7 +129,29 @@ impl OwnedObjects {
 
     /// Where `key` went when it left this node, if it did and has not come back.
     pub fn moved_to(&self, key: &Key) -> Option<NodeId> {
-        self.moved.get(key).map(|&(n, _)| n)
+        self.moved.get(key).map(|m| m.to)
+    }
+
+    /// Where `key` went and the version it left at, if it left and has not come back.
+    pub fn moved(&self, key: &Key) -> Option<(NodeId, u64)> {
+        self.moved.get(key).map(|m| (m.to, m.version))
+    }
+
+    /// Node `node` restarted as `incarnation`: forwarding addresses to an earlier run of it
+    /// lead nowhere (what it took died with it). Removes them; returns each key with the
+    /// version it left here at, in key order.
+    pub fn forget_moves_to(&mut self, node: NodeId, incarnation: u64) -> Vec<(Key, u64)> {
+        let mut gone: Vec<(Key, u64)> = self
+            .moved
+            .iter()
+            .filter(|(_, m)| m.to == node && m.incarnation < incarnation)
+            .map(|(k, m)| (k.clone(), m.version))
+            .collect();
+        for (key, _) in &gone {
+            self.moved.remove(key);
+        }
+        gone.sort();
+        gone
     }
 
     /// Locks every `(key, version read)` for `tx`, or none: each key must be owned here, at the
@@ -176,7 +210,14 @@ impl OwnedObjects {
         keys.retain(|key| self.locked_by(key) == Some(tx));
         for key in &keys {
             self.objects.remove(key);
-            self.moved.insert(key.clone(), (to, version));
+            self.moved.insert(
+                key.clone(),
+                Moved {
+                    to,
+                    incarnation: tx.n >> 32,
+                    version,
+                },
+            );
         }
         keys
     }
@@ -211,6 +252,28 @@ impl OwnedObjects {
             self.moved.remove(key);
         }
         self.locked.remove(&tx);
+    }
+
+    /// The outcome of `tx` cannot be known any more (its committer restarted or was given up
+    /// on): every object it locked here may have moved to it, so each is dropped. Returns the
+    /// dropped keys with the versions held, in key order.
+    pub fn drop_in_doubt(&mut self, tx: TxId) -> Vec<(Key, u64)> {
+        let mut keys = self.locked.remove(&tx).unwrap_or_default();
+        keys.retain(|key| self.locked_by(key) == Some(tx));
+        keys.sort();
+        keys.into_iter()
+            .filter_map(|key| {
+                let o = self.objects.remove(&key)?;
+                Some((key, o.version))
+            })
+            .collect()
+    }
+
+    /// Transactions holding locks here, in order.
+    pub fn lockers(&self) -> Vec<TxId> {
+        let mut txs: Vec<TxId> = self.locked.keys().copied().collect();
+        txs.sort();
+        txs
     }
 
     /// `tx` aborted (or was presumed aborted): its locks here are released. Returns how many.

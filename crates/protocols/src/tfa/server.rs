@@ -22,8 +22,17 @@ impl TfaNode {
             )));
             return;
         }
+        self.start(now, out);
+        if !self.learn_incarnation(now, from, msg.incarnation, out) {
+            // From an earlier run of the sender: what it says no longer holds.
+            return;
+        }
         self.clock.observe(msg.clock);
         match msg.body {
+            Body::Hello => self.send(from, Body::Welcome, out),
+            Body::Welcome => {
+                self.greeting.0.remove(&from);
+            }
             Body::Fetch { req, key } => {
                 let answer = self.lookup(&key);
                 self.send(from, Body::Fetched { req, answer }, out);
@@ -43,7 +52,13 @@ impl TfaNode {
             Body::Lock { req, tx, items } => {
                 // A late duplicate of a finished transaction's request may take locks again;
                 // they are released once the committer, asked after the lease, says so.
-                let result = self.objects.try_lock(tx, &items, now, self.cfg.lease);
+                let result = match self.lost_refusal(&items) {
+                    Some(lost) => Err(lost),
+                    None => self.objects.try_lock(tx, &items, now, self.cfg.lease),
+                };
+                if result.is_ok() {
+                    self.note_creations(&items, out);
+                }
                 self.send(from, Body::Locked { req, result }, out);
             }
             Body::Locked { req, result } => {
@@ -56,6 +71,7 @@ impl TfaNode {
                         self.counters.aborts_lock_busy += 1;
                         self.fail(now, h, refusal_failure(&Refusal::Busy(key)), out)
                     }
+                    Err(lost @ Refusal::Lost(..)) => self.fail(now, h, refusal_failure(&lost), out),
                     Err(Refusal::Invalid(key)) => {
                         self.counters.aborts_validation += 1;
                         self.reopen(now, h, vec![key], out)
@@ -79,7 +95,7 @@ impl TfaNode {
                 }
             }
             Body::Decided { tx, decision } => {
-                self.apply_decision(tx, decision);
+                self.apply_decision(now, tx, decision, out);
                 self.acks.entry(from).or_default().done.push(tx);
             }
             Body::Done { txs } => {
@@ -95,6 +111,8 @@ impl TfaNode {
             Body::Ask { tx } => {
                 let decision = match self.decided.get(&tx) {
                     Some(p) => p.decision,
+                    // From an earlier run of this node: nothing is known of it here.
+                    None if tx.n >> 32 < self.incarnation => Decision::Unknown,
                     None => {
                         // Undecided (still committing) or unknown (finished and confirmed, or
                         // from before a restart): abort it; a committed transaction is only
@@ -109,11 +127,26 @@ impl TfaNode {
                 self.send(from, Body::Decided { tx, decision }, out);
             }
             Body::Track { entries } => {
-                let acks = &mut self.acks.entry(from).or_default().tracked;
                 for (key, version) in entries {
                     if self.dir.home(&key) == self.me {
-                        self.tracker.update(key.clone(), from, version);
-                        acks.push((key, version));
+                        self.record_owner(key.clone(), from, msg.incarnation, version, out);
+                        self.acks
+                            .entry(from)
+                            .or_default()
+                            .tracked
+                            .push((key, version, false));
+                    }
+                }
+            }
+            Body::Lost { entries } => {
+                for (key, version, node) in entries {
+                    if self.dir.home(&key) == self.me {
+                        self.record_lost(key.clone(), node, version, out);
+                        self.acks
+                            .entry(from)
+                            .or_default()
+                            .tracked
+                            .push((key, version, true));
                     }
                 }
             }
@@ -137,12 +170,14 @@ impl TfaNode {
                 }
             }
             Body::Tracked { entries } => {
-                for (key, version) in entries {
-                    if self
-                        .tracking
-                        .get(&key)
-                        .is_some_and(|t| t.version <= version)
-                    {
+                for (key, version, lost) in entries {
+                    // A confirmation of a newer entry, or of this very one (same version, same
+                    // kind: a move and a loss can carry the same version).
+                    let confirmed = self.tracking.get(&key).is_some_and(|t| {
+                        t.version < version
+                            || (t.version == version && t.lost_with.is_some() == lost)
+                    });
+                    if confirmed {
                         self.tracking.remove(&key);
                     }
                 }
@@ -161,12 +196,19 @@ impl TfaNode {
                 version: held.version,
             };
         }
-        if let Some(next) = self.objects.moved_to(key) {
-            return FetchAnswer::Redirect(next);
+        let home = self.dir.home(key) == self.me;
+        let record = home.then(|| self.tracker.record(key)).flatten();
+        if let Some((to, version)) = self.objects.moved(key) {
+            // Follow the forwarding address unless the home knows of something newer (a
+            // later owner, or the object's loss).
+            if record.is_none_or(|r| r.version < version || (r.version == version && !r.lost)) {
+                return FetchAnswer::Redirect(to);
+            }
         }
-        if self.dir.home(key) == self.me {
-            return match self.tracker.owner(key) {
-                Some(owner) if owner != self.me => FetchAnswer::Redirect(owner),
+        if home {
+            return match record {
+                Some(r) if r.lost => FetchAnswer::Lost(r.owner),
+                Some(r) if r.owner != self.me => FetchAnswer::Redirect(r.owner),
                 Some(_) => FetchAnswer::Busy,
                 None => {
                     // Never created: the home owns it as a missing object, so creating it
@@ -182,12 +224,18 @@ impl TfaNode {
         FetchAnswer::Redirect(self.dir.home(key))
     }
 
-    pub(super) fn apply_decision(&mut self, tx: TxId, decision: Decision) {
+    pub(super) fn apply_decision(
+        &mut self,
+        now: u64,
+        tx: TxId,
+        decision: Decision,
+        out: &mut Vec<Action>,
+    ) {
         match decision {
             Decision::Commit { version } => {
                 for key in self.objects.surrender(tx, tx.node, version) {
                     if self.dir.home(&key) == self.me {
-                        self.tracker.update(key.clone(), tx.node, version);
+                        self.record_owner(key.clone(), tx.node, tx.n >> 32, version, out);
                     }
                     self.cache.learn(key, tx.node);
                 }
@@ -195,6 +243,7 @@ impl TfaNode {
             Decision::Abort => {
                 self.objects.release(tx);
             }
+            Decision::Unknown => self.drop_in_doubt(now, tx, out),
         }
     }
 }

@@ -14,6 +14,8 @@ impl TfaNode {
     /// Time passes: re-sends what is unanswered, fails transactions whose requests timed out,
     /// and asks committers about locks past their lease.
     pub fn tick(&mut self, now: u64, out: &mut Vec<Action>) {
+        self.start(now, out);
+        self.greet(now, out);
         let mut expired = Vec::new();
         let mut resend = Vec::new();
         let mut refetch = Vec::new();
@@ -80,6 +82,7 @@ impl TfaNode {
             self.send(to, body, out);
         }
         let mut tracks: BTreeMap<NodeId, Vec<(Key, u64)>> = BTreeMap::new();
+        let mut losses: BTreeMap<NodeId, Vec<(Key, u64, NodeId)>> = BTreeMap::new();
         let (dir, resend, abandon) = (&self.dir, self.cfg.resend, self.cfg.abandon);
         self.tracking.retain(|key, t| {
             if now >= t.since + abandon {
@@ -87,15 +90,27 @@ impl TfaNode {
             }
             if t.sent.is_none_or(|s| now >= s + resend) {
                 t.sent = Some(now);
-                tracks
-                    .entry(dir.home(key))
-                    .or_default()
-                    .push((key.clone(), t.version));
+                let home = dir.home(key);
+                match t.lost_with {
+                    None => tracks
+                        .entry(home)
+                        .or_default()
+                        .push((key.clone(), t.version)),
+                    Some(node) => {
+                        losses
+                            .entry(home)
+                            .or_default()
+                            .push((key.clone(), t.version, node))
+                    }
+                }
             }
             true
         });
         for (home, entries) in tracks {
             self.send(home, Body::Track { entries }, out);
+        }
+        for (home, entries) in losses {
+            self.send(home, Body::Lost { entries }, out);
         }
         for (to, acks) in std::mem::take(&mut self.acks) {
             if !acks.done.is_empty() {
@@ -145,13 +160,10 @@ impl TfaNode {
                 continue;
             }
             if held_for >= self.cfg.abandon {
-                let n = self.objects.release(tx);
-                self.counters.abandoned_locks += n as u64;
-                out.push(Output::Warn(format!(
-                    "released {n} locks of transaction {}:{} after {held_for} ticks without \
-                     hearing from node {}",
-                    tx.node, tx.n, tx.node
-                )));
+                // Released, the old copies could fork from what the committer took: in doubt.
+                let before = self.counters.dropped_lost;
+                self.drop_in_doubt(now, tx, out);
+                self.counters.abandoned_locks += self.counters.dropped_lost - before;
             } else {
                 self.send(tx.node, Body::Ask { tx }, out);
             }
