@@ -61,7 +61,7 @@ impl Cluster {
             let ids: Vec<NodeId> = (1..=n as NodeId).collect();
             let _guard = runtime.enter();
             for m in &mut members {
-                m.start_tfa(ids.clone(), TfaConfig::default())
+                m.start_tfa(ids.clone(), TfaConfig::default(), None)
                     .map_err(|e| ClusterError::Protocol(e.to_string()))?;
             }
         }

@@ -165,6 +165,25 @@ impl<M: Machine> Runner<M> {
         Ok(())
     }
 
+    /// Offers the disk thread the writes its full queue turned away, as many as it takes now
+    /// (for hosts that cannot wait: the rest stay queued, in order).
+    pub(crate) fn offer_backlog(&mut self) -> Result<(), RunError<M::Error>> {
+        let Some(disk) = &self.disk else {
+            return Ok(());
+        };
+        while let Some(write) = self.backlog.pop_front() {
+            match disk.try_write(write) {
+                Ok(()) => {}
+                Err(TryWriteError::Full(write)) => {
+                    self.backlog.push_front(write);
+                    return Ok(());
+                }
+                Err(TryWriteError::Stopped(why)) => return Err(RunError::DiskStopped(why)),
+            }
+        }
+        Ok(())
+    }
+
     /// Takes the disk thread out (to close it when the host stops).
     pub(crate) fn take_disk(&mut self) -> Option<DiskWorker> {
         self.disk.take()
@@ -246,14 +265,50 @@ impl<M: Machine> Shared<M> {
         };
         let result = self.runner.lock().step(input, &mut out);
         if let Err(e) = result {
-            self.failed.store(true, Ordering::Relaxed);
-            let cause = match e {
-                RunError::Machine(e) => e.to_string(),
-                RunError::DiskStopped(why) => why,
-            };
-            self.health.fail(&self.component, &cause);
+            return self.stop(e);
+        }
+        self.carry(out);
+    }
+
+    /// The disk thread made writes up to `through` durable: what waited for them is carried
+    /// out, the machine hears of it, and writes a full queue turned away are offered again.
+    pub(crate) fn durable(&self, through: u64) {
+        if self.failed.load(Ordering::Relaxed) {
             return;
         }
+        let mut out = Collected::<M> {
+            sends: Vec::new(),
+            deliveries: Vec::new(),
+        };
+        let result = {
+            let mut runner = self.runner.lock();
+            runner
+                .durable(through, &mut out)
+                .and_then(|_| runner.offer_backlog())
+        };
+        if let Err(e) = result {
+            return self.stop(e);
+        }
+        self.carry(out);
+    }
+
+    /// The disk failed: the machine stops (nothing it writes from now on could be kept).
+    pub(crate) fn disk_failed(&self, why: String) {
+        if !self.failed.load(Ordering::Relaxed) {
+            self.stop(RunError::DiskStopped(why));
+        }
+    }
+
+    fn stop(&self, e: RunError<M::Error>) {
+        self.failed.store(true, Ordering::Relaxed);
+        let cause = match e {
+            RunError::Machine(e) => e.to_string(),
+            RunError::DiskStopped(why) => why,
+        };
+        self.health.fail(&self.component, &cause);
+    }
+
+    fn carry(&self, out: Collected<M>) {
         for d in out.deliveries {
             (self.deliver)(d);
         }

@@ -114,8 +114,10 @@ impl Node {
         self.engine.run(&self.engine.config().default_options, f)
     }
 
-    /// Runs `f` as a read-only transaction over a consistent snapshot: it never aborts, and a
-    /// write inside it is an error ([`TxError::WriteInReadOnly`]).
+    /// Runs `f` as a read-only transaction over a consistent snapshot, and a write inside it
+    /// is an error ([`TxError::WriteInReadOnly`]). On one node (`local`) it never aborts. Under
+    /// `tfa` an object has one current copy and no old versions: a read-only transaction whose
+    /// reads go stale before it finishes is re-run (it never sees an inconsistent state).
     pub fn atomically_read<R>(
         &self,
         f: impl FnMut(&mut Tx<'_>) -> Result<R, TxError>,

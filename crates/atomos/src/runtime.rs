@@ -15,7 +15,7 @@ use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
 use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig};
-use atomos_protocols::tfa::{TfaConfig, TfaMsg, TfaNode};
+use atomos_protocols::tfa::{TfaConfig, TfaMsg};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -23,10 +23,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::NodeSettings;
+use crate::disk::FsyncPolicy;
 use crate::health::Health;
 use crate::node::{Node, NodeConfig, Protocol};
 use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig};
-use crate::tfa::{TfaDriver, TfaSource, TICK};
+use crate::tfa::{TfaDriver, TfaSource, TfaStart, TICK};
 
 /// Messages of the node runtime itself. Protocols add their own variants as they arrive.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -60,7 +61,7 @@ pub enum RuntimeError {
     Order(#[from] crate::ordering::OrderNodeError),
     /// The TFA protocol could not start.
     #[error("tfa: {0}")]
-    Tfa(&'static str),
+    Tfa(String),
     /// The data directory is unusable.
     #[error("data directory {path}: {source}")]
     DataDir {
@@ -138,7 +139,18 @@ impl NodeRuntime {
         if settings.protocol == Protocol::Tfa {
             let mut members: Vec<u64> = settings.peers.iter().map(|p| p.id).collect();
             members.push(settings.node_id);
-            runtime.start_tfa(members, TfaConfig::default())?;
+            std::fs::create_dir_all(&settings.data_dir).map_err(|source| {
+                RuntimeError::DataDir {
+                    path: settings.data_dir.clone(),
+                    source,
+                }
+            })?;
+            let wal = settings.data_dir.join("tfa.wal");
+            runtime.start_tfa(
+                members,
+                TfaConfig::default(),
+                Some((wal, settings.order_fsync)),
+            )?;
         }
         Ok(runtime)
     }
@@ -163,22 +175,34 @@ impl NodeRuntime {
     }
 
     /// Runs the TFA protocol among `members` (this node included; every member must be given
-    /// the same list): from now on this node's transactions run under it. Fails if the list
-    /// lacks this node or TFA already runs.
-    pub fn start_tfa(&mut self, members: Vec<u64>, cfg: TfaConfig) -> Result<(), RuntimeError> {
-        // A restarted node must not reuse transaction numbers: its start time orders its runs.
-        let incarnation = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64 & 0xFFFF_FFFF);
-        let node = TfaNode::new(self.id, members.clone(), incarnation, cfg)
-            .ok_or(RuntimeError::Tfa("the member list must contain this node"))?;
+    /// the same list): from now on this node's transactions run under it. With `wal`, the
+    /// node's home records live in that file (read back at start: see
+    /// `atomos_protocols::tfa::durable`); without, a restart of this node forgets which keys
+    /// elsewhere were created. Fails if the list lacks this node, TFA already runs, or the
+    /// log cannot be opened or read.
+    pub fn start_tfa(
+        &mut self,
+        members: Vec<u64>,
+        cfg: TfaConfig,
+        wal: Option<(std::path::PathBuf, FsyncPolicy)>,
+    ) -> Result<(), RuntimeError> {
+        if self.tfa.get().is_some() {
+            return Err(RuntimeError::Tfa("TFA already runs on this node".into()));
+        }
         let rpc = self.rpc.clone();
         let send = Box::new(move |to: u64, msg: TfaMsg| {
             let _ = rpc.send(to, NodeMsg::Tfa(msg));
         });
-        let driver = TfaDriver::new(node, send, Duration::from_secs(60), self.health.clone());
+        let start = TfaStart {
+            me: self.id,
+            members: members.clone(),
+            cfg,
+            wal,
+        };
+        let driver = TfaDriver::start(start, send, Duration::from_secs(60), self.health.clone())
+            .map_err(RuntimeError::Tfa)?;
         if self.tfa.set(driver.clone()).is_err() {
-            return Err(RuntimeError::Tfa("TFA already runs on this node"));
+            return Err(RuntimeError::Tfa("TFA already runs on this node".into()));
         }
         // Protocol messages are handled where they arrive: reads wait on these round trips.
         let inbound = driver.clone();
@@ -195,7 +219,7 @@ impl NodeRuntime {
             .set_remote(Arc::new(TfaSource(driver.clone())))
         {
             return Err(RuntimeError::Tfa(
-                "another protocol already runs on this node",
+                "another protocol already runs on this node".into(),
             ));
         }
         let stop = self.stop.clone();

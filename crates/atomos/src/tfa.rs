@@ -4,15 +4,19 @@
 //! the engine's remote interface (their `atomically` blocks on the answers).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use atomos_core::{Key, RemoteAttempt, RemoteError, RemoteSource};
-use atomos_protocols::tfa::{Answer, Failure, Reply, TfaCounters, TfaMsg, TfaNode, TfaRequest};
+use atomos_protocols::tfa::{
+    Answer, Failure, Reply, TfaConfig, TfaCounters, TfaMsg, TfaNode, TfaRequest,
+};
 use atomos_seam::Input;
 use parking_lot::{Condvar, Mutex};
 
+use crate::disk::{DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
 use crate::driver::{Runner, Shared};
 use crate::health::Health;
 
@@ -42,9 +46,74 @@ pub struct TfaDriver {
     patience: Duration,
 }
 
+/// What a TFA node starts from.
+pub(crate) struct TfaStart {
+    pub(crate) me: u64,
+    pub(crate) members: Vec<u64>,
+    pub(crate) cfg: TfaConfig,
+    /// The log of its home records, and how it is synced (`None`: kept nowhere).
+    pub(crate) wal: Option<(PathBuf, FsyncPolicy)>,
+}
+
+/// Writes the log may queue before steps wait (writes are rare: new owners of the keys this
+/// node is home to).
+const DISK_QUEUE: usize = 1024;
+
 impl TfaDriver {
-    pub(crate) fn new(
+    /// Opens the node's log (if any), reads it back, and starts the node under an incarnation
+    /// larger than every earlier run's (its start time in seconds, or the last run's plus one).
+    pub(crate) fn start(
+        start: TfaStart,
+        send: SendFn,
+        patience: Duration,
+        health: Arc<Health>,
+    ) -> Result<Arc<TfaDriver>, String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() & 0xFFFF_FFFF);
+        let (file, log) = match &start.wal {
+            Some((path, policy)) => {
+                let (file, log) = FileDisk::open(path, *policy).map_err(|e| e.to_string())?;
+                (Some(file), log)
+            }
+            None => (None, Vec::new()),
+        };
+        let last = TfaNode::last_incarnation(start.me, &log).map_err(|e| e.to_string())?;
+        let incarnation = last.map_or(now, |last| now.max(last + 1));
+        let node = TfaNode::open(start.me, start.members, incarnation, start.cfg, &log)
+            .map_err(|e| e.to_string())?;
+        // The disk thread reports to the driver, which exists only once the disk does.
+        let driver_slot: Arc<OnceLock<Weak<TfaDriver>>> = Arc::default();
+        let disk = match file {
+            Some(file) => {
+                let slot = driver_slot.clone();
+                let worker = DiskWorker::spawn(
+                    format!("tfa-disk-{}", start.me),
+                    file,
+                    DISK_QUEUE,
+                    move |event| {
+                        let Some(driver) = slot.get().and_then(Weak::upgrade) else {
+                            return;
+                        };
+                        match event {
+                            DiskEvent::Durable { through, .. } => driver.node.durable(through),
+                            DiskEvent::Failed(e) => driver.node.disk_failed(e.to_string()),
+                        }
+                    },
+                )
+                .map_err(|e| format!("cannot start the disk thread: {e}"))?;
+                Some(worker)
+            }
+            None => None,
+        };
+        let driver = Self::new(node, disk, send, patience, health);
+        let _ = driver_slot.set(Arc::downgrade(&driver));
+        Ok(driver)
+    }
+
+    fn new(
         node: TfaNode,
+        disk: Option<DiskWorker>,
         send: SendFn,
         patience: Duration,
         health: Arc<Health>,
@@ -58,8 +127,7 @@ impl TfaDriver {
             }
         });
         let component = format!("tfa node {}", node.id());
-        // TFA keeps nothing on disk.
-        let runner = Runner::new(node, None, TICK);
+        let runner = Runner::new(node, disk, TICK);
         Arc::new(TfaDriver {
             node: Shared::new(runner, send, deliver, health, component),
             waiters,

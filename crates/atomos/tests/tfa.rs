@@ -425,3 +425,33 @@ fn checkpointed_steps_resume_after_a_failed_commit() {
         12
     );
 }
+
+/// Under TFA an object has one current copy and no old versions, so a read-only transaction
+/// reads each object from its owner: when one it read changes before it finishes, it is
+/// re-run (never shown an inconsistent state), unlike under `local`, where it reads a
+/// snapshot and never re-runs.
+#[test]
+fn a_read_only_transaction_under_tfa_is_rerun_when_what_it_read_changes() {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let c = cluster(2);
+    let (x, _, z) = three_objects(&c, "tfa-read-only");
+    let n1 = c.node(1).unwrap();
+    let runs = AtomicUsize::new(0);
+    let before = n1.stats();
+    let total = with_writer(&c, &x, &z, |w| {
+        n1.atomically_read(|tx| {
+            let a = *tx.read(&x)?;
+            if runs.fetch_add(1, Relaxed) == 0 {
+                // x and z change now: reading z finds a newer version, and x is stale.
+                w.write_now();
+            }
+            Ok(a + *tx.read(&z)?)
+        })
+        .unwrap()
+    });
+    assert_eq!(total, 11 + 11, "a consistent snapshot, after the re-run");
+    assert_eq!(runs.load(Relaxed), 2);
+    let after = n1.stats().since(&before);
+    assert_eq!(after.read_only_commits, 1);
+    assert!(after.aborts.total() >= 1);
+}

@@ -105,7 +105,7 @@ impl BenchNodes {
             }
             match protocol {
                 Protocol::Tfa => m
-                    .start_tfa(ids.clone(), TfaConfig::default())
+                    .start_tfa(ids.clone(), TfaConfig::default(), None)
                     .map_err(|e| e.to_string())?,
                 Protocol::Local => unreachable!("handled above"),
             }

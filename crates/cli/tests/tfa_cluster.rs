@@ -2,9 +2,12 @@
 //! Every node moves money between accounts that migrate between the processes, and audits the
 //! total once a second: every audit on every node must find the total unchanged. Then one node
 //! is killed with SIGKILL: TFA keeps one copy of each object, so the others' audits fail
-//! naming the lost node instead of hanging or reporting a wrong total.
+//! naming the lost node instead of hanging or reporting a wrong total. A node killed and
+//! restarted (the one that creates the accounts, which it tries again at start) forks none:
+//! it reads its home records back, and what it held is reported lost, never re-created.
 
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -113,6 +116,82 @@ fn money_is_conserved_across_processes_and_a_lost_node_is_named() {
             assert_eq!(total, 64_000, "node {n} audited a wrong total");
         }
     }
+    signal(up.id(), libc::SIGINT);
+    assert!(wait_exit(&mut up, Duration::from_secs(30)).success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether any of `logs` has a line with every one of `needles`.
+fn logged(logs: &[std::path::PathBuf], needles: &[&str]) -> bool {
+    logs.iter().any(|log| {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| needles.iter().all(|n| l.contains(n)))
+    })
+}
+
+#[test]
+fn a_restarted_node_forks_nothing_and_names_what_it_lost() {
+    let dir = std::env::temp_dir().join(format!("atomos-tfa-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let base_port = 45_000 + (std::process::id() % 8_000) as u16;
+    let (mut up, pids) = cluster_up(
+        3,
+        base_port,
+        &dir,
+        &["--protocol", "tfa", "--bank-load", "2"],
+    );
+    let mut cleanup = KillOnDrop(pids.iter().copied().chain([up.id()]).collect());
+    let log = |n: usize| dir.join(format!("node-{n}.log"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(1..=3).all(|n| audits(&log(n)).iter().filter(|(_, t)| *t > 0).count() >= 3) {
+        assert!(
+            Instant::now() < deadline,
+            "the nodes did not audit a running bank in time"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Kill node 1, which creates the accounts (when they do not exist) each time it starts,
+    // and start it again on the same data directory.
+    signal(pids[0], libc::SIGKILL);
+    std::thread::sleep(Duration::from_millis(500));
+    let restarted_log = dir.join("node-1-restarted.log");
+    let mut restarted = Command::new(env!("CARGO_BIN_EXE_atomos"))
+        .args(["node", "--config"])
+        .arg(dir.join("node-1.toml"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&restarted_log).unwrap())
+        .spawn()
+        .unwrap();
+    cleanup.0.push(restarted.id());
+    // What node 1 owned is lost, and transactions that need it say so.
+    let logs = [log(2), log(3), restarted_log.clone()];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !logged(&logs, &["lost with node 1"]) {
+        assert!(
+            Instant::now() < deadline,
+            "nobody reported what node 1 lost; its new log:\n{}",
+            std::fs::read_to_string(&restarted_log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Give the restarted node's attempts to create the accounts, and everyone's audits, time.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        !logged(
+            std::slice::from_ref(&restarted_log),
+            &["bank load: accounts created"]
+        ),
+        "the restarted node created accounts again"
+    );
+    for path in &logs {
+        for (total, _) in audits(path) {
+            assert_eq!(total, 64_000, "{} audited a wrong total", path.display());
+        }
+    }
+    signal(restarted.id(), libc::SIGTERM);
+    assert!(wait_exit(&mut restarted, Duration::from_secs(30)).success());
     signal(up.id(), libc::SIGINT);
     assert!(wait_exit(&mut up, Duration::from_secs(30)).success());
     let _ = std::fs::remove_dir_all(&dir);

@@ -809,7 +809,8 @@ impl<'e> Tx<'e> {
 
     /// Abandons this attempt and blocks until an object it read changes, then re-runs the
     /// transaction (or fails with [`TxError::Timeout`] once its time limit passes). Use as
-    /// `return tx.retry();`.
+    /// `return tx.retry();`. Under a distributed protocol without change notification across
+    /// nodes (`tfa`) it waits a back-off instead, then re-runs.
     pub fn retry<R>(&self) -> Result<R, TxError> {
         if let Some(rs) = self.remote() {
             return Err(rs.retry());

@@ -71,6 +71,9 @@ pub enum PlantedBug {
     /// Locks of a restarted committer's transactions are released, keeping the old copies,
     /// instead of dropping the objects as lost (what TFA did before it knew restarts).
     ReleaseInDoubt,
+    /// A restarting node ignores its log: its home records are gone (what TFA did before it
+    /// kept them).
+    ForgetHomeRecords,
 }
 
 impl Default for TfaConfig {
@@ -313,6 +316,12 @@ impl TfaNode {
         Self::open(me, members, incarnation, cfg, &[]).ok()
     }
 
+    /// The latest incarnation of node `me` its log records (`None` for an empty log): the next
+    /// run must use a larger one.
+    pub fn last_incarnation(me: NodeId, log: &[Vec<u8>]) -> Result<Option<u64>, OpenError> {
+        Ok(super::durable::recover(log)?.peers.get(&me).copied())
+    }
+
     /// Node `me` of `members` restarting from its log (the payloads of its records, in
     /// order), as incarnation `incarnation`, which must be larger than every earlier one. What
     /// the log says this node owned is lost (it keeps no objects): its home records say so
@@ -327,6 +336,10 @@ impl TfaNode {
         if !members.contains(&me) {
             return Err(OpenError::NotAMember(me));
         }
+        let log = match cfg.planted_bug {
+            Some(PlantedBug::ForgetHomeRecords) => &[],
+            _ => log,
+        };
         let mut recovered = super::durable::recover(log)?;
         // Whatever the log says an earlier run of a node held is lost, even if the record of
         // the loss did not reach the disk before the record of the restart did.
