@@ -162,6 +162,14 @@ impl<'de> Deserialize<'de> for Key {
     }
 }
 
+#[cfg(feature = "arbitrary")]
+impl<'a> arbitrary::Arbitrary<'a> for Key {
+    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Key> {
+        let bytes: &[u8] = u.arbitrary()?;
+        Ok(Key::from(bytes))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,7 @@ use atomos_seam::{Machine, Output, Write};
 
 use crate::log_store::LogStore;
 use crate::logging::raft_logger;
+use crate::raft_guard;
 use crate::record::Record;
 use crate::types::{Action, Addr, BatchId, Delivery, OrderMsg, Request, StateMachine};
 
@@ -150,6 +151,8 @@ pub struct OrderStats {
     pub snapshots_taken: u64,
     /// Snapshots from peers refused because their state does not decode.
     pub snapshots_refused: u64,
+    /// Raft messages from peers refused as malformed (see `raft_guard`).
+    pub raft_refused: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -201,6 +204,8 @@ pub struct Replica<S> {
     opt_next: u64,
     final_next: u64,
     commit: u64,
+    /// The configured replicas, sorted (what a peer's snapshot must be configured with).
+    voters: Vec<u64>,
     snapshot_to: Vec<u64>,
     /// The batch the next optimistic delivery waits for, and since when.
     missing: Option<(BatchId, u64)>,
@@ -341,6 +346,11 @@ impl<S: StateMachine> Replica<S> {
             opt_next: base + 1,
             final_next: base + 1,
             commit,
+            voters: {
+                let mut v = cfg.replicas.clone();
+                v.sort_unstable();
+                v
+            },
             snapshot_to: Vec::new(),
             missing: None,
             stats: OrderStats::default(),
@@ -524,16 +534,23 @@ impl<S: StateMachine> Replica<S> {
         let member = self.cfg.replicas.contains(&from);
         match msg {
             OrderMsg::Raft(bytes) if member => match Message::decode(bytes.as_slice()) {
-                Ok(m)
-                    if m.get_msg_type() == MessageType::MsgSnapshot
-                        && self.check_snapshot(m.get_snapshot()).is_err() =>
-                {
-                    self.stats.snapshots_refused += 1;
-                    tracing::warn!(from, "raft snapshot whose state does not decode refused");
-                }
                 Ok(m) if m.from == from && m.to == self.cfg.id => {
-                    // Errors here are stale or irrelevant messages (raft-rs ignores them too).
-                    let _ = self.raft.step(m);
+                    let view = raft_guard::View {
+                        voters: &self.voters,
+                        last_index: self.raft.raft.raft_log.last_index(),
+                    };
+                    if let Err(why) = raft_guard::check(&m, &view) {
+                        self.stats.raft_refused += 1;
+                        tracing::warn!(from, kind = m.msg_type, why, "raft message refused");
+                    } else if m.msg_type == MessageType::MsgSnapshot as i32
+                        && self.check_snapshot(m.get_snapshot()).is_err()
+                    {
+                        self.stats.snapshots_refused += 1;
+                        tracing::warn!(from, "raft snapshot whose state does not decode refused");
+                    } else {
+                        // Errors here are stale or irrelevant messages (raft-rs ignores them).
+                        let _ = self.raft.step(m);
+                    }
                 }
                 Ok(m) => tracing::warn!(
                     from,

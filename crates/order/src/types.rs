@@ -10,6 +10,7 @@ pub type Addr = atomos_seam::NodeId;
 /// time; `(client, seq)` identifies a request, and the order layer delivers each at most once
 /// however often it is re-sent.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Request {
     /// The client.
     pub client: u64,
@@ -21,6 +22,7 @@ pub struct Request {
 
 /// A batch of requests, named by the replica that formed it and its number there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct BatchId {
     /// The replica that formed the batch.
     pub origin: Addr,
@@ -30,6 +32,7 @@ pub struct BatchId {
 
 /// Messages between replicas, and between clients and replicas.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum OrderMsg {
     /// A Raft message (protobuf-encoded, as raft-rs defines it).
     Raft(Vec<u8>),

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use atomos_order::{OrderMsg, Register, Replica, ReplicaConfig};
+use atomos_order::{OrderMsg, OrderStats, Register, Replica, ReplicaConfig};
 use atomos_seam::{Input, Machine};
 use prost::Message as _;
 use raft::eraftpb::{Entry, Message, Snapshot};
@@ -33,6 +33,7 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
 fn standing(r: &Replica<Register>) -> String {
     let mut stats = r.stats();
     stats.snapshots_refused = 0;
+    stats.raft_refused = 0;
     let described = r.describe();
     let place = described.split(", OrderStats").next().unwrap_or_default();
     format!("{place} {stats:?}")
@@ -154,4 +155,67 @@ fn a_snapshot_whose_state_does_not_decode_is_refused_not_fatal() {
     assert_eq!(standing(&r), before);
     assert_eq!(r.stats().snapshots_refused, 6);
     assert_eq!(r.stats().snapshots_installed, 0);
+}
+
+/// Well-formed Raft messages that raft-rs would panic on (it trusts its peers), found by
+/// fuzzing: they are refused before raft-rs sees them, and the replica goes on unchanged.
+#[test]
+fn raft_messages_that_would_panic_raft_rs_are_refused() {
+    use raft::eraftpb::{Entry, MessageType};
+    let cfg = ReplicaConfig::new(1, vec![1, 2, 3]);
+    let mut r = Replica::open(cfg, Vec::new(), Register::new()).unwrap();
+    let before = standing(&r);
+    let base = Message {
+        from: 2,
+        to: 1,
+        term: 1,
+        ..Default::default()
+    };
+    let with = |kind: MessageType, edit: &dyn Fn(&mut Message)| {
+        let mut m = base.clone();
+        m.set_msg_type(kind);
+        edit(&mut m);
+        m
+    };
+    let crafted = [
+        // A vote request without a term: raft-rs asserts on the answer it builds.
+        with(MessageType::MsgRequestPreVote, &|m| m.term = 0),
+        with(MessageType::MsgRequestVote, &|m| m.term = 0),
+        // A type the enum does not have: the generated getter panics.
+        Message {
+            msg_type: 72,
+            ..base.clone()
+        },
+        // A heartbeat committing beyond the log: raft-rs's commit_to panics.
+        with(MessageType::MsgHeartbeat, &|m| m.commit = 50),
+        // An empty forwarded proposal: "stepped empty MsgProp".
+        with(MessageType::MsgPropose, &|m| m.term = 0),
+        // Entries out of sequence, and a local message from the network.
+        with(MessageType::MsgAppend, &|m| {
+            m.entries = vec![
+                Entry {
+                    index: 5,
+                    term: 1,
+                    ..Default::default()
+                },
+                Entry {
+                    index: 3,
+                    term: 1,
+                    ..Default::default()
+                },
+            ]
+        }),
+        with(MessageType::MsgHup, &|_| {}),
+    ];
+    let mut out = Vec::new();
+    for m in crafted {
+        let msg = OrderMsg::Raft(m.encode_to_vec());
+        r.step(0, Input::Message { from: 2, msg }, &mut out)
+            .expect("refused, not fatal");
+    }
+    assert_eq!(r.stats().raft_refused, 7);
+    assert_eq!(standing(&r), before);
+    let mut stats = r.stats();
+    stats.raft_refused = 0;
+    assert_eq!(stats, OrderStats::default());
 }

@@ -8,6 +8,7 @@ use super::owner::{Refusal, TxId};
 
 /// A message, the clock of the node that sent it and the sender's incarnation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct TfaMsg {
     /// The sender's clock when it sent the message.
     pub clock: u64,
@@ -20,6 +21,7 @@ pub struct TfaMsg {
 
 /// What TFA nodes say to each other.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Body {
     /// Asks for the committed copy of `key`.
     Fetch {
@@ -149,6 +151,7 @@ pub enum Body {
 
 /// What a node answers to a `Fetch`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum FetchAnswer {
     /// The receiver owns the object: its committed copy (`None`: it does not exist).
     Found {
@@ -167,6 +170,7 @@ pub enum FetchAnswer {
 
 /// A committer's decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Decision {
     /// Committed at `version`: the objects locked for it move to the committer.
     Commit {

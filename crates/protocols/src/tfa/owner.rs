@@ -17,6 +17,7 @@ use super::directory::NodeId;
 /// A transaction: the node that runs it and its number there (numbers of a restarted node
 /// start above every number of its earlier runs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct TxId {
     /// The node running the transaction.
     pub node: NodeId,
@@ -54,6 +55,7 @@ pub struct Held<'a> {
 
 /// Why locks were not granted.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Refusal {
     /// Another transaction holds this key's lock.
     Busy(Key),

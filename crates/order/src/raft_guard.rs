@@ -1,0 +1,113 @@
+//! Raft messages from peers, checked before raft-rs sees them. raft-rs trusts its peers to be
+//! correct raft-rs nodes: some malformed messages make it panic (a vote message with term 0, a
+//! heartbeat committing beyond the log, entries out of sequence, a snapshot with another
+//! configuration) or treat a peer's message as a local one (term 0). A replica runs every peer
+//! message through [`check`] and drops what fails, with a warning: a correct peer never sends
+//! such a message, so nothing a correct cluster needs is lost.
+
+use raft::eraftpb::{ConfState, EntryType, Message, MessageType};
+
+/// What a check needs to know of the receiving replica.
+pub(crate) struct View<'a> {
+    /// The configured replicas, sorted.
+    pub(crate) voters: &'a [u64],
+    /// The index of the replica's last log entry.
+    pub(crate) last_index: u64,
+}
+
+/// Why a peer's Raft message was dropped.
+pub(crate) fn check(m: &Message, view: &View) -> Result<(), &'static str> {
+    use MessageType::*;
+    // The generated getters panic on a value the enum does not have.
+    let kind = MessageType::from_i32(m.msg_type).ok_or("an unknown message type")?;
+    match kind {
+        MsgAppend
+        | MsgAppendResponse
+        | MsgRequestVote
+        | MsgRequestVoteResponse
+        | MsgRequestPreVote
+        | MsgRequestPreVoteResponse
+        | MsgSnapshot
+        | MsgHeartbeat
+        | MsgHeartbeatResponse => {}
+        // A follower forwards proposals to the leader, without a term.
+        MsgPropose => {
+            let normal = |t| EntryType::from_i32(t) == Some(EntryType::EntryNormal);
+            let entries_ok =
+                !m.entries.is_empty() && m.entries.iter().all(|e| normal(e.entry_type));
+            if m.term != 0 || !entries_ok {
+                return Err("a forwarded proposal that is not one of normal entries");
+            }
+            return Ok(());
+        }
+        // Local messages (MsgHup, MsgBeat, ...) and features this layer does not use (leader
+        // transfer, read index) never come from a peer.
+        _ => return Err("a message type peers do not send"),
+    }
+    if m.term == 0 {
+        return Err("no term (raft-rs would take it for a local message)");
+    }
+    match kind {
+        MsgAppend => {
+            if m.log_term > m.term {
+                return Err("an append whose previous entry is from a later term");
+            }
+            let mut expected = m.index;
+            for e in &m.entries {
+                expected = expected.checked_add(1).ok_or("entry index overflow")?;
+                if e.index != expected {
+                    return Err("appended entries out of sequence");
+                }
+                if e.term > m.term {
+                    return Err("an appended entry from a later term than the message");
+                }
+                // Membership is static: nothing but normal entries is ever proposed.
+                if EntryType::from_i32(e.entry_type) != Some(EntryType::EntryNormal) {
+                    return Err("an appended entry that is not a normal entry");
+                }
+            }
+        }
+        MsgHeartbeat if m.commit > view.last_index => {
+            return Err("a heartbeat committing beyond this replica's log");
+        }
+        MsgAppendResponse if m.index > view.last_index => {
+            return Err("an append response beyond this replica's log");
+        }
+        MsgAppendResponse if m.reject && m.reject_hint > m.index => {
+            return Err("a rejection hinting beyond the rejected index");
+        }
+        MsgSnapshot => {
+            let snap = m
+                .snapshot
+                .as_ref()
+                .ok_or("a snapshot message without a snapshot")?;
+            let meta = snap
+                .metadata
+                .as_ref()
+                .ok_or("a snapshot without metadata")?;
+            if meta.term > m.term {
+                return Err("a snapshot from a later term than the message");
+            }
+            let same = meta
+                .conf_state
+                .as_ref()
+                .is_some_and(|cs| same_configuration(cs, view.voters));
+            if !same {
+                return Err("a snapshot of another configuration");
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Whether `cs` is the static configuration `voters` (sorted), and nothing else.
+fn same_configuration(cs: &ConfState, voters: &[u64]) -> bool {
+    let mut theirs = cs.voters.clone();
+    theirs.sort_unstable();
+    theirs == voters
+        && cs.learners.is_empty()
+        && cs.voters_outgoing.is_empty()
+        && cs.learners_next.is_empty()
+        && !cs.auto_leave
+}
