@@ -471,3 +471,76 @@ fn a_clock_near_the_end_of_u64_is_dropped_and_changes_nothing() {
     assert!(net.node(2).clock() > before && net.node(2).clock() < 1 << 62);
     assert_eq!(read_value(&mut net, 1, 3, &k), Some(vec![2]));
 }
+
+/// An answer is taken only from the node asked, and request numbers of different runs never
+/// meet: an answer meant for an earlier run of a node (still in a queue when it restarted) is
+/// not taken for one of the new run's requests.
+#[test]
+fn answers_from_anyone_but_the_node_asked_or_for_an_earlier_run_are_ignored() {
+    use atomos_protocols::tfa::msg::FetchAnswer;
+    let fetch_of = |acts: &[Action]| {
+        acts.iter()
+            .find_map(|a| match a {
+                Output::Send {
+                    to,
+                    msg:
+                        TfaMsg {
+                            body: Body::Fetch { req, .. },
+                            ..
+                        },
+                } => Some((*to, *req)),
+                _ => None,
+            })
+            .expect("a fetch was sent")
+    };
+    let answer = |req, value: u8| TfaMsg {
+        clock: 1,
+        incarnation: 0,
+        body: Body::Fetched {
+            req,
+            answer: FetchAnswer::Found {
+                value: Some(vec![value]),
+                version: 1,
+            },
+        },
+    };
+    let replied = |acts: &[Action]| acts.iter().any(|a| matches!(a, Output::Deliver(_)));
+
+    let mut first = TfaNode::new(1, vec![1, 2, 3], 0, cfg()).unwrap();
+    // A key another node is home to, so reading it asks that node.
+    let k = (0..)
+        .map(|i| Key::with_index("asked/", i))
+        .find(|k| first.home(k) != 1)
+        .expect("some key has another home");
+    let mut acts = Vec::new();
+    first.begin(1);
+    first.read(0, 1, k.clone(), &mut acts);
+    let (asked, old_req) = fetch_of(&acts);
+
+    // A third node answering in the asked node's place is ignored.
+    let other = if asked == 2 { 3 } else { 2 };
+    let mut acts = Vec::new();
+    first.on_message(1, other, answer(old_req, 7), &mut acts);
+    assert!(!replied(&acts), "{acts:?}");
+
+    // The node restarts and asks again: the answer to the earlier run's request does not
+    // answer the new one.
+    let mut second = TfaNode::new(1, vec![1, 2, 3], 1, cfg()).unwrap();
+    let mut acts = Vec::new();
+    second.begin(1);
+    second.read(0, 1, k.clone(), &mut acts);
+    let (_, new_req) = fetch_of(&acts);
+    assert_ne!(new_req, old_req);
+    let mut acts = Vec::new();
+    second.on_message(1, asked, answer(old_req, 7), &mut acts);
+    assert!(!replied(&acts), "{acts:?}");
+    let mut acts = Vec::new();
+    second.on_message(2, asked, answer(new_req, 8), &mut acts);
+    assert!(acts.iter().any(|a| matches!(
+        a,
+        Output::Deliver(Answer {
+            reply: Reply::Read(Ok(Some(v))),
+            ..
+        }) if v == &vec![8]
+    )));
+}

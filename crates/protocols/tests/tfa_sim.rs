@@ -11,7 +11,9 @@
 //! and partitions explain), never by running out of attempts.
 //!
 //! Replay one seed: `ATOMOS_SIM_SEED=N cargo test -p atomos-protocols --test tfa_sim`; run
-//! 1,000: `ATOMOS_SIM_SEEDS=1000 cargo test -p atomos-protocols --test tfa_sim`.
+//! 1,000: `ATOMOS_SIM_SEEDS=1000 cargo test -p atomos-protocols --test tfa_sim`. With
+//! `DEBUG_TFA=PATTERN` a run prints each transaction's attempts, the crashes and restarts, the
+//! trace lines containing PATTERN, and every node's view of each list.
 
 use std::collections::BTreeMap;
 

@@ -103,8 +103,12 @@ pub enum Body {
     },
     /// The sender (re)started: sent to every member until each answers `Welcome`.
     Hello,
-    /// The answer to `Hello`.
-    Welcome,
+    /// The answer to `Hello`, naming the incarnation greeted (an answer to an earlier run's
+    /// `Hello` does not end a later run's greeting).
+    Welcome {
+        /// The incarnation of the node that said `Hello`.
+        incarnation: u64,
+    },
     /// The home recorded these `Track` or `Lost` entries (each with whether it was a loss).
     Tracked {
         /// Each object with the version recorded.

@@ -175,6 +175,8 @@ pub struct TfaCounters {
     pub dropped_lost: u64,
     /// Home records marked lost (their owner restarted holding them, or dropped them).
     pub marked_lost: u64,
+    /// Messages dropped because they came from an earlier run of their sender.
+    pub stale_dropped: u64,
 }
 
 /// The outstanding entry of a read waiting to ask again after a "locked" answer.
@@ -336,6 +338,9 @@ impl TfaNode {
         if !members.contains(&me) {
             return Err(OpenError::NotAMember(me));
         }
+        if incarnation >= 1 << 32 {
+            return Err(OpenError::IncarnationTooLarge(incarnation));
+        }
         let log = match cfg.planted_bug {
             Some(PlantedBug::ForgetHomeRecords) => &[],
             _ => log,
@@ -377,7 +382,9 @@ impl TfaNode {
             greeting: (others, None),
             logged: log.len(),
             next_tx: incarnation << 32,
-            next_req: 0,
+            // Numbers of different runs never meet: an answer to an earlier run's request is
+            // never taken for one of this run's.
+            next_req: incarnation << 32,
             counters: TfaCounters::default(),
         })
     }
@@ -502,12 +509,21 @@ impl TfaNode {
         }
     }
 
-    /// The request `req` was answered: removes it and returns its transaction's handle if the
-    /// transaction still waits for it.
-    pub(super) fn take_request(&mut self, req: u64) -> Option<u64> {
-        let h = self.requests.remove(&req)?;
-        let tx = self.active.get_mut(&h)?;
-        tx.outstanding.remove(&req)?;
+    /// Node `from` answered request `req`: removes it and returns its transaction's handle if
+    /// the transaction still waits for it and `from` is the node asked (an answer from anyone
+    /// else, such as one meant for an earlier run of this node, is ignored).
+    pub(super) fn take_request(&mut self, req: u64, from: NodeId) -> Option<u64> {
+        let h = *self.requests.get(&req)?;
+        let asked = self
+            .active
+            .get(&h)
+            .and_then(|tx| tx.outstanding.get(&req))
+            .map(|o| o.to);
+        if asked.is_some_and(|to| to != from) {
+            return None;
+        }
+        self.requests.remove(&req);
+        self.active.get_mut(&h)?.outstanding.remove(&req)?;
         Some(h)
     }
 }
@@ -521,6 +537,9 @@ pub enum OpenError {
     /// The log cannot be read.
     #[error(transparent)]
     Corrupt(#[from] super::durable::CorruptLog),
+    /// Incarnations number transactions and requests in the top 32 bits of 64.
+    #[error("incarnation {0} does not fit in 32 bits")]
+    IncarnationTooLarge(u64),
     /// The incarnation is not newer than one the log already saw.
     #[error("incarnation {given} is not newer than {last}, which this node's log already ran")]
     OldIncarnation {

@@ -116,7 +116,16 @@ impl TfaNode {
         out: &mut Vec<Action>,
     ) -> bool {
         match self.peers.get(&node) {
-            Some(&known) if incarnation < known => return false,
+            Some(&known) if incarnation < known => {
+                self.counters.stale_dropped += 1;
+                // Rare (messages of a run overtaken by its restart) unless the node restarted
+                // with an incarnation below its last one (a clock set back, a wiped log).
+                out.push(Output::Warn(format!(
+                    "dropped a message from node {node} run {incarnation}: run {known} of it was \
+                     seen already"
+                )));
+                return false;
+            }
             Some(&known) if incarnation == known => return true,
             _ => {}
         }

@@ -29,24 +29,22 @@ impl TfaNode {
         }
         self.clock.observe(msg.clock);
         match msg.body {
-            Body::Hello => self.send(from, Body::Welcome, out),
-            Body::Welcome => {
-                self.greeting.0.remove(&from);
+            Body::Hello => {
+                let incarnation = msg.incarnation;
+                self.send(from, Body::Welcome { incarnation }, out)
+            }
+            Body::Welcome { incarnation } => {
+                if incarnation == self.incarnation {
+                    self.greeting.0.remove(&from);
+                }
             }
             Body::Fetch { req, key } => {
                 let answer = self.lookup(&key);
                 self.send(from, Body::Fetched { req, answer }, out);
             }
             Body::Fetched { req, answer } => {
-                if let Some(&h) = self.requests.get(&req) {
-                    self.requests.remove(&req);
-                    let live = self
-                        .active
-                        .get(&h)
-                        .is_some_and(|t| t.outstanding.contains_key(&req));
-                    if live {
-                        self.fetched(now, h, from, msg.clock, answer, out);
-                    }
+                if let Some(h) = self.take_request(req, from) {
+                    self.fetched(now, h, from, msg.clock, answer, out);
                 }
             }
             Body::Lock { req, tx, items } => {
@@ -62,7 +60,7 @@ impl TfaNode {
                 self.send(from, Body::Locked { req, result }, out);
             }
             Body::Locked { req, result } => {
-                let Some(h) = self.take_request(req) else {
+                let Some(h) = self.take_request(req, from) else {
                     return;
                 };
                 match result {
@@ -87,7 +85,7 @@ impl TfaNode {
                 self.send(from, Body::Validated { req, invalid }, out);
             }
             Body::Validated { req, invalid } => {
-                let Some(h) = self.take_request(req) else {
+                let Some(h) = self.take_request(req, from) else {
                     return;
                 };
                 if !invalid.is_empty() || self.active[&h].outstanding.is_empty() {
@@ -114,9 +112,10 @@ impl TfaNode {
                     // From an earlier run of this node: nothing is known of it here.
                     None if tx.n >> 32 < self.incarnation => Decision::Unknown,
                     None => {
-                        // Undecided (still committing) or unknown (finished and confirmed, or
-                        // from before a restart): abort it; a committed transaction is only
-                        // forgotten once every owner confirmed, so no asker waits for it.
+                        // Undecided (still committing) or unknown (finished and confirmed):
+                        // abort it. A committed decision is kept until every owner confirmed
+                        // it, or twice the abandon time, after which every owner that did not
+                        // confirm has given its locks up (as lost): no asker waits for it.
                         if let Some(&h) = self.handles.get(&tx) {
                             self.counters.aborts_validation += 1;
                             self.fail(now, h, Failure::Conflict(AbortCause::CommitValidation), out);
@@ -155,7 +154,7 @@ impl TfaNode {
                 self.send(from, Body::AbstractLocked { req, granted }, out);
             }
             Body::AbstractLocked { req, granted } => {
-                if let Some(h) = self.take_request(req) {
+                if let Some(h) = self.take_request(req, from) {
                     self.abstract_answer(h, granted, out);
                 }
             }

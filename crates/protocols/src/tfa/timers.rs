@@ -59,7 +59,9 @@ impl TfaNode {
         let mut gone = Vec::new();
         let mut repeat = Vec::new();
         for (tx, p) in &mut self.decided {
-            if now >= p.since + self.cfg.abandon {
+            // Kept well past the owners' abandon time: an owner asking later must never be told
+            // "abort" about a committed transaction.
+            if now >= p.since + self.cfg.abandon.saturating_mul(2) {
                 gone.push(*tx);
             } else if now >= p.sent + self.cfg.resend {
                 p.sent = now;
@@ -85,7 +87,9 @@ impl TfaNode {
         let mut losses: BTreeMap<NodeId, Vec<(Key, u64, NodeId)>> = BTreeMap::new();
         let (dir, resend, abandon) = (&self.dir, self.cfg.resend, self.cfg.abandon);
         self.tracking.retain(|key, t| {
-            if now >= t.since + abandon {
+            // A loss report is kept until confirmed: given up, the home would go on naming a
+            // node that holds nothing.
+            if t.lost_with.is_none() && now >= t.since + abandon {
                 return false;
             }
             if t.sent.is_none_or(|s| now >= s + resend) {
