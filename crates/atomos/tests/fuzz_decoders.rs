@@ -172,10 +172,18 @@ fn frame_payload(msg: NodeMsg, u: &mut Unstructured) -> Option<Vec<u8>> {
 /// A Raft message built field by field from unstructured bytes (raft-rs's types do not
 /// implement `Arbitrary`).
 fn arbitrary_raft(u: &mut Unstructured) -> arbitrary::Result<Message> {
+    // Mostly small terms (to meet the replica's), sometimes any at all.
+    let term = |u: &mut Unstructured| -> arbitrary::Result<u64> {
+        if u.ratio(1, 16u8)? {
+            u.arbitrary()
+        } else {
+            u.int_in_range(0..=5)
+        }
+    };
     let mut m = Message {
         to: u.int_in_range(0..=4)?,
         from: u.int_in_range(0..=4)?,
-        term: u.int_in_range(0..=5)?,
+        term: term(u)?,
         log_term: u.int_in_range(0..=5)?,
         index: u.int_in_range(0..=20)?,
         commit: u.int_in_range(0..=20)?,
@@ -211,8 +219,12 @@ fn arbitrary_raft(u: &mut Unstructured) -> arbitrary::Result<Message> {
         m.snapshot = Some(Snapshot {
             data: u.arbitrary::<Vec<u8>>()?,
             metadata: Some(SnapshotMetadata {
-                index: u.int_in_range(0..=20)?,
-                term: u.int_in_range(0..=5)?,
+                index: if u.ratio(1, 16u8)? {
+                    u.arbitrary()?
+                } else {
+                    u.int_in_range(0..=20)?
+                },
+                term: term(u)?,
                 conf_state: Some(ConfState {
                     voters: vec![1, 2, 3],
                     ..Default::default()

@@ -160,6 +160,14 @@ pub enum Refusal {
     /// Bytes that are not the handshake message expected now.
     #[error("malformed handshake: {0}")]
     Malformed(String),
+    /// The dialler reached another node than the one it dialled.
+    #[error("expected node {expected} at this address, found node {found}")]
+    UnexpectedPeer {
+        /// The node dialled.
+        expected: u64,
+        /// The node that answered.
+        found: u64,
+    },
     /// A message arrived after the handshake failed or finished.
     #[error("handshake message after the handshake {0}")]
     Over(&'static str),
@@ -208,6 +216,8 @@ enum State {
 pub struct Handshake {
     me: Identity,
     role: Role,
+    /// The dialler's expected peer: any other is refused before it is sent the confirmation.
+    expect: Option<u64>,
     preamble: Vec<u8>,
     state: State,
 }
@@ -234,9 +244,16 @@ impl Handshake {
         Handshake {
             me,
             role,
+            expect: None,
             preamble,
             state: State::AwaitPreamble,
         }
+    }
+
+    /// As the dialler, refuses any peer but `peer` (before sending it the confirmation, so a
+    /// node reached by mistake or redirection never counts this one as authenticated).
+    pub fn expect_peer(&mut self, peer: u64) {
+        self.expect = Some(peer);
     }
 
     /// Feeds one frame's payload from the peer and appends the frames to send to `out`. After
@@ -296,6 +313,12 @@ impl Handshake {
             }
             State::AwaitAnswer(mut noise_state) => {
                 let peer = self.read_noise(&mut noise_state, payload)?;
+                if let Some(expected) = self.expect.filter(|&e| e != peer) {
+                    return Err(Refusal::UnexpectedPeer {
+                        expected,
+                        found: peer,
+                    });
+                }
                 let (mut sealer, opener) = into_channel(*noise_state)?;
                 sealer
                     .seal_record(&[], out)

@@ -419,6 +419,9 @@ where
     };
     let mut out = Vec::new();
     let mut handshake = Handshake::start(shared.cfg.identity.clone(), role, &mut out);
+    if let Some(peer) = expect {
+        handshake.expect_peer(peer);
+    }
     stream.write_all(&out).await.map_err(io_err)?;
     let mut records = Decoder::new(MAX_HANDSHAKE_FRAME);
     let mut buf = [0u8; 1024];

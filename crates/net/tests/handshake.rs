@@ -284,3 +284,33 @@ fn bad_identities_are_configuration_errors() {
         "Debug hides the secret"
     );
 }
+
+#[test]
+fn a_dialler_reaching_another_node_refuses_it_before_confirming() {
+    let (mut to_r, mut to_i) = (Vec::new(), Vec::new());
+    let mut dialler = Handshake::start(id("c", 1, KEY), Role::Initiator, &mut to_r);
+    dialler.expect_peer(2);
+    let mut other = Handshake::start(id("c", 3, KEY), Role::Responder, &mut to_i);
+    let mut refused = None;
+    let mut sent_after_refusal = false;
+    while !to_r.is_empty() || !to_i.is_empty() {
+        for f in frames(&std::mem::take(&mut to_r)) {
+            let _ = other.step(&f, &mut to_i);
+        }
+        for f in frames(&std::mem::take(&mut to_i)) {
+            let before = to_r.len();
+            if let Err(e) = dialler.step(&f, &mut to_r) {
+                refused = Some(e);
+                sent_after_refusal |= to_r.len() > before;
+            }
+        }
+    }
+    assert_eq!(
+        refused,
+        Some(Refusal::UnexpectedPeer {
+            expected: 2,
+            found: 3
+        })
+    );
+    assert!(!sent_after_refusal, "node 3 was sent no confirmation");
+}

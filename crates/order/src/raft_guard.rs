@@ -7,6 +7,11 @@
 
 use raft::eraftpb::{ConfState, EntryType, Message, MessageType};
 
+/// Terms and indexes at or above this are refused: a correct cluster adds one term per election
+/// and one index per entry, so it never comes near, while raft-rs computes `term + 1` and
+/// `index + 1` unchecked.
+pub(crate) const CEILING: u64 = 1 << 48;
+
 /// What a check needs to know of the receiving replica.
 pub(crate) struct View<'a> {
     /// The configured replicas, sorted.
@@ -47,17 +52,31 @@ pub(crate) fn check(m: &Message, view: &View) -> Result<(), &'static str> {
     if m.term == 0 {
         return Err("no term (raft-rs would take it for a local message)");
     }
+    let huge = [m.term, m.log_term, m.index, m.commit, m.reject_hint];
+    if huge.iter().any(|&v| v >= CEILING) {
+        return Err("a term or index beyond any a cluster reaches");
+    }
     match kind {
         MsgAppend => {
             if m.log_term > m.term {
                 return Err("an append whose previous entry is from a later term");
             }
+            // raft-rs reads the term of an index past its log as 0: a zero term would match
+            // there and commit beyond the log.
+            if m.index > 0 && m.log_term == 0 {
+                return Err("an append after an entry without a term");
+            }
             let mut expected = m.index;
+            let mut previous_term = m.log_term;
             for e in &m.entries {
                 expected = expected.checked_add(1).ok_or("entry index overflow")?;
                 if e.index != expected {
                     return Err("appended entries out of sequence");
                 }
+                if e.term == 0 || e.term < previous_term {
+                    return Err("appended entries without a term, or with a term going back");
+                }
+                previous_term = e.term;
                 if e.term > m.term {
                     return Err("an appended entry from a later term than the message");
                 }
@@ -87,6 +106,9 @@ pub(crate) fn check(m: &Message, view: &View) -> Result<(), &'static str> {
                 .ok_or("a snapshot without metadata")?;
             if meta.term > m.term {
                 return Err("a snapshot from a later term than the message");
+            }
+            if meta.term == 0 || meta.index == 0 || meta.index >= CEILING {
+                return Err("a snapshot without a term or position, or beyond any log");
             }
             let same = meta
                 .conf_state

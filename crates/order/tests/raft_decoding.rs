@@ -206,6 +206,37 @@ fn raft_messages_that_would_panic_raft_rs_are_refused() {
             ]
         }),
         with(MessageType::MsgHup, &|_| {}),
+        // A term no cluster reaches: raft-rs computes term + 1 at its next election.
+        with(MessageType::MsgHeartbeat, &|m| m.term = u64::MAX),
+        // raft-rs reads the term past its log as 0: a zero term matches there and commits
+        // beyond the log.
+        with(MessageType::MsgAppend, &|m| {
+            m.index = 1;
+            m.log_term = 0;
+            m.commit = 1;
+        }),
+        with(MessageType::MsgAppend, &|m| {
+            m.entries = vec![Entry {
+                index: 1,
+                term: 0,
+                ..Default::default()
+            }];
+            m.commit = 1;
+        }),
+        // A snapshot without a term, beyond the log.
+        with(MessageType::MsgSnapshot, &|m| {
+            m.snapshot = Some(Snapshot {
+                data: Vec::new(),
+                metadata: Some(raft::eraftpb::SnapshotMetadata {
+                    index: 10,
+                    term: 0,
+                    conf_state: Some(raft::eraftpb::ConfState {
+                        voters: vec![1, 2, 3],
+                        ..Default::default()
+                    }),
+                }),
+            })
+        }),
     ];
     let mut out = Vec::new();
     for m in crafted {
@@ -213,7 +244,7 @@ fn raft_messages_that_would_panic_raft_rs_are_refused() {
         r.step(0, Input::Message { from: 2, msg }, &mut out)
             .expect("refused, not fatal");
     }
-    assert_eq!(r.stats().raft_refused, 7);
+    assert_eq!(r.stats().raft_refused, 11);
     assert_eq!(standing(&r), before);
     let mut stats = r.stats();
     stats.raft_refused = 0;
