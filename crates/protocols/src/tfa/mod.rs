@@ -8,7 +8,11 @@
 //!   owner; other nodes cache owners and correct the cache when redirected.
 //! - [`owner`]: the objects a node owns, with versions, commit locks held until the committer's
 //!   decision is known, and forwarding addresses of objects that left.
-//! - [`msg`]: what nodes say to each other; every message carries the sender's clock.
+//! - [`msg`]: what nodes say to each other; every message carries the sender's clock and
+//!   incarnation.
+//! - [`durable`]: what a node keeps on disk: its home records and the incarnations it saw.
+//! - `recovery`: restarts: incarnations learned from messages, what an earlier run held marked
+//!   lost, objects in doubt dropped as lost, a lost key never re-created.
 //! - [`node`]: one node as a deterministic state machine: reads with forwarding, the commit of
 //!   figure 5.2 with migration to the committer, directory updates, lock recovery; behind the
 //!   protocol seam ([`atomos_seam::Machine`]) with the application's calls as [`TfaRequest`]s.
