@@ -319,12 +319,7 @@ fn reached(delivered_before: usize, order: &Replica<Register>, tfa: &TfaNode) {
 fn wire_frames_decode_to_messages_their_machines_take_or_errors() {
     let _one = serial();
     let mut tfa = tfa_node();
-    let mut order = Replica::open(
-        ReplicaConfig::new(1, vec![1, 2, 3]),
-        Vec::new(),
-        Register::new(),
-    )
-    .expect("opens");
+    let mut order = replica(1);
     let delivered_before = DELIVERED.load(Ordering::Relaxed);
     let start = first_seed();
     for seed in start..start + inputs() {
@@ -461,12 +456,7 @@ impl TfaCluster {
 fn tfa_messages_decode_to_steps_or_errors() {
     let _one = serial();
     let mut cluster = TfaCluster::new();
-    let mut order = Replica::open(
-        ReplicaConfig::new(1, vec![1, 2, 3]),
-        Vec::new(),
-        Register::new(),
-    )
-    .expect("opens");
+    let mut order = replica(1);
     let delivered_before = DELIVERED.load(Ordering::Relaxed);
     let start = first_seed();
     for seed in start..start + inputs() {

@@ -410,16 +410,7 @@ impl TfaNode {
             if home == self.me {
                 self.record_owner(key, self.me, self.incarnation, version, out);
             } else {
-                // Sent with the next timer tick, batched per home.
-                self.tracking.insert(
-                    key,
-                    Tracking {
-                        version,
-                        sent: None,
-                        since: now,
-                        lost_with: None,
-                    },
-                );
+                self.track_later(now, key, version, None);
             }
         }
         self.counters.commits += 1;

@@ -509,6 +509,24 @@ impl TfaNode {
         }
     }
 
+    /// Tells `key`'s home, with the next timer tick and until it confirms, that this node now
+    /// holds `key` at `version` (`lost_with: None`), or dropped it there as lost with a node.
+    pub(super) fn track_later(
+        &mut self,
+        now: u64,
+        key: Key,
+        version: u64,
+        lost_with: Option<NodeId>,
+    ) {
+        let t = Tracking {
+            version,
+            sent: None,
+            since: now,
+            lost_with,
+        };
+        self.tracking.insert(key, t);
+    }
+
     /// Node `from` answered request `req`: removes it and returns its transaction's handle if
     /// the transaction still waits for it and `from` is the node asked (an answer from anyone
     /// else, such as one meant for an earlier run of this node, is ignored).

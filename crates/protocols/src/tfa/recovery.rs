@@ -194,15 +194,7 @@ impl TfaNode {
         if self.dir.home(&key) == self.me {
             self.record_lost(key, node, version, out);
         } else if self.tracking.get(&key).is_none_or(|t| t.version <= version) {
-            self.tracking.insert(
-                key,
-                Tracking {
-                    version,
-                    sent: None,
-                    since: now,
-                    lost_with: Some(node),
-                },
-            );
+            self.track_later(now, key, version, Some(node));
         }
     }
 
