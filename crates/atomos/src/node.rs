@@ -74,6 +74,7 @@ impl Node {
             contention: config.contention,
             record_history: config.record_history,
             default_options: config.default_options,
+            replicated: false,
         });
         Node {
             engine: Arc::new(engine),

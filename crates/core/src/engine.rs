@@ -13,12 +13,13 @@ use crate::contention::{pause, ContentionPolicy};
 use crate::error::TxError;
 use crate::history::HistoryLog;
 use crate::open::AbstractLocks;
+use crate::ordered::Certifier;
 use crate::remote::{CommitOutcome, RemoteSource, RemoteState};
 use crate::retry::RetrySignal;
 use crate::slots::SlotRegistry;
 use crate::stats::{AbortCause, Event, Stats};
 use crate::store::Store;
-use crate::tx::{HandlerEntry, Mode, ReadEntry, Tx, TxState};
+use crate::tx::{CommitFailure, HandlerEntry, Mode, ReadEntry, Tx, TxState};
 use crate::urgent::Urgent;
 
 /// Engine-wide settings.
@@ -31,6 +32,10 @@ pub struct EngineConfig {
     pub record_history: bool,
     /// Options a transaction gets when its caller gives none.
     pub default_options: TxOptions,
+    /// The engine is a replica of a replicated store: it keeps every object's key beside its
+    /// cell (certification requests name what they read and wrote), and accepts a
+    /// [`Certifier`](crate::Certifier).
+    pub replicated: bool,
 }
 
 /// Options of one transaction.
@@ -63,6 +68,10 @@ pub struct Engine {
     pub(crate) history: Option<HistoryLog>,
     /// The distributed protocol transactions run under, once set.
     remote: OnceLock<Arc<dyn RemoteSource>>,
+    /// Where update transactions are certified, once set (see `ordered`).
+    pub(crate) certifier: OnceLock<Arc<dyn Certifier>>,
+    /// The log position applied so far, under a certifier.
+    pub(crate) applied: AtomicU64,
     config: EngineConfig,
 }
 
@@ -84,13 +93,15 @@ impl Engine {
         Engine {
             id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
             clock: CachePadded::new(AtomicU64::new(0)),
-            store: Store::new(config.record_history),
+            store: Store::new(config.record_history || config.replicated),
             slots: SlotRegistry::new(),
             retry_signal: RetrySignal::new(),
             abstract_locks: AbstractLocks::new(),
             urgent: Urgent::new(),
             history: config.record_history.then(HistoryLog::new),
             remote: OnceLock::new(),
+            certifier: OnceLock::new(),
+            applied: AtomicU64::new(0),
             config,
         }
     }
@@ -98,7 +109,7 @@ impl Engine {
     /// Runs every later transaction under a distributed protocol: reads and commits go to
     /// `source` instead of this engine's objects. Set once; `false` if it was set before.
     pub fn set_remote(&self, source: Arc<dyn RemoteSource>) -> bool {
-        self.remote.set(source).is_ok()
+        self.certifier.get().is_none() && self.remote.set(source).is_ok()
     }
 
     /// Releases a family's abstract locks, wherever they are kept.
@@ -334,7 +345,11 @@ impl Engine {
                             }
                             return Ok((r, self.finish(st, true).run(self)));
                         }
-                        Err(cause) => cause,
+                        Err(CommitFailure::Abort(cause)) => cause,
+                        Err(CommitFailure::Fatal(e)) => {
+                            self.end_undecided(st);
+                            return Err(RunError::Tx(e));
+                        }
                     },
                     Some(cause) => cause,
                 },
@@ -390,6 +405,15 @@ impl Engine {
     pub(crate) fn end_with_user_error(&self, mut st: Box<TxState>) {
         st.bump(Event::UserAbort);
         st.end_attempt();
+        self.finish(st, false).run(self);
+    }
+
+    /// Ends a transaction whose commit may or may not have happened: nothing is installed
+    /// here, its abstract locks are released, its actions are dropped (neither kind can be
+    /// right).
+    pub(crate) fn end_undecided(&self, mut st: Box<TxState>) {
+        st.end_attempt();
+        st.handlers.clear();
         self.finish(st, false).run(self);
     }
 

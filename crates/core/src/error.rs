@@ -82,6 +82,17 @@ pub enum TxError {
         /// The node it was lost with.
         node: u64,
     },
+    /// The commit was sent to be ordered, and its outcome is unknown: the node lost the
+    /// cluster (or stopped) before the verdict came. The transaction may have committed; it
+    /// is not re-run, so that it is never applied twice. Read the state to find out.
+    #[error(
+        "the transaction's outcome is unknown: {reason}; it may have committed, and it was not \
+         re-run"
+    )]
+    OutcomeUnknown {
+        /// What happened.
+        reason: String,
+    },
     /// An error of the application's own, which aborted the transaction.
     #[error("{0}")]
     User(Box<dyn std::error::Error + Send + Sync + 'static>),

@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 mod cell;
+mod codec;
 mod contention;
 mod engine;
 mod error;
@@ -17,6 +18,7 @@ pub mod history;
 mod key;
 mod nesting;
 mod open;
+mod ordered;
 mod remote;
 mod retry;
 mod slots;
@@ -32,6 +34,7 @@ pub use engine::{Engine, EngineConfig, TxOptions};
 pub use error::{Message, TxError};
 pub use key::Key;
 pub use nesting::Step;
+pub use ordered::{Certification, Certifier, CertifyError, SnapshotObject, Verdict};
 pub use remote::{RemoteAttempt, RemoteError, RemoteSource};
 pub use stats::{AbortCause, AbortCounts, Stats};
 pub use tref::{Object, TRef};

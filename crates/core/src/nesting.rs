@@ -7,7 +7,7 @@ use crate::engine::{Attempts, Engine, RunError, TxOptions};
 use crate::error::TxError;
 use crate::remote::{CommitOutcome, RemoteMark};
 use crate::stats::{AbortCause, Event};
-use crate::tx::{Mark, Tx};
+use crate::tx::{CommitFailure, Mark, Tx};
 
 /// Whether an abort cause can be handled by rolling back part of the transaction.
 fn partially_recoverable(cause: AbortCause) -> bool {
@@ -156,7 +156,8 @@ impl Engine {
                     if s.abort.is_none() {
                         match s.commit(self) {
                             Ok(()) => break Ok(()),
-                            Err(cause) => s.abort = Some(cause),
+                            Err(CommitFailure::Abort(cause)) => s.abort = Some(cause),
+                            Err(CommitFailure::Fatal(e)) => break Err(RunError::Tx(e)),
                         }
                     }
                 } else {
@@ -212,6 +213,10 @@ impl Engine {
                 }
                 Err(RunError::User(e)) => {
                     self.end_with_user_error(st);
+                    return Err(e);
+                }
+                Err(RunError::Tx(e)) if !e.is_signal() => {
+                    self.end_undecided(st);
                     return Err(e);
                 }
                 Err(RunError::Tx(_)) => {

@@ -76,21 +76,9 @@ trait Erased: Any + Send + Sync {
     fn as_any(&self) -> &dyn Any;
 }
 
-/// A fingerprint of `T`'s name (FNV-1a), stored before each encoded value so that a value is
-/// never decoded as another type whose encoding happens to parse. Nodes of one cluster must run
-/// the same build (type names are not stable across compiler versions).
-fn type_tag<T>() -> [u8; 8] {
-    std::any::type_name::<T>()
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-        })
-        .to_le_bytes()
-}
-
 impl<T: Object> Erased for T {
     fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
-        postcard::to_extend(self, type_tag::<T>().to_vec())
+        crate::codec::encode(self)
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -146,13 +134,7 @@ fn wrong_type<T>(key: &Key) -> TxError {
 }
 
 fn decode<T: Object + DeserializeOwned>(key: &Key, bytes: &[u8]) -> Result<T, TxError> {
-    let payload = bytes
-        .strip_prefix(&type_tag::<T>())
-        .ok_or_else(|| wrong_type::<T>(key))?;
-    match postcard::take_from_bytes::<T>(payload) {
-        Ok((v, [])) => Ok(v),
-        _ => Err(wrong_type::<T>(key)),
-    }
+    crate::codec::decode(bytes).ok_or_else(|| wrong_type::<T>(key))
 }
 
 impl RemoteState {

@@ -99,6 +99,13 @@ impl Store {
         cell
     }
 
+    /// Calls `f` with every cell and its key (cells made meanwhile may be missed).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Key, &Cell)) {
+        for entry in self.cells.iter() {
+            f(entry.key(), entry.value());
+        }
+    }
+
     /// Number of cells (objects that exist, existed, or were looked up).
     pub(crate) fn len(&self) -> usize {
         self.cells.len()

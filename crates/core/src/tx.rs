@@ -66,6 +66,24 @@ pub(crate) struct WriteEntry {
     pub(crate) locked_from: u64,
 }
 
+/// Why a commit did not happen.
+pub(crate) enum CommitFailure {
+    /// A conflict: the attempt is rolled back and re-run (or resumed).
+    Abort(AbortCause),
+    /// The transaction ends with this error, not re-run.
+    Fatal(TxError),
+}
+
+impl From<AbortCause> for CommitFailure {
+    fn from(c: AbortCause) -> Self {
+        CommitFailure::Abort(c)
+    }
+}
+
+/// How long a committer waits for its own replica to apply its certified commit before it
+/// goes on anyway (the commit is decided; only read-your-writes on this replica waits).
+const APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Why an operation stopped early: the attempt must be abandoned. Small, so the read path
 /// returns it in registers; it becomes a [`TxError`] at the public boundary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -455,7 +473,7 @@ impl TxState {
     /// Commit: lock the write set, take a timestamp, validate the read set, install, unlock.
     /// On failure every lock is released and the read and write sets are kept (a checkpointed
     /// transaction may resume from them).
-    pub(crate) fn commit(&mut self, engine: &Engine) -> Result<(), AbortCause> {
+    pub(crate) fn commit(&mut self, engine: &Engine) -> Result<(), CommitFailure> {
         if self.mode == Mode::ReadOnly || self.writes.is_empty() {
             if let Some(h) = &engine.history {
                 h.record(self.record(engine, None));
@@ -465,6 +483,9 @@ impl TxState {
                 self.bump(Event::ReadOnlyCommit);
             }
             return Ok(());
+        }
+        if let Some(certifier) = engine.certifier() {
+            return self.commit_certified(engine, certifier);
         }
         engine.urgent.yield_to_higher(self.priority, self.urgent);
         let owner = owner_word(self.priority, self.age);
@@ -490,7 +511,7 @@ impl TxState {
                                 == OnLocked::Abort
                         {
                             self.unlock_first(i);
-                            return Err(AbortCause::LockConflict);
+                            return Err(AbortCause::LockConflict.into());
                         }
                         std::hint::spin_loop();
                     }
@@ -510,7 +531,7 @@ impl TxState {
             };
         if !alone && !self.validate_locked() {
             self.unlock_first(self.writes.len());
-            return Err(AbortCause::CommitValidation);
+            return Err(AbortCause::CommitValidation.into());
         }
         let horizon = engine.slots.horizon();
         for w in &mut self.writes {
@@ -530,6 +551,59 @@ impl TxState {
         self.bump(Event::Commit);
         self.commits_since_horizon += 1;
         Ok(())
+    }
+
+    /// Commit through the ordered log (see `ordered`): abort early if a read is already stale,
+    /// else send the reads' versions and the encoded writes to be certified, and wait for the
+    /// verdict and for this replica to apply it. The write set stays buffered here (a
+    /// checkpointed transaction may resume from it after a conflict).
+    fn commit_certified(
+        &mut self,
+        engine: &Engine,
+        certifier: &dyn crate::ordered::Certifier,
+    ) -> Result<(), CommitFailure> {
+        use crate::ordered::{Certification, Verdict};
+        if !self.reads_valid(self.reads.len()) {
+            return Err(AbortCause::CommitValidation.into());
+        }
+        let reads = self
+            .reads
+            .iter()
+            .map(|r| (engine.store.key_of(r.cell), r.version))
+            .collect();
+        let mut writes = Vec::with_capacity(self.writes.len());
+        for w in &self.writes {
+            let key = engine.store.key_of(w.cell);
+            let node = w
+                .node
+                .as_ref()
+                .map_or(std::ptr::null(), OwnedVersion::as_ptr);
+            // SAFETY: buffered nodes are owned by this write set.
+            let bytes = match unsafe { node.as_ref() }.map(Version::encode) {
+                Some(Ok(bytes)) => bytes,
+                Some(Err(e)) => {
+                    return Err(CommitFailure::Fatal(TxError::abort(format!(
+                        "cannot encode {key}: {e}"
+                    ))))
+                }
+                None => None,
+            };
+            writes.push((key, bytes));
+        }
+        match certifier.certify(Certification { reads, writes }) {
+            Ok(Verdict::Committed { version }) => {
+                engine.wait_applied(version, Some(std::time::Instant::now() + APPLY_WAIT));
+                if let Some(h) = &engine.history {
+                    h.record(self.record(engine, Some(version)));
+                }
+                self.bump(Event::Commit);
+                Ok(())
+            }
+            Ok(Verdict::Conflict) => Err(AbortCause::CommitValidation.into()),
+            Err(crate::ordered::CertifyError::OutcomeUnknown(reason)) => {
+                Err(CommitFailure::Fatal(TxError::OutcomeUnknown { reason }))
+            }
+        }
     }
 
     /// Read-set validation while holding the write set's locks.
@@ -574,6 +648,30 @@ impl TxState {
                     .collect(),
                 None => Vec::new(),
             },
+        }
+    }
+
+    /// Keeps a chain unlinked from a cell until no attempt can hold it.
+    pub(crate) fn retire(&mut self, retired: crate::cell::Retired) {
+        // Stamped at the next scan (see `after_commit`).
+        self.garbage.push((UNSTAMPED, retired));
+    }
+
+    /// Counts an install made outside a transaction (the ordered applier) towards the next
+    /// reclamation scan.
+    pub(crate) fn count_commit(&mut self) {
+        self.commits_since_horizon += 1;
+    }
+
+    /// The version of `cell` this read-only attempt's snapshot sees (`None`: never written).
+    pub(crate) fn snapshot_version(
+        &mut self,
+        engine: &Engine,
+        cell: &Cell,
+    ) -> Option<*const Version> {
+        match self.read_snapshot(engine, cell) {
+            Seen::Absent => None,
+            Seen::Present(v) => Some(v),
         }
     }
 

@@ -3,14 +3,23 @@
 //! A committed version is never changed again, so readers may hold `&T` into it for as long as
 //! the attempt that read it runs (see `slots`). The value stays typed (no encoding on the local
 //! path); its type is checked by comparing `TypeId`s, with no virtual call.
+//!
+//! Replicated protocols also install versions that arrived as bytes (certified writes, state
+//! transfer): such a node holds the encoded value and decodes it once, on its first typed read,
+//! into a value kept beside the bytes for every later reader. Deletion markers that arrived as
+//! bytes carry no type at all.
 
 use std::alloc::Layout;
-use std::any::TypeId;
+use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicPtr;
+use std::sync::OnceLock;
+
+use crate::codec;
+use crate::tref::Object;
 
 /// Type-specific operations of a version node.
 struct VTable {
@@ -18,21 +27,65 @@ struct VTable {
     /// Whether nodes with this table hold a value (false: deletion markers).
     present: bool,
     drop: unsafe fn(*mut Version),
+    /// The value as tagged bytes (see `codec`); only called on present nodes.
+    encode: unsafe fn(*const Version) -> Result<Vec<u8>, String>,
 }
 
 struct VTableFor<T>(PhantomData<T>);
 
-impl<T: Send + Sync + 'static> VTableFor<T> {
+impl<T: Object> VTableFor<T> {
     const PRESENT: VTable = VTable {
         type_id: TypeId::of::<T>(),
         present: true,
         drop: drop_typed::<T, true>,
+        encode: encode_typed::<T>,
     };
     const DELETED: VTable = VTable {
         type_id: TypeId::of::<T>(),
         present: false,
         drop: drop_typed::<T, false>,
+        encode: encode_nothing,
     };
+}
+
+/// A value that arrived as bytes, decoded on its first typed read.
+struct Encoded {
+    bytes: Vec<u8>,
+    /// The decoded value (`None`: the bytes carry the right tag but do not decode).
+    decoded: OnceLock<Option<Box<dyn Any + Send + Sync>>>,
+}
+
+static ENCODED: VTable = VTable {
+    type_id: TypeId::of::<Encoded>(),
+    present: true,
+    drop: drop_typed::<Encoded, true>,
+    encode: encode_encoded,
+};
+
+/// A deletion marker that arrived without a type (every type reads it as deleted).
+static TOMBSTONE: VTable = VTable {
+    type_id: TypeId::of::<()>(),
+    present: false,
+    drop: drop_typed::<(), false>,
+    encode: encode_nothing,
+};
+
+/// # Safety
+/// `p` must start a live `Typed<T>` whose value is initialized.
+unsafe fn encode_typed<T: Object>(p: *const Version) -> Result<Vec<u8>, String> {
+    let node = &*(p as *const Typed<T>);
+    codec::encode(node.value.assume_init_ref()).map_err(|e| e.to_string())
+}
+
+/// # Safety
+/// `p` must start a live `Typed<Encoded>`.
+unsafe fn encode_encoded(p: *const Version) -> Result<Vec<u8>, String> {
+    let node = &*(p as *const Typed<Encoded>);
+    Ok(node.value.assume_init_ref().bytes.clone())
+}
+
+unsafe fn encode_nothing(_: *const Version) -> Result<Vec<u8>, String> {
+    Err("a deletion marker has no value".into())
 }
 
 /// # Safety
@@ -153,9 +206,19 @@ impl Version {
         self.vtable.present
     }
 
+    /// The value as tagged bytes (`None`: a deletion marker). Fails only if the value's type
+    /// cannot be encoded.
+    pub(crate) fn encode(&self) -> Result<Option<Vec<u8>>, String> {
+        if !self.vtable.present {
+            return Ok(None);
+        }
+        // SAFETY: the table belongs to this node and it is present.
+        unsafe { (self.vtable.encode)(self) }.map(Some)
+    }
+
     /// The value, if this version is present and holds a `T`; `Err` if it holds another type.
     #[inline]
-    pub(crate) fn get<T: Send + Sync + 'static>(&self) -> Result<Option<&T>, ()> {
+    pub(crate) fn get<T: Object>(&self) -> Result<Option<&T>, ()> {
         // Fast path: the table's address identifies a present `T` without reading the table.
         // (A constant may have several addresses, so a mismatch proves nothing: compare ids.)
         let present_t = std::ptr::eq(self.vtable, &VTableFor::<T>::PRESENT)
@@ -166,10 +229,32 @@ impl Version {
             let node = unsafe { &*(self as *const Version as *const Typed<T>) };
             return Ok(Some(unsafe { node.value.assume_init_ref() }));
         }
+        if std::ptr::eq(self.vtable, &ENCODED) {
+            return self.get_encoded();
+        }
         if self.vtable.present {
             Err(())
         } else {
             Ok(None)
+        }
+    }
+
+    /// The value of a node that arrived as bytes, decoded as a `T` on first use.
+    #[cold]
+    fn get_encoded<T: Object>(&self) -> Result<Option<&T>, ()> {
+        // SAFETY: the table says this header starts a `Typed<Encoded>`, initialized.
+        let node = unsafe { &*(self as *const Version as *const Typed<Encoded>) };
+        let enc = unsafe { node.value.assume_init_ref() };
+        // Checked before decoding, so that a read as the wrong type decides nothing.
+        if !codec::is_tagged::<T>(&enc.bytes) {
+            return Err(());
+        }
+        let decoded = enc.decoded.get_or_init(|| {
+            codec::decode::<T>(&enc.bytes).map(|v| Box::new(v) as Box<dyn Any + Send + Sync>)
+        });
+        match decoded.as_ref().and_then(|v| v.downcast_ref::<T>()) {
+            Some(v) => Ok(Some(v)),
+            None => Err(()),
         }
     }
 }
@@ -184,7 +269,34 @@ unsafe impl Sync for OwnedVersion {}
 
 impl OwnedVersion {
     /// A node holding `value` (`None`: a deletion marker for an object of type `T`).
-    pub(crate) fn new<T: Send + Sync + 'static>(value: Option<T>) -> OwnedVersion {
+    pub(crate) fn new<T: Object>(value: Option<T>) -> OwnedVersion {
+        let vtable = if value.is_some() {
+            &VTableFor::<T>::PRESENT
+        } else {
+            &VTableFor::<T>::DELETED
+        };
+        OwnedVersion::with_table(value, vtable)
+    }
+
+    /// A node holding a value that arrived as tagged bytes (`None`: a deletion marker of no
+    /// particular type). The value is decoded on its first typed read.
+    pub(crate) fn from_bytes(bytes: Option<Vec<u8>>) -> OwnedVersion {
+        match bytes {
+            Some(bytes) => OwnedVersion::with_table(
+                Some(Encoded {
+                    bytes,
+                    decoded: OnceLock::new(),
+                }),
+                &ENCODED,
+            ),
+            None => OwnedVersion::with_table::<()>(None, &TOMBSTONE),
+        }
+    }
+
+    fn with_table<T: Send + Sync + 'static>(
+        value: Option<T>,
+        vtable: &'static VTable,
+    ) -> OwnedVersion {
         let layout = Layout::new::<Typed<T>>();
         let block = acquire_block(layout) as *mut Typed<T>;
         let Some(block) = NonNull::new(block) else {
@@ -196,11 +308,7 @@ impl OwnedVersion {
                 header: Version {
                     ts: 0,
                     prev: AtomicPtr::new(std::ptr::null_mut()),
-                    vtable: if value.is_some() {
-                        &VTableFor::<T>::PRESENT
-                    } else {
-                        &VTableFor::<T>::DELETED
-                    },
+                    vtable,
                 },
                 value: match value {
                     Some(v) => MaybeUninit::new(v),
@@ -266,15 +374,50 @@ mod tests {
         assert_eq!(h.get::<String>(), Ok(None));
     }
 
+    /// A value whose clones can be counted.
+    #[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
+    struct Counted {
+        #[serde(skip)]
+        shared: Arc<u8>,
+    }
+
     #[test]
     fn dropping_a_node_drops_its_value() {
-        let shared = Arc::new(5);
-        let v = OwnedVersion::new(Some(shared.clone()));
-        assert_eq!(Arc::strong_count(&shared), 2);
+        let c = Counted::default();
+        let v = OwnedVersion::new(Some(c.clone()));
+        assert_eq!(Arc::strong_count(&c.shared), 2);
         drop(v);
-        assert_eq!(Arc::strong_count(&shared), 1);
-        let raw = OwnedVersion::new(Some(shared.clone())).into_raw();
+        assert_eq!(Arc::strong_count(&c.shared), 1);
+        let raw = OwnedVersion::new(Some(c.clone())).into_raw();
         drop(unsafe { OwnedVersion::from_raw(raw) });
-        assert_eq!(Arc::strong_count(&shared), 1);
+        assert_eq!(Arc::strong_count(&c.shared), 1);
+    }
+
+    #[test]
+    fn a_value_that_arrived_as_bytes_decodes_once_as_its_own_type() {
+        let typed = OwnedVersion::new(Some(vec![1u32, 2, 3]));
+        let bytes = unsafe { &*typed.as_ptr() }.encode().unwrap();
+        let v = OwnedVersion::from_bytes(bytes);
+        let h = unsafe { &*v.as_ptr() };
+        // The wrong type first: refused, and it does not spoil the right one.
+        assert!(h.get::<String>().is_err());
+        let first = h.get::<Vec<u32>>().unwrap().unwrap() as *const Vec<u32>;
+        let again = h.get::<Vec<u32>>().unwrap().unwrap();
+        assert_eq!(again, &vec![1, 2, 3]);
+        assert!(std::ptr::eq(first, again), "decoded once");
+        assert_eq!(
+            h.encode().unwrap(),
+            unsafe { &*typed.as_ptr() }.encode().unwrap()
+        );
+        // Bytes tagged right that do not decode read as the wrong type, never as garbage.
+        let mut broken = crate::codec::type_tag::<Vec<u32>>().to_vec();
+        broken.push(200);
+        let b = OwnedVersion::from_bytes(Some(broken));
+        assert!(unsafe { &*b.as_ptr() }.get::<Vec<u32>>().is_err());
+        // A deletion marker from bytes reads as deleted whatever the type.
+        let t = OwnedVersion::from_bytes(None);
+        let h = unsafe { &*t.as_ptr() };
+        assert_eq!(h.get::<u64>(), Ok(None));
+        assert_eq!(h.encode(), Ok(None));
     }
 }

@@ -1,0 +1,252 @@
+//! Transactions whose commit is decided by a totally ordered log (the replicated protocols).
+//!
+//! Every replica holds every object in its engine. A transaction runs locally as under the
+//! local engine; if it wrote, its commit does not install anything: it sends a
+//! [`Certification`] (the version of every object it read, its writes encoded once) to a
+//! [`Certifier`] ([`Engine::set_certifier`]), which orders it and answers with a [`Verdict`].
+//! Every replica applies the ordered entries with the same deterministic rule, through one
+//! thread ([`Engine::apply_certified`]): the reads must still be the newest versions; the
+//! winners' writes are installed with a version taken from the log position. Readers never
+//! lock: the applier locks the cells it installs into like a local committer would, so
+//! snapshot reads and validation work unchanged.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use rustc_hash::FxHashSet;
+
+use crate::cell::{decode, owner_word, Cell, LockState};
+use crate::engine::Engine;
+use crate::key::Key;
+use crate::tx::Mode;
+use crate::version::OwnedVersion;
+
+/// What a transaction that wrote asks the log to certify.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Certification {
+    /// Every object the transaction read, with the version it read (0: never written).
+    pub reads: Vec<(Key, u64)>,
+    /// Its writes, each key once: the new value as tagged bytes, or `None` to delete.
+    pub writes: Vec<(Key, Option<Vec<u8>>)>,
+}
+
+/// How the log decided a certification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every read was still the newest version: the writes are installed with `version`.
+    Committed {
+        /// The version the writes got (also the position the replica must have applied
+        /// before the caller may go on).
+        version: u64,
+    },
+    /// Something read had a newer version by then: nothing was installed; the transaction
+    /// re-runs.
+    Conflict,
+}
+
+/// Why a certification has no verdict.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CertifyError {
+    /// The request may or may not have been ordered (the replica lost the cluster, or
+    /// stopped): the transaction may have committed, and must not be re-run blindly.
+    #[error("{0}")]
+    OutcomeUnknown(String),
+}
+
+/// Orders certifications: called by the thread whose transaction commits, and blocks until
+/// the verdict is known.
+pub trait Certifier: Send + Sync {
+    /// Orders `certification` and returns how every replica decided it. A
+    /// [`Verdict::Committed`] may be returned before this replica applied it; the engine
+    /// waits for that.
+    fn certify(&self, certification: Certification) -> Result<Verdict, CertifyError>;
+}
+
+/// An object as a replicated store's snapshot holds it: key, version, value as tagged bytes
+/// (`None`: a deletion, kept so that certification against it stays the same everywhere).
+pub type SnapshotObject = (Key, u64, Option<Vec<u8>>);
+
+impl Engine {
+    /// Commits every later update transaction through `certifier` instead of installing it
+    /// here. Needs an engine made with [`EngineConfig::replicated`](crate::EngineConfig);
+    /// `false` if it was not, or a certifier or remote protocol was set before.
+    pub fn set_certifier(&self, certifier: std::sync::Arc<dyn Certifier>) -> bool {
+        self.config().replicated && !self.is_remote() && self.certifier.set(certifier).is_ok()
+    }
+
+    /// The certifier update transactions commit through, once set.
+    pub(crate) fn certifier(&self) -> Option<&dyn Certifier> {
+        self.certifier.get().map(|c| &**c)
+    }
+
+    /// The newest version of `key` (0: never written). Waits out a committer that holds it.
+    pub fn version_of(&self, key: &Key) -> u64 {
+        // SAFETY: the store keeps its cells for the engine's lifetime.
+        let cell = unsafe { &*self.store.cell(key) };
+        free_version(cell)
+    }
+
+    /// The log position applied so far (see [`Engine::apply_certified`]).
+    pub fn applied(&self) -> u64 {
+        self.applied.load(Ordering::Acquire)
+    }
+
+    /// Marks `position` applied without changing any object (an entry that is not a
+    /// certification, or one that changed nothing), and wakes whoever waits for it.
+    pub fn mark_applied(&self, position: u64) {
+        self.applied.fetch_max(position, Ordering::AcqRel);
+        self.retry_signal.notify();
+    }
+
+    /// Waits until the log is applied through `position`, or `deadline` passes (false).
+    pub fn wait_applied(&self, position: u64, deadline: Option<Instant>) -> bool {
+        self.applied() >= position
+            || self
+                .retry_signal
+                .wait_until(deadline, || self.applied() >= position)
+    }
+
+    /// Applies the ordered certification at log position `version` (positions increase by at
+    /// least one per entry): if every read is still the newest version, installs the writes
+    /// with `version` and returns true; else changes nothing and returns false. Either way the
+    /// position counts as applied. Deterministic: replicas that applied the same entries in the
+    /// same order decide the same. One thread at a time may apply.
+    pub fn apply_certified(
+        &self,
+        version: u64,
+        reads: &[(Key, u64)],
+        writes: Vec<(Key, Option<Vec<u8>>)>,
+    ) -> bool {
+        let current = reads.iter().all(|(k, v)| self.version_of(k) == *v);
+        if current {
+            let writes = writes
+                .into_iter()
+                .map(|(k, bytes)| (self.store.cell(&k), OwnedVersion::from_bytes(bytes)));
+            self.install_all(version, writes.collect());
+        }
+        self.mark_applied(version);
+        current
+    }
+
+    /// Every object that was ever written, at its newest version, sorted by key: what a
+    /// replicated store's snapshot holds. Read as a consistent snapshot of the engine.
+    pub fn snapshot_objects(&self) -> Result<Vec<SnapshotObject>, String> {
+        let mut st = self.take_state();
+        st.begin(self, Mode::ReadOnly);
+        let mut out = Vec::new();
+        let mut failed = None;
+        self.store.for_each(|key, cell| {
+            let Some(v) = st.snapshot_version(self, cell) else {
+                return;
+            };
+            // SAFETY: the attempt's published start keeps the version alive.
+            let v = unsafe { &*v };
+            if v.ts == 0 {
+                // Reset to never written by an installed snapshot.
+                return;
+            }
+            match v.encode() {
+                Ok(bytes) => out.push((key.clone(), v.ts, bytes)),
+                Err(e) => failed = Some(format!("object {key}: {e}")),
+            }
+        });
+        st.end_attempt();
+        self.put_state(st);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// Makes the engine's objects those of a snapshot taken at log position `position`
+    /// ([`Engine::snapshot_objects`] of a replica that applied the same log that far): objects
+    /// whose version differs get the snapshot's, objects the snapshot lacks become never
+    /// written. Running transactions see it as one commit. One thread at a time may apply.
+    pub fn install_snapshot(&self, position: u64, objects: Vec<SnapshotObject>) {
+        let mut named = FxHashSet::default();
+        let mut changes = Vec::new();
+        for (key, version, bytes) in objects {
+            let cell = self.store.cell(&key);
+            named.insert(cell as usize);
+            // SAFETY: the store keeps its cells for the engine's lifetime.
+            if free_version(unsafe { &*cell }) != version {
+                changes.push((cell, version, OwnedVersion::from_bytes(bytes)));
+            }
+        }
+        self.store.for_each(|_, cell| {
+            let cell: *const Cell = cell;
+            // SAFETY: as above.
+            if !named.contains(&(cell as usize)) && free_version(unsafe { &*cell }) != 0 {
+                changes.push((cell, 0, OwnedVersion::from_bytes(None)));
+            }
+        });
+        self.install_versions(position, changes);
+        self.mark_applied(position);
+    }
+
+    /// Installs `writes` as one commit at `version`.
+    fn install_all(&self, version: u64, writes: Vec<(*const Cell, OwnedVersion)>) {
+        let changes = writes.into_iter().map(|(c, n)| (c, version, n)).collect();
+        self.install_versions(version, changes);
+    }
+
+    /// Locks every cell, moves the clock to `clock`, installs each node with its own version,
+    /// unlocks: readers see all of it or none of it. A cell named twice gets its last node.
+    fn install_versions(&self, clock: u64, mut changes: Vec<(*const Cell, u64, OwnedVersion)>) {
+        if changes.is_empty() {
+            return;
+        }
+        if changes.len() > 1 {
+            let mut seen = FxHashSet::default();
+            let mut keep: Vec<bool> = changes
+                .iter()
+                .rev()
+                .map(|(c, _, _)| seen.insert(*c as usize))
+                .collect();
+            keep.reverse();
+            let mut keep = keep.into_iter();
+            changes.retain(|_| keep.next().unwrap_or(true));
+        }
+        let owner = owner_word(u16::MAX, 0);
+        for (cell, _, _) in &changes {
+            // SAFETY: the store keeps its cells for the engine's lifetime.
+            let cell = unsafe { &**cell };
+            loop {
+                let word = cell.lock_word();
+                if let LockState::Free(_) = decode(word) {
+                    if cell.try_lock(word, owner) {
+                        break;
+                    }
+                }
+                std::hint::spin_loop();
+            }
+        }
+        self.clock.fetch_max(clock, Ordering::AcqRel);
+        let horizon = self.slots.horizon();
+        let mut st = self.take_state();
+        for (cell, version, node) in changes {
+            // SAFETY: as above; we hold the lock.
+            let cell = unsafe { &*cell };
+            let retired = cell.install(node, version, horizon);
+            cell.unlock(version);
+            if !retired.is_empty() {
+                st.retire(retired);
+            }
+        }
+        self.retry_signal.notify();
+        st.count_commit();
+        st.after_commit(self);
+        self.put_state(st);
+    }
+}
+
+/// The newest version of `cell`, once no committer holds it.
+fn free_version(cell: &Cell) -> u64 {
+    loop {
+        if let LockState::Free(v) = decode(cell.lock_word()) {
+            return v;
+        }
+        std::hint::spin_loop();
+    }
+}
