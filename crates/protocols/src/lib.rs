@@ -5,7 +5,12 @@
 //! Built: [`tfa`], the Transaction Forwarding Algorithm of HyflowCPP: node clocks, the tracker
 //! directory, owners with commit locks that expire, reads with forwarding, commits that migrate
 //! objects to the committer, closed and open nesting and checkpoints across nodes.
+//!
+//! [`replicated`]: the replicated store of `certify` (Paxos STM's deferred update): every
+//! replica holds every object; the order layer's state machine applies certification requests
+//! in log order through one thread.
 
 #![deny(missing_docs)]
 
+pub mod replicated;
 pub mod tfa;

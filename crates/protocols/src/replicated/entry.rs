@@ -1,0 +1,85 @@
+//! What the replicated store's log carries, and what it answers.
+
+use atomos_core::Key;
+use serde::{Deserialize, Serialize};
+
+/// One entry of the replicated store's log (a request's payload, postcard-encoded).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum Entry {
+    /// Certify a transaction that ran on one replica: commit its writes if every read is still
+    /// the newest version.
+    Certify {
+        /// Every object read, with the version read (0: never written).
+        reads: Vec<(Key, u64)>,
+        /// The writes, each key once: tagged value bytes, or `None` to delete.
+        writes: Vec<(Key, Option<Vec<u8>>)>,
+    },
+    /// Changes nothing: once a replica has applied it, it has applied everything ordered
+    /// before it (linearizable reads wait for one).
+    Barrier,
+}
+
+impl Entry {
+    /// The entry as a request payload.
+    pub fn encode(&self) -> Vec<u8> {
+        // Encoding into a vector fails only on a serializer error, which these types do not
+        // produce.
+        postcard::to_stdvec(self).unwrap_or_default()
+    }
+
+    /// The entry a payload holds.
+    pub fn decode(payload: &[u8]) -> Result<Entry, postcard::Error> {
+        postcard::from_bytes(payload)
+    }
+}
+
+/// What the store answers for an entry (the answer's bytes go back to the client that sent
+/// it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer {
+    /// The certification passed; its writes have this version (the entry's log position).
+    Committed {
+        /// The version.
+        version: u64,
+    },
+    /// A read was no longer the newest version: nothing changed.
+    Conflict {
+        /// The entry's log position.
+        position: u64,
+    },
+    /// A barrier (or another entry without an outcome) was applied at this position.
+    Applied {
+        /// The position.
+        position: u64,
+    },
+    /// The payload is not an entry this build reads: nothing changed.
+    Refused {
+        /// The position it was ordered at.
+        position: u64,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Answer {
+    /// The answer as response bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).unwrap_or_default()
+    }
+
+    /// The answer response bytes hold.
+    pub fn decode(bytes: &[u8]) -> Result<Answer, postcard::Error> {
+        postcard::from_bytes(bytes)
+    }
+
+    /// The log position the answer was given at.
+    pub fn position(&self) -> u64 {
+        match self {
+            Answer::Committed { version } => *version,
+            Answer::Conflict { position }
+            | Answer::Applied { position }
+            | Answer::Refused { position, .. } => *position,
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The replicated store as the order layer's state machine.
+
+use std::sync::Arc;
+
+use atomos_core::{Engine, SnapshotObject};
+use atomos_order::{Request, StateMachine};
+use serde::{Deserialize, Serialize};
+
+use super::entry::{Answer, Entry};
+
+/// What a store applied since it started (or was restored).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Certifications that committed.
+    pub committed: u64,
+    /// Certifications refused because a read was stale.
+    pub conflicts: u64,
+    /// Barriers applied.
+    pub barriers: u64,
+    /// Payloads that were not entries (ordered, answered, otherwise ignored).
+    pub refused: u64,
+}
+
+/// A snapshot: the objects at a log position.
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    position: u64,
+    objects: Vec<SnapshotObject>,
+}
+
+/// One replica's store: the node's engine, changed only through the log. Every finally
+/// delivered request is one log position; replicas that applied the same requests hold the
+/// same objects with the same versions.
+pub struct ReplicatedStore {
+    engine: Arc<Engine>,
+    position: u64,
+    stats: StoreStats,
+}
+
+impl ReplicatedStore {
+    /// The store over `engine`, which must be made for replication
+    /// ([`atomos_core::EngineConfig::replicated`]) and hold no objects yet.
+    pub fn new(engine: Arc<Engine>) -> Result<ReplicatedStore, String> {
+        if !engine.config().replicated {
+            return Err("the engine is not made for replication".into());
+        }
+        Ok(ReplicatedStore {
+            position: engine.applied(),
+            engine,
+            stats: StoreStats::default(),
+        })
+    }
+
+    /// The engine the store applies to.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The log position applied so far (one per finally delivered request).
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// What the store applied.
+    pub fn stats(&self) -> StoreStats {
+        self.stats
+    }
+
+    /// The objects, encoded exactly as a snapshot holds them: equal on replicas at equal
+    /// positions.
+    pub fn contents(&self) -> Vec<u8> {
+        self.snapshot()
+    }
+
+    fn decode_snapshot(data: &[u8]) -> Result<Snapshot, String> {
+        let s: Snapshot = postcard::from_bytes(data).map_err(|e| format!("snapshot: {e}"))?;
+        if s.objects.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err("snapshot: objects are not sorted by key, each once".into());
+        }
+        if let Some((key, version, _)) = s.objects.iter().find(|o| o.1 == 0 || o.1 > s.position) {
+            return Err(format!(
+                "snapshot at {}: object {key} has version {version}",
+                s.position
+            ));
+        }
+        Ok(s)
+    }
+}
+
+impl StateMachine for ReplicatedStore {
+    fn apply(&mut self, request: &Request) -> Vec<u8> {
+        self.position += 1;
+        let position = self.position;
+        let answer = match Entry::decode(&request.payload) {
+            Ok(Entry::Certify { reads, writes }) => {
+                if self.engine.apply_certified(position, &reads, writes) {
+                    self.stats.committed += 1;
+                    Answer::Committed { version: position }
+                } else {
+                    self.stats.conflicts += 1;
+                    Answer::Conflict { position }
+                }
+            }
+            Ok(Entry::Barrier) => {
+                self.engine.mark_applied(position);
+                self.stats.barriers += 1;
+                Answer::Applied { position }
+            }
+            Err(e) => {
+                self.engine.mark_applied(position);
+                self.stats.refused += 1;
+                Answer::Refused {
+                    position,
+                    reason: e.to_string(),
+                }
+            }
+        };
+        answer.encode()
+    }
+
+    /// The objects at the current position. Values installed through the log are kept as the
+    /// bytes they arrived as, so encoding cannot fail; if it did, the snapshot is empty bytes,
+    /// which `restore` refuses (loudly) rather than restoring a partial state.
+    fn snapshot(&self) -> Vec<u8> {
+        match self.engine.snapshot_objects() {
+            Ok(objects) => postcard::to_stdvec(&Snapshot {
+                position: self.position,
+                objects,
+            })
+            .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    fn restore(&mut self, data: &[u8]) -> Result<(), String> {
+        let s = Self::decode_snapshot(data)?;
+        self.engine.install_snapshot(s.position, s.objects);
+        self.position = s.position;
+        Ok(())
+    }
+
+    fn check_snapshot(&self, data: &[u8]) -> Result<(), String> {
+        Self::decode_snapshot(data).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atomos_core::{EngineConfig, Key};
+
+    fn store() -> ReplicatedStore {
+        let engine = Engine::new(EngineConfig {
+            replicated: true,
+            ..EngineConfig::default()
+        });
+        ReplicatedStore::new(Arc::new(engine)).unwrap()
+    }
+
+    fn request(entry: &Entry) -> Request {
+        Request {
+            client: 1,
+            seq: 1,
+            payload: entry.encode(),
+        }
+    }
+
+    /// `value` encoded as a transaction would send it (taken from a local engine's snapshot).
+    fn tagged(key: &str, value: u64) -> Option<Vec<u8>> {
+        let local = Engine::new(EngineConfig {
+            replicated: true,
+            ..EngineConfig::default()
+        });
+        let r = atomos_core::TRef::<u64>::new(key);
+        local.atomically(|tx| tx.create(&r, value)).unwrap();
+        local.snapshot_objects().unwrap().remove(0).2
+    }
+
+    #[test]
+    fn certification_is_decided_by_the_newest_versions() {
+        let mut s = store();
+        let k = Key::from("k");
+        let v = tagged("k", 5);
+        let first = Entry::Certify {
+            reads: vec![(k.clone(), 0)],
+            writes: vec![(k.clone(), v.clone())],
+        };
+        assert_eq!(
+            Answer::decode(&s.apply(&request(&first))).unwrap(),
+            Answer::Committed { version: 1 }
+        );
+        // The same reads again are stale now.
+        assert_eq!(
+            Answer::decode(&s.apply(&request(&first))).unwrap(),
+            Answer::Conflict { position: 2 }
+        );
+        let r = atomos_core::TRef::<u64>::new("k");
+        assert_eq!(s.engine().atomically(|tx| tx.read(&r).copied()).unwrap(), 5);
+        assert_eq!(s.engine().applied(), 2);
+        // Garbage is ordered, answered, and changes nothing but the position.
+        let junk = Request {
+            client: 1,
+            seq: 3,
+            payload: vec![0xff; 7],
+        };
+        assert!(matches!(
+            Answer::decode(&s.apply(&junk)).unwrap(),
+            Answer::Refused { position: 3, .. }
+        ));
+        assert_eq!(s.stats().refused, 1);
+        assert_eq!(s.engine().version_of(&k), 1);
+    }
+
+    #[test]
+    fn a_restored_store_holds_the_same_objects_and_refuses_bad_snapshots() {
+        let mut a = store();
+        let k = Key::from("k");
+        let v = tagged("k", 9);
+        a.apply(&request(&Entry::Certify {
+            reads: vec![],
+            writes: vec![(k.clone(), v)],
+        }));
+        a.apply(&request(&Entry::Barrier));
+        let snap = a.snapshot();
+        let mut b = store();
+        b.check_snapshot(&snap).unwrap();
+        b.restore(&snap).unwrap();
+        assert_eq!(b.position(), 2);
+        assert_eq!(b.contents(), a.contents());
+        for bad in [
+            vec![],
+            vec![1, 2, 3],
+            snap[..snap.len() - 1].to_vec(),
+            // An object newer than the snapshot's position.
+            postcard::to_stdvec(&Snapshot {
+                position: 1,
+                objects: vec![(k.clone(), 2, None)],
+            })
+            .unwrap(),
+            // The same key twice.
+            postcard::to_stdvec(&Snapshot {
+                position: 5,
+                objects: vec![(k.clone(), 1, None), (k.clone(), 2, None)],
+            })
+            .unwrap(),
+        ] {
+            let mut c = store();
+            assert!(c.check_snapshot(&bad).is_err());
+            assert!(c.restore(&bad).is_err());
+            assert_eq!(c.position(), 0);
+        }
+    }
+}
