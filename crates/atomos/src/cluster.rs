@@ -6,8 +6,11 @@ use atomos_net::memory::MemoryNetwork;
 use atomos_net::rpc::{Envelope, Rpc, RpcError};
 use atomos_net::transport::NodeId;
 
+use crate::certify::DEFAULT_COMMIT_LIMIT;
 use crate::node::{Node, NodeConfig, Protocol};
+use crate::ordering::OrderNodeConfig;
 use crate::runtime::{NodeMsg, NodeRuntime};
+use atomos_order::ReplicaConfig;
 use atomos_protocols::tfa::TfaConfig;
 
 /// Why a cluster could not be built.
@@ -57,14 +60,20 @@ impl Cluster {
                 })
                 .collect()
         });
-        if protocol == Protocol::Tfa {
-            let ids: Vec<NodeId> = (1..=n as NodeId).collect();
-            let _guard = runtime.enter();
-            for m in &mut members {
-                m.start_tfa(ids.clone(), TfaConfig::default(), None)
-                    .map_err(|e| ClusterError::Protocol(e.to_string()))?;
-            }
+        let ids: Vec<NodeId> = (1..=n as NodeId).collect();
+        let _guard = runtime.enter();
+        for m in &mut members {
+            let started = match protocol {
+                Protocol::Local => Ok(()),
+                Protocol::Tfa => m.start_tfa(ids.clone(), TfaConfig::default(), None),
+                Protocol::Certify => {
+                    let replica = ReplicaConfig::new(m.id(), ids.clone());
+                    m.start_certify(OrderNodeConfig::new(replica), DEFAULT_COMMIT_LIMIT)
+                }
+            };
+            started.map_err(|e| ClusterError::Protocol(e.to_string()))?;
         }
+        drop(_guard);
         Ok(Cluster { members, runtime })
     }
 

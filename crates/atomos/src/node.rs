@@ -19,6 +19,12 @@ pub enum Protocol {
     /// a runtime ([`NodeRuntime`](crate::NodeRuntime) or [`Cluster`](crate::Cluster)); a node
     /// built alone keeps its objects locally.
     Tfa,
+    /// Certification over the order layer (Paxos STM's deferred update): every replica holds
+    /// every object; transactions run locally, and an update's reads and writes are certified
+    /// in one total order on every replica. Read-only transactions never leave the node and
+    /// never abort. Survives the crash of a minority. Needs a runtime; a node built alone
+    /// keeps its objects locally.
+    Certify,
 }
 
 impl fmt::Display for Protocol {
@@ -26,6 +32,7 @@ impl fmt::Display for Protocol {
         match self {
             Protocol::Local => f.write_str("local"),
             Protocol::Tfa => f.write_str("tfa"),
+            Protocol::Certify => f.write_str("certify"),
         }
     }
 }
@@ -36,7 +43,10 @@ impl FromStr for Protocol {
         match s {
             "local" => Ok(Protocol::Local),
             "tfa" => Ok(Protocol::Tfa),
-            other => Err(format!("unknown protocol {other:?} (known: local, tfa)")),
+            "certify" => Ok(Protocol::Certify),
+            other => Err(format!(
+                "unknown protocol {other:?} (known: local, tfa, certify)"
+            )),
         }
     }
 }
@@ -74,7 +84,7 @@ impl Node {
             contention: config.contention,
             record_history: config.record_history,
             default_options: config.default_options,
-            replicated: false,
+            replicated: config.protocol == Protocol::Certify,
         });
         Node {
             engine: Arc::new(engine),
@@ -130,6 +140,13 @@ impl Node {
         self.engine.run(&opts, f)
     }
 
+    /// Waits until this node has applied everything committed anywhere before the call
+    /// (under `certify`; under other protocols every commit is visible at once). Fails with
+    /// [`TxError::ClusterUnavailable`] if a majority cannot be reached in time.
+    pub fn sync(&self) -> Result<(), TxError> {
+        self.engine.sync()
+    }
+
     /// A transaction with options of its own.
     pub fn tx(&self) -> TxBuilder<'_> {
         TxBuilder {
@@ -183,6 +200,13 @@ impl<'n> TxBuilder<'n> {
     /// Run as a read-only snapshot.
     pub fn read_only(mut self) -> Self {
         self.opts.read_only = true;
+        self
+    }
+
+    /// Under a replicated protocol, first wait until this node has applied everything
+    /// committed anywhere before the transaction began (see [`TxOptions::linearizable`]).
+    pub fn linearizable(mut self) -> Self {
+        self.opts.linearizable = true;
         self
     }
 

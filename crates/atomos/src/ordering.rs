@@ -142,18 +142,62 @@ pub enum SubmitError {
     /// The node stopped before the request was answered.
     #[error("the order node stopped")]
     Stopped,
+    /// No answer came in time (the request may still be ordered later).
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+}
+
+/// Where a request's answer goes.
+enum Reply {
+    /// An async caller.
+    Async(oneshot::Sender<Vec<u8>>),
+    /// A thread blocked in [`Submitter::submit_wait`].
+    Blocking(std::sync::mpsc::SyncSender<Vec<u8>>),
+}
+
+impl Reply {
+    fn send(self, answer: Vec<u8>) {
+        match self {
+            Reply::Async(tx) => {
+                let _ = tx.send(answer);
+            }
+            Reply::Blocking(tx) => {
+                let _ = tx.try_send(answer);
+            }
+        }
+    }
 }
 
 enum Event {
-    Net {
-        from: NodeId,
-        msg: OrderMsg,
-    },
-    Submit {
-        payload: Vec<u8>,
-        reply: oneshot::Sender<Vec<u8>>,
-    },
+    Net { from: NodeId, msg: OrderMsg },
+    Submit { payload: Vec<u8>, reply: Reply },
     Disk(DiskEvent),
+}
+
+/// Submits requests to an order node from any thread, blocking until the answer comes.
+/// Cloneable; it does not keep the node running.
+#[derive(Clone)]
+pub struct Submitter {
+    tx: mpsc::UnboundedSender<Event>,
+}
+
+impl Submitter {
+    /// Orders `payload` and returns the state machine's answer once it is finally delivered,
+    /// or fails if the node stops or `limit` passes first. Blocks the calling thread (do not
+    /// call it from async code).
+    pub fn submit_wait(&self, payload: Vec<u8>, limit: Duration) -> Result<Vec<u8>, SubmitError> {
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        self.tx
+            .send(Event::Submit {
+                payload,
+                reply: Reply::Blocking(reply),
+            })
+            .map_err(|_| SubmitError::Stopped)?;
+        answer.recv_timeout(limit).map_err(|e| match e {
+            std::sync::mpsc::RecvTimeoutError::Timeout => SubmitError::TimedOut(limit),
+            std::sync::mpsc::RecvTimeoutError::Disconnected => SubmitError::Stopped,
+        })
+    }
 }
 
 struct Shared {
@@ -305,9 +349,19 @@ impl OrderNode {
     pub async fn submit(&self, payload: Vec<u8>) -> Result<Vec<u8>, SubmitError> {
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(Event::Submit { payload, reply })
+            .send(Event::Submit {
+                payload,
+                reply: Reply::Async(reply),
+            })
             .map_err(|_| SubmitError::Stopped)?;
         answer.await.map_err(|_| SubmitError::Stopped)
+    }
+
+    /// A handle that submits from threads outside the async runtime.
+    pub fn submitter(&self) -> Submitter {
+        Submitter {
+            tx: self.tx.clone(),
+        }
     }
 
     /// Every delivery from now on, in order (for tests and tools).
@@ -370,7 +424,7 @@ impl Drop for OrderNode {
 /// Who waits for a client's answer.
 enum Waiter {
     /// An application's `submit`.
-    App(oneshot::Sender<Vec<u8>>),
+    App(Reply),
     /// Nobody: generated load, with its payload.
     Load(Vec<u8>),
 }
@@ -705,8 +759,8 @@ fn answer(
         return;
     };
     match waiter {
-        Waiter::App(tx) => {
-            let _ = tx.send(response);
+        Waiter::App(reply) => {
+            reply.send(response);
             clients.idle.push(c);
         }
         Waiter::Load(done) => {

@@ -14,7 +14,8 @@ use atomos_net::handshake::Identity;
 use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
-use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig};
+use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig, StateMachine};
+use atomos_protocols::replicated::ReplicatedStore;
 use atomos_protocols::tfa::{TfaConfig, TfaMsg};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::certify::CertifySink;
 use crate::config::NodeSettings;
 use crate::disk::FsyncPolicy;
 use crate::health::Health;
@@ -62,6 +64,9 @@ pub enum RuntimeError {
     /// The TFA protocol could not start.
     #[error("tfa: {0}")]
     Tfa(String),
+    /// The certify protocol could not start.
+    #[error("certify: {0}")]
+    Certify(String),
     /// The data directory is unusable.
     #[error("data directory {path}: {source}")]
     DataDir {
@@ -157,14 +162,66 @@ impl NodeRuntime {
 
     /// Starts an order-layer replica among this node and its peers, over this node's
     /// connections, with the register state machine.
-    pub fn start_order(&mut self, mut cfg: OrderNodeConfig) -> Result<(), RuntimeError> {
+    pub fn start_order(&mut self, cfg: OrderNodeConfig) -> Result<(), RuntimeError> {
+        self.start_order_with(cfg, Register::new())
+    }
+
+    /// Runs the `certify` protocol: an order-layer replica among this node and its peers
+    /// (`cfg.replica.replicas`, the same list on every member) whose state machine is the
+    /// replicated store over this node's engine; from now on the node's update transactions
+    /// commit by certification, and wait at most `commit_limit` for their verdict. The node
+    /// must have been made with [`Protocol::Certify`] and hold no objects yet. With
+    /// `cfg.wal`, the store is recovered from that log at start.
+    pub fn start_certify(
+        &mut self,
+        cfg: OrderNodeConfig,
+        commit_limit: Duration,
+    ) -> Result<(), RuntimeError> {
+        if self.node.protocol() != Protocol::Certify {
+            return Err(RuntimeError::Certify(format!(
+                "the node runs {}, not certify",
+                self.node.protocol()
+            )));
+        }
+        if self.order.is_some() {
+            return Err(RuntimeError::Certify(
+                "an order replica already runs on this node".into(),
+            ));
+        }
+        let store =
+            ReplicatedStore::new(self.node.engine().clone()).map_err(RuntimeError::Certify)?;
+        self.start_order_with(cfg, store)?;
+        let submitter = match &self.order {
+            Some(order) => order.submitter(),
+            None => {
+                return Err(RuntimeError::Certify(
+                    "the order replica did not start".into(),
+                ))
+            }
+        };
+        let sink = CertifySink::new(submitter, commit_limit);
+        if !self.node.engine().set_certifier(Arc::new(sink)) {
+            return Err(RuntimeError::Certify(
+                "another protocol already runs on this node".into(),
+            ));
+        }
+        info!(node = self.id, "certify started");
+        Ok(())
+    }
+
+    /// Starts an order-layer replica with state machine `machine`.
+    fn start_order_with<S: StateMachine + Send + 'static>(
+        &mut self,
+        mut cfg: OrderNodeConfig,
+        machine: S,
+    ) -> Result<(), RuntimeError> {
         cfg.health = Some(self.health.clone());
         let link = OrderLink {
             rpc: self.rpc.clone(),
             faults: FaultRules::default(),
         };
         let inbox = self.order_inbox.clone();
-        let node = OrderNode::start(cfg, Register::new(), move |deliver| {
+        let node = OrderNode::start(cfg, machine, move |deliver| {
             let _ = inbox.set(deliver);
             let t: Arc<dyn Transport<OrderMsg>> = Arc::new(link);
             Ok(t)

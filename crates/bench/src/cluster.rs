@@ -11,8 +11,12 @@ use atomos::net::memory::MemoryNetwork;
 use atomos::net::rpc::{Envelope, Rpc};
 use atomos::net::tcp::{TcpConfig, TcpTransport};
 use atomos::net::transport::{LinkRule, Transport};
+use atomos::order::ReplicaConfig;
+use atomos::ordering::OrderNodeConfig;
 use atomos::protocols::tfa::TfaConfig;
-use atomos::{ContentionPolicy, Node, NodeConfig, NodeMsg, NodeRuntime, Protocol};
+use atomos::{
+    ContentionPolicy, Node, NodeConfig, NodeMsg, NodeRuntime, Protocol, DEFAULT_COMMIT_LIMIT,
+};
 use tokio::net::TcpListener;
 
 /// How the benchmarked nodes are linked.
@@ -107,6 +111,11 @@ impl BenchNodes {
                 Protocol::Tfa => m
                     .start_tfa(ids.clone(), TfaConfig::default(), None)
                     .map_err(|e| e.to_string())?,
+                Protocol::Certify => {
+                    let replica = ReplicaConfig::new(m.id(), ids.clone());
+                    m.start_certify(OrderNodeConfig::new(replica), DEFAULT_COMMIT_LIMIT)
+                        .map_err(|e| e.to_string())?
+                }
                 Protocol::Local => unreachable!("handled above"),
             }
         }
@@ -120,6 +129,15 @@ impl BenchNodes {
     /// The nodes, in id order.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
+    }
+
+    /// Waits until every node has applied everything committed before the call (under
+    /// `certify`; elsewhere at once).
+    pub fn sync(&self) -> Result<(), String> {
+        for n in &self.nodes {
+            n.sync().map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// The running members (empty for a local node).

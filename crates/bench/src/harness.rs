@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub const MAX_NODES: usize = 64;
 
 use crate::cluster::{BenchNodes, TransportKind};
-use crate::workloads::{NestingModel, TpccMix, TpccScale, WorkloadKind, WorkloadParams};
+use crate::workloads::{Check, NestingModel, TpccMix, TpccScale, WorkloadKind, WorkloadParams};
 
 /// One latency sample is taken every this many operations (timing every one would cost a
 /// noticeable share of a sub-microsecond transaction).
@@ -260,6 +260,8 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     let workload: Arc<dyn crate::Workload> =
         Arc::from(cfg.workload.build(&params).map_err(BenchError::Config)?);
     workload.setup(&nodes[0])?;
+    // Under a replicated protocol every replica starts from the whole setup.
+    cluster.sync().map_err(BenchError::Config)?;
     let profiles = workload.profiles();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -348,7 +350,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     }
     let stats = stats_now().since(&before);
     let aborted = stats.aborts.total();
-    let check = workload.check(&nodes[0])?;
+    let check = check_replicas(cfg.protocol, nodes, &*workload)?;
     let tpcc = cfg.workload == WorkloadKind::Tpcc;
     Ok(BenchReport {
         workload: cfg.workload.name().to_string(),
@@ -398,6 +400,35 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         invariant_ok: check.ok,
         invariant: check.detail,
         stats,
+    })
+}
+
+/// The workload's invariant: on the first node, or under a replicated protocol on every
+/// replica once each has applied everything (the first failure is reported).
+fn check_replicas(
+    protocol: Protocol,
+    nodes: &[atomos::Node],
+    workload: &dyn crate::Workload,
+) -> Result<Check, BenchError> {
+    if protocol != Protocol::Certify {
+        return Ok(workload.check(&nodes[0])?);
+    }
+    let mut checks = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        n.sync()?;
+        let c = workload.check(n)?;
+        if !c.ok {
+            return Ok(Check {
+                ok: false,
+                detail: format!("replica {}: {}", i + 1, c.detail),
+            });
+        }
+        checks.push(c.detail);
+    }
+    checks.dedup();
+    Ok(Check {
+        ok: true,
+        detail: checks.join("; "),
     })
 }
 

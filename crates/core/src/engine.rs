@@ -51,6 +51,11 @@ pub struct TxOptions {
     pub contention: Option<ContentionPolicy>,
     /// Run as a read-only snapshot: never aborts; a write is an error.
     pub read_only: bool,
+    /// Under a replicated protocol, first wait until this node has applied everything
+    /// committed anywhere before the transaction began (a barrier through the log), so that
+    /// it sees every transaction that finished before it started. Elsewhere nothing to wait
+    /// for: every commit is visible at once.
+    pub linearizable: bool,
 }
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
@@ -317,6 +322,9 @@ impl Engine {
     ) -> Result<(R, Option<ForParent>), RunError<E>> {
         if let Some(source) = self.remote.get() {
             return self.run_remote(source, opts, owner, open_nested, f);
+        }
+        if opts.linearizable {
+            self.sync().map_err(RunError::Tx)?;
         }
         let mut st = self.take_state();
         let mut attempts = Attempts::new(self, &mut st, opts, owner, open_nested);

@@ -93,6 +93,13 @@ pub enum TxError {
         /// What happened.
         reason: String,
     },
+    /// The node could not reach a majority of its cluster in time (a linearizable
+    /// transaction's barrier was not ordered, or not applied here). Nothing was changed.
+    #[error("the cluster is unavailable: {reason}")]
+    ClusterUnavailable {
+        /// What happened.
+        reason: String,
+    },
     /// An error of the application's own, which aborted the transaction.
     #[error("{0}")]
     User(Box<dyn std::error::Error + Send + Sync + 'static>),

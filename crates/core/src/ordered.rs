@@ -17,9 +17,14 @@ use rustc_hash::FxHashSet;
 
 use crate::cell::{decode, owner_word, Cell, LockState};
 use crate::engine::Engine;
+use crate::error::TxError;
 use crate::key::Key;
 use crate::tx::Mode;
 use crate::version::OwnedVersion;
+
+/// How long a caller waits for its own replica to apply a position the log already decided
+/// (a committer's own commit, a barrier).
+pub(crate) const APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a transaction that wrote asks the log to certify.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -60,6 +65,10 @@ pub trait Certifier: Send + Sync {
     /// [`Verdict::Committed`] may be returned before this replica applied it; the engine
     /// waits for that.
     fn certify(&self, certification: Certification) -> Result<Verdict, CertifyError>;
+
+    /// Orders an entry that changes nothing and returns its log position: once this replica
+    /// has applied it, it has applied everything committed before the call.
+    fn barrier(&self) -> Result<u64, CertifyError>;
 }
 
 /// An object as a replicated store's snapshot holds it: key, version, value as tagged bytes
@@ -77,6 +86,27 @@ impl Engine {
     /// The certifier update transactions commit through, once set.
     pub(crate) fn certifier(&self) -> Option<&dyn Certifier> {
         self.certifier.get().map(|c| &**c)
+    }
+
+    /// Waits until this replica has applied everything committed anywhere before the call
+    /// (under a certifier; otherwise every commit is visible already). Fails with
+    /// [`TxError::ClusterUnavailable`] if the log cannot be reached or applied in time.
+    pub fn sync(&self) -> Result<(), TxError> {
+        let Some(certifier) = self.certifier() else {
+            return Ok(());
+        };
+        let position = certifier
+            .barrier()
+            .map_err(
+                |CertifyError::OutcomeUnknown(reason)| TxError::ClusterUnavailable { reason },
+            )?;
+        if self.wait_applied(position, Some(Instant::now() + APPLY_WAIT)) {
+            Ok(())
+        } else {
+            Err(TxError::ClusterUnavailable {
+                reason: format!("this replica did not apply the log up to {position} in time"),
+            })
+        }
     }
 
     /// The newest version of `key` (0: never written). Waits out a committer that holds it.

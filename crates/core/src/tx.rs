@@ -80,10 +80,6 @@ impl From<AbortCause> for CommitFailure {
     }
 }
 
-/// How long a committer waits for its own replica to apply its certified commit before it
-/// goes on anyway (the commit is decided; only read-your-writes on this replica waits).
-const APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Why an operation stopped early: the attempt must be abandoned. Small, so the read path
 /// returns it in registers; it becomes a [`TxError`] at the public boundary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -592,7 +588,10 @@ impl TxState {
         }
         match certifier.certify(Certification { reads, writes }) {
             Ok(Verdict::Committed { version }) => {
-                engine.wait_applied(version, Some(std::time::Instant::now() + APPLY_WAIT));
+                // The commit is decided; waiting gives read-your-writes on this replica, and
+                // after the limit the caller goes on anyway.
+                let limit = std::time::Instant::now() + crate::ordered::APPLY_WAIT;
+                engine.wait_applied(version, Some(limit));
                 if let Some(h) = &engine.history {
                     h.record(self.record(engine, Some(version)));
                 }

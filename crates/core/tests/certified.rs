@@ -40,6 +40,18 @@ impl Certifier for Log {
             Verdict::Conflict
         })
     }
+
+    fn barrier(&self) -> Result<u64, CertifyError> {
+        if *self.cut_off.lock() {
+            return Err(CertifyError::OutcomeUnknown("cut off".into()));
+        }
+        let mut position = self.position.lock();
+        *position += 1;
+        for r in self.replicas.lock().iter().filter_map(Weak::upgrade) {
+            r.mark_applied(*position);
+        }
+        Ok(*position)
+    }
 }
 
 fn cluster(n: usize) -> (Arc<Log>, Vec<Arc<Engine>>) {

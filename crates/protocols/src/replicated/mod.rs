@@ -15,4 +15,4 @@ mod entry;
 mod store;
 
 pub use entry::{Answer, Entry};
-pub use store::{ReplicatedStore, StoreStats};
+pub use store::{PlantedBug, ReplicatedStore, StoreStats};

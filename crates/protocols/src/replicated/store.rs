@@ -21,6 +21,14 @@ pub struct StoreStats {
     pub refused: u64,
 }
 
+/// Bugs a store can be built with on purpose, so that a test shows the simulation finds them.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Certify only the first read of each entry (a later stale read passes: lost updates).
+    FirstReadOnly,
+}
+
 /// A snapshot: the objects at a log position.
 #[derive(Serialize, Deserialize)]
 struct Snapshot {
@@ -35,9 +43,17 @@ pub struct ReplicatedStore {
     engine: Arc<Engine>,
     position: u64,
     stats: StoreStats,
+    planted_bug: Option<PlantedBug>,
 }
 
 impl ReplicatedStore {
+    /// The store with a deliberate bug (tests of the simulation only).
+    #[doc(hidden)]
+    pub fn with_planted_bug(mut self, bug: Option<PlantedBug>) -> ReplicatedStore {
+        self.planted_bug = bug;
+        self
+    }
+
     /// The store over `engine`, which must be made for replication
     /// ([`atomos_core::EngineConfig::replicated`]) and hold no objects yet.
     pub fn new(engine: Arc<Engine>) -> Result<ReplicatedStore, String> {
@@ -48,6 +64,7 @@ impl ReplicatedStore {
             position: engine.applied(),
             engine,
             stats: StoreStats::default(),
+            planted_bug: None,
         })
     }
 
@@ -93,7 +110,11 @@ impl StateMachine for ReplicatedStore {
         let position = self.position;
         let answer = match Entry::decode(&request.payload) {
             Ok(Entry::Certify { reads, writes }) => {
-                if self.engine.apply_certified(position, &reads, writes) {
+                let reads = match self.planted_bug {
+                    Some(PlantedBug::FirstReadOnly) => &reads[..reads.len().min(1)],
+                    None => &reads[..],
+                };
+                if self.engine.apply_certified(position, reads, writes) {
                     self.stats.committed += 1;
                     Answer::Committed { version: position }
                 } else {

@@ -1,0 +1,168 @@
+//! The `certify` protocol through the public API, on replicas in one process linked in memory:
+//! the same application code as on a local node, every object on every replica, the bank's
+//! money conserved under concurrent transfers from every node, read-only audits that never
+//! abort, one winner among concurrent creators of a root, identical replicas.
+
+use std::time::{Duration, Instant};
+
+use atomos::{Cluster, Protocol, TRef, TxError};
+
+fn cluster(n: usize) -> Cluster {
+    Cluster::in_process(n, Protocol::Certify).expect("cluster starts")
+}
+
+/// Every replica's objects, as its store's snapshot holds them.
+type Stores = Vec<Vec<(atomos::Key, u64, Option<Vec<u8>>)>>;
+
+/// Waits until every replica applied the same log position, and returns the engines' objects.
+fn settled(c: &Cluster) -> Stores {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let applied: Vec<u64> = c
+            .ids()
+            .iter()
+            .map(|&id| c.node(id).unwrap().engine().applied())
+            .collect();
+        if applied.windows(2).all(|w| w[0] == w[1]) {
+            return c
+                .ids()
+                .iter()
+                .map(|&id| c.node(id).unwrap().engine().snapshot_objects().unwrap())
+                .collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replicas never caught up: {applied:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn every_object_is_on_every_replica() {
+    let c = cluster(3);
+    let (n1, n2, n3) = (c.node(1).unwrap(), c.node(2).unwrap(), c.node(3).unwrap());
+    let a: TRef<Vec<String>> = TRef::new("shared/list");
+    n1.atomically(|tx| tx.create(&a, vec!["one".to_string()]))
+        .unwrap();
+    // A linearizable read on another replica sees the commit.
+    assert_eq!(
+        n2.tx()
+            .linearizable()
+            .read_only()
+            .run(|tx| Ok(tx.read(&a)?.clone()))
+            .unwrap(),
+        vec!["one".to_string()]
+    );
+    n3.sync().unwrap();
+    n3.atomically(|tx| tx.modify(&a, |l| l.push("three".into())))
+        .unwrap();
+    n1.sync().unwrap();
+    assert_eq!(n1.atomically_read(|tx| Ok(tx.read(&a)?.len())).unwrap(), 2);
+    let wrong: TRef<u64> = TRef::new("shared/list");
+    assert!(matches!(
+        n2.tx().linearizable().run(|tx| Ok(*tx.read(&wrong)?)),
+        Err(TxError::WrongType { .. })
+    ));
+    assert!(matches!(
+        n2.tx().linearizable().run(|tx| tx.create(&a, vec![])),
+        Err(TxError::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        n1.atomically_read(|tx| tx.modify(&a, |l| l.clear())),
+        Err(TxError::WriteInReadOnly { .. })
+    ));
+    n2.atomically(|tx| tx.delete(&a)).unwrap();
+    for n in [n1, n2, n3] {
+        n.sync().unwrap();
+        assert!(!n.atomically(|tx| tx.exists(&a)).unwrap());
+    }
+    n3.atomically(|tx| tx.create(&a, vec![])).unwrap();
+    let stores = settled(&c);
+    assert!(stores.windows(2).all(|w| w[0] == w[1]));
+}
+
+#[test]
+fn transfers_from_every_replica_conserve_money_and_audits_never_abort() {
+    let c = cluster(3);
+    const ACCOUNTS: u64 = 20;
+    let account = |i: u64| TRef::<i64>::new(atomos::Key::with_index("acct/", i));
+    c.node(1)
+        .unwrap()
+        .atomically(|tx| {
+            for i in 0..ACCOUNTS {
+                tx.create(&account(i), 1_000)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    for id in c.ids() {
+        c.node(id).unwrap().sync().unwrap();
+    }
+    std::thread::scope(|s| {
+        for id in c.ids() {
+            for t in 0..2u64 {
+                let node = c.node(id).unwrap().clone();
+                s.spawn(move || {
+                    let mut x = id * 31 + t + 1;
+                    for _ in 0..150 {
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let (a, b) = ((x >> 33) % ACCOUNTS, (x >> 17) % ACCOUNTS);
+                        if a != b {
+                            node.atomically(|tx| {
+                                tx.modify(&account(a), |v| *v -= 7)?;
+                                tx.modify(&account(b), |v| *v += 7)
+                            })
+                            .unwrap();
+                        }
+                        let mut runs = 0;
+                        let total: i64 = node
+                            .atomically_read(|tx| {
+                                runs += 1;
+                                (0..ACCOUNTS).map(|i| tx.read(&account(i)).copied()).sum()
+                            })
+                            .unwrap();
+                        assert_eq!(total, 1_000 * ACCOUNTS as i64);
+                        assert_eq!(runs, 1, "a read-only audit was re-run");
+                    }
+                });
+            }
+        }
+    });
+    let stores = settled(&c);
+    assert!(stores.windows(2).all(|w| w[0] == w[1]));
+    for id in c.ids() {
+        let stats = c.node(id).unwrap().stats();
+        assert!(stats.read_only_commits >= 300, "{stats:?}");
+    }
+}
+
+#[test]
+fn concurrent_creators_of_a_root_get_one_winner() {
+    let c = cluster(3);
+    let root: TRef<u64> = TRef::new("registry/root");
+    let results: Vec<Result<(), TxError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = c
+            .ids()
+            .into_iter()
+            .map(|id| {
+                let node = c.node(id).unwrap().clone();
+                let root = root.clone();
+                s.spawn(move || node.atomically(|tx| tx.create(&root, id)))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        results.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "{results:?}"
+    );
+    assert!(results
+        .iter()
+        .all(|r| r.is_ok() || matches!(r, Err(TxError::AlreadyExists { .. }))));
+    let stores = settled(&c);
+    assert!(stores.windows(2).all(|w| w[0] == w[1]));
+}
