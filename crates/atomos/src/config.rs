@@ -17,6 +17,7 @@
 //! order_load_clients = 0    # generated order load (tests, demos)
 //! order_snapshot_every = 10000  # final deliveries between snapshots (log compactions)
 //! bank_load_threads = 0     # threads moving money between shared accounts (tests, demos)
+//! commit_timeout_ms = 10000 # certify: a commit without a verdict by then is OutcomeUnknown
 //!
 //! [[peers]]
 //! id = 2
@@ -27,7 +28,7 @@
 //! `ATOMOS_DATA_DIR`, `ATOMOS_SECRET`, `ATOMOS_PROTOCOL`, `ATOMOS_CONTENTION`,
 //! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, `ATOMOS_ORDER`,
 //! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, `ATOMOS_ORDER_SNAPSHOT_EVERY`,
-//! `ATOMOS_BANK_LOAD_THREADS`, and
+//! `ATOMOS_BANK_LOAD_THREADS`, `ATOMOS_COMMIT_TIMEOUT_MS`, and
 //! `ATOMOS_PEERS` as
 //! `id=address,id=address`.
 
@@ -100,6 +101,7 @@ struct FileConfig {
     order_load_clients: Option<usize>,
     order_snapshot_every: Option<u64>,
     bank_load_threads: Option<usize>,
+    commit_timeout_ms: Option<u64>,
     peers: Option<Vec<FilePeer>>,
 }
 
@@ -175,6 +177,10 @@ pub struct NodeSettings {
     /// demos): the member with the smallest id creates them; every member audits the total
     /// once a second and logs it ("bank audit").
     pub bank_load_threads: usize,
+    /// Under `certify` (whose replicated store keeps its log in `data_dir/certify.wal`, with
+    /// the `order_fsync` and `order_snapshot_every` settings): how long a commit waits for its
+    /// verdict before it fails with `TxError::OutcomeUnknown`.
+    pub commit_limit: std::time::Duration,
     /// The other members, by id.
     pub peers: Vec<Peer>,
 }
@@ -392,10 +398,36 @@ pub fn load(
         ),
         "threads",
     )?;
-    if order && node_id == 0 {
+    let commit_limit = match pick(
+        "ATOMOS_COMMIT_TIMEOUT_MS",
+        "commit_timeout_ms",
+        file.commit_timeout_ms.map(|n| n.to_string()),
+    ) {
+        Some((key, v)) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| (1..=3_600_000).contains(&n))
+            .map(std::time::Duration::from_millis)
+            .ok_or_else(|| {
+                invalid(
+                    &key,
+                    format!("{v:?} is not a number of milliseconds from 1 to 3600000"),
+                )
+            })?,
+        None => crate::certify::DEFAULT_COMMIT_LIMIT,
+    };
+    if (order || protocol == Protocol::Certify) && node_id == 0 {
         return Err(invalid(
             "node_id",
             "an order replica needs a node id other than 0",
+        ));
+    }
+    if order && protocol == Protocol::Certify {
+        return Err(invalid(
+            "order",
+            "certify runs its own order replica (the replicated store's); the register \
+             replica of `order` cannot run beside it",
         ));
     }
     let peers = match env("ATOMOS_PEERS") {
@@ -434,6 +466,7 @@ pub fn load(
         order_load_clients,
         order_snapshot_every,
         bank_load_threads,
+        commit_limit,
         peers,
     })
 }

@@ -141,6 +141,14 @@ impl NodeRuntime {
         if settings.order {
             runtime.start_order(order_config(settings)?)?;
         }
+        if settings.protocol == Protocol::Certify {
+            let mut cfg = order_config(settings)?;
+            // The replicated store's log; the register demo's generated load does not apply.
+            cfg.wal = Some((settings.data_dir.join("certify.wal"), settings.order_fsync));
+            cfg.load_clients = 0;
+            cfg.load_hooks = None;
+            runtime.start_certify(cfg, settings.commit_limit)?;
+        }
         if settings.protocol == Protocol::Tfa {
             let mut members: Vec<u64> = settings.peers.iter().map(|p| p.id).collect();
             members.push(settings.node_id);
@@ -543,7 +551,7 @@ fn order_config(settings: &NodeSettings) -> Result<OrderNodeConfig, RuntimeError
     let mut cfg = OrderNodeConfig::new(replica);
     cfg.wal = Some((settings.data_dir.join("order.wal"), settings.order_fsync));
     cfg.load_clients = settings.order_load_clients;
-    if settings.order_load_clients > 0 {
+    if settings.order_load_clients > 0 && settings.order {
         let acked = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -1,13 +1,19 @@
 //! Generated load for node processes: threads moving money between accounts every member
 //! shares, and a once-a-second audit of the total, logged, so that a cluster of processes can
 //! be checked from its logs ("bank audit ... total=T expected=E").
+//!
+//! Under a replicated protocol (`certify`) every transfer also counts itself in a counter of
+//! its thread and run (a run is one start of the load on one node), and audits log every
+//! run's count from the replicated state (`counted="run:count,..."`) beside the number of
+//! transfers this run saw acknowledged (`run=R transfers=N`): a check can then see that
+//! nothing acknowledged was lost, whichever process was killed.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use atomos::{Node, TRef, TxError};
+use atomos::{Node, Protocol, TRef, TxError};
 use rand::Rng;
 use tracing::{info, warn};
 
@@ -34,8 +40,34 @@ fn accounts() -> Vec<TRef<i64>> {
         .collect()
 }
 
+/// The runs that count their transfers: (run, threads).
+fn runs() -> TRef<Vec<(u64, usize)>> {
+    TRef::new("bank-load/runs")
+}
+
+/// The transfers thread `thread` of run `run` committed.
+fn counter(run: u64, thread: usize) -> TRef<u64> {
+    TRef::new(format!("bank-load/count/{run}/{thread}"))
+}
+
+/// Every counting run's committed transfers, as `run:count,...`.
+fn counted(tx: &mut atomos::Tx<'_>) -> Result<String, TxError> {
+    let mut out = Vec::new();
+    if tx.exists(&runs())? {
+        for &(run, threads) in tx.read(&runs())? {
+            let mut n = 0;
+            for t in 0..threads {
+                n += *tx.read(&counter(run, t))?;
+            }
+            out.push(format!("{run}:{n}"));
+        }
+    }
+    Ok(out.join(","))
+}
+
 /// Runs the transaction until it commits or the load stops; failures (an unreachable peer,
-/// the accounts not created yet) are logged and retried.
+/// the accounts not created yet) are logged and retried, except a commit whose outcome is
+/// unknown: it may have happened, so it is logged and not run again.
 fn until_done<R>(
     stop: &AtomicBool,
     what: &str,
@@ -45,6 +77,10 @@ fn until_done<R>(
     while !stop.load(Ordering::Relaxed) {
         match f() {
             Ok(r) => return Some(r),
+            Err(e @ TxError::OutcomeUnknown { .. }) => {
+                warn!(error = %e, "bank load: {what} has an unknown outcome; not retried");
+                return None;
+            }
             Err(e) => {
                 if !warned {
                     warn!(error = %e, "bank load: {what} failed; retrying");
@@ -63,9 +99,14 @@ impl BankLoad {
     pub fn start(node: Node, threads: usize, creator: bool) -> BankLoad {
         let stop = Arc::new(AtomicBool::new(false));
         let transfers = Arc::new(AtomicU64::new(0));
+        let counting = node.protocol() == Protocol::Certify;
+        let run = rand::random::<u64>() >> 1;
+        // Transfer threads wait until the accounts exist and the run is registered.
+        let ready = Arc::new(AtomicBool::new(!counting));
         let mut handles = Vec::new();
         {
-            let (node, stop, transfers) = (node.clone(), stop.clone(), transfers.clone());
+            let (node, stop, transfers, ready) =
+                (node.clone(), stop.clone(), transfers.clone(), ready.clone());
             handles.push(std::thread::spawn(move || {
                 let accts = accounts();
                 if creator {
@@ -76,6 +117,9 @@ impl BankLoad {
                                     tx.create(a, OPENING)?;
                                 }
                             }
+                            if counting && !tx.exists(&runs())? {
+                                tx.create(&runs(), Vec::new())?;
+                            }
                             Ok(())
                         })
                     });
@@ -83,20 +127,45 @@ impl BankLoad {
                         info!(accounts = ACCOUNTS, "bank load: accounts created");
                     }
                 }
+                if counting {
+                    let registered = until_done(&stop, "registering the run", || {
+                        node.tx().timeout(GIVE_UP).run(|tx| {
+                            tx.modify(&runs(), |r| r.push((run, threads)))?;
+                            for t in 0..threads {
+                                tx.create(&counter(run, t), 0)?;
+                            }
+                            Ok(())
+                        })
+                    });
+                    if registered.is_some() {
+                        info!(run, "bank load: run registered");
+                        ready.store(true, Ordering::Release);
+                    }
+                }
                 while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_secs(1));
-                    let total = node.tx().read_only().timeout(GIVE_UP).run(|tx| {
+                    // Read before the snapshot: every transfer acknowledged by now is in it
+                    // (a commit returns once this replica applied it).
+                    let acknowledged = transfers.load(Ordering::Relaxed);
+                    let audit = node.tx().read_only().timeout(GIVE_UP).run(|tx| {
                         let mut sum = 0;
                         for a in &accts {
                             sum += *tx.read(a)?;
                         }
-                        Ok(sum)
+                        let counts = if counting {
+                            counted(tx)?
+                        } else {
+                            String::new()
+                        };
+                        Ok((sum, counts))
                     });
-                    match total {
-                        Ok(total) => info!(
+                    match audit {
+                        Ok((total, counts)) => info!(
                             total,
                             expected = OPENING * ACCOUNTS as i64,
-                            transfers = transfers.load(Ordering::Relaxed),
+                            run,
+                            transfers = acknowledged,
+                            counted = %counts,
                             "bank audit"
                         ),
                         Err(e) => warn!(error = %e, "bank audit failed"),
@@ -104,11 +173,18 @@ impl BankLoad {
                 }
             }));
         }
-        for _ in 0..threads {
-            let (node, stop, transfers) = (node.clone(), stop.clone(), transfers.clone());
+        for thread in 0..threads {
+            let (node, stop, transfers, ready) =
+                (node.clone(), stop.clone(), transfers.clone(), ready.clone());
             handles.push(std::thread::spawn(move || {
                 let accts = accounts();
                 let mut rng = rand::rng();
+                while !ready.load(Ordering::Acquire) {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
                 while !stop.load(Ordering::Relaxed) {
                     let from = rng.random_range(0..ACCOUNTS) as usize;
                     let to = (from + rng.random_range(1..ACCOUNTS) as usize) % ACCOUNTS as usize;
@@ -116,7 +192,11 @@ impl BankLoad {
                     let done = until_done(&stop, "a transfer", || {
                         node.tx().timeout(GIVE_UP).run(|tx| {
                             tx.modify(&accts[from], |b| *b -= amount)?;
-                            tx.modify(&accts[to], |b| *b += amount)
+                            tx.modify(&accts[to], |b| *b += amount)?;
+                            if counting {
+                                tx.modify(&counter(run, thread), |n| *n += 1)?;
+                            }
+                            Ok(())
                         })
                     });
                     if done.is_some() {

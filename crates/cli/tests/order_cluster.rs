@@ -4,7 +4,6 @@
 //! be applied twice, and all replicas must agree on the order.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use atomos::disk::read_log;
@@ -12,7 +11,7 @@ use atomos::order::{decode_log, Register, Replica, ReplicaConfig};
 
 mod common;
 
-use common::{cluster_up, signal, wait_exit, ATOMOS};
+use common::{cluster_up, leader, restart, signal, wait_exit};
 
 /// Acknowledged request ids recorded by every node (all incarnations).
 fn acked(dir: &Path) -> Vec<u64> {
@@ -39,40 +38,6 @@ fn wait_for_more_acks(dir: &Path, more: usize) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The node (0-based) whose log announced the highest term as leader, with that term. `logs`
-/// pairs each log file with its node.
-fn leader(logs: &[(usize, PathBuf)]) -> Option<(usize, u64)> {
-    let mut best: Option<(usize, u64)> = None;
-    for (i, log) in logs {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        for line in text.lines().filter(|l| l.contains("became leader at term")) {
-            let term = line
-                .split("became leader at term ")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|t| t.parse::<u64>().ok());
-            if let Some(t) = term {
-                if best.is_none_or(|(_, b)| t > b) {
-                    best = Some((*i, t));
-                }
-            }
-        }
-    }
-    best
-}
-
-fn restart(dir: &Path, node: usize, round: usize) -> (Child, PathBuf) {
-    let log = dir.join(format!("node-{}-restart-{round}.log", node + 1));
-    let child = Command::new(ATOMOS)
-        .args(["node", "--config"])
-        .arg(dir.join(format!("node-{}.toml", node + 1)))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    (child, log)
 }
 
 #[test]

@@ -1,8 +1,11 @@
 //! What the process tests share: starting `atomos cluster up`, signalling and waiting for
 //! processes.
 
+// Each test binary uses a part of what is here.
+#![allow(dead_code)]
+
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,6 +38,17 @@ pub fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatu
 /// Starts `atomos cluster up --nodes N --base-port B --dir DIR EXTRA...` and returns it with
 /// the node processes' ids, read from what it prints.
 pub fn cluster_up(nodes: usize, base_port: u16, dir: &Path, extra: &[&str]) -> (Child, Vec<u32>) {
+    cluster_up_with(nodes, base_port, dir, extra, &[])
+}
+
+/// [`cluster_up`] with environment variables for the nodes (configuration overrides).
+pub fn cluster_up_with(
+    nodes: usize,
+    base_port: u16,
+    dir: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, Vec<u32>) {
     let mut up = Command::new(ATOMOS)
         .args(["cluster", "up", "--nodes"])
         .arg(nodes.to_string())
@@ -43,6 +57,7 @@ pub fn cluster_up(nodes: usize, base_port: u16, dir: &Path, extra: &[&str]) -> (
         .arg("--dir")
         .arg(dir)
         .args(extra)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -61,4 +76,40 @@ pub fn cluster_up(nodes: usize, base_port: u16, dir: &Path, extra: &[&str]) -> (
     // Keep reading what it prints, so its later lines do not meet a closed pipe.
     std::thread::spawn(move || lines.for_each(drop));
     (up, pids)
+}
+
+/// The node (0-based) whose log announced the highest term as leader, with that term. `logs`
+/// pairs each log file with its node.
+pub fn leader(logs: &[(usize, PathBuf)]) -> Option<(usize, u64)> {
+    let mut best: Option<(usize, u64)> = None;
+    for (i, log) in logs {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("became leader at term")) {
+            let term = line
+                .split("became leader at term ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|t| t.parse::<u64>().ok());
+            if let Some(t) = term {
+                if best.is_none_or(|(_, b)| t > b) {
+                    best = Some((*i, t));
+                }
+            }
+        }
+    }
+    best
+}
+
+/// Starts node `node` (0-based) again from its configuration in `dir`, logging to
+/// `node-N-restart-ROUND.log`.
+pub fn restart(dir: &Path, node: usize, round: usize) -> (Child, PathBuf) {
+    let log = dir.join(format!("node-{}-restart-{round}.log", node + 1));
+    let child = Command::new(ATOMOS)
+        .args(["node", "--config"])
+        .arg(dir.join(format!("node-{}.toml", node + 1)))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    (child, log)
 }

@@ -1,0 +1,212 @@
+//! Real processes running `certify`: `atomos cluster up --nodes N --protocol certify
+//! --bank-load 2`. Every node moves money between accounts every replica holds, counts each
+//! transfer in the replicated state, and audits the total once a second (a local read-only
+//! snapshot). The Raft leader is killed with SIGKILL and restarted from its log (compacted
+//! every 200 entries), then a follower. Afterwards: every audit on every replica found the
+//! total; no audit failed; every transfer a node saw acknowledged is counted in the replicated
+//! state.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{cluster_up_with, leader, restart, signal, wait_exit};
+
+const TOTAL: i64 = 64_000;
+
+/// Kills the processes if the test fails half-way, so none outlives it.
+struct KillOnDrop(Vec<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for &pid in &self.0 {
+                signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// One audit line: the total, this run, its acknowledged transfers, every run's count.
+struct Audit {
+    total: i64,
+    run: u64,
+    transfers: u64,
+    counted: BTreeMap<u64, u64>,
+}
+
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let rest = line.split(&format!(" {name}=")).nth(1)?;
+    let rest = rest.strip_prefix('"').unwrap_or(rest);
+    rest.split(['"', ' ']).next()
+}
+
+fn audits(log: &Path) -> Vec<Audit> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(
+        !text.contains("bank audit failed"),
+        "{} has a failed audit",
+        log.display()
+    );
+    text.lines()
+        .filter(|l| l.contains("bank audit"))
+        .map(|l| {
+            let num = |name| {
+                field(l, name)
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .unwrap_or_else(|| panic!("no {name} in {l}"))
+            };
+            let counted = field(l, "counted")
+                .unwrap_or("")
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let (r, n) = p.split_once(':').expect("run:count");
+                    (r.parse().unwrap(), n.parse().unwrap())
+                })
+                .collect();
+            Audit {
+                total: num("total"),
+                run: num("run") as u64,
+                transfers: num("transfers") as u64,
+                counted,
+            }
+        })
+        .collect()
+}
+
+/// Waits until `log` has `n` audits of a running load.
+fn wait_audits(log: &Path, n: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while audits(log).iter().filter(|a| a.transfers > 0).count() < n {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no running bank in time; it logged:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn run_cluster(nodes: usize, port_base: u16, name: &str) {
+    let dir = std::env::temp_dir().join(format!("atomos-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let base_port = port_base + (std::process::id() % 4_000) as u16;
+    let (mut up, pids) = cluster_up_with(
+        nodes,
+        base_port,
+        &dir,
+        &["--protocol", "certify", "--bank-load", "2"],
+        &[("ATOMOS_ORDER_SNAPSHOT_EVERY", "200")],
+    );
+    let mut cleanup = KillOnDrop(pids.iter().copied().chain([up.id()]).collect());
+    // The log each node writes now.
+    let mut current: Vec<PathBuf> = (1..=nodes)
+        .map(|n| dir.join(format!("node-{n}.log")))
+        .collect();
+    let mut all_logs = current.clone();
+    let mut pids = pids;
+    let mut restarted: Vec<Child> = Vec::new();
+    for (n, log) in current.iter().enumerate() {
+        wait_audits(log, 3, &format!("node {}", n + 1));
+    }
+
+    let logs: Vec<(usize, PathBuf)> = all_logs.iter().cloned().enumerate().collect();
+    let (first, _) = leader(&logs).expect("some node became leader");
+    let mut round = 0;
+    let mut kill_and_restart = |victim: usize, wipe: bool, current: &mut Vec<PathBuf>| {
+        round += 1;
+        signal(pids[victim], libc::SIGKILL);
+        std::thread::sleep(Duration::from_millis(500));
+        if wipe {
+            std::fs::remove_dir_all(dir.join("data").join((victim + 1).to_string())).unwrap();
+        }
+        let (child, log) = restart(&dir, victim, round);
+        pids[victim] = child.id();
+        cleanup.0.push(child.id());
+        restarted.push(child);
+        current[victim] = log.clone();
+        all_logs.push(log.clone());
+        wait_audits(
+            &log,
+            3,
+            &format!("node {} after restart {round}", victim + 1),
+        );
+    };
+
+    // The leader, then a follower.
+    kill_and_restart(first, false, &mut current);
+    let follower = (first + 1) % nodes;
+    kill_and_restart(follower, false, &mut current);
+    // Everyone audits a few more times with everything restarted.
+    for log in &current {
+        let seen = audits(log).len();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while audits(log).len() < seen + 3 {
+            assert!(
+                Instant::now() < deadline,
+                "{} stopped auditing",
+                log.display()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    // Every audit anywhere saw the total.
+    let mut acked: BTreeMap<u64, u64> = BTreeMap::new();
+    for log in &all_logs {
+        for a in audits(log) {
+            assert_eq!(a.total, TOTAL, "{} audited a wrong total", log.display());
+            let e = acked.entry(a.run).or_default();
+            *e = (*e).max(a.transfers);
+        }
+    }
+    assert!(acked.len() >= nodes + 2, "runs: {acked:?}");
+    let total_acked: u64 = acked.values().sum();
+    assert!(
+        total_acked > 50,
+        "only {total_acked} transfers acknowledged"
+    );
+    // Every transfer a killed run saw acknowledged is counted on every replica now; a live
+    // run's own audit counts at least what it had acknowledged when the audit began.
+    let dead: Vec<u64> = all_logs
+        .iter()
+        .filter(|l| !current.contains(l))
+        .flat_map(|l| audits(l).into_iter().map(|a| a.run))
+        .collect();
+    for log in &current {
+        let last = audits(log).pop().expect("an audit");
+        let mut runs: Vec<u64> = dead.clone();
+        runs.push(last.run);
+        for run in runs {
+            let counted = last.counted.get(&run).copied().unwrap_or(0);
+            assert!(
+                counted >= acked[&run],
+                "{}: run {run} saw {} transfers acknowledged, the state counts {counted}",
+                log.display(),
+                acked[&run]
+            );
+        }
+    }
+
+    for mut child in restarted {
+        signal(child.id(), libc::SIGTERM);
+        assert!(wait_exit(&mut child, Duration::from_secs(30)).success());
+    }
+    signal(up.id(), libc::SIGINT);
+    assert!(wait_exit(&mut up, Duration::from_secs(30)).success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn three_replicas_lose_nothing_acknowledged_through_kills() {
+    run_cluster(3, 30_000, "certify-3");
+}
+
+#[test]
+fn five_replicas_lose_nothing_acknowledged_through_kills() {
+    run_cluster(5, 51_000, "certify-5");
+}
