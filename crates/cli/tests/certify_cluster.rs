@@ -2,9 +2,10 @@
 //! --bank-load 2`. Every node moves money between accounts every replica holds, counts each
 //! transfer in the replicated state, and audits the total once a second (a local read-only
 //! snapshot). The Raft leader is killed with SIGKILL and restarted from its log (compacted
-//! every 200 entries), then a follower. Afterwards: every audit on every replica found the
-//! total; no audit failed; every transfer a node saw acknowledged is counted in the replicated
-//! state.
+//! every 200 entries), then a follower, then a replica whose data directory was wiped (it
+//! catches up by state transfer, and votes again only once caught up). Afterwards: every
+//! audit on every replica found the total; no audit failed; every transfer a node saw
+//! acknowledged is counted in the replicated state.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -137,10 +138,30 @@ fn run_cluster(nodes: usize, port_base: u16, name: &str) {
         );
     };
 
-    // The leader, then a follower.
+    // The leader, then a follower, then a replica whose data directory was wiped.
     kill_and_restart(first, false, &mut current);
     let follower = (first + 1) % nodes;
     kill_and_restart(follower, false, &mut current);
+    let wiped = (first + 2) % nodes;
+    kill_and_restart(wiped, true, &mut current);
+    // It came back by state transfer (the others' logs no longer reach back to the start),
+    // and voted again only once it had caught up.
+    let text = std::fs::read_to_string(&current[wiped]).unwrap_or_default();
+    assert!(
+        text.contains("restored snapshot"),
+        "the wiped replica did not install a snapshot"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&current[wiped])
+        .unwrap_or_default()
+        .contains("caught up after starting with an empty log")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the wiped replica never caught up"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // Everyone audits a few more times with everything restarted.
     for log in &current {
         let seen = audits(log).len();
@@ -164,7 +185,7 @@ fn run_cluster(nodes: usize, port_base: u16, name: &str) {
             *e = (*e).max(a.transfers);
         }
     }
-    assert!(acked.len() >= nodes + 2, "runs: {acked:?}");
+    assert!(acked.len() >= nodes + 3, "runs: {acked:?}");
     let total_acked: u64 = acked.values().sum();
     assert!(
         total_acked > 50,
@@ -202,11 +223,11 @@ fn run_cluster(nodes: usize, port_base: u16, name: &str) {
 }
 
 #[test]
-fn three_replicas_lose_nothing_acknowledged_through_kills() {
+fn three_replicas_lose_nothing_acknowledged_through_kills_and_a_wiped_disk() {
     run_cluster(3, 30_000, "certify-3");
 }
 
 #[test]
-fn five_replicas_lose_nothing_acknowledged_through_kills() {
+fn five_replicas_lose_nothing_acknowledged_through_kills_and_a_wiped_disk() {
     run_cluster(5, 51_000, "certify-5");
 }

@@ -18,6 +18,7 @@
 mod client;
 mod log_store;
 mod logging;
+mod lost_log;
 mod raft_guard;
 mod record;
 mod register;

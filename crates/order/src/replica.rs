@@ -32,6 +32,7 @@ use atomos_seam::{Machine, Output, Write};
 
 use crate::log_store::LogStore;
 use crate::logging::raft_logger;
+use crate::lost_log::LostLog;
 use crate::raft_guard;
 use crate::record::Record;
 use crate::types::{Action, Addr, BatchId, Delivery, OrderMsg, Request, StateMachine};
@@ -153,6 +154,10 @@ pub struct OrderStats {
     pub snapshots_refused: u64,
     /// Raft messages from peers refused as malformed (see `raft_guard`).
     pub raft_refused: u64,
+    /// Votes withheld while this replica, started with an empty log, caught up.
+    pub votes_withheld: u64,
+    /// Peers this leader started over with because their log was shorter than acknowledged.
+    pub peers_restarted: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -209,6 +214,8 @@ pub struct Replica<S> {
     snapshot_to: Vec<u64>,
     /// The batch the next optimistic delivery waits for, and since when.
     missing: Option<(BatchId, u64)>,
+    /// Whether this replica's log is known to have lost entries (see `lost_log`).
+    lost_log: LostLog,
     stats: OrderStats,
 }
 
@@ -234,6 +241,7 @@ impl<S: StateMachine> Replica<S> {
                 cfg.id, cfg.replicas
             )));
         }
+        let lost_log = LostLog::new(log.is_empty());
         let mut store = LogStore::new(cfg.replicas.clone());
         let mut batches = BTreeMap::new();
         let mut next_batch = 1;
@@ -353,6 +361,7 @@ impl<S: StateMachine> Replica<S> {
             },
             snapshot_to: Vec::new(),
             missing: None,
+            lost_log,
             stats: OrderStats::default(),
             cfg,
         })
@@ -539,15 +548,46 @@ impl<S: StateMachine> Replica<S> {
                         voters: &self.voters,
                         last_index: self.raft.raft.raft_log.last_index(),
                     };
+                    let kind = m.msg_type;
+                    let is = |t: MessageType| kind == t as i32;
                     if let Err(why) = raft_guard::check(&m, &view) {
                         self.stats.raft_refused += 1;
-                        tracing::warn!(from, kind = m.msg_type, why, "raft message refused");
+                        tracing::warn!(from, kind, why, "raft message refused");
+                        if is(MessageType::MsgHeartbeat)
+                            && m.commit > view.last_index
+                            && self
+                                .lost_log
+                                .report_behind(self.ticks, self.cfg.retry_ticks)
+                        {
+                            out.push(Output::Send {
+                                to: from,
+                                msg: OrderMsg::Behind {
+                                    last: view.last_index,
+                                },
+                            });
+                        }
+                    } else if (is(MessageType::MsgRequestVote)
+                        || is(MessageType::MsgRequestPreVote))
+                        && self.lost_log.refuses_vote(m.index)
+                    {
+                        self.stats.votes_withheld += 1;
+                        tracing::info!(
+                            from,
+                            "vote withheld: this replica started with an empty log and has not \
+                             caught up"
+                        );
                     } else if m.msg_type == MessageType::MsgSnapshot as i32
                         && self.check_snapshot(m.get_snapshot()).is_err()
                     {
                         self.stats.snapshots_refused += 1;
                         tracing::warn!(from, "raft snapshot whose state does not decode refused");
                     } else {
+                        if is(MessageType::MsgHeartbeat) || is(MessageType::MsgAppend) {
+                            self.lost_log.leader_committed(m.commit);
+                        } else if is(MessageType::MsgSnapshot) {
+                            self.lost_log
+                                .leader_committed(m.get_snapshot().get_metadata().index);
+                        }
                         // Errors here are stale or irrelevant messages (raft-rs ignores them).
                         let _ = self.raft.step(m);
                     }
@@ -621,8 +661,10 @@ impl<S: StateMachine> Replica<S> {
                     }
                 }
             }
+            OrderMsg::Behind { last } if member => self.restart_peer(from, last),
             OrderMsg::Request(req) => self.on_request(from, req, out)?,
-            OrderMsg::Raft(_)
+            OrderMsg::Behind { .. }
+            | OrderMsg::Raft(_)
             | OrderMsg::Batch { .. }
             | OrderMsg::BatchAck { .. }
             | OrderMsg::FetchBatch { .. }
@@ -633,6 +675,28 @@ impl<S: StateMachine> Replica<S> {
             OrderMsg::Reply { .. } => {}
         }
         Ok(())
+    }
+
+    /// A peer's log ends at `last`: if this leader believes it holds more, it starts over with
+    /// it from there (probing, or a snapshot if the log here no longer reaches back).
+    fn restart_peer(&mut self, peer: Addr, last: u64) {
+        if self.raft.raft.state != raft::StateRole::Leader {
+            return;
+        }
+        if let Some(pr) = self.raft.raft.mut_prs().get_mut(peer) {
+            if pr.matched > last {
+                tracing::warn!(
+                    peer,
+                    last,
+                    believed = pr.matched,
+                    "a replica's log ends before what it acknowledged: starting over with it"
+                );
+                pr.matched = last;
+                pr.next_idx = last + 1;
+                pr.become_probe();
+                self.stats.peers_restarted += 1;
+            }
+        }
     }
 
     fn on_request(
@@ -1089,6 +1153,12 @@ impl<S: StateMachine> Machine for Replica<S> {
         self.handle_ready(out)?;
         self.deliver(out)?;
         self.flush(out);
+        if self.lost_log.caught_up(self.raft.raft.raft_log.committed) {
+            tracing::info!(
+                node = self.cfg.id,
+                "caught up after starting with an empty log: voting again"
+            );
+        }
         Ok(())
     }
 }

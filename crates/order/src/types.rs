@@ -66,6 +66,13 @@ pub enum OrderMsg {
     },
     /// A client's request.
     Request(Request),
+    /// The sender's log ends at `last`, before what the leader's heartbeat committed: it lost
+    /// its log (a wiped disk, or writes lost in a crash). A leader that believes the sender
+    /// holds more starts over with it from `last` (see `lost_log`).
+    Behind {
+        /// The sender's last log index.
+        last: u64,
+    },
     /// The answer to a client's request, sent once it is finally delivered.
     Reply {
         /// The client.
