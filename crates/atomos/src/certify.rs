@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use atomos_core::{Certification, Certifier, CertifyError, Verdict};
+use atomos_core::{Certification, Certifier, CertifyError, LockOutcome, Verdict};
 use atomos_protocols::replicated::{Answer, Entry};
+use tracing::warn;
 
 use crate::ordering::Submitter;
 
@@ -18,11 +19,23 @@ pub const DEFAULT_COMMIT_LIMIT: Duration = Duration::from_secs(10);
 pub(crate) struct CertifySink {
     submitter: Submitter,
     limit: Duration,
+    /// `node << 48 | run << 32`: makes the engine's family ids unique in the cluster.
+    owner_prefix: u64,
 }
 
 impl CertifySink {
-    pub(crate) fn new(submitter: Submitter, limit: Duration) -> CertifySink {
-        CertifySink { submitter, limit }
+    /// The sink of node `node` in its run `run` (16 bits, different at each start).
+    pub(crate) fn new(submitter: Submitter, limit: Duration, node: u64, run: u16) -> CertifySink {
+        CertifySink {
+            submitter,
+            limit,
+            owner_prefix: ((node & 0xFFFF) << 48) | ((run as u64) << 32),
+        }
+    }
+
+    /// The cluster-wide identity of this node's transaction family `owner`.
+    fn owner(&self, owner: u64) -> u64 {
+        self.owner_prefix | (owner & 0xFFFF_FFFF)
     }
 
     /// Orders `entry` and returns the store's answer.
@@ -54,5 +67,31 @@ impl Certifier for CertifySink {
 
     fn barrier(&self) -> Result<u64, CertifyError> {
         Ok(self.order(Entry::Barrier)?.position())
+    }
+
+    fn abstract_lock(&self, owner: u64, name: &str) -> Result<LockOutcome, CertifyError> {
+        let entry = Entry::Lock {
+            owner: self.owner(owner),
+            name: name.to_string(),
+        };
+        match self.order(entry)? {
+            Answer::Locked { taken: true, .. } => Ok(LockOutcome::Taken),
+            Answer::Locked { taken: false, .. } => Ok(LockOutcome::AlreadyHeld),
+            Answer::LockHeld { .. } => Ok(LockOutcome::HeldByAnother),
+            other => Err(CertifyError::OutcomeUnknown(format!(
+                "the replica answered a lock request with {other:?}"
+            ))),
+        }
+    }
+
+    fn release_abstract(&self, owner: u64, names: Vec<String>) {
+        let entry = Entry::Unlock {
+            owner: self.owner(owner),
+            names,
+        };
+        if let Err(e) = self.order(entry) {
+            // Held until this node's next start releases its earlier runs' locks.
+            warn!(error = %e, "abstract locks not released");
+        }
     }
 }

@@ -15,7 +15,7 @@ use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
 use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig, StateMachine};
-use atomos_protocols::replicated::ReplicatedStore;
+use atomos_protocols::replicated::{Entry, ReplicatedStore};
 use atomos_protocols::tfa::{TfaConfig, TfaMsg};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -28,7 +28,7 @@ use crate::config::NodeSettings;
 use crate::disk::FsyncPolicy;
 use crate::health::Health;
 use crate::node::{Node, NodeConfig, Protocol};
-use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig};
+use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig, SubmitError};
 use crate::tfa::{TfaDriver, TfaSource, TfaStart, TICK};
 
 /// Messages of the node runtime itself. Protocols add their own variants as they arrive.
@@ -207,12 +207,29 @@ impl NodeRuntime {
                 ))
             }
         };
-        let sink = CertifySink::new(submitter, commit_limit);
+        let run = rand::random::<u16>();
+        let sink = CertifySink::new(submitter.clone(), commit_limit, self.id, run);
         if !self.node.engine().set_certifier(Arc::new(sink)) {
             return Err(RuntimeError::Certify(
                 "another protocol already runs on this node".into(),
             ));
         }
+        // Abstract locks this node's earlier runs held die with them: ordered once a leader
+        // takes it, on a thread of its own (the order node runs on this runtime).
+        let (node, stop) = (self.id, self.stop.clone());
+        let release = Entry::ReleaseStale {
+            node,
+            keep: run as u64,
+        }
+        .encode();
+        std::thread::spawn(move || {
+            while !stop.is_cancelled() {
+                match submitter.submit_wait(release.clone(), Duration::from_secs(5)) {
+                    Ok(_) | Err(SubmitError::Stopped) => return,
+                    Err(SubmitError::TimedOut(_)) => {}
+                }
+            }
+        });
         info!(node = self.id, "certify started");
         Ok(())
     }

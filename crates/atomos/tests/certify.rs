@@ -166,3 +166,35 @@ fn concurrent_creators_of_a_root_get_one_winner() {
     let stores = settled(&c);
     assert!(stores.windows(2).all(|w| w[0] == w[1]));
 }
+
+#[test]
+fn abstract_locks_are_exclusive_across_replicas() {
+    let c = cluster(2);
+    let (n1, n2) = (c.node(1).unwrap(), c.node(2).unwrap());
+    let (taken_tx, taken_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let holder = s.spawn(move || {
+            n1.atomically(|tx| {
+                tx.abstract_lock("slot")?;
+                let _ = taken_tx.send(());
+                let _ = go_rx.recv();
+                Ok(())
+            })
+        });
+        taken_rx.recv().unwrap();
+        // Held on replica 1: replica 2's transactions conflict on it.
+        let r = n2.tx().max_attempts(3).run(|tx| tx.abstract_lock("slot"));
+        assert!(
+            matches!(r, Err(TxError::RetryBudgetExhausted { .. })),
+            "{r:?}"
+        );
+        go_tx.send(()).unwrap();
+        holder.join().unwrap().unwrap();
+    });
+    // Released when the holder's transaction ended.
+    n2.tx()
+        .max_attempts(50)
+        .run(|tx| tx.abstract_lock("slot"))
+        .unwrap();
+}

@@ -546,11 +546,21 @@ mod tests {
 
     #[test]
     fn every_workload_runs_on_tfa_across_nodes() {
+        every_workload_runs_across_nodes(Protocol::Tfa);
+    }
+
+    /// Each workload's check runs on every replica (see `check_replicas`).
+    #[test]
+    fn every_workload_runs_on_certify_across_replicas() {
+        every_workload_runs_across_nodes(Protocol::Certify);
+    }
+
+    fn every_workload_runs_across_nodes(protocol: Protocol) {
         for transport in [TransportKind::Memory, TransportKind::Tcp] {
             for kind in WorkloadKind::ALL {
                 let r = run(&BenchConfig {
                     workload: kind,
-                    protocol: Protocol::Tfa,
+                    protocol,
                     nodes: 3,
                     transport,
                     threads: 2,
@@ -563,8 +573,9 @@ mod tests {
                     ..BenchConfig::default()
                 })
                 .unwrap();
-                assert!(r.invariant_ok, "{kind} over {transport}: {}", r.invariant);
-                assert!(r.committed > 0, "{kind} over {transport} committed nothing");
+                let what = format!("{kind} on {protocol} over {transport}");
+                assert!(r.invariant_ok, "{what}: {}", r.invariant);
+                assert!(r.committed > 0, "{what} committed nothing");
                 assert_eq!(r.nodes, 3);
             }
         }
@@ -572,7 +583,7 @@ mod tests {
 
     #[test]
     fn every_nesting_model_keeps_its_invariant_under_contention() {
-        for protocol in [Protocol::Local, Protocol::Tfa] {
+        for protocol in [Protocol::Local, Protocol::Tfa, Protocol::Certify] {
             for kind in [WorkloadKind::Bank, WorkloadKind::HashTable] {
                 for nesting in NestingModel::ALL {
                     let r = run(&BenchConfig {

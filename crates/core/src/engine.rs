@@ -122,6 +122,9 @@ impl Engine {
         if locks.is_empty() {
             return;
         }
+        if let Some(certifier) = self.certifier() {
+            return certifier.release_abstract(owner, locks);
+        }
         match self.remote.get() {
             Some(source) => source.release_abstract(owner, locks),
             None => self.abstract_locks.release(&locks, owner),

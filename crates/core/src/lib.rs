@@ -34,7 +34,7 @@ pub use engine::{Engine, EngineConfig, TxOptions};
 pub use error::{Message, TxError};
 pub use key::Key;
 pub use nesting::Step;
-pub use ordered::{Certification, Certifier, CertifyError, SnapshotObject, Verdict};
+pub use ordered::{Certification, Certifier, CertifyError, LockOutcome, SnapshotObject, Verdict};
 pub use remote::{RemoteAttempt, RemoteError, RemoteSource};
 pub use stats::{AbortCause, AbortCounts, Stats};
 pub use tref::{Object, TRef};

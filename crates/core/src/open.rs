@@ -8,6 +8,7 @@ use rustc_hash::FxHashMap;
 
 use crate::engine::{RunError, TxOptions};
 use crate::error::TxError;
+use crate::ordered::{CertifyError, LockOutcome};
 use crate::stats::AbortCause;
 use crate::tx::Tx;
 
@@ -89,6 +90,25 @@ impl<'e> Tx<'e> {
         }
         if st.abort.is_some() {
             return Err(TxError::Conflict);
+        }
+        if let Some(certifier) = self.engine.certifier() {
+            // Under a replicated protocol the lock table is replicated, changed in log order.
+            return match certifier.abstract_lock(owner, name) {
+                Ok(LockOutcome::Taken) => {
+                    st.abstract_locks.push(name.to_string());
+                    Ok(())
+                }
+                Ok(LockOutcome::AlreadyHeld) => Ok(()),
+                Ok(LockOutcome::HeldByAnother) => {
+                    st.abort = Some(AbortCause::AbstractLock);
+                    Err(TxError::Conflict)
+                }
+                Err(CertifyError::OutcomeUnknown(reason)) => {
+                    // It may be held now: releasing it at the end covers that case.
+                    st.abstract_locks.push(name.to_string());
+                    Err(TxError::ClusterUnavailable { reason })
+                }
+            };
         }
         match self.engine.abstract_locks.acquire(name, owner) {
             Ok(true) => {

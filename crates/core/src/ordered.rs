@@ -58,6 +58,17 @@ pub enum CertifyError {
     OutcomeUnknown(String),
 }
 
+/// How a request for an abstract lock in the replicated lock table was decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockOutcome {
+    /// The family took the lock now.
+    Taken,
+    /// The family held it already.
+    AlreadyHeld,
+    /// Another family holds it.
+    HeldByAnother,
+}
+
 /// Orders certifications: called by the thread whose transaction commits, and blocks until
 /// the verdict is known.
 pub trait Certifier: Send + Sync {
@@ -69,6 +80,13 @@ pub trait Certifier: Send + Sync {
     /// Orders an entry that changes nothing and returns its log position: once this replica
     /// has applied it, it has applied everything committed before the call.
     fn barrier(&self) -> Result<u64, CertifyError>;
+
+    /// Takes the abstract lock `name` for transaction family `owner` (unique on this node) in
+    /// the lock table every replica keeps, in log order (open nesting across replicas).
+    fn abstract_lock(&self, owner: u64, name: &str) -> Result<LockOutcome, CertifyError>;
+
+    /// Releases the family's abstract locks `names` (those it holds).
+    fn release_abstract(&self, owner: u64, names: Vec<String>);
 }
 
 /// An object as a replicated store's snapshot holds it: key, version, value as tagged bytes

@@ -5,8 +5,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use atomos_core::{
-    Certification, Certifier, CertifyError, Engine, EngineConfig, Key, TRef, TxError, TxOptions,
-    Verdict,
+    Certification, Certifier, CertifyError, Engine, EngineConfig, Key, LockOutcome, TRef, TxError,
+    TxOptions, Verdict,
 };
 use parking_lot::Mutex;
 
@@ -17,6 +17,8 @@ struct Log {
     position: Mutex<u64>,
     /// While set, certifications fail as undecided.
     cut_off: Mutex<bool>,
+    /// The replicated abstract-lock table.
+    locks: Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl Certifier for Log {
@@ -52,6 +54,27 @@ impl Certifier for Log {
         }
         Ok(*position)
     }
+
+    fn abstract_lock(&self, owner: u64, name: &str) -> Result<LockOutcome, CertifyError> {
+        let mut locks = self.locks.lock();
+        Ok(match locks.get(name) {
+            Some(&o) if o == owner => LockOutcome::AlreadyHeld,
+            Some(_) => LockOutcome::HeldByAnother,
+            None => {
+                locks.insert(name.to_string(), owner);
+                LockOutcome::Taken
+            }
+        })
+    }
+
+    fn release_abstract(&self, owner: u64, names: Vec<String>) {
+        let mut locks = self.locks.lock();
+        for n in names {
+            if locks.get(&n) == Some(&owner) {
+                locks.remove(&n);
+            }
+        }
+    }
 }
 
 fn cluster(n: usize) -> (Arc<Log>, Vec<Arc<Engine>>) {
@@ -59,6 +82,7 @@ fn cluster(n: usize) -> (Arc<Log>, Vec<Arc<Engine>>) {
         replicas: Mutex::new(Vec::new()),
         position: Mutex::new(0),
         cut_off: Mutex::new(false),
+        locks: Mutex::new(Default::default()),
     });
     let engines: Vec<Arc<Engine>> = (0..n)
         .map(|_| {

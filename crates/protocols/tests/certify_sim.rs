@@ -21,8 +21,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use atomos_core::{
-    Certification, Certifier, CertifyError, Engine, EngineConfig, Key, TRef, TxError, TxOptions,
-    Verdict,
+    Certification, Certifier, CertifyError, Engine, EngineConfig, Key, LockOutcome, TRef, TxError,
+    TxOptions, Verdict,
 };
 use atomos_order::{
     decode_log, Client, ClientAction, ClientInput, Delivery, OrderError, OrderMsg, Replica,
@@ -83,6 +83,12 @@ impl Certifier for Capture {
     fn barrier(&self) -> Result<u64, CertifyError> {
         Err(CertifyError::OutcomeUnknown("no barriers here".into()))
     }
+    fn abstract_lock(&self, _: u64, _: &str) -> Result<LockOutcome, CertifyError> {
+        Err(CertifyError::OutcomeUnknown(
+            "no abstract locks here".into(),
+        ))
+    }
+    fn release_abstract(&self, _: u64, _: Vec<String>) {}
 }
 
 /// One replica with the application running on it.
@@ -405,6 +411,7 @@ impl Model {
                 Answer::Committed { version: position }
             }
             Ok(Entry::Barrier) => Answer::Applied { position },
+            Ok(other) => panic!("the simulation orders no {other:?}"),
             Err(e) => Answer::Refused {
                 position,
                 reason: e.to_string(),

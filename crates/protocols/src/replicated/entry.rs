@@ -18,6 +18,38 @@ pub enum Entry {
     /// Changes nothing: once a replica has applied it, it has applied everything ordered
     /// before it (linearizable reads wait for one).
     Barrier,
+    /// Take abstract lock `name` for transaction family `owner` (open nesting).
+    Lock {
+        /// The family (unique in the cluster: it carries its node; see [`owner_node`]).
+        owner: u64,
+        /// The lock.
+        name: String,
+    },
+    /// Release the family's abstract locks among `names`.
+    Unlock {
+        /// The family.
+        owner: u64,
+        /// The locks.
+        names: Vec<String>,
+    },
+    /// Release every abstract lock held by a family of node `node` other than those of its
+    /// run `keep` (a restarted node's earlier run held them and is gone).
+    ReleaseStale {
+        /// The node.
+        node: u64,
+        /// Its current run (families of this run keep their locks).
+        keep: u64,
+    },
+}
+
+/// The node a lock owner belongs to: owners are `node << 48 | run << 32 | family`.
+pub fn owner_node(owner: u64) -> u64 {
+    owner >> 48
+}
+
+/// The run (one start of a node) a lock owner belongs to.
+pub fn owner_run(owner: u64) -> u64 {
+    (owner >> 32) & 0xFFFF
 }
 
 impl Entry {
@@ -45,6 +77,18 @@ pub enum Answer {
     },
     /// A read was no longer the newest version: nothing changed.
     Conflict {
+        /// The entry's log position.
+        position: u64,
+    },
+    /// The abstract lock is held by the family now (`taken`: it was not before).
+    Locked {
+        /// The entry's log position.
+        position: u64,
+        /// Whether it was taken by this entry.
+        taken: bool,
+    },
+    /// The abstract lock is held by another family.
+    LockHeld {
         /// The entry's log position.
         position: u64,
     },
@@ -78,6 +122,8 @@ impl Answer {
         match self {
             Answer::Committed { version } => *version,
             Answer::Conflict { position }
+            | Answer::Locked { position, .. }
+            | Answer::LockHeld { position }
             | Answer::Applied { position }
             | Answer::Refused { position, .. } => *position,
         }

@@ -14,5 +14,5 @@
 mod entry;
 mod store;
 
-pub use entry::{Answer, Entry};
+pub use entry::{owner_node, owner_run, Answer, Entry};
 pub use store::{PlantedBug, ReplicatedStore, StoreStats};

@@ -6,7 +6,9 @@ use atomos_core::{Engine, SnapshotObject};
 use atomos_order::{Request, StateMachine};
 use serde::{Deserialize, Serialize};
 
-use super::entry::{Answer, Entry};
+use std::collections::BTreeMap;
+
+use super::entry::{owner_node, owner_run, Answer, Entry};
 
 /// What a store applied since it started (or was restored).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,11 +31,12 @@ pub enum PlantedBug {
     FirstReadOnly,
 }
 
-/// A snapshot: the objects at a log position.
+/// A snapshot: the objects and abstract locks at a log position.
 #[derive(Serialize, Deserialize)]
 struct Snapshot {
     position: u64,
     objects: Vec<SnapshotObject>,
+    locks: Vec<(String, u64)>,
 }
 
 /// One replica's store: the node's engine, changed only through the log. Every finally
@@ -42,6 +45,8 @@ struct Snapshot {
 pub struct ReplicatedStore {
     engine: Arc<Engine>,
     position: u64,
+    /// Abstract locks (open nesting): name -> owning family.
+    locks: BTreeMap<String, u64>,
     stats: StoreStats,
     planted_bug: Option<PlantedBug>,
 }
@@ -63,6 +68,7 @@ impl ReplicatedStore {
         Ok(ReplicatedStore {
             position: engine.applied(),
             engine,
+            locks: BTreeMap::new(),
             stats: StoreStats::default(),
             planted_bug: None,
         })
@@ -127,6 +133,38 @@ impl StateMachine for ReplicatedStore {
                 self.stats.barriers += 1;
                 Answer::Applied { position }
             }
+            Ok(Entry::Lock { owner, name }) => {
+                self.engine.mark_applied(position);
+                match self.locks.get(&name) {
+                    Some(&o) if o == owner => Answer::Locked {
+                        position,
+                        taken: false,
+                    },
+                    Some(_) => Answer::LockHeld { position },
+                    None => {
+                        self.locks.insert(name, owner);
+                        Answer::Locked {
+                            position,
+                            taken: true,
+                        }
+                    }
+                }
+            }
+            Ok(Entry::Unlock { owner, names }) => {
+                self.engine.mark_applied(position);
+                for n in names {
+                    if self.locks.get(&n) == Some(&owner) {
+                        self.locks.remove(&n);
+                    }
+                }
+                Answer::Applied { position }
+            }
+            Ok(Entry::ReleaseStale { node, keep }) => {
+                self.engine.mark_applied(position);
+                self.locks
+                    .retain(|_, o| owner_node(*o) != node || owner_run(*o) == keep);
+                Answer::Applied { position }
+            }
             Err(e) => {
                 self.engine.mark_applied(position);
                 self.stats.refused += 1;
@@ -147,6 +185,7 @@ impl StateMachine for ReplicatedStore {
             Ok(objects) => postcard::to_stdvec(&Snapshot {
                 position: self.position,
                 objects,
+                locks: self.locks.iter().map(|(n, o)| (n.clone(), *o)).collect(),
             })
             .unwrap_or_default(),
             Err(_) => Vec::new(),
@@ -157,6 +196,7 @@ impl StateMachine for ReplicatedStore {
         let s = Self::decode_snapshot(data)?;
         self.engine.install_snapshot(s.position, s.objects);
         self.position = s.position;
+        self.locks = s.locks.into_iter().collect();
         Ok(())
     }
 
@@ -233,6 +273,73 @@ mod tests {
     }
 
     #[test]
+    fn abstract_locks_are_taken_released_and_kept_in_snapshots() {
+        let mut s = store();
+        let (a, b) = ((1 << 48) | (7 << 32) | 1, (2 << 48) | (3 << 32) | 1);
+        let ask =
+            |s: &mut ReplicatedStore, e: Entry| Answer::decode(&s.apply(&request(&e))).unwrap();
+        let lock = |owner, name: &str| Entry::Lock {
+            owner,
+            name: name.into(),
+        };
+        assert_eq!(
+            ask(&mut s, lock(a, "x")),
+            Answer::Locked {
+                position: 1,
+                taken: true
+            }
+        );
+        assert_eq!(
+            ask(&mut s, lock(a, "x")),
+            Answer::Locked {
+                position: 2,
+                taken: false
+            }
+        );
+        assert_eq!(ask(&mut s, lock(b, "x")), Answer::LockHeld { position: 3 });
+        assert_eq!(
+            ask(&mut s, lock(b, "y")),
+            Answer::Locked {
+                position: 4,
+                taken: true
+            }
+        );
+        // A snapshot carries the table.
+        let mut copy = store();
+        copy.restore(&s.snapshot()).unwrap();
+        assert_eq!(
+            ask(&mut copy, lock(a, "y")),
+            Answer::LockHeld { position: 5 }
+        );
+        // Unlock releases only what the family holds.
+        ask(
+            &mut s,
+            Entry::Unlock {
+                owner: b,
+                names: vec!["x".into(), "y".into()],
+            },
+        );
+        assert_eq!(ask(&mut s, lock(b, "x")), Answer::LockHeld { position: 6 });
+        assert_eq!(
+            ask(&mut s, lock(a, "y")),
+            Answer::Locked {
+                position: 7,
+                taken: true
+            }
+        );
+        // Node 1 restarted as run 8: its run-7 families lose their locks.
+        ask(&mut s, Entry::ReleaseStale { node: 1, keep: 8 });
+        assert_eq!(
+            ask(&mut s, lock(b, "x")),
+            Answer::Locked {
+                position: 9,
+                taken: true
+            }
+        );
+        assert_eq!(s.engine().applied(), 9);
+    }
+
+    #[test]
     fn a_restored_store_holds_the_same_objects_and_refuses_bad_snapshots() {
         let mut a = store();
         let k = Key::from("k");
@@ -256,12 +363,14 @@ mod tests {
             postcard::to_stdvec(&Snapshot {
                 position: 1,
                 objects: vec![(k.clone(), 2, None)],
+                locks: vec![],
             })
             .unwrap(),
             // The same key twice.
             postcard::to_stdvec(&Snapshot {
                 position: 5,
                 objects: vec![(k.clone(), 1, None), (k.clone(), 2, None)],
+                locks: vec![],
             })
             .unwrap(),
         ] {
