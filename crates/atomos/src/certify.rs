@@ -14,6 +14,27 @@ use crate::ordering::Submitter;
 /// [`TxError::OutcomeUnknown`](atomos_core::TxError::OutcomeUnknown).
 pub const DEFAULT_COMMIT_LIMIT: Duration = Duration::from_secs(10);
 
+/// How `certify` runs on a node.
+#[derive(Clone, Copy, Debug)]
+pub struct CertifyOptions {
+    /// How long a commit waits for its verdict before it fails with
+    /// [`TxError::OutcomeUnknown`](atomos_core::TxError::OutcomeUnknown).
+    pub commit_limit: Duration,
+    /// How often this node orders a garbage collection (`None`: only when asked, with
+    /// [`NodeRuntime::collect`](crate::NodeRuntime::collect)).
+    pub collect_every: Option<Duration>,
+}
+
+impl Default for CertifyOptions {
+    /// Commits wait up to [`DEFAULT_COMMIT_LIMIT`]; a collection every 5 seconds.
+    fn default() -> Self {
+        CertifyOptions {
+            commit_limit: DEFAULT_COMMIT_LIMIT,
+            collect_every: Some(Duration::from_secs(5)),
+        }
+    }
+}
+
 /// Certifies through the local order replica. Requests from all of the node's threads share
 /// the replica's batches.
 pub(crate) struct CertifySink {

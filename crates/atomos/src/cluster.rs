@@ -6,7 +6,7 @@ use atomos_net::memory::MemoryNetwork;
 use atomos_net::rpc::{Envelope, Rpc, RpcError};
 use atomos_net::transport::NodeId;
 
-use crate::certify::DEFAULT_COMMIT_LIMIT;
+use crate::certify::CertifyOptions;
 use crate::node::{Node, NodeConfig, Protocol};
 use crate::ordering::OrderNodeConfig;
 use crate::runtime::{NodeMsg, NodeRuntime};
@@ -68,7 +68,7 @@ impl Cluster {
                 Protocol::Tfa => m.start_tfa(ids.clone(), TfaConfig::default(), None),
                 Protocol::Certify => {
                     let replica = ReplicaConfig::new(m.id(), ids.clone());
-                    m.start_certify(OrderNodeConfig::new(replica), DEFAULT_COMMIT_LIMIT)
+                    m.start_certify(OrderNodeConfig::new(replica), CertifyOptions::default())
                 }
             };
             started.map_err(|e| ClusterError::Protocol(e.to_string()))?;

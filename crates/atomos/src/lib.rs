@@ -55,7 +55,7 @@ pub use atomos_net as net;
 pub use atomos_order as order;
 /// Distributed protocols as deterministic state machines (re-exported from `atomos-protocols`).
 pub use atomos_protocols as protocols;
-pub use certify::DEFAULT_COMMIT_LIMIT;
+pub use certify::{CertifyOptions, DEFAULT_COMMIT_LIMIT};
 pub use cluster::{Cluster, ClusterError};
 pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};
 pub use runtime::{NodeMsg, NodeRuntime, PeerState, RuntimeError};

@@ -15,7 +15,7 @@ use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
 use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig, StateMachine};
-use atomos_protocols::replicated::{Entry, ReplicatedStore};
+use atomos_protocols::replicated::{Answer, Entry, ReplicatedStore};
 use atomos_protocols::tfa::{TfaConfig, TfaMsg};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::certify::CertifySink;
+use crate::certify::{CertifyOptions, CertifySink};
 use crate::config::NodeSettings;
 use crate::disk::FsyncPolicy;
 use crate::health::Health;
@@ -147,7 +147,13 @@ impl NodeRuntime {
             cfg.wal = Some((settings.data_dir.join("certify.wal"), settings.order_fsync));
             cfg.load_clients = 0;
             cfg.load_hooks = None;
-            runtime.start_certify(cfg, settings.commit_limit)?;
+            runtime.start_certify(
+                cfg,
+                CertifyOptions {
+                    commit_limit: settings.commit_limit,
+                    ..CertifyOptions::default()
+                },
+            )?;
         }
         if settings.protocol == Protocol::Tfa {
             let mut members: Vec<u64> = settings.peers.iter().map(|p| p.id).collect();
@@ -183,7 +189,7 @@ impl NodeRuntime {
     pub fn start_certify(
         &mut self,
         cfg: OrderNodeConfig,
-        commit_limit: Duration,
+        options: CertifyOptions,
     ) -> Result<(), RuntimeError> {
         if self.node.protocol() != Protocol::Certify {
             return Err(RuntimeError::Certify(format!(
@@ -208,7 +214,7 @@ impl NodeRuntime {
             }
         };
         let run = rand::random::<u16>();
-        let sink = CertifySink::new(submitter.clone(), commit_limit, self.id, run);
+        let sink = CertifySink::new(submitter.clone(), options.commit_limit, self.id, run);
         if !self.node.engine().set_certifier(Arc::new(sink)) {
             return Err(RuntimeError::Certify(
                 "another protocol already runs on this node".into(),
@@ -222,16 +228,48 @@ impl NodeRuntime {
             keep: run as u64,
         }
         .encode();
+        let collect_every = options.collect_every;
         std::thread::spawn(move || {
             while !stop.is_cancelled() {
                 match submitter.submit_wait(release.clone(), Duration::from_secs(5)) {
-                    Ok(_) | Err(SubmitError::Stopped) => return,
+                    Ok(_) => break,
+                    Err(SubmitError::Stopped) => return,
                     Err(SubmitError::TimedOut(_)) => {}
+                }
+            }
+            let Some(every) = collect_every else {
+                return;
+            };
+            let collect = Entry::Collect.encode();
+            while !stop.is_cancelled() {
+                std::thread::sleep(every);
+                if let Err(SubmitError::Stopped) = submitter.submit_wait(collect.clone(), every) {
+                    return;
                 }
             }
         });
         info!(node = self.id, "certify started");
         Ok(())
+    }
+
+    /// Under `certify`: orders a garbage collection now and returns how many unreachable
+    /// anonymous objects it deleted (on every replica, at the same log position).
+    pub fn collect(&self) -> Result<u64, RuntimeError> {
+        let (Some(order), Protocol::Certify) = (&self.order, self.node.protocol()) else {
+            return Err(RuntimeError::Certify(
+                "this node does not run certify".into(),
+            ));
+        };
+        let answer = order
+            .submitter()
+            .submit_wait(Entry::Collect.encode(), crate::DEFAULT_COMMIT_LIMIT)
+            .map_err(|e| RuntimeError::Certify(format!("collection: {e}")))?;
+        match Answer::decode(&answer) {
+            Ok(Answer::Collected { reclaimed, .. }) => Ok(reclaimed),
+            other => Err(RuntimeError::Certify(format!(
+                "collection answered {other:?}"
+            ))),
+        }
     }
 
     /// Starts an order-layer replica with state machine `machine`.

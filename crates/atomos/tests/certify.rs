@@ -198,3 +198,117 @@ fn abstract_locks_are_exclusive_across_replicas() {
         .run(|tx| tx.abstract_lock("slot"))
         .unwrap();
 }
+
+/// A list cell: anonymous objects linked through references.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Cons {
+    value: u64,
+    next: Option<TRef<Cons>>,
+}
+
+/// The values of the list from `head`, read in one snapshot.
+fn walk(node: &atomos::Node, head: &TRef<Option<TRef<Cons>>>) -> Result<Vec<u64>, TxError> {
+    node.atomically_read(|tx| {
+        let mut out = Vec::new();
+        let mut at = tx.read(head)?.clone();
+        while let Some(r) = at {
+            let cell = tx.read(&r)?;
+            out.push(cell.value);
+            at = cell.next.clone();
+        }
+        Ok(out)
+    })
+}
+
+#[test]
+fn collection_reclaims_exactly_the_unreachable_objects_on_every_replica() {
+    let c = cluster(3);
+    let (n1, n2, n3) = (c.node(1).unwrap(), c.node(2).unwrap(), c.node(3).unwrap());
+    let head: TRef<Option<TRef<Cons>>> = TRef::new("list/head");
+    // head -> 0 -> 1 -> ... -> 19, all anonymous.
+    let cells: Vec<TRef<Cons>> = n1
+        .atomically(|tx| {
+            let mut next = None;
+            let mut made = Vec::new();
+            for value in (0..20).rev() {
+                let r = tx.new_object(Cons { value, next })?;
+                made.push(r.clone());
+                next = Some(r);
+            }
+            tx.create(&head, next)?;
+            made.reverse();
+            Ok(made)
+        })
+        .unwrap();
+    // An anonymous object nothing ever referenced.
+    let orphan = n2
+        .atomically(|tx| {
+            tx.new_object(Cons {
+                value: 99,
+                next: None,
+            })
+        })
+        .unwrap();
+    for n in [n1, n2, n3] {
+        n.sync().unwrap();
+        assert_eq!(walk(n, &head).unwrap(), (0..20).collect::<Vec<_>>());
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Readers walk the list the whole time: always whole, never a dangling reference.
+        let readers: Vec<_> = [n2, n3]
+            .into_iter()
+            .map(|n| {
+                let (head, stop) = (&head, &stop);
+                s.spawn(move || {
+                    let mut walks = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let values = walk(n, head).unwrap();
+                        assert!(values.len() == 20 || values.len() == 10, "{values:?}");
+                        walks += 1;
+                    }
+                    walks
+                })
+            })
+            .collect();
+        // Writers keep committing elsewhere.
+        let counter: TRef<u64> = TRef::new("busy/counter");
+        n3.atomically(|tx| tx.create(&counter, 0)).unwrap();
+        let stop_writer = &stop;
+        let writer = s.spawn(move || {
+            let stop = stop_writer;
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n3.atomically(|tx| tx.modify(&counter, |c| *c += 1))
+                    .unwrap();
+                n += 1;
+            }
+            n
+        });
+        // Cut the list after 9: 10..19 are unreachable, and so is the orphan.
+        n1.atomically(|tx| tx.modify(&cells[9], |c| c.next = None))
+            .unwrap();
+        let reclaimed = c.member(2).unwrap().collect().unwrap();
+        assert!(reclaimed <= 11, "{reclaimed}");
+        std::thread::sleep(Duration::from_millis(100));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for r in readers {
+            assert!(r.join().unwrap() > 0);
+        }
+        assert!(writer.join().unwrap() > 0);
+    });
+    // Exactly the unreachable ones are gone, on every replica.
+    for n in [n1, n2, n3] {
+        n.sync().unwrap();
+        let exists: Vec<bool> = n
+            .atomically_read(|tx| cells.iter().map(|r| tx.exists(r)).collect())
+            .unwrap();
+        assert_eq!(exists, (0..20).map(|i| i < 10).collect::<Vec<_>>());
+        assert!(!n.atomically_read(|tx| tx.exists(&orphan)).unwrap());
+        assert_eq!(walk(n, &head).unwrap(), (0..10).collect::<Vec<_>>());
+    }
+    // Nothing is left to collect; named objects are never collected.
+    assert_eq!(c.member(1).unwrap().collect().unwrap(), 0);
+    let stores = settled(&c);
+    assert!(stores.windows(2).all(|w| w[0] == w[1]));
+}

@@ -14,9 +14,7 @@ use atomos::net::transport::{LinkRule, Transport};
 use atomos::order::ReplicaConfig;
 use atomos::ordering::OrderNodeConfig;
 use atomos::protocols::tfa::TfaConfig;
-use atomos::{
-    ContentionPolicy, Node, NodeConfig, NodeMsg, NodeRuntime, Protocol, DEFAULT_COMMIT_LIMIT,
-};
+use atomos::{CertifyOptions, ContentionPolicy, Node, NodeConfig, NodeMsg, NodeRuntime, Protocol};
 use tokio::net::TcpListener;
 
 /// How the benchmarked nodes are linked.
@@ -113,7 +111,7 @@ impl BenchNodes {
                     .map_err(|e| e.to_string())?,
                 Protocol::Certify => {
                     let replica = ReplicaConfig::new(m.id(), ids.clone());
-                    m.start_certify(OrderNodeConfig::new(replica), DEFAULT_COMMIT_LIMIT)
+                    m.start_certify(OrderNodeConfig::new(replica), CertifyOptions::default())
                         .map_err(|e| e.to_string())?
                 }
                 Protocol::Local => unreachable!("handled above"),

@@ -77,6 +77,9 @@ pub struct Engine {
     pub(crate) certifier: OnceLock<Arc<dyn Certifier>>,
     /// The log position applied so far, under a certifier.
     pub(crate) applied: AtomicU64,
+    /// Tells this engine's anonymous objects from other engines' (random per engine).
+    anon_origin: u64,
+    anon_next: AtomicU64,
     config: EngineConfig,
 }
 
@@ -107,6 +110,13 @@ impl Engine {
             remote: OnceLock::new(),
             certifier: OnceLock::new(),
             applied: AtomicU64::new(0),
+            anon_origin: {
+                use std::hash::{BuildHasher, Hasher};
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u64(NEXT_ENGINE_ID.load(Ordering::Relaxed));
+                h.finish()
+            },
+            anon_next: AtomicU64::new(1),
             config,
         }
     }
@@ -115,6 +125,15 @@ impl Engine {
     /// `source` instead of this engine's objects. Set once; `false` if it was set before.
     pub fn set_remote(&self, source: Arc<dyn RemoteSource>) -> bool {
         self.certifier.get().is_none() && self.remote.set(source).is_ok()
+    }
+
+    /// A key for a new anonymous object, never given out before (by any engine, with
+    /// overwhelming probability: each engine draws a random 64-bit origin).
+    pub(crate) fn fresh_anonymous_key(&self) -> crate::Key {
+        crate::Key::anonymous(
+            self.anon_origin,
+            self.anon_next.fetch_add(1, Ordering::Relaxed),
+        )
     }
 
     /// Releases a family's abstract locks, wherever they are kept.

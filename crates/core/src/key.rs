@@ -8,6 +8,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 const INLINE: usize = 22;
 
+/// How anonymous objects' keys start (a zero byte: no string key starts like that by accident).
+const ANON_PREFIX: &[u8] = b"\0anon/";
+
 /// The name of a shared object: an immutable byte string.
 ///
 /// Keys of up to 22 bytes live inline (no allocation); longer keys share one heap copy, so a
@@ -44,6 +47,24 @@ impl Key {
             Repr::Inline { len, bytes } => &bytes[..*len as usize],
             Repr::Shared(b) => b,
         }
+    }
+
+    /// The key of an anonymous object: one made by [`Tx::new_object`](crate::Tx::new_object),
+    /// reachable only through references, and reclaimed by the replicated store's garbage
+    /// collection once nothing named reaches it. `origin` tells creators apart, `n` counts.
+    pub fn anonymous(origin: u64, n: u64) -> Key {
+        let mut b = [0u8; ANON_PREFIX.len() + 16];
+        b[..ANON_PREFIX.len()].copy_from_slice(ANON_PREFIX);
+        b[ANON_PREFIX.len()..ANON_PREFIX.len() + 8].copy_from_slice(&origin.to_be_bytes());
+        b[ANON_PREFIX.len() + 8..].copy_from_slice(&n.to_be_bytes());
+        Key::from_bytes(&b)
+    }
+
+    /// Whether this is an anonymous object's key (see [`Key::anonymous`]); every other key
+    /// names a root.
+    pub fn is_anonymous(&self) -> bool {
+        let b = self.as_bytes();
+        b.len() == ANON_PREFIX.len() + 16 && b.starts_with(ANON_PREFIX)
     }
 
     /// A key made of `prefix` followed by the 8 big-endian bytes of `n`: handy for namespaced

@@ -29,6 +29,7 @@ mod tx;
 mod urgent;
 mod version;
 
+pub use codec::value_refs;
 pub use contention::ContentionPolicy;
 pub use engine::{Engine, EngineConfig, TxOptions};
 pub use error::{Message, TxError};

@@ -140,7 +140,10 @@ impl<T> fmt::Debug for TRef<T> {
 }
 
 impl<T> Serialize for TRef<T> {
+    /// Encodes as its key (and notes the key when a value's references are being collected,
+    /// for the replicated store's garbage collection).
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        crate::codec::note_ref(&self.key);
         self.key.serialize(s)
     }
 }

@@ -892,6 +892,16 @@ impl<'e> Tx<'e> {
         self.buffer(cell, OwnedVersion::new(Some(value)))
     }
 
+    /// Creates an anonymous object holding `value` and returns its reference: store the
+    /// reference inside another object to keep it. Under `certify`, the replicated store's
+    /// garbage collection reclaims an anonymous object once no object with a name reaches it
+    /// through the references stored in objects (every other key is a root).
+    pub fn new_object<T: Object>(&self, value: T) -> Result<TRef<T>, TxError> {
+        let r = TRef::new(self.engine.fresh_anonymous_key());
+        self.create(&r, value)?;
+        Ok(r)
+    }
+
     /// Deletes an existing object; later reads find it missing.
     pub fn delete<T: Object>(&self, r: &TRef<T>) -> Result<(), TxError> {
         if let Some(rs) = self.remote() {

@@ -32,6 +32,8 @@ pub enum Entry {
         /// The locks.
         names: Vec<String>,
     },
+    /// Delete the anonymous objects that no named object reaches (garbage collection).
+    Collect,
     /// Release every abstract lock held by a family of node `node` other than those of its
     /// run `keep` (a restarted node's earlier run held them and is gone).
     ReleaseStale {
@@ -92,6 +94,13 @@ pub enum Answer {
         /// The entry's log position.
         position: u64,
     },
+    /// A collection deleted `reclaimed` unreachable anonymous objects.
+    Collected {
+        /// The entry's log position (the deletions' version).
+        position: u64,
+        /// How many objects it deleted.
+        reclaimed: u64,
+    },
     /// A barrier (or another entry without an outcome) was applied at this position.
     Applied {
         /// The position.
@@ -124,6 +133,7 @@ impl Answer {
             Answer::Conflict { position }
             | Answer::Locked { position, .. }
             | Answer::LockHeld { position }
+            | Answer::Collected { position, .. }
             | Answer::Applied { position }
             | Answer::Refused { position, .. } => *position,
         }

@@ -7,10 +7,15 @@
 //! Entries are a tagged enum ([`Entry`]) so that other kinds (procedure invocations for
 //! `active`, collection and digest entries) join the same log and store.
 //!
+//! Anonymous objects ([`atomos_core::Tx::new_object`]) that no named object reaches are
+//! reclaimed by collection entries in the log, at the same position on every replica
+//! (`collect`).
+//!
 //! [`ReplicatedStore`] is the order layer's [`atomos_order::StateMachine`]: its snapshots are
 //! the engine's objects at a log position (deletions kept), from which a restarted replica
 //! recovers and a replica that was away too long is brought up to date.
 
+mod collect;
 mod entry;
 mod store;
 

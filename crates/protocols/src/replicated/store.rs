@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
+use super::collect::{Reachability, Write};
 use super::entry::{owner_node, owner_run, Answer, Entry};
 
 /// What a store applied since it started (or was restored).
@@ -21,6 +22,8 @@ pub struct StoreStats {
     pub barriers: u64,
     /// Payloads that were not entries (ordered, answered, otherwise ignored).
     pub refused: u64,
+    /// Anonymous objects deleted by collections.
+    pub collected: u64,
 }
 
 /// Bugs a store can be built with on purpose, so that a test shows the simulation finds them.
@@ -47,6 +50,8 @@ pub struct ReplicatedStore {
     position: u64,
     /// Abstract locks (open nesting): name -> owning family.
     locks: BTreeMap<String, u64>,
+    /// The reference graph, for garbage collection.
+    graph: Reachability,
     stats: StoreStats,
     planted_bug: Option<PlantedBug>,
 }
@@ -69,6 +74,7 @@ impl ReplicatedStore {
             position: engine.applied(),
             engine,
             locks: BTreeMap::new(),
+            graph: Reachability::default(),
             stats: StoreStats::default(),
             planted_bug: None,
         })
@@ -120,7 +126,14 @@ impl StateMachine for ReplicatedStore {
                     Some(PlantedBug::FirstReadOnly) => &reads[..reads.len().min(1)],
                     None => &reads[..],
                 };
+                let graph: Vec<Write> = writes
+                    .iter()
+                    .map(|(k, v)| Write::of(k, v.as_deref()))
+                    .collect();
                 if self.engine.apply_certified(position, reads, writes) {
+                    for w in graph {
+                        self.graph.note(w);
+                    }
                     self.stats.committed += 1;
                     Answer::Committed { version: position }
                 } else {
@@ -159,6 +172,21 @@ impl StateMachine for ReplicatedStore {
                 }
                 Answer::Applied { position }
             }
+            Ok(Entry::Collect) => {
+                let garbage = self.graph.garbage().unwrap_or_default();
+                let reclaimed = garbage.len() as u64;
+                let deletions: Vec<_> = garbage.into_iter().map(|k| (k, None)).collect();
+                for (k, _) in &deletions {
+                    self.graph.note(Write::of(k, None));
+                }
+                // Installed like a certified write with no reads: always applies.
+                self.engine.apply_certified(position, &[], deletions);
+                self.stats.collected += reclaimed;
+                Answer::Collected {
+                    position,
+                    reclaimed,
+                }
+            }
             Ok(Entry::ReleaseStale { node, keep }) => {
                 self.engine.mark_applied(position);
                 self.locks
@@ -194,6 +222,7 @@ impl StateMachine for ReplicatedStore {
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
         let s = Self::decode_snapshot(data)?;
+        self.graph = Reachability::of(&s.objects);
         self.engine.install_snapshot(s.position, s.objects);
         self.position = s.position;
         self.locks = s.locks.into_iter().collect();
