@@ -6,6 +6,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use atomos::disk::FsyncPolicy;
 use atomos::net::handshake::Identity;
 use atomos::net::memory::MemoryNetwork;
 use atomos::net::rpc::{Envelope, Rpc};
@@ -53,7 +54,12 @@ pub struct BenchNodes {
     // Kept alive for the nodes' services; dropped after them.
     members: Vec<NodeRuntime>,
     runtime: Option<tokio::runtime::Runtime>,
+    /// `certify`: the replicas' logs, removed when the nodes stop.
+    wal_dir: Option<std::path::PathBuf>,
 }
+
+/// Numbers the temporary log directories of this process's benchmarked clusters.
+static NEXT_WAL_DIR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl BenchNodes {
     /// Starts `nodes` nodes running `protocol`, linked by `transport` with every link delayed
@@ -64,6 +70,7 @@ impl BenchNodes {
         transport: TransportKind,
         link_delay: Duration,
         contention: ContentionPolicy,
+        fsync: FsyncPolicy,
     ) -> Result<BenchNodes, String> {
         let config = NodeConfig {
             protocol,
@@ -75,6 +82,7 @@ impl BenchNodes {
                 nodes: vec![Node::new(config)],
                 members: Vec::new(),
                 runtime: None,
+                wal_dir: None,
             });
         }
         let runtime = crate::network_runtime()?;
@@ -96,6 +104,7 @@ impl BenchNodes {
             }
         })?;
         let _guard = runtime.enter();
+        let mut wal_dir: Option<std::path::PathBuf> = None;
         for m in &mut members {
             if !link_delay.is_zero() {
                 if let Ok(t) = m.rpc().transport() {
@@ -111,7 +120,17 @@ impl BenchNodes {
                     .map_err(|e| e.to_string())?,
                 Protocol::Certify => {
                     let replica = ReplicaConfig::new(m.id(), ids.clone());
-                    m.start_certify(OrderNodeConfig::new(replica), CertifyOptions::default())
+                    let mut order = OrderNodeConfig::new(replica);
+                    let dir = wal_dir.get_or_insert_with(|| {
+                        std::env::temp_dir().join(format!(
+                            "atomos-bench-{}-{}",
+                            std::process::id(),
+                            NEXT_WAL_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                        ))
+                    });
+                    std::fs::create_dir_all(&*dir).map_err(|e| e.to_string())?;
+                    order.wal = Some((dir.join(format!("certify-{}.wal", m.id())), fsync));
+                    m.start_certify(order, CertifyOptions::default())
                         .map_err(|e| e.to_string())?
                 }
                 Protocol::Local => unreachable!("handled above"),
@@ -121,6 +140,7 @@ impl BenchNodes {
             nodes: members.iter().map(|m| m.node().clone()).collect(),
             members,
             runtime: Some(runtime),
+            wal_dir,
         })
     }
 
@@ -152,6 +172,9 @@ impl Drop for BenchNodes {
         self.members.clear();
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(Duration::from_secs(1));
+        }
+        if let Some(dir) = self.wal_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use atomos::disk::FsyncPolicy;
 use atomos::{ContentionPolicy, Protocol, Stats, TxError};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
@@ -65,6 +66,8 @@ pub struct BenchConfig {
     pub seed: u64,
     /// Print a live progress line to standard error.
     pub progress: bool,
+    /// `certify`: when the replicas' write-ahead logs (in a temporary directory) are fsynced.
+    pub fsync: FsyncPolicy,
 }
 
 impl Default for BenchConfig {
@@ -91,6 +94,7 @@ impl Default for BenchConfig {
             contention: ContentionPolicy::Backoff,
             seed: 1,
             progress: false,
+            fsync: FsyncPolicy::Never,
         }
     }
 }
@@ -169,6 +173,8 @@ pub struct BenchReport {
     pub scale: Option<String>,
     /// Contention manager.
     pub contention: String,
+    /// `certify`: when the replicas' logs were fsynced (empty for other protocols).
+    pub fsync: String,
     /// Measured seconds.
     pub duration_s: f64,
     /// Committed transactions (one per operation).
@@ -240,6 +246,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         cfg.transport,
         cfg.link_delay,
         cfg.contention,
+        cfg.fsync,
     )
     .map_err(BenchError::Config)?;
     let nodes = cluster.nodes();
@@ -372,6 +379,11 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         mix: tpcc.then(|| cfg.mix.to_string()),
         scale: tpcc.then(|| cfg.scale.to_string()),
         contention: format!("{:?}", cfg.contention),
+        fsync: if cfg.protocol == Protocol::Certify {
+            cfg.fsync.to_string()
+        } else {
+            String::new()
+        },
         duration_s: elapsed,
         committed,
         aborted,
@@ -475,11 +487,15 @@ impl BenchReport {
             }
             _ => format!("{} objects, read ratio {}", self.objects, self.read_ratio),
         };
+        let protocol = match self.fsync.as_str() {
+            "" => self.protocol.clone(),
+            fsync => format!("{} (fsync {fsync})", self.protocol),
+        };
         let mut text = format!(
             "{} on {} ({} node, {} transport, {} threads per node, {size}): {:.0} tx/s, {} committed, abort rate {:.4}, \
              latency p50 {:.2} us p99 {:.2} us; invariant {}: {}",
             self.workload,
-            self.protocol,
+            protocol,
             self.nodes,
             self.transport,
             self.threads,

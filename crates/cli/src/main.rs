@@ -198,7 +198,8 @@ struct BenchArgs {
     /// Order: payload bytes per request.
     #[arg(long, default_value_t = 64)]
     request_size: usize,
-    /// Order: when the write-ahead logs are fsynced: batch, never, or a period like 10ms.
+    /// Order and certify: when the write-ahead logs are fsynced: batch, never, or a period
+    /// like 10ms.
     #[arg(long, default_value = "never")]
     fsync: String,
     /// Order: stop the leader every this many seconds (it restarts from its log 0.5 s later).
@@ -502,6 +503,7 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
         contention: args.contention.into(),
         seed: args.seed,
         progress: !args.quiet,
+        fsync: args.fsync.parse().map_err(|e| format!("--fsync: {e}"))?,
     };
     atomos_bench::run(&cfg).map_err(|e| e.to_string())
 }
