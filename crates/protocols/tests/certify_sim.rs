@@ -1,6 +1,7 @@
 //! `certify` in the simulator: 3 replicas, each an order-layer replica whose state machine is
 //! the replicated store over its own engine, with application transactions running on every
-//! replica (bank transfers through the engine's real certified commit path), under loss,
+//! replica (bank transfers and list-append transactions through the engine's real certified
+//! commit path), under loss,
 //! duplication, reordering, partitions, crashes and restarts on disks that lose unsynced
 //! writes, tear the last one and fail fsyncs, with snapshots and state transfer.
 //!
@@ -12,14 +13,17 @@
 //!   at the end (so every acknowledged commit is there, and nothing else);
 //! - replicas hold identical objects at equal positions (a digest after every step);
 //! - every read-only audit, on every replica at any time, sees the bank's total;
+//! - the list-append transactions run on every replica (reads and appends over a few lists,
+//!   through the engine) form a history the list-append checker accepts;
 //! - once the faults stop, every replica catches up and every client is answered.
 //!
 //! Replay one seed: `ATOMOS_SIM_SEED=N cargo test -p atomos-protocols --test certify_sim`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
+use atomos_core::history::list_append::{self, ListOp};
 use atomos_core::{
     Certification, Certifier, CertifyError, Engine, EngineConfig, Key, LockOutcome, TRef, TxError,
     TxOptions, Verdict,
@@ -29,6 +33,7 @@ use atomos_order::{
     ReplicaConfig, Request,
 };
 use atomos_protocols::replicated::{Answer, Entry, PlantedBug, ReplicatedStore};
+use atomos_sim::workload::{list_history, ListAppendTxn, ListAppendWorkload};
 use atomos_sim::{
     check_seeds, seeds, Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
 };
@@ -66,6 +71,18 @@ enum Note {
     Audit {
         total: i64,
     },
+    /// A list-append transaction was run (with what its reads would have seen) and, if it
+    /// wrote, submitted.
+    ListRun(ListAppendTxn),
+    /// It committed, having executed these operations.
+    ListDone {
+        id: u64,
+        ops: Vec<ListOp>,
+    },
+    /// Its certification failed: it did not commit.
+    ListAborted {
+        id: u64,
+    },
 }
 
 /// Keeps a certification instead of ordering it: the simulated replica orders it through its
@@ -99,6 +116,11 @@ struct Node {
     client: Client,
     rng: SimRng,
     started: u64,
+    lists: ListAppendWorkload,
+    /// Makes this run's list transaction ids and values unique in the whole simulation.
+    origin: u64,
+    /// List transactions waiting for their answer, by the client's request number.
+    pending: BTreeMap<u64, (u64, Vec<ListOp>)>,
     announced: bool,
     last_position: u64,
 }
@@ -138,13 +160,109 @@ impl Node {
             client: Client::new(client_id, replicas, first, 15),
             rng: SimRng::new(seed ^ (boot.node << 8) ^ (boot.incarnation << 40)),
             started: 0,
+            lists: ListAppendWorkload::new(4, 4, 0.5),
+            origin: (boot.node << 48) | (boot.incarnation << 32),
+            pending: BTreeMap::new(),
             announced: false,
         })
     }
 
-    /// Runs one application transaction on this replica's engine; an update's certification
-    /// is captured and submitted through the client.
+    /// Runs one application transaction (a transfer or a list-append transaction).
     fn transact(&mut self, out: &mut Vec<Output<OrderMsg, Note>>) {
+        if self.rng.chance(0.5) {
+            self.list_append(out);
+        } else {
+            self.transfer(out);
+        }
+    }
+
+    /// Orders a captured certification through this node's client; returns the request's
+    /// number.
+    fn submit(&mut self, c: Certification, out: &mut Vec<Output<OrderMsg, Note>>) -> u64 {
+        let entry = Entry::Certify {
+            reads: c.reads,
+            writes: c.writes,
+        };
+        let mut actions = Vec::new();
+        self.client
+            .step(ClientInput::Submit(entry.encode()), &mut actions);
+        self.started += 1;
+        self.push_client(actions, out);
+        // One request at a time, numbered from 1: this one's number.
+        self.started
+    }
+
+    /// A list-append transaction: reads and appends over a few lists, through the engine.
+    fn list_append(&mut self, out: &mut Vec<Output<OrderMsg, Note>>) {
+        let mut txn = self.lists.next(&mut self.rng);
+        txn.id += self.origin;
+        for op in &mut txn.ops {
+            if let ListOp::Append { value, .. } = op {
+                *value += self.origin;
+            }
+        }
+        let list = |k: u64| TRef::<Vec<u64>>::new(Key::with_index("list/", k));
+        let mut executed = Vec::new();
+        let result = self.engine.atomically(|tx| {
+            executed.clear();
+            for op in &txn.ops {
+                match op {
+                    ListOp::Read { key, .. } => {
+                        let r = list(*key);
+                        let seen = if tx.exists(&r)? {
+                            tx.read(&r)?.clone()
+                        } else {
+                            Vec::new()
+                        };
+                        executed.push(ListOp::Read { key: *key, seen });
+                    }
+                    ListOp::Append { key, value } => {
+                        let r = list(*key);
+                        if tx.exists(&r)? {
+                            tx.modify(&r, |l| l.push(*value))?;
+                        } else {
+                            tx.create(&r, vec![*value])?;
+                        }
+                        executed.push(op.clone());
+                    }
+                }
+            }
+            Ok(())
+        });
+        let captured = self.capture.0.lock().take();
+        let id = txn.id;
+        out.push(Output::Deliver(Note::ListRun(txn)));
+        match (result, captured) {
+            (Err(TxError::OutcomeUnknown { .. }), Some(c)) => {
+                let seq = self.submit(c, out);
+                self.pending.insert(seq, (id, executed));
+            }
+            // Read-only: committed here, never ordered.
+            (Ok(()), None) => out.push(Output::Deliver(Note::ListDone { id, ops: executed })),
+            (r, c) => out.push(Output::Warn(format!(
+                "unexpected transaction outcome {r:?} with {c:?}"
+            ))),
+        }
+    }
+
+    /// Hands the client's actions out; an answer to a list transaction is noted as its
+    /// outcome.
+    fn push_client(&mut self, actions: Vec<ClientAction>, out: &mut Vec<Output<OrderMsg, Note>>) {
+        for a in actions {
+            if let ClientAction::Done { seq, response } = &a {
+                if let Some((id, ops)) = self.pending.remove(seq) {
+                    out.push(Output::Deliver(match Answer::decode(response) {
+                        Ok(Answer::Committed { .. }) => Note::ListDone { id, ops },
+                        _ => Note::ListAborted { id },
+                    }));
+                }
+            }
+            push_client(self.client.id(), vec![a], out);
+        }
+    }
+
+    /// A bank transfer through the engine; its certification is captured and submitted.
+    fn transfer(&mut self, out: &mut Vec<Output<OrderMsg, Note>>) {
         let (a, b) = (self.rng.below(ACCOUNTS), self.rng.below(ACCOUNTS));
         let amount = 1 + self.rng.below(20) as i64;
         let result = self.engine.atomically(|tx| {
@@ -163,15 +281,7 @@ impl Node {
         let captured = self.capture.0.lock().take();
         match (result, captured) {
             (Err(TxError::OutcomeUnknown { .. }), Some(c)) => {
-                let entry = Entry::Certify {
-                    reads: c.reads,
-                    writes: c.writes,
-                };
-                let mut actions = Vec::new();
-                self.client
-                    .step(ClientInput::Submit(entry.encode()), &mut actions);
-                self.started += 1;
-                push_client(self.client.id(), actions, out);
+                self.submit(c, out);
             }
             // Nothing written (a == b), or a transaction that found nothing to do.
             (Ok(()), None) => {}
@@ -253,13 +363,13 @@ impl Machine for Node {
                 let mut actions = Vec::new();
                 self.client
                     .step(ClientInput::Message { from, msg }, &mut actions);
-                push_client(self.client.id(), actions, out);
+                self.push_client(actions, out);
                 return Ok(());
             }
             Input::Tick => {
                 let mut actions = Vec::new();
                 self.client.step(ClientInput::Tick, &mut actions);
-                push_client(self.client.id(), actions, out);
+                self.push_client(actions, out);
                 if self.client.unanswered() == 0
                     && self.started < TX_PER_RUN
                     && self.rng.chance(0.3)
@@ -486,6 +596,7 @@ fn check(o: &Outcome) -> Result<usize, String> {
     if o.unanswered > 0 {
         return Err(format!("{} requests never answered", o.unanswered));
     }
+    check_lists(o)?;
     if committed < 10 {
         return Err(format!(
             "only {committed} commits: the run made no progress"
@@ -508,6 +619,40 @@ fn check(o: &Outcome) -> Result<usize, String> {
     Ok(committed)
 }
 
+/// Checks the list-append history from every replica: transactions told they committed (with
+/// what they read), those never answered as of unknown outcome, those refused left out.
+/// Returns how many committed.
+fn check_lists(o: &Outcome) -> Result<usize, String> {
+    let aborted: BTreeSet<u64> = o
+        .run
+        .notes
+        .iter()
+        .filter_map(|(_, _, n)| match n {
+            Note::ListAborted { id } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let submitted: Vec<ListAppendTxn> = o
+        .run
+        .notes
+        .iter()
+        .filter_map(|(_, _, n)| match n {
+            Note::ListRun(t) if !aborted.contains(&t.id) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    let done = o.run.notes.iter().filter_map(|(_, node, n)| match n {
+        Note::ListDone { id, ops } => Some((*node, *id, ops.clone())),
+        _ => None,
+    });
+    let history = list_history(&submitted, done);
+    list_append::check(&history).map_err(|a| format!("list-append history: {a}"))?;
+    Ok(history
+        .iter()
+        .filter(|t| t.outcome == list_append::Outcome::Committed)
+        .count())
+}
+
 fn count(o: &Outcome, f: impl Fn(&Note) -> bool) -> usize {
     o.run.notes.iter().filter(|(_, _, n)| f(n)).count()
 }
@@ -522,7 +667,7 @@ fn setup() -> Setup {
 #[test]
 fn certification_survives_every_fault() {
     let (mut installs, mut torn, mut fsyncs, mut conflicts, mut audits) = (0, 0, 0, 0, 0);
-    let mut commits = 0;
+    let (mut commits, mut list_commits) = (0, 0);
     let restarts = std::cell::Cell::new(0);
     check_seeds(60, "-p atomos-protocols --test certify_sim", |seed| {
         let o = simulate(seed, setup(), Faults::harsh());
@@ -540,10 +685,12 @@ fn certification_survives_every_fault() {
         torn += o.run.torn;
         fsyncs += o.run.failed_fsyncs;
         commits += check(&o)?;
+        list_commits += check_lists(&o)?;
         Ok(())
     });
     println!(
-        "over the seeds: {commits} commits, {conflicts} conflicts answered, {audits} audits, \
+        "over the seeds: {commits} commits ({list_commits} list-append transactions), {conflicts} \
+         conflicts answered, {audits} audits, \
          {installs} snapshot installs, {} starts, {torn} torn writes, {fsyncs} failed fsyncs",
         restarts.get()
     );
@@ -557,6 +704,7 @@ fn certification_survives_every_fault() {
 fn planted_bugs_are_caught() {
     let bug = PlantedBug::FirstReadOnly;
     let tried = seeds(40);
+    let mut lists_caught = 0;
     let failing: Vec<(u64, String)> = tried
         .iter()
         .copied()
@@ -565,18 +713,24 @@ fn planted_bugs_are_caught() {
                 bug: Some(bug),
                 ..setup()
             };
-            check(&simulate(seed, s, Faults::harsh()))
-                .err()
-                .map(|e| (seed, e))
+            let o = simulate(seed, s, Faults::harsh());
+            lists_caught += check_lists(&o).is_err() as usize;
+            check(&o).err().map(|e| (seed, e))
         })
         .collect();
+    // The list-append checker alone sees it too (lost appends, reads no order explains).
+    assert!(
+        lists_caught > 0,
+        "the list-append history never showed {bug:?}"
+    );
     assert!(
         !failing.is_empty(),
         "{bug:?} went unnoticed in {} seeds",
         tried.len()
     );
     println!(
-        "{bug:?} fails {} of {} seeds; first: seed {}: {}",
+        "{bug:?} fails {} of {} seeds (the list-append check alone {lists_caught}); first: seed \
+         {}: {}",
         failing.len(),
         tried.len(),
         failing[0].0,
