@@ -1,6 +1,7 @@
 //! The driver core every protocol runs on: a [`Runner`] owns one seam machine
 //! ([`atomos_seam::Machine`]) and carries out what it asks, the same way for every protocol:
-//! the time of each step, disk writes handed to the machine's disk thread ([`DiskWorker`]),
+//! the time of each step, disk writes handed to the machine's disk thread ([`DiskWorker`]) or,
+//! for a log that is never fsynced, written on the machine's own thread ([`InlineDisk`]),
 //! the seam's rule that whatever follows a write waits until the write is durable
 //! ([`atomos_seam::Gate`]), persistence confirmations fed back to the machine, and errors
 //! turned into a stop. Where messages go and what a delivery means is the host's business
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use atomos_seam::{Gate, Input, Machine, NodeId, Output, Write};
 use parking_lot::Mutex;
 
-use crate::disk::{DiskWorker, TryWriteError};
+use crate::disk::{DiskWorker, FileDisk, FsyncPolicy, TryWriteError};
 use crate::health::Health;
 
 /// Where a machine's outputs go, once nothing holds them back.
@@ -47,11 +48,35 @@ impl<E> From<E> for RunError<E> {
     }
 }
 
+/// A log written on the machine's own thread, for a log that is never fsynced: a write is as
+/// durable as it will ever be once the operating system has it, so what follows it goes out
+/// right after the write, with no hand-over to a disk thread and back.
+pub(crate) struct InlineDisk {
+    file: FileDisk,
+    /// Writes carried out (the gate's numbering).
+    written: u64,
+    /// Whether writes of the current step still hold outputs back.
+    unreleased: bool,
+}
+
+impl InlineDisk {
+    /// Writes on `file`, whose policy must be [`FsyncPolicy::Never`].
+    pub(crate) fn new(file: FileDisk) -> Option<InlineDisk> {
+        (file.policy() == FsyncPolicy::Never).then_some(InlineDisk {
+            file,
+            written: 0,
+            unreleased: false,
+        })
+    }
+}
+
 /// A machine, its gate and its disk.
 pub(crate) struct Runner<M: Machine> {
     machine: M,
     gate: Gate<Output<M::Msg, M::Delivery>>,
     disk: Option<DiskWorker>,
+    /// Instead of `disk`: a log written here.
+    inline: Option<InlineDisk>,
     /// Writes the disk thread's full queue could not take yet, in order.
     backlog: VecDeque<Write>,
     /// The step's outputs (kept between steps, so a step allocates nothing for them).
@@ -68,11 +93,19 @@ impl<M: Machine> Runner<M> {
             machine,
             gate: Gate::new(),
             disk,
+            inline: None,
             backlog: VecDeque::new(),
             out: Vec::new(),
             epoch: Instant::now(),
             unit,
         }
+    }
+
+    /// Runs `machine` writing its log on this thread (see [`InlineDisk`]).
+    pub(crate) fn inline(machine: M, disk: InlineDisk, unit: Duration) -> Runner<M> {
+        let mut r = Runner::new(machine, None, unit);
+        r.inline = Some(disk);
+        r
     }
 
     /// The machine (to read its state).
@@ -101,7 +134,15 @@ impl<M: Machine> Runner<M> {
             .and_then(|()| out.drain(..).try_for_each(|o| self.route(o, carry)));
         out.clear();
         self.out = out;
-        result.map(|()| produced)
+        result?;
+        // Writes made on this thread are done: release what waited for them.
+        if let Some(through) = self.inline.as_mut().filter(|d| d.unreleased).map(|d| {
+            d.unreleased = false;
+            d.written
+        }) {
+            self.durable(through, carry)?;
+        }
+        Ok(produced)
     }
 
     /// Routes one output: a write to the disk thread, anything else through the gate.
@@ -122,6 +163,16 @@ impl<M: Machine> Runner<M> {
     }
 
     fn persist(&mut self, write: Write) -> Result<(), RunError<M::Error>> {
+        if let Some(inline) = &mut self.inline {
+            self.gate.write();
+            inline
+                .file
+                .write(&write)
+                .map_err(|e| RunError::DiskStopped(e.to_string()))?;
+            inline.written += 1;
+            inline.unreleased = true;
+            return Ok(());
+        }
         let Some(disk) = &self.disk else {
             return Ok(()); // kept nowhere: durable as it will ever be
         };

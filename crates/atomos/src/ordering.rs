@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::disk::{Abandon, DiskError, DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
-use crate::driver::{Carry, RunError, Runner};
+use crate::driver::{Carry, InlineDisk, RunError, Runner};
 use crate::health::Health;
 
 /// Disk writes that may wait for the disk thread before the replica's task waits for it.
@@ -296,27 +296,39 @@ impl OrderNode {
         }))?;
         let stop = CancellationToken::new();
         let stop_task = stop.clone();
-        let (disk, log) = match &cfg.wal {
+        // A log that is never fsynced is written on the replica's task (no thread hop before
+        // what follows a write goes out); any other on a disk thread of its own.
+        let (disk, inline, log) = match &cfg.wal {
             Some((path, policy)) => {
                 let (file, records) = FileDisk::open(path, *policy)?;
-                let events = tx.clone();
-                let worker = DiskWorker::spawn(
-                    format!("order-disk-{}", cfg.replica.id),
-                    file,
-                    DISK_QUEUE,
-                    move |e| {
-                        let _ = events.send(Event::Disk(e));
-                    },
-                )?;
-                (Some(worker), decode_log(&records)?)
+                let log = decode_log(&records)?;
+                if *policy == FsyncPolicy::Never {
+                    (None, InlineDisk::new(file), log)
+                } else {
+                    let events = tx.clone();
+                    let worker = DiskWorker::spawn(
+                        format!("order-disk-{}", cfg.replica.id),
+                        file,
+                        DISK_QUEUE,
+                        move |e| {
+                            let _ = events.send(Event::Disk(e));
+                        },
+                    )?;
+                    (Some(worker), None, log)
+                }
             }
-            None => (None, Vec::new()),
+            None => (None, None, Vec::new()),
         };
         let replica = Replica::open(cfg.replica.clone(), log, machine)?;
         let abandon = disk.as_ref().map(DiskWorker::abandoner);
+        // The replica counts time in ticks; the runner's clock is in milliseconds.
+        let unit = Duration::from_millis(1);
+        let runner = match inline {
+            Some(inline) => Runner::inline(replica, inline, unit),
+            None => Runner::new(replica, disk, unit),
+        };
         let task = Task {
-            // The replica counts time in ticks; the runner's clock is in milliseconds.
-            runner: Runner::new(replica, disk, Duration::from_millis(1)),
+            runner,
             io: OrderIo {
                 me: cfg.replica.id,
                 transport: transport.clone(),

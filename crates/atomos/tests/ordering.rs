@@ -1,6 +1,7 @@
 //! The order layer on three replicas in this process, over TCP on loopback, with write-ahead
-//! logs on disk: the leader and then a follower are stopped and restarted from their logs while
-//! clients keep submitting. No acknowledged request may be lost or applied twice.
+//! logs on disk (fsynced per batch on a disk thread, or never fsynced and written on the
+//! replica's task): the leader and then a follower are stopped and restarted from their logs
+//! while clients keep submitting. No acknowledged request may be lost or applied twice.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,10 +23,11 @@ fn start(
     members: &[(u64, SocketAddr)],
     dir: &std::path::Path,
     listener: TcpListener,
+    fsync: FsyncPolicy,
 ) -> Arc<OrderNode> {
     let ids: Vec<u64> = members.iter().map(|m| m.0).collect();
     let mut cfg = OrderNodeConfig::new(ReplicaConfig::new(id, ids));
-    cfg.wal = Some((dir.join(format!("node-{id}.wal")), FsyncPolicy::EveryBatch));
+    cfg.wal = Some((dir.join(format!("node-{id}.wal")), fsync));
     let tcp = TcpConfig::new(
         Identity::new("order-test", id, "s").unwrap(),
         members.to_vec(),
@@ -49,13 +51,19 @@ async fn rebind(addr: SocketAddr) -> TcpListener {
     panic!("cannot listen on {addr} again");
 }
 
-async fn restart(nodes: &Nodes, i: usize, members: &[(u64, SocketAddr)], dir: &std::path::Path) {
+async fn restart(
+    nodes: &Nodes,
+    i: usize,
+    members: &[(u64, SocketAddr)],
+    dir: &std::path::Path,
+    fsync: FsyncPolicy,
+) {
     let old = nodes.lock()[i].take().expect("running");
     old.shutdown();
     drop(old);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let listener = rebind(members[i].1).await;
-    nodes.lock()[i] = Some(start(members[i].0, members, dir, listener));
+    nodes.lock()[i] = Some(start(members[i].0, members, dir, listener, fsync));
 }
 
 fn leader(nodes: &Nodes) -> Option<usize> {
@@ -67,7 +75,19 @@ fn leader(nodes: &Nodes) -> Option<usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_acknowledged_request_is_lost_or_duplicated_across_leader_and_follower_restarts() {
-    let dir = std::env::temp_dir().join(format!("atomos-order-test-{}", std::process::id()));
+    restarts_lose_nothing(FsyncPolicy::EveryBatch).await;
+}
+
+/// A log that is never fsynced is written on the replica's task: a stopped process keeps what
+/// reached the operating system, which is everything acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_never_fsynced_log_written_inline_loses_nothing_across_restarts() {
+    restarts_lose_nothing(FsyncPolicy::Never).await;
+}
+
+async fn restarts_lose_nothing(fsync: FsyncPolicy) {
+    let dir =
+        std::env::temp_dir().join(format!("atomos-order-test-{}-{fsync}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut listeners = Vec::new();
     let mut members = Vec::new();
@@ -80,7 +100,7 @@ async fn no_acknowledged_request_is_lost_or_duplicated_across_leader_and_followe
         listeners
             .into_iter()
             .zip(&members)
-            .map(|(l, m)| Some(start(m.0, &members, &dir, l)))
+            .map(|(l, m)| Some(start(m.0, &members, &dir, l, fsync)))
             .collect(),
     ));
 
@@ -121,10 +141,10 @@ async fn no_acknowledged_request_is_lost_or_duplicated_across_leader_and_followe
         assert!(waited < 500, "nothing was ordered");
     }
     let l = leader(&nodes).expect("a leader");
-    restart(&nodes, l, &members, &dir).await;
+    restart(&nodes, l, &members, &dir, fsync).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     let follower = (l + 1) % 3;
-    restart(&nodes, follower, &members, &dir).await;
+    restart(&nodes, follower, &members, &dir, fsync).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for s in submitters {
@@ -164,6 +184,18 @@ async fn no_acknowledged_request_is_lost_or_duplicated_across_leader_and_followe
     assert!(logs.windows(2).all(|w| w[1].starts_with(&w[0])));
     for n in nodes.lock().iter().flatten() {
         n.shutdown();
+    }
+    // Every replica's log on disk holds its entries (written inline or by the disk thread).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for (id, _) in &members {
+        let path = dir.join(format!("node-{id}.wal"));
+        let records = atomos::disk::read_log(&path, false).unwrap();
+        let entries = atomos::order::decode_log(&records)
+            .unwrap()
+            .into_iter()
+            .filter(|r| matches!(r, atomos::order::Record::Entries(_)))
+            .count();
+        assert!(entries > 0, "{} holds no entries", path.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
