@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use atomos_core::{Certification, Certifier, CertifyError, LockOutcome, Verdict};
-use atomos_protocols::replicated::{Answer, Entry};
+use atomos_protocols::replicated::{node_bits, Answer, Entry};
 use tracing::warn;
 
 use crate::ordering::Submitter;
@@ -50,7 +50,7 @@ impl CertifySink {
         CertifySink {
             submitter,
             limit,
-            owner_prefix: ((node & 0xFFFF) << 48) | ((run as u64) << 32),
+            owner_prefix: (node_bits(node) << 48) | ((run as u64) << 32),
         }
     }
 

@@ -15,7 +15,7 @@ use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
 use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig, StateMachine};
-use atomos_protocols::replicated::{Answer, Entry, ReplicatedStore};
+use atomos_protocols::replicated::{node_bits, Answer, Entry, ReplicatedStore};
 use atomos_protocols::tfa::{TfaConfig, TfaMsg};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -224,7 +224,7 @@ impl NodeRuntime {
         // takes it, on a thread of its own (the order node runs on this runtime).
         let (node, stop) = (self.id, self.stop.clone());
         let release = Entry::ReleaseStale {
-            node,
+            node: node_bits(node),
             keep: run as u64,
         }
         .encode();

@@ -143,14 +143,25 @@ fn transfers_from_every_replica_conserve_money_and_audits_never_abort() {
 fn concurrent_creators_of_a_root_get_one_winner() {
     let c = cluster(3);
     let root: TRef<u64> = TRef::new("registry/root");
+    // Every creator reads the root as missing before any of them commits.
+    let barrier = std::sync::Barrier::new(3);
     let results: Vec<Result<(), TxError>> = std::thread::scope(|s| {
         let handles: Vec<_> = c
             .ids()
             .into_iter()
             .map(|id| {
                 let node = c.node(id).unwrap().clone();
-                let root = root.clone();
-                s.spawn(move || node.atomically(|tx| tx.create(&root, id)))
+                let (root, barrier) = (root.clone(), &barrier);
+                s.spawn(move || {
+                    let mut first = true;
+                    node.atomically(|tx| {
+                        tx.create(&root, id)?;
+                        if std::mem::take(&mut first) {
+                            barrier.wait();
+                        }
+                        Ok(())
+                    })
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()

@@ -141,6 +141,9 @@ impl Engine {
         if self.is_remote() {
             return self.run(opts, |tx| remote_steps(tx, &init, steps));
         }
+        if opts.linearizable {
+            self.sync()?;
+        }
         let mut st = self.take_state();
         let mut attempts = Attempts::new(self, &mut st, opts, 0, false);
         let mut checkpoints: Vec<(Mark, S)> = Vec::with_capacity(steps.len());

@@ -4,6 +4,7 @@ use std::cell::RefCell;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
@@ -52,10 +53,14 @@ impl Store {
 
     /// The key of a cell of this store, if the store keeps names (else an empty key).
     pub(crate) fn key_of(&self, cell: *const Cell) -> Key {
+        self.name_of(cell).unwrap_or_else(|| Key::from_bytes(&[]))
+    }
+
+    /// The key of a cell of this store, if the store keeps names.
+    pub(crate) fn name_of(&self, cell: *const Cell) -> Option<Key> {
         self.names
             .as_ref()
             .and_then(|n| n.get(&(cell as usize)).map(|k| k.clone()))
-            .unwrap_or_else(|| Key::from_bytes(&[]))
     }
 
     /// The cell for `key`, made empty (absent object) if there was none. The pointer is valid
@@ -84,19 +89,31 @@ impl Store {
         cell
     }
 
-    /// The cell for `key` in the shared table, made if missing.
+    /// The cell for `key` in the shared table, made if missing. A store that keeps names
+    /// names a cell before publishing it, so no thread finds a cell without its key.
     fn lookup(&self, key: &Key) -> *const Cell {
         if let Some(c) = self.cells.get(key) {
             return &**c;
         }
-        let cell: *const Cell = &**self
-            .cells
-            .entry(key.clone())
-            .or_insert_with(|| Box::new(Cell::new()));
-        if let Some(names) = &self.names {
-            names.entry(cell as usize).or_insert_with(|| key.clone());
+        let Some(names) = &self.names else {
+            return &**self
+                .cells
+                .entry(key.clone())
+                .or_insert_with(|| Box::new(Cell::new()));
+        };
+        let fresh = Box::new(Cell::new());
+        let at = &*fresh as *const Cell as usize;
+        names.insert(at, key.clone());
+        match self.cells.entry(key.clone()) {
+            Entry::Occupied(o) => {
+                // Another thread published one first: ours was never seen.
+                let cell: *const Cell = &**o.get();
+                drop(o);
+                names.remove(&at);
+                cell
+            }
+            Entry::Vacant(v) => &**v.insert(fresh),
         }
-        cell
     }
 
     /// Calls `f` with every cell and its key (cells made meanwhile may be missed).

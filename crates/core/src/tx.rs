@@ -562,14 +562,18 @@ impl TxState {
         if !self.reads_valid(self.reads.len()) {
             return Err(AbortCause::CommitValidation.into());
         }
-        let reads = self
-            .reads
-            .iter()
-            .map(|r| (engine.store.key_of(r.cell), r.version))
-            .collect();
+        let unnamed = || {
+            CommitFailure::Fatal(TxError::abort(
+                "a replicated engine found a cell without its key",
+            ))
+        };
+        let mut reads = Vec::with_capacity(self.reads.len());
+        for r in &self.reads {
+            reads.push((engine.store.name_of(r.cell).ok_or_else(unnamed)?, r.version));
+        }
         let mut writes = Vec::with_capacity(self.writes.len());
         for w in &self.writes {
-            let key = engine.store.key_of(w.cell);
+            let key = engine.store.name_of(w.cell).ok_or_else(unnamed)?;
             let node = w
                 .node
                 .as_ref()

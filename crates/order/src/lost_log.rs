@@ -10,16 +10,25 @@
 //! - Its acknowledgements counted towards commits it no longer holds: if it voted now, a
 //!   candidate lacking a committed entry could win with it. A replica that started with an
 //!   empty log grants no vote to a candidate with a non-empty log (the cluster has a history)
-//!   until it has committed as far as a leader had when it first heard from one. In a new
-//!   cluster every log is empty at the first election, so that election is unaffected.
+//!   until it has heard an append from a leader (which carries the leader's whole commit index;
+//!   a heartbeat's is capped by what the leader believes this replica holds, and a snapshot
+//!   may be older) and has committed as far as that index, or until it leads (a leader's log
+//!   holds every committed entry). In a new cluster every log is empty at the first election,
+//!   and the first leader's first append (commit 0) ends rejoining everywhere, so a new
+//!   cluster never waits on it.
+//!
+//! A wiped replica also forgot its vote of the current term: raft-rs's leader lease
+//! (check-quorum) makes it ignore candidates while a leader is alive, which leaves only a very
+//! narrow window for a second vote in a term it had voted in.
 
 /// What a replica knows of its own log's losses.
 #[derive(Debug)]
 pub(crate) struct LostLog {
     /// Started with an empty log and has not caught up yet.
     rejoining: bool,
-    /// The highest commit index a leader announced while rejoining.
-    target: u64,
+    /// The highest commit index a leader's append announced while rejoining (`None`: no
+    /// append heard yet).
+    target: Option<u64>,
     /// The tick it last told a leader its log is behind.
     reported_at: Option<u64>,
 }
@@ -29,7 +38,7 @@ impl LostLog {
     pub(crate) fn new(empty_log: bool) -> LostLog {
         LostLog {
             rejoining: empty_log,
-            target: 0,
+            target: None,
             reported_at: None,
         }
     }
@@ -40,17 +49,18 @@ impl LostLog {
         self.rejoining && candidate_index > 0
     }
 
-    /// A leader announced `commit` (in a heartbeat, an append or a snapshot).
-    pub(crate) fn leader_committed(&mut self, commit: u64) {
+    /// A leader's append announced its commit index `commit`.
+    pub(crate) fn leader_appended(&mut self, commit: u64) {
         if self.rejoining {
-            self.target = self.target.max(commit);
+            self.target = Some(self.target.map_or(commit, |t| t.max(commit)));
         }
     }
 
-    /// The replica has committed through `committed`: rejoining ends once that reaches what a
-    /// leader had committed. True when it just ended.
-    pub(crate) fn caught_up(&mut self, committed: u64) -> bool {
-        if self.rejoining && self.target > 0 && committed >= self.target {
+    /// The replica has committed through `committed` (and `leads`, or not): rejoining ends
+    /// once that reaches what a leader's append announced, or once it leads. True when it just
+    /// ended.
+    pub(crate) fn caught_up(&mut self, committed: u64, leads: bool) -> bool {
+        if self.rejoining && (leads || self.target.is_some_and(|t| committed >= t)) {
             self.rejoining = false;
             return true;
         }
@@ -78,14 +88,26 @@ mod tests {
         // A new cluster's first election: every candidate's log is empty.
         assert!(!l.refuses_vote(0));
         assert!(l.refuses_vote(5));
-        assert!(!l.caught_up(3), "no leader heard from yet");
-        l.leader_committed(10);
-        assert!(!l.caught_up(9));
-        assert!(l.caught_up(10));
+        assert!(!l.caught_up(3, false), "no leader's append heard yet");
+        l.leader_appended(10);
+        assert!(!l.caught_up(9, false));
+        assert!(l.caught_up(10, false));
         assert!(!l.refuses_vote(5));
         let mut kept = LostLog::new(false);
         assert!(!kept.refuses_vote(5));
-        assert!(!kept.caught_up(0));
+        assert!(!kept.caught_up(0, false));
+    }
+
+    #[test]
+    fn a_new_cluster_never_waits() {
+        // The first leader's first append commits nothing yet: followers vote again at once.
+        let mut follower = LostLog::new(true);
+        follower.leader_appended(0);
+        assert!(follower.caught_up(0, false));
+        // The first leader hears no append; leading ends it.
+        let mut leader = LostLog::new(true);
+        assert!(!leader.caught_up(1, false));
+        assert!(leader.caught_up(1, true));
     }
 
     #[test]

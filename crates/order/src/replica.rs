@@ -150,6 +150,8 @@ pub struct OrderStats {
     pub snapshots_installed: u64,
     /// Snapshots taken here.
     pub snapshots_taken: u64,
+    /// Snapshots not taken because the state machine's did not pass its own check.
+    pub snapshots_failed: u64,
     /// Snapshots from peers refused because their state does not decode.
     pub snapshots_refused: u64,
     /// Raft messages from peers refused as malformed (see `raft_guard`).
@@ -582,11 +584,8 @@ impl<S: StateMachine> Replica<S> {
                         self.stats.snapshots_refused += 1;
                         tracing::warn!(from, "raft snapshot whose state does not decode refused");
                     } else {
-                        if is(MessageType::MsgHeartbeat) || is(MessageType::MsgAppend) {
-                            self.lost_log.leader_committed(m.commit);
-                        } else if is(MessageType::MsgSnapshot) {
-                            self.lost_log
-                                .leader_committed(m.get_snapshot().get_metadata().index);
+                        if is(MessageType::MsgAppend) {
+                            self.lost_log.leader_appended(m.commit);
                         }
                         // Errors here are stale or irrelevant messages (raft-rs ignores them).
                         let _ = self.raft.step(m);
@@ -1056,8 +1055,18 @@ impl<S: StateMachine> Replica<S> {
         let Some(term) = self.raft.store().term_of(applied) else {
             return Ok(());
         };
+        let machine = self.machine.snapshot();
+        if let Err(why) = self.machine.check_snapshot(&machine) {
+            // Compacting would leave a log this replica could not restart from: keep the log.
+            self.stats.snapshots_failed += 1;
+            out.push(Output::Warn(format!(
+                "no snapshot taken at {applied} (the log is kept whole): the state machine's \
+                 snapshot does not pass its own check: {why}"
+            )));
+            return Ok(());
+        }
         let data = SnapshotData {
-            machine: self.machine.snapshot(),
+            machine,
             clients: self
                 .clients
                 .iter()
@@ -1153,7 +1162,11 @@ impl<S: StateMachine> Machine for Replica<S> {
         self.handle_ready(out)?;
         self.deliver(out)?;
         self.flush(out);
-        if self.lost_log.caught_up(self.raft.raft.raft_log.committed) {
+        let leads = self.raft.raft.state == raft::StateRole::Leader;
+        if self
+            .lost_log
+            .caught_up(self.raft.raft.raft_log.committed, leads)
+        {
             tracing::info!(
                 node = self.cfg.id,
                 "caught up after starting with an empty log: voting again"

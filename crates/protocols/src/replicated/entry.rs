@@ -34,8 +34,9 @@ pub enum Entry {
     },
     /// Delete the anonymous objects that no named object reaches (garbage collection).
     Collect,
-    /// Release every abstract lock held by a family of node `node` other than those of its
-    /// run `keep` (a restarted node's earlier run held them and is gone).
+    /// Release every abstract lock held by a family of node `node` ([`node_bits`]) other than
+    /// those of its run `keep` (a restarted node's earlier run held them and is gone); later
+    /// requests of the node's other runs are refused.
     ReleaseStale {
         /// The node.
         node: u64,
@@ -44,9 +45,15 @@ pub enum Entry {
     },
 }
 
-/// The node a lock owner belongs to: owners are `node << 48 | run << 32 | family`.
+/// The node a lock owner belongs to: owners are `node << 48 | run << 32 | family`, with the
+/// node's id in 16 bits ([`node_bits`]).
 pub fn owner_node(owner: u64) -> u64 {
     owner >> 48
+}
+
+/// A node's id as lock owners carry it (16 bits).
+pub fn node_bits(node: u64) -> u64 {
+    node & 0xFFFF
 }
 
 /// The run (one start of a node) a lock owner belongs to.

@@ -40,6 +40,7 @@ struct Snapshot {
     position: u64,
     objects: Vec<SnapshotObject>,
     locks: Vec<(String, u64)>,
+    runs: Vec<(u64, u64)>,
 }
 
 /// One replica's store: the node's engine, changed only through the log. Every finally
@@ -50,6 +51,9 @@ pub struct ReplicatedStore {
     position: u64,
     /// Abstract locks (open nesting): name -> owning family.
     locks: BTreeMap<String, u64>,
+    /// Each node's current run, as its last `ReleaseStale` said: families of its other runs
+    /// are gone and take no lock.
+    runs: BTreeMap<u64, u64>,
     /// The reference graph, for garbage collection.
     graph: Reachability,
     stats: StoreStats,
@@ -74,6 +78,7 @@ impl ReplicatedStore {
             position: engine.applied(),
             engine,
             locks: BTreeMap::new(),
+            runs: BTreeMap::new(),
             graph: Reachability::default(),
             stats: StoreStats::default(),
             planted_bug: None,
@@ -148,7 +153,14 @@ impl StateMachine for ReplicatedStore {
             }
             Ok(Entry::Lock { owner, name }) => {
                 self.engine.mark_applied(position);
+                // A request of a node's earlier run, ordered after that node restarted, is
+                // refused: its family is gone and would hold the lock forever.
+                let gone = self
+                    .runs
+                    .get(&owner_node(owner))
+                    .is_some_and(|&run| run != owner_run(owner));
                 match self.locks.get(&name) {
+                    _ if gone => Answer::LockHeld { position },
                     Some(&o) if o == owner => Answer::Locked {
                         position,
                         taken: false,
@@ -189,6 +201,7 @@ impl StateMachine for ReplicatedStore {
             }
             Ok(Entry::ReleaseStale { node, keep }) => {
                 self.engine.mark_applied(position);
+                self.runs.insert(node, keep);
                 self.locks
                     .retain(|_, o| owner_node(*o) != node || owner_run(*o) == keep);
                 Answer::Applied { position }
@@ -214,6 +227,7 @@ impl StateMachine for ReplicatedStore {
                 position: self.position,
                 objects,
                 locks: self.locks.iter().map(|(n, o)| (n.clone(), *o)).collect(),
+                runs: self.runs.iter().map(|(n, r)| (*n, *r)).collect(),
             })
             .unwrap_or_default(),
             Err(_) => Vec::new(),
@@ -226,6 +240,7 @@ impl StateMachine for ReplicatedStore {
         self.engine.install_snapshot(s.position, s.objects);
         self.position = s.position;
         self.locks = s.locks.into_iter().collect();
+        self.runs = s.runs.into_iter().collect();
         Ok(())
     }
 
@@ -393,6 +408,7 @@ mod tests {
                 position: 1,
                 objects: vec![(k.clone(), 2, None)],
                 locks: vec![],
+                runs: vec![],
             })
             .unwrap(),
             // The same key twice.
@@ -400,6 +416,7 @@ mod tests {
                 position: 5,
                 objects: vec![(k.clone(), 1, None), (k.clone(), 2, None)],
                 locks: vec![],
+                runs: vec![],
             })
             .unwrap(),
         ] {
