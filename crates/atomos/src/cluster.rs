@@ -67,7 +67,9 @@ impl Cluster {
                 Protocol::Local => Ok(()),
                 Protocol::Tfa => m.start_tfa(ids.clone(), TfaConfig::default(), None),
                 Protocol::Certify => {
-                    let replica = ReplicaConfig::new(m.id(), ids.clone());
+                    let mut replica = ReplicaConfig::new(m.id(), ids.clone());
+                    // Drawn anew at each start (batch numbers and election jitter).
+                    replica.seed = rand::random();
                     m.start_certify(OrderNodeConfig::new(replica), CertifyOptions::default())
                 }
             };

@@ -18,6 +18,7 @@
 //! order_snapshot_every = 10000  # final deliveries between snapshots (log compactions)
 //! bank_load_threads = 0     # threads moving money between shared accounts (tests, demos)
 //! commit_timeout_ms = 10000 # certify: a commit without a verdict by then is OutcomeUnknown
+//! order_rejoin = false      # this node's data directory was lost: rejoin (vote once caught up)
 //!
 //! [[peers]]
 //! id = 2
@@ -28,7 +29,7 @@
 //! `ATOMOS_DATA_DIR`, `ATOMOS_SECRET`, `ATOMOS_PROTOCOL`, `ATOMOS_CONTENTION`,
 //! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, `ATOMOS_ORDER`,
 //! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, `ATOMOS_ORDER_SNAPSHOT_EVERY`,
-//! `ATOMOS_BANK_LOAD_THREADS`, `ATOMOS_COMMIT_TIMEOUT_MS`, and
+//! `ATOMOS_BANK_LOAD_THREADS`, `ATOMOS_COMMIT_TIMEOUT_MS`, `ATOMOS_ORDER_REJOIN`, and
 //! `ATOMOS_PEERS` as
 //! `id=address,id=address`.
 
@@ -102,6 +103,7 @@ struct FileConfig {
     order_snapshot_every: Option<u64>,
     bank_load_threads: Option<usize>,
     commit_timeout_ms: Option<u64>,
+    order_rejoin: Option<bool>,
     peers: Option<Vec<FilePeer>>,
 }
 
@@ -181,6 +183,10 @@ pub struct NodeSettings {
     /// the `order_fsync` and `order_snapshot_every` settings): how long a commit waits for its
     /// verdict before it fails with `TxError::OutcomeUnknown`.
     pub commit_limit: std::time::Duration,
+    /// This node's data directory was lost while the cluster has a history: its order replica
+    /// neither votes nor campaigns until it has caught up (a new node's empty log looks the
+    /// same, so only an operator can say so). Remembered in its log until then.
+    pub order_rejoin: bool,
     /// The other members, by id.
     pub peers: Vec<Peer>,
 }
@@ -417,6 +423,18 @@ pub fn load(
             })?,
         None => crate::certify::DEFAULT_COMMIT_LIMIT,
     };
+    let order_rejoin = match pick(
+        "ATOMOS_ORDER_REJOIN",
+        "order_rejoin",
+        file.order_rejoin.map(|b| b.to_string()),
+    ) {
+        Some((key, v)) => match v.trim() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            other => return Err(invalid(&key, format!("{other:?} is not true or false"))),
+        },
+        None => false,
+    };
     if (order || protocol == Protocol::Certify) && node_id == 0 {
         return Err(invalid(
             "node_id",
@@ -467,6 +485,7 @@ pub fn load(
         order_snapshot_every,
         bank_load_threads,
         commit_limit,
+        order_rejoin,
         peers,
     })
 }

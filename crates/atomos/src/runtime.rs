@@ -603,6 +603,7 @@ fn order_config(settings: &NodeSettings) -> Result<OrderNodeConfig, RuntimeError
     let mut replica = ReplicaConfig::new(settings.node_id, members);
     replica.seed = rand::random();
     replica.snapshot_every = settings.order_snapshot_every;
+    replica.rejoin = settings.order_rejoin;
     let mut cfg = OrderNodeConfig::new(replica);
     cfg.wal = Some((settings.data_dir.join("order.wal"), settings.order_fsync));
     cfg.load_clients = settings.order_load_clients;

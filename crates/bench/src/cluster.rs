@@ -119,7 +119,9 @@ impl BenchNodes {
                     .start_tfa(ids.clone(), TfaConfig::default(), None)
                     .map_err(|e| e.to_string())?,
                 Protocol::Certify => {
-                    let replica = ReplicaConfig::new(m.id(), ids.clone());
+                    let mut replica = ReplicaConfig::new(m.id(), ids.clone());
+                    // Drawn anew at each start (batch numbers and election jitter).
+                    replica.seed = rand::random();
                     let mut order = OrderNodeConfig::new(replica);
                     let dir = wal_dir.get_or_insert_with(|| {
                         std::env::temp_dir().join(format!(

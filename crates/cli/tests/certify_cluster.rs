@@ -2,8 +2,8 @@
 //! --bank-load 2`. Every node moves money between accounts every replica holds, counts each
 //! transfer in the replicated state, and audits the total once a second (a local read-only
 //! snapshot). The Raft leader is killed with SIGKILL and restarted from its log (compacted
-//! every 200 entries), then a follower, then a replica whose data directory was wiped (it
-//! catches up by state transfer, and votes again only once caught up). Afterwards: every
+//! every 200 entries), then a follower, then a replica whose data directory was wiped (restarted
+//! with `order_rejoin`: it catches up by state transfer, and votes again only once caught up). Afterwards: every
 //! audit on every replica found the total; no audit failed; every transfer a node saw
 //! acknowledged is counted in the replicated state.
 
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{cluster_up_with, leader, restart, signal, wait_exit};
+use common::{cluster_up_with, leader, restart_with, signal, wait_exit};
 
 const TOTAL: i64 = 64_000;
 
@@ -125,7 +125,13 @@ fn run_cluster(nodes: usize, port_base: u16, name: &str) {
         if wipe {
             std::fs::remove_dir_all(dir.join("data").join((victim + 1).to_string())).unwrap();
         }
-        let (child, log) = restart(&dir, victim, round);
+        // A replica whose data directory was lost is told so, as an operator would.
+        let env: &[(&str, &str)] = if wipe {
+            &[("ATOMOS_ORDER_REJOIN", "true")]
+        } else {
+            &[]
+        };
+        let (child, log) = restart_with(&dir, victim, round, env);
         pids[victim] = child.id();
         cleanup.0.push(child.id());
         restarted.push(child);
@@ -154,7 +160,7 @@ fn run_cluster(nodes: usize, port_base: u16, name: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !std::fs::read_to_string(&current[wiped])
         .unwrap_or_default()
-        .contains("caught up after starting with an empty log")
+        .contains("caught up after losing its log")
     {
         assert!(
             Instant::now() < deadline,

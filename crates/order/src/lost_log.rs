@@ -8,14 +8,15 @@
 //!   stale. The replica tells the leader ([`crate::OrderMsg::Behind`]), which starts over with
 //!   it from where its log really ends (probing back, or sending a snapshot).
 //! - Its acknowledgements counted towards commits it no longer holds: if it voted now, a
-//!   candidate lacking a committed entry could win with it. A replica that started with an
-//!   empty log grants no vote to a candidate with a non-empty log (the cluster has a history)
-//!   until it has heard an append from a leader (which carries the leader's whole commit index;
-//!   a heartbeat's is capped by what the leader believes this replica holds, and a snapshot
-//!   may be older) and has committed as far as that index, or until it leads (a leader's log
-//!   holds every committed entry). In a new cluster every log is empty at the first election,
-//!   and the first leader's first append (commit 0) ends rejoining everywhere, so a new
-//!   cluster never waits on it.
+//!   candidate lacking a committed entry could win with it (with another replica that simply
+//!   missed the entry, both logs empty), and so could it as a candidate. A replica started
+//!   with `ReplicaConfig::rejoin` neither votes nor campaigns until it has heard an append from
+//!   a leader (which carries the leader's whole
+//!   commit index; a heartbeat's is capped by what the leader believes this replica holds, and
+//!   a snapshot may be older) and has committed as far as that index, or until it leads (a
+//!   leader's log holds every committed entry). Only an operator can tell a wiped replica from
+//!   a new one, whose empty log looks the same: a new cluster must be able to elect its first
+//!   leader from empty logs, and a wiped replica must not help to.
 //!
 //! A wiped replica also forgot its vote of the current term: raft-rs's leader lease
 //! (check-quorum) makes it ignore candidates while a leader is alive, which leaves only a very
@@ -34,19 +35,23 @@ pub(crate) struct LostLog {
 }
 
 impl LostLog {
-    /// The state of a replica that opened with `empty_log`.
-    pub(crate) fn new(empty_log: bool) -> LostLog {
+    /// The state of a replica that was told it rejoins (`rejoin`) or not.
+    pub(crate) fn new(rejoin: bool) -> LostLog {
         LostLog {
-            rejoining: empty_log,
+            rejoining: rejoin,
             target: None,
             reported_at: None,
         }
     }
 
-    /// Whether a vote request from a candidate whose log ends at `candidate_index` must be
-    /// dropped.
-    pub(crate) fn refuses_vote(&self, candidate_index: u64) -> bool {
-        self.rejoining && candidate_index > 0
+    /// Whether it still rejoins (its log must say so across restarts).
+    pub(crate) fn rejoining(&self) -> bool {
+        self.rejoining
+    }
+
+    /// Whether a vote request must be dropped.
+    pub(crate) fn refuses_vote(&self) -> bool {
+        self.rejoining
     }
 
     /// A leader's append announced its commit index `commit`.
@@ -85,26 +90,19 @@ mod tests {
     #[test]
     fn a_replica_that_started_empty_votes_again_once_caught_up() {
         let mut l = LostLog::new(true);
-        // A new cluster's first election: every candidate's log is empty.
-        assert!(!l.refuses_vote(0));
-        assert!(l.refuses_vote(5));
+        assert!(l.refuses_vote());
         assert!(!l.caught_up(3, false), "no leader's append heard yet");
         l.leader_appended(10);
         assert!(!l.caught_up(9, false));
         assert!(l.caught_up(10, false));
-        assert!(!l.refuses_vote(5));
+        assert!(!l.refuses_vote());
         let mut kept = LostLog::new(false);
-        assert!(!kept.refuses_vote(5));
+        assert!(!kept.refuses_vote());
         assert!(!kept.caught_up(0, false));
     }
 
     #[test]
-    fn a_new_cluster_never_waits() {
-        // The first leader's first append commits nothing yet: followers vote again at once.
-        let mut follower = LostLog::new(true);
-        follower.leader_appended(0);
-        assert!(follower.caught_up(0, false));
-        // The first leader hears no append; leading ends it.
+    fn leading_ends_rejoining() {
         let mut leader = LostLog::new(true);
         assert!(!leader.caught_up(1, false));
         assert!(leader.caught_up(1, true));

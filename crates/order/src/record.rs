@@ -33,6 +33,11 @@ pub enum Record {
         /// Its requests.
         requests: Vec<Request>,
     },
+    /// This replica lost its log and rejoins: it votes for nobody until it has caught up
+    /// (see `lost_log`); kept across restarts until [`Record::Rejoined`].
+    Rejoining,
+    /// It caught up after losing its log.
+    Rejoined,
 }
 
 impl Record {

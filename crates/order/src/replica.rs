@@ -58,8 +58,13 @@ pub struct ReplicaConfig {
     pub snapshot_every: u64,
     /// Append messages in flight per follower (pipelining).
     pub max_inflight: usize,
-    /// Seeds the jitter added to ticks, which keeps elections from splitting forever.
+    /// Seeds the jitter added to ticks, which keeps elections from splitting forever, and the
+    /// numbering of this start's batches: give each start of a replica a seed of its own.
     pub seed: u64,
+    /// This replica lost its log (its data directory was wiped) and the cluster has a
+    /// history: it votes for nobody until it has caught up (see `lost_log`). Only an operator
+    /// can say so: a new replica's empty log looks the same.
+    pub rejoin: bool,
     /// A deliberate bug, for the tests that prove the simulation catches it; `None` in any
     /// real use.
     #[doc(hidden)]
@@ -92,6 +97,7 @@ impl ReplicaConfig {
             snapshot_every: 10_000,
             max_inflight: 256,
             seed: id,
+            rejoin: false,
             planted_bug: None,
         }
     }
@@ -156,7 +162,7 @@ pub struct OrderStats {
     pub snapshots_refused: u64,
     /// Raft messages from peers refused as malformed (see `raft_guard`).
     pub raft_refused: u64,
-    /// Votes withheld while this replica, started with an empty log, caught up.
+    /// Votes withheld while this replica, rejoining after losing its log, caught up.
     pub votes_withheld: u64,
     /// Peers this leader started over with because their log was shorter than acknowledged.
     pub peers_restarted: u64,
@@ -221,6 +227,17 @@ pub struct Replica<S> {
     stats: OrderStats,
 }
 
+/// Where a start of a replica numbers its batches from: 2^32 times a number from 1 to 2^32 - 1
+/// drawn from `seed`, so two starts with different seeds collide with probability 2^-32.
+fn fresh_batch_base(seed: u64) -> u64 {
+    // splitmix64's finalizer: nearby seeds give unrelated bases.
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    ((z & 0xFFFF_FFFF).max(1)) << 32
+}
+
 fn encode_entry_data(id: BatchId) -> Vec<u8> {
     postcard::to_stdvec(&id).unwrap_or_default()
 }
@@ -243,10 +260,15 @@ impl<S: StateMachine> Replica<S> {
                 cfg.id, cfg.replicas
             )));
         }
-        let lost_log = LostLog::new(log.is_empty());
+        // Told to rejoin now, or told so at an earlier start and not caught up since.
+        let mut rejoining = false;
         let mut store = LogStore::new(cfg.replicas.clone());
         let mut batches = BTreeMap::new();
-        let mut next_batch = 1;
+        // Batch numbers must never repeat, but a log does not always remember every number this
+        // replica used (its disk may have been wiped, and its log may hold some of an earlier
+        // run's batches, received back from peers, but not the last): each start numbers from
+        // a base of its own drawn from its seed, which the runtime draws anew at each start.
+        let next_batch = fresh_batch_base(cfg.seed);
         for record in log {
             match record {
                 Record::Entries(list) => {
@@ -268,11 +290,10 @@ impl<S: StateMachine> Replica<S> {
                     store.install(snap);
                 }
                 Record::Batch { id, requests } => {
-                    if id.origin == cfg.id {
-                        next_batch = next_batch.max(id.n + 1);
-                    }
                     batches.insert(id, requests);
                 }
+                Record::Rejoining => rejoining = true,
+                Record::Rejoined => rejoining = false,
             }
         }
         let base = store.snapshot_index();
@@ -290,16 +311,6 @@ impl<S: StateMachine> Replica<S> {
                 .map(|(c, s, r)| (c, (s, r)))
                 .collect();
             delivered_batches = data.delivered_batches.into_iter().collect();
-        }
-        // Own batches delivered before the snapshot are gone from the disk, but their numbers
-        // must never be used again.
-        if let Some(last) = delivered_batches
-            .iter()
-            .filter(|id| id.origin == cfg.id)
-            .map(|id| id.n)
-            .max()
-        {
-            next_batch = next_batch.max(last + 1);
         }
         let commit = store.hard_state().commit.max(base);
         let mut in_log = BTreeMap::new();
@@ -332,10 +343,18 @@ impl<S: StateMachine> Replica<S> {
             ..raft::Config::default()
         };
         let raft = RawNode::new(&raft_cfg, store, &raft_logger())?;
+        let lost_log = LostLog::new(cfg.rejoin || rejoining);
+        // Written before anything else this start writes, so a crash before catching up
+        // restarts rejoining, whatever the configuration says then.
+        let unflushed = if cfg.rejoin && !rejoining {
+            vec![Record::Rejoining.encode()]
+        } else {
+            Vec::new()
+        };
         let rng = cfg.seed ^ 0x6a09_e667_f3bc_c908;
         Ok(Replica {
             raft,
-            unflushed: Vec::new(),
+            unflushed,
             machine,
             rng,
             ticks: 0,
@@ -570,13 +589,13 @@ impl<S: StateMachine> Replica<S> {
                         }
                     } else if (is(MessageType::MsgRequestVote)
                         || is(MessageType::MsgRequestPreVote))
-                        && self.lost_log.refuses_vote(m.index)
+                        && self.lost_log.refuses_vote()
                     {
                         self.stats.votes_withheld += 1;
                         tracing::info!(
                             from,
-                            "vote withheld: this replica started with an empty log and has not \
-                             caught up"
+                            "vote withheld: this replica rejoins after losing its log and has \
+                             not caught up"
                         );
                     } else if m.msg_type == MessageType::MsgSnapshot as i32
                         && self.check_snapshot(m.get_snapshot()).is_err()
@@ -771,7 +790,18 @@ impl<S: StateMachine> Replica<S> {
 
     fn send_raft(&mut self, msgs: Vec<Message>, out: &mut Vec<Action>) {
         for m in msgs {
-            if m.get_msg_type() == MessageType::MsgSnapshot {
+            let kind = m.get_msg_type();
+            if self.lost_log.refuses_vote()
+                && matches!(
+                    kind,
+                    MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+                )
+            {
+                // Rejoining: it neither votes nor campaigns (with another replica that missed
+                // the entries it lost, it could win without them).
+                continue;
+            }
+            if kind == MessageType::MsgSnapshot {
                 self.snapshot_to.push(m.to);
             }
             out.push(Output::Send {
@@ -1128,6 +1158,9 @@ impl<S: StateMachine> Replica<S> {
             id: *id,
             requests: requests.clone(),
         }));
+        if self.lost_log.rejoining() {
+            records.push(Record::Rejoining);
+        }
         // Records queued before go first (the rewrite holds their facts too, but a write
         // emitted earlier is never dropped).
         self.flush(out);
@@ -1169,8 +1202,10 @@ impl<S: StateMachine> Machine for Replica<S> {
         {
             tracing::info!(
                 node = self.cfg.id,
-                "caught up after starting with an empty log: voting again"
+                "caught up after losing its log: voting again"
             );
+            self.write(&Record::Rejoined);
+            self.flush(out);
         }
         Ok(())
     }

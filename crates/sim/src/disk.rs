@@ -35,6 +35,13 @@ impl SimDisk {
         SimDisk::default()
     }
 
+    /// The disk is lost (replaced by an empty one, as when an operator wipes a data
+    /// directory): the node restarts with no log at all.
+    pub fn wipe(&mut self) {
+        self.durable.clear();
+        self.pending.clear();
+    }
+
     /// The node issued a write; returns its number (from 1 since the node started).
     pub fn issue(&mut self, write: Write) -> u64 {
         self.issued += 1;

@@ -1,7 +1,7 @@
 //! The simulator: event queue, simulated network and disks, faults, trace.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeSet, BinaryHeap};
 
 use atomos_seam::{Gate, Input, Machine, NodeId, Output};
 
@@ -18,6 +18,9 @@ pub struct Boot {
     pub incarnation: u64,
     /// The durable records on its disk, in order.
     pub log: Vec<Vec<u8>>,
+    /// Its disk was wiped at the crash before this start (an operator restarts such a node
+    /// telling it so).
+    pub wiped: bool,
 }
 
 /// Builds a node's machine when it (re)starts, or says why it refuses to (it then stays down).
@@ -54,6 +57,11 @@ pub struct Faults {
     pub corrupt: f64,
     /// ... on at most this many nodes per run.
     pub max_corrupt_nodes: usize,
+    /// Probability per crash that the node's whole disk is lost (it restarts with an empty
+    /// log, as after its data directory was wiped) ...
+    pub wipe: f64,
+    /// ... on at most this many nodes per run.
+    pub max_wiped_nodes: usize,
 }
 
 impl Faults {
@@ -72,6 +80,8 @@ impl Faults {
             fsync_fail: 0.0,
             corrupt: 0.0,
             max_corrupt_nodes: 0,
+            wipe: 0.0,
+            max_wiped_nodes: 0,
         }
     }
 
@@ -92,6 +102,8 @@ impl Faults {
             fsync_fail: 0.001,
             corrupt: 0.0,
             max_corrupt_nodes: 0,
+            wipe: 0.0,
+            max_wiped_nodes: 0,
         }
     }
 }
@@ -130,6 +142,8 @@ pub struct Run<D> {
     pub refused: Vec<(u64, NodeId, String)>,
     /// Nodes whose log was damaged in the middle: (time, node).
     pub corrupted: Vec<(u64, NodeId)>,
+    /// Nodes whose disk was wiped: (time, node).
+    pub wiped: Vec<(u64, NodeId)>,
     /// Crashes that left a torn final record.
     pub torn: usize,
     /// Failed fsyncs.
@@ -145,6 +159,7 @@ impl<D> Run<D> {
             failures: Vec::new(),
             refused: Vec::new(),
             corrupted: Vec::new(),
+            wiped: Vec::new(),
             torn: 0,
             failed_fsyncs: 0,
         }
@@ -213,6 +228,8 @@ struct Slot<M: Machine> {
     /// It refused to start (a damaged log): it stays down.
     refused: bool,
     corrupted: bool,
+    /// The disk was wiped at the last crash.
+    wiped: bool,
 }
 
 /// A simulation of `nodes` machines.
@@ -244,6 +261,7 @@ impl<M: Machine> Sim<M> {
                 synced_at: 0,
                 refused: false,
                 corrupted: false,
+                wiped: false,
             })
             .collect();
         Sim {
@@ -306,6 +324,7 @@ impl<M: Machine> Sim<M> {
         let incarnation = slot.incarnation;
         slot.incarnation += 1;
         slot.gate = Gate::new();
+        let wiped = std::mem::take(&mut slot.wiped);
         let log = match slot.disk.load() {
             Ok(log) => log,
             Err(c) => {
@@ -324,6 +343,7 @@ impl<M: Machine> Sim<M> {
             node,
             incarnation,
             log,
+            wiped,
         }) {
             Ok(m) => self.slot(node).machine = Some(m),
             Err(why) => {
@@ -359,6 +379,16 @@ impl<M: Machine> Sim<M> {
         if corrupt {
             self.run.corrupted.push((self.now, node));
             self.log(format!("{} corrupted {node}", self.now));
+        }
+        let wiped_nodes: BTreeSet<NodeId> = self.run.wiped.iter().map(|(_, n)| *n).collect();
+        let may_wipe = wiped_nodes.contains(&node) || wiped_nodes.len() < f.max_wiped_nodes;
+        // (No draw when wiping is off, so that runs without it keep their traces.)
+        if f.wipe > 0.0 && !corrupt && may_wipe && self.rng.chance(f.wipe) {
+            let slot = self.slot(node);
+            slot.disk.wipe();
+            slot.wiped = true;
+            self.run.wiped.push((self.now, node));
+            self.log(format!("{} wiped {node}", self.now));
         }
     }
 

@@ -103,8 +103,19 @@ pub fn leader(logs: &[(usize, PathBuf)]) -> Option<(usize, u64)> {
 /// Starts node `node` (0-based) again from its configuration in `dir`, logging to
 /// `node-N-restart-ROUND.log`.
 pub fn restart(dir: &Path, node: usize, round: usize) -> (Child, PathBuf) {
+    restart_with(dir, node, round, &[])
+}
+
+/// [`restart`] with environment variables for the node (configuration overrides).
+pub fn restart_with(
+    dir: &Path,
+    node: usize,
+    round: usize,
+    env: &[(&str, &str)],
+) -> (Child, PathBuf) {
     let log = dir.join(format!("node-{}-restart-{round}.log", node + 1));
     let child = Command::new(ATOMOS)
+        .envs(env.iter().copied())
         .args(["node", "--config"])
         .arg(dir.join(format!("node-{}.toml", node + 1)))
         .stdout(Stdio::null())
