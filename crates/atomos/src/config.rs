@@ -185,7 +185,8 @@ pub struct NodeSettings {
     pub commit_limit: std::time::Duration,
     /// This node's data directory was lost while the cluster has a history: its order replica
     /// neither votes nor campaigns until it has caught up (a new node's empty log looks the
-    /// same, so only an operator can say so). Remembered in its log until then.
+    /// same, so only an operator can say so). Its log remembers that it rejoins and, later,
+    /// that it caught up, so the setting may stay on.
     pub order_rejoin: bool,
     /// The other members, by id.
     pub peers: Vec<Peer>,

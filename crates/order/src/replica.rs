@@ -62,8 +62,9 @@ pub struct ReplicaConfig {
     /// numbering of this start's batches: give each start of a replica a seed of its own.
     pub seed: u64,
     /// This replica lost its log (its data directory was wiped) and the cluster has a
-    /// history: it votes for nobody until it has caught up (see `lost_log`). Only an operator
-    /// can say so: a new replica's empty log looks the same.
+    /// history: it neither votes nor campaigns until it has caught up (see `lost_log`). Only
+    /// an operator can say so: a new replica's empty log looks the same. Ignored once the
+    /// log shows it caught up, so it may stay set.
     pub rejoin: bool,
     /// A deliberate bug, for the tests that prove the simulation catches it; `None` in any
     /// real use.
@@ -260,8 +261,8 @@ impl<S: StateMachine> Replica<S> {
                 cfg.id, cfg.replicas
             )));
         }
-        // Told to rejoin now, or told so at an earlier start and not caught up since.
-        let mut rejoining = false;
+        // What the log says of rejoining: still at it, caught up since, or nothing.
+        let mut rejoining: Option<bool> = None;
         let mut store = LogStore::new(cfg.replicas.clone());
         let mut batches = BTreeMap::new();
         // Batch numbers must never repeat, but a log does not always remember every number this
@@ -292,8 +293,8 @@ impl<S: StateMachine> Replica<S> {
                 Record::Batch { id, requests } => {
                     batches.insert(id, requests);
                 }
-                Record::Rejoining => rejoining = true,
-                Record::Rejoined => rejoining = false,
+                Record::Rejoining => rejoining = Some(true),
+                Record::Rejoined => rejoining = Some(false),
             }
         }
         let base = store.snapshot_index();
@@ -343,10 +344,13 @@ impl<S: StateMachine> Replica<S> {
             ..raft::Config::default()
         };
         let raft = RawNode::new(&raft_cfg, store, &raft_logger())?;
-        let lost_log = LostLog::new(cfg.rejoin || rejoining);
+        // Told to rejoin and the log does not show it caught up since (an operator may leave
+        // the setting on), or the log says an earlier start was still rejoining.
+        let rejoin = rejoining.unwrap_or(cfg.rejoin);
+        let lost_log = LostLog::new(rejoin);
         // Written before anything else this start writes, so a crash before catching up
         // restarts rejoining, whatever the configuration says then.
-        let unflushed = if cfg.rejoin && !rejoining {
+        let unflushed = if rejoin && rejoining.is_none() {
             vec![Record::Rejoining.encode()]
         } else {
             Vec::new()
@@ -1160,6 +1164,9 @@ impl<S: StateMachine> Replica<S> {
         }));
         if self.lost_log.rejoining() {
             records.push(Record::Rejoining);
+        } else if self.cfg.rejoin {
+            // The setting may stay on: the log must keep saying that it caught up.
+            records.push(Record::Rejoined);
         }
         // Records queued before go first (the rewrite holds their facts too, but a write
         // emitted earlier is never dropped).

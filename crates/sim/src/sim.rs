@@ -18,8 +18,8 @@ pub struct Boot {
     pub incarnation: u64,
     /// The durable records on its disk, in order.
     pub log: Vec<Vec<u8>>,
-    /// Its disk was wiped at the crash before this start (an operator restarts such a node
-    /// telling it so).
+    /// Its disk was wiped at some crash before this start (an operator restarts such a node
+    /// telling it so, and may leave the setting on from then on).
     pub wiped: bool,
 }
 
@@ -228,7 +228,7 @@ struct Slot<M: Machine> {
     /// It refused to start (a damaged log): it stays down.
     refused: bool,
     corrupted: bool,
-    /// The disk was wiped at the last crash.
+    /// The disk was wiped at some crash.
     wiped: bool,
 }
 
@@ -324,7 +324,7 @@ impl<M: Machine> Sim<M> {
         let incarnation = slot.incarnation;
         slot.incarnation += 1;
         slot.gate = Gate::new();
-        let wiped = std::mem::take(&mut slot.wiped);
+        let wiped = slot.wiped;
         let log = match slot.disk.load() {
             Ok(log) => log,
             Err(c) => {
