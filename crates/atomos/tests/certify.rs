@@ -323,3 +323,37 @@ fn collection_reclaims_exactly_the_unreachable_objects_on_every_replica() {
     let stores = settled(&c);
     assert!(stores.windows(2).all(|w| w[0] == w[1]));
 }
+
+#[test]
+fn a_replica_cut_off_reports_its_commit_as_unknown_and_never_reruns_it() {
+    let c = cluster(3);
+    let (n1, n2) = (c.node(1).unwrap(), c.node(2).unwrap());
+    let x: TRef<u64> = TRef::new("cut/x");
+    n1.atomically(|tx| tx.create(&x, 0)).unwrap();
+    n2.sync().unwrap();
+    // Node 1 loses the cluster.
+    let cut = atomos::net::transport::LinkRule {
+        cut: true,
+        ..Default::default()
+    };
+    let transport = c.member(1).unwrap().rpc().transport().unwrap();
+    transport.faults().set_peer(2, cut);
+    transport.faults().set_peer(3, cut);
+    let mut runs = 0;
+    let started = Instant::now();
+    let out = n1.atomically(|tx| {
+        runs += 1;
+        tx.write(&x, 1)
+    });
+    assert!(
+        matches!(out, Err(TxError::OutcomeUnknown { .. })),
+        "{out:?}"
+    );
+    assert_eq!(runs, 1, "a commit of unknown outcome was run again");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    // Its replica still answers reads from what it applied.
+    assert_eq!(n1.atomically_read(|tx| Ok(*tx.read(&x)?)).unwrap(), 0);
+    // The majority goes on without it.
+    n2.atomically(|tx| tx.modify(&x, |v| *v += 10)).unwrap();
+    assert_eq!(n2.atomically_read(|tx| Ok(*tx.read(&x)?)).unwrap(), 10);
+}
