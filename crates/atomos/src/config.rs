@@ -356,14 +356,20 @@ pub fn load(
         },
         None => 16 << 20,
     };
-    let order = match pick("ATOMOS_ORDER", "order", file.order.map(|b| b.to_string())) {
+    // A switch that defaults to off.
+    let switch = |picked: Option<(String, String)>| match picked {
         Some((key, v)) => match v.trim() {
-            "true" | "1" => true,
-            "false" | "0" => false,
-            other => return Err(invalid(&key, format!("{other:?} is not true or false"))),
+            "true" | "1" => Ok(true),
+            "false" | "0" => Ok(false),
+            other => Err(invalid(&key, format!("{other:?} is not true or false"))),
         },
-        None => false,
+        None => Ok(false),
     };
+    let order = switch(pick(
+        "ATOMOS_ORDER",
+        "order",
+        file.order.map(|b| b.to_string()),
+    ))?;
     let order_fsync = match pick("ATOMOS_ORDER_FSYNC", "order_fsync", file.order_fsync) {
         Some((key, v)) => v.parse::<FsyncPolicy>().map_err(|e| invalid(&key, e))?,
         None => FsyncPolicy::EveryBatch,
@@ -424,18 +430,11 @@ pub fn load(
             })?,
         None => crate::certify::DEFAULT_COMMIT_LIMIT,
     };
-    let order_rejoin = match pick(
+    let order_rejoin = switch(pick(
         "ATOMOS_ORDER_REJOIN",
         "order_rejoin",
         file.order_rejoin.map(|b| b.to_string()),
-    ) {
-        Some((key, v)) => match v.trim() {
-            "true" | "1" => true,
-            "false" | "0" => false,
-            other => return Err(invalid(&key, format!("{other:?} is not true or false"))),
-        },
-        None => false,
-    };
+    ))?;
     if (order || protocol == Protocol::Certify) && node_id == 0 {
         return Err(invalid(
             "node_id",

@@ -14,22 +14,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{cluster_up_with, leader, restart_with, signal, wait_exit};
+use common::{cluster_up_with, leader, restart_with, signal, wait_exit, KillOnDrop};
 
 const TOTAL: i64 = 64_000;
-
-/// Kills the processes if the test fails half-way, so none outlives it.
-struct KillOnDrop(Vec<u32>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            for &pid in &self.0 {
-                signal(pid, libc::SIGKILL);
-            }
-        }
-    }
-}
 
 /// One audit line: the total, this run, its acknowledged transfers, every run's count.
 struct Audit {

@@ -12,22 +12,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{cluster_up, signal, wait_exit};
+use common::{cluster_up, signal, wait_exit, KillOnDrop};
 
 const EXPECTED: &str = "expected=64000";
-
-/// Kills the processes if the test fails half-way, so none outlives it.
-struct KillOnDrop(Vec<u32>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            for &pid in &self.0 {
-                signal(pid, libc::SIGKILL);
-            }
-        }
-    }
-}
 
 /// The audit lines of a node's log: (total, transfers so far).
 fn audits(log: &Path) -> Vec<(i64, u64)> {

@@ -124,3 +124,16 @@ pub fn restart_with(
         .unwrap();
     (child, log)
 }
+
+/// Kills the processes if the test fails half-way, so none outlives it.
+pub struct KillOnDrop(pub Vec<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for &pid in &self.0 {
+                signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
