@@ -7,8 +7,12 @@
 //! - A client's request goes into the replica's open batch; a batch is sealed when full or after
 //!   `batch_delay_ticks`, persisted, and sent to every replica. Each persists it and acknowledges;
 //!   once a majority holds it, the origin proposes its id to Raft (proposals from followers are
-//!   forwarded to the leader by raft-rs). The leader orders ids only, so its work does not grow
-//!   with request size.
+//!   forwarded to the leader by raft-rs). With at most three replicas the leader and the origin
+//!   are already a majority when the batch reaches the leader, so the leader proposes it on
+//!   receipt, and a follower origin leaves it to the leader (proposing it itself only if it is
+//!   not in the log after `retry_ticks`): two message delays fewer than acknowledging back and
+//!   forwarding the proposal. The leader orders ids only, so its work does not grow with
+//!   request size.
 //! - An entry is optimistically delivered when it is in this replica's log (the leader's
 //!   proposal, persisted), its batch is here, and every earlier entry was optimistically
 //!   delivered; finally delivered when it is committed (and was optimistically delivered).
@@ -454,6 +458,12 @@ impl<S: StateMachine> Replica<S> {
         self.cfg.replicas.len() / 2 + 1
     }
 
+    /// Whether this replica, as leader, proposes the batches `origin` sends it on receipt: it
+    /// leads, `origin` is another replica, and the two of them are a majority.
+    fn leader_orders_for(&self, origin: Addr) -> bool {
+        self.is_leader() && origin != self.cfg.id && self.majority() <= 2
+    }
+
     fn others(&self) -> impl Iterator<Item = Addr> + '_ {
         let me = self.cfg.id;
         self.cfg.replicas.iter().copied().filter(move |&r| r != me)
@@ -492,6 +502,11 @@ impl<S: StateMachine> Replica<S> {
         if !self.open.is_empty() && self.ticks - self.open_since >= self.cfg.batch_delay_ticks {
             self.seal(out)?;
         }
+        // Batches delivered meanwhile (a snapshot can deliver them wholesale) are done; their
+        // contents may already be forgotten, so they must not be re-sent below.
+        let delivered = &self.delivered_batches;
+        self.proposed.retain(|id, _| !delivered.contains(id));
+        self.unacked.retain(|id, _| !delivered.contains(id));
         let (now, retry) = (self.ticks, self.cfg.retry_ticks);
         let resend: Vec<(BatchId, Vec<Addr>)> = self
             .unacked
@@ -510,7 +525,11 @@ impl<S: StateMachine> Replica<S> {
             })
             .collect();
         for (id, to) in resend {
-            let requests = self.batches.get(&id).cloned().unwrap_or_default();
+            // Never a batch without its contents: a replica taking one would deliver nothing
+            // where the others deliver the requests.
+            let Some(requests) = self.batches.get(&id).cloned() else {
+                continue;
+            };
             for r in to {
                 out.push(Output::Send {
                     to: r,
@@ -521,10 +540,6 @@ impl<S: StateMachine> Replica<S> {
                 });
             }
         }
-        // Batches delivered meanwhile (a snapshot can deliver them wholesale) are done.
-        let delivered = &self.delivered_batches;
-        self.proposed.retain(|id, _| !delivered.contains(id));
-        self.unacked.retain(|id, _| !delivered.contains(id));
         let repropose: Vec<BatchId> = self
             .proposed
             .iter()
@@ -637,6 +652,16 @@ impl<S: StateMachine> Replica<S> {
                         to: from,
                         msg: OrderMsg::BatchAck { id },
                     });
+                    if self.leader_orders_for(from)
+                        && self.batches.contains_key(&id)
+                        && !self.in_log.contains_key(&id)
+                        && !self.delivered_batches.contains(&id)
+                    {
+                        // The origin persisted the batch before sending it and this replica
+                        // has just persisted it (the proposal's messages wait for that write):
+                        // a majority holds it.
+                        let _ = self.raft.propose(Vec::new(), encode_entry_data(id));
+                    }
                 }
             }
             OrderMsg::BatchAck { id } if member => {
@@ -645,7 +670,15 @@ impl<S: StateMachine> Replica<S> {
                     acks.insert(from);
                     if acks.len() >= majority {
                         self.unacked.remove(&id);
-                        self.propose(id);
+                        let leader = self.raft.raft.leader_id;
+                        if leader != 0 && leader != self.cfg.id && self.majority() <= 2 {
+                            // The leader proposed it when the batch reached it; proposing here
+                            // too would order it twice. It is proposed from here only if it is
+                            // not in the log after `retry_ticks` (the leader changed, say).
+                            self.proposed.insert(id, self.ticks);
+                        } else {
+                            self.propose(id);
+                        }
                     }
                 }
             }

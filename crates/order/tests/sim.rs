@@ -437,6 +437,20 @@ fn replicas_far_behind_catch_up_by_snapshot() {
     println!("snapshot installs over the seeds: {installs}");
 }
 
+/// Seeds that once failed `replicas_far_behind_catch_up_by_snapshot`: a batch the leader
+/// ordered was delivered and compacted away at its origin before the origin heard enough
+/// acknowledgements, and the origin's re-send carried no requests, which a lagging replica
+/// then delivered as an empty batch (916 before the leader proposed its followers' batches,
+/// 143 after).
+#[test]
+fn a_compacted_batch_is_never_resent_empty() {
+    for seed in [143, 916] {
+        if let Err(e) = check(&simulate(seed, Setup::new(5))) {
+            panic!("seed {seed}: {e}");
+        }
+    }
+}
+
 /// One replica's log is damaged in the middle at a crash: it refuses to start (the check
 /// requires exactly the damaged ones to refuse) and the other two go on serving every client.
 #[test]
