@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use atomos_seam::{Gate, Input, Machine, NodeId, Output, Write};
 use parking_lot::Mutex;
 
-use crate::disk::{DiskWorker, FileDisk, FsyncPolicy, TryWriteError};
+use crate::disk::{DiskError, DiskWorker, FileDisk, FsyncPolicy, TryWriteError};
 use crate::health::Health;
 
 /// Where a machine's outputs go, once nothing holds them back.
@@ -50,13 +50,19 @@ impl<E> From<E> for RunError<E> {
 
 /// A log written on the machine's own thread, for a log that is never fsynced: a write is as
 /// durable as it will ever be once the operating system has it, so what follows it goes out
-/// right after the write, with no hand-over to a disk thread and back.
+/// right after the write, with no hand-over to a disk thread and back. The records a step
+/// appends are written together at its end, with one system call.
 pub(crate) struct InlineDisk {
     file: FileDisk,
-    /// Writes carried out (the gate's numbering).
+    /// Writes taken (the gate's numbering).
     written: u64,
+    /// Records of the current step's appends, not written yet.
+    pending: Vec<Vec<u8>>,
     /// Whether writes of the current step still hold outputs back.
     unreleased: bool,
+    /// Whether the host writes and releases at its own pace ([`Runner::release`]) rather
+    /// than at the end of every step.
+    held: bool,
 }
 
 impl InlineDisk {
@@ -65,8 +71,49 @@ impl InlineDisk {
         (file.policy() == FsyncPolicy::Never).then_some(InlineDisk {
             file,
             written: 0,
+            pending: Vec::new(),
             unreleased: false,
+            held: false,
         })
+    }
+
+    /// Takes a write: an append joins the step's pending records; a rewrite replaces the log
+    /// after they are written.
+    fn take(&mut self, write: Write) -> Result<(), DiskError> {
+        match write {
+            Write::Append(records) => self.pending.extend(records),
+            rewrite @ Write::Rewrite(_) => {
+                self.write_pending()?;
+                self.file.write(&rewrite)?;
+            }
+        }
+        self.written += 1;
+        self.unreleased = true;
+        Ok(())
+    }
+
+    /// Writes the pending records.
+    fn write_pending(&mut self) -> Result<(), DiskError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let records = Write::Append(std::mem::take(&mut self.pending));
+        self.file.write(&records)?;
+        if let Write::Append(mut emptied) = records {
+            emptied.clear();
+            self.pending = emptied;
+        }
+        Ok(())
+    }
+
+    /// Writes what the step took and says through which write the outputs may go.
+    fn finish_step(&mut self) -> Result<Option<u64>, DiskError> {
+        if !self.unreleased {
+            return Ok(None);
+        }
+        self.write_pending()?;
+        self.unreleased = false;
+        Ok(Some(self.written))
     }
 }
 
@@ -101,8 +148,17 @@ impl<M: Machine> Runner<M> {
         }
     }
 
-    /// Runs `machine` writing its log on this thread (see [`InlineDisk`]).
-    pub(crate) fn inline(machine: M, disk: InlineDisk, unit: Duration) -> Runner<M> {
+    /// Runs `machine` writing its log on this thread (see [`InlineDisk`]). With `held`, the
+    /// writes of successive steps, and the outputs that wait for them, are kept until the host
+    /// calls [`Runner::release`] (one system call for all the steps of a busy moment); else
+    /// each step writes and releases at its end.
+    pub(crate) fn inline(
+        machine: M,
+        mut disk: InlineDisk,
+        unit: Duration,
+        held: bool,
+    ) -> Runner<M> {
+        disk.held = held;
         let mut r = Runner::new(machine, None, unit);
         r.inline = Some(disk);
         r
@@ -135,14 +191,29 @@ impl<M: Machine> Runner<M> {
         out.clear();
         self.out = out;
         result?;
-        // Writes made on this thread are done: release what waited for them.
-        if let Some(through) = self.inline.as_mut().filter(|d| d.unreleased).map(|d| {
-            d.unreleased = false;
-            d.written
-        }) {
-            self.durable(through, carry)?;
+        if self.inline.as_ref().is_some_and(|d| d.held) {
+            return Ok(produced);
         }
+        self.release(carry)?;
         Ok(produced)
+    }
+
+    /// Writes what the steps since the last release took on this thread, then carries out
+    /// what waited for it, until the machine writes nothing more on hearing of it. Returns how
+    /// many outputs the machine produced meanwhile.
+    pub(crate) fn release(
+        &mut self,
+        carry: &mut impl Carry<M>,
+    ) -> Result<usize, RunError<M::Error>> {
+        let mut produced = 0;
+        loop {
+            let through = match self.inline.as_mut().map(InlineDisk::finish_step) {
+                Some(Ok(Some(through))) => through,
+                Some(Ok(None)) | None => return Ok(produced),
+                Some(Err(e)) => return Err(RunError::DiskStopped(e.to_string())),
+            };
+            produced += self.durable(through, carry)?;
+        }
     }
 
     /// Routes one output: a write to the disk thread, anything else through the gate.
@@ -165,13 +236,9 @@ impl<M: Machine> Runner<M> {
     fn persist(&mut self, write: Write) -> Result<(), RunError<M::Error>> {
         if let Some(inline) = &mut self.inline {
             self.gate.write();
-            inline
-                .file
-                .write(&write)
-                .map_err(|e| RunError::DiskStopped(e.to_string()))?;
-            inline.written += 1;
-            inline.unreleased = true;
-            return Ok(());
+            return inline
+                .take(write)
+                .map_err(|e| RunError::DiskStopped(e.to_string()));
         }
         let Some(disk) = &self.disk else {
             return Ok(()); // kept nowhere: durable as it will ever be

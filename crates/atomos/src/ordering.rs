@@ -324,7 +324,7 @@ impl OrderNode {
         // The replica counts time in ticks; the runner's clock is in milliseconds.
         let unit = Duration::from_millis(1);
         let runner = match inline {
-            Some(inline) => Runner::inline(replica, inline, unit),
+            Some(inline) => Runner::inline(replica, inline, unit, true),
             None => Runner::new(replica, disk, unit),
         };
         let task = Task {
@@ -635,6 +635,7 @@ impl<S: StateMachine> Task<S> {
             produced += self.step(Input::Message { from, msg })?;
         }
         produced += self.step(Input::Request(Command::Flush))?;
+        produced += self.runner.release(&mut self.io)?;
         // Backpressure: wait while the disk thread cannot take more writes.
         self.runner.drain_backlog().await?;
         self.io.shared.requests_delivered.store(
@@ -719,6 +720,7 @@ async fn run_loop<S: StateMachine>(
                 None => break,
             }
         }
+        task.runner.release(&mut task.io)?;
         if tick {
             task.step(Input::Tick)?;
             let io = &mut task.io;
