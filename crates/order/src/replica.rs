@@ -637,6 +637,11 @@ impl<S: StateMachine> Replica<S> {
                 ),
                 Err(e) => tracing::warn!(from, error = %e, "undecodable raft message dropped"),
             },
+            OrderMsg::Batch { requests, .. } if requests.is_empty() => {
+                // No replica seals an empty batch; taking one would deliver nothing where the
+                // others deliver the batch's requests.
+                tracing::warn!(from, "empty batch refused");
+            }
             OrderMsg::Batch { id, requests } if member => {
                 if !self.batches.contains_key(&id) && !self.delivered_batches.contains(&id) {
                     self.write(&Record::Batch {
