@@ -5,7 +5,12 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use atomos_core::{ContentionPolicy, Engine, EngineConfig, Stats, Step, Tx, TxError, TxOptions};
+use atomos_core::{
+    decode_result, encode_arguments, ContentionPolicy, Engine, EngineConfig, ProcedureKind,
+    Procedures, RegisterError, Stats, Step, Tx, TxError, TxOptions,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 /// How a node keeps its objects consistent with other nodes. Application code is the same under
 /// every protocol.
@@ -70,6 +75,7 @@ pub struct NodeConfig {
 pub struct Node {
     engine: Arc<Engine>,
     protocol: Protocol,
+    procedures: Procedures,
 }
 
 impl Node {
@@ -89,6 +95,7 @@ impl Node {
         Node {
             engine: Arc::new(engine),
             protocol: config.protocol,
+            procedures: Procedures::new(),
         }
     }
 
@@ -145,6 +152,60 @@ impl Node {
     /// [`TxError::ClusterUnavailable`] if a majority cannot be reached in time.
     pub fn sync(&self) -> Result<(), TxError> {
         self.engine.sync()
+    }
+
+    /// Registers an update procedure: a named transaction with typed (serde) arguments and
+    /// result, run by [`Node::invoke`]. Code written with procedures runs under every
+    /// protocol: under `local`, `tfa` and `certify` an invocation runs as a transaction on the
+    /// caller's node. A body must be **deterministic** (no clock, no randomness, nothing
+    /// outside its transaction: whatever varies comes in with the arguments), because a
+    /// replicated protocol may run it on every replica; like any transaction it may be re-run
+    /// on a conflict. Every node of a cluster registers the same procedures under the same
+    /// names. A name is registered once ([`RegisterError::Taken`]).
+    pub fn register<A, R, F>(&self, name: &str, body: F) -> Result<(), RegisterError>
+    where
+        A: DeserializeOwned + 'static,
+        R: Serialize + 'static,
+        F: Fn(&mut Tx<'_>, &A) -> Result<R, TxError> + Send + Sync + 'static,
+    {
+        self.procedures.register(name, ProcedureKind::Update, body)
+    }
+
+    /// Registers a read-only procedure (see [`Node::register`]): it runs as a read-only
+    /// transaction over a snapshot, never aborts where read-only transactions never do, and a
+    /// write inside it fails with [`TxError::WriteInReadOnly`].
+    pub fn register_read_only<A, R, F>(&self, name: &str, body: F) -> Result<(), RegisterError>
+    where
+        A: DeserializeOwned + 'static,
+        R: Serialize + 'static,
+        F: Fn(&mut Tx<'_>, &A) -> Result<R, TxError> + Send + Sync + 'static,
+    {
+        self.procedures
+            .register(name, ProcedureKind::ReadOnly, body)
+    }
+
+    /// Invokes the procedure registered under `name` with `args` and returns its result once
+    /// it committed. Fails with [`TxError::NoSuchProcedure`] for an unknown name, with
+    /// [`TxError::ProcedureTypes`] when `A` or `R` are not the types it was registered with
+    /// (nothing runs then), and otherwise as its transaction does.
+    pub fn invoke<A, R>(&self, name: &str, args: &A) -> Result<R, TxError>
+    where
+        A: Serialize + 'static,
+        R: DeserializeOwned + 'static,
+    {
+        let procedure = self.procedures.get(name)?;
+        procedure.check_types::<A, R>()?;
+        let bytes = encode_arguments(name, args)?;
+        let result = match procedure.kind() {
+            ProcedureKind::Update => self.atomically(|tx| procedure.call(tx, &bytes)),
+            ProcedureKind::ReadOnly => self.atomically_read(|tx| procedure.call(tx, &bytes)),
+        }?;
+        decode_result(name, &result)
+    }
+
+    /// The node's registered procedures.
+    pub fn procedures(&self) -> &Procedures {
+        &self.procedures
     }
 
     /// A transaction with options of its own.

@@ -100,6 +100,21 @@ pub enum TxError {
         /// What happened.
         reason: String,
     },
+    /// No procedure of that name is registered on the node.
+    #[error("no procedure named {name:?} is registered")]
+    NoSuchProcedure {
+        /// The name invoked.
+        name: String,
+    },
+    /// A procedure was invoked with other argument or result types than it was registered
+    /// with, or its encoded arguments did not decode. Nothing ran.
+    #[error("procedure {name:?}: {reason}")]
+    ProcedureTypes {
+        /// The procedure.
+        name: String,
+        /// What did not match.
+        reason: String,
+    },
     /// An error of the application's own, which aborted the transaction.
     #[error("{0}")]
     User(Box<dyn std::error::Error + Send + Sync + 'static>),

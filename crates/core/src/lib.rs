@@ -19,6 +19,7 @@ mod key;
 mod nesting;
 mod open;
 mod ordered;
+mod procedure;
 mod remote;
 mod retry;
 mod slots;
@@ -36,6 +37,9 @@ pub use error::{Message, TxError};
 pub use key::Key;
 pub use nesting::Step;
 pub use ordered::{Certification, Certifier, CertifyError, LockOutcome, SnapshotObject, Verdict};
+pub use procedure::{
+    decode_result, encode_arguments, Procedure, ProcedureKind, Procedures, RegisterError,
+};
 pub use remote::{RemoteAttempt, RemoteError, RemoteSource};
 pub use stats::{AbortCause, AbortCounts, Stats};
 pub use tref::{Object, TRef};
