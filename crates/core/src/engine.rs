@@ -157,7 +157,7 @@ impl Engine {
 
     /// The transaction loop under a distributed protocol: the same options, contention
     /// managers, statistics and handlers as the local loop; reads and the commit go remote.
-    fn run_remote<R, E>(
+    pub(crate) fn run_remote<R, E>(
         &self,
         source: &Arc<dyn RemoteSource>,
         opts: &TxOptions,

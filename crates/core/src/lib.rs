@@ -23,6 +23,7 @@ mod procedure;
 mod remote;
 mod retry;
 mod slots;
+mod speculative;
 mod stats;
 mod store;
 mod tref;
@@ -41,6 +42,7 @@ pub use procedure::{
     decode_result, encode_arguments, Procedure, ProcedureKind, Procedures, RegisterError,
 };
 pub use remote::{RemoteAttempt, RemoteError, RemoteSource};
+pub use speculative::{ExecutorStats, Invocation, Outcome, SerialExecutor, Slot};
 pub use stats::{AbortCause, AbortCounts, Stats};
 pub use tref::{Object, TRef};
 pub use tx::Tx;
