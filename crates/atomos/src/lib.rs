@@ -46,8 +46,10 @@ pub struct ReadmeDoctests;
 
 pub use atomos_core::history;
 pub use atomos_core::{
-    AbortCause, AbortCounts, ContentionPolicy, Engine, EngineConfig, Key, Message, Object,
-    Procedure, ProcedureKind, Procedures, RegisterError, Stats, Step, TRef, Tx, TxError, TxOptions,
+    decode_result, encode_arguments, AbortCause, AbortCounts, ContentionPolicy, Engine,
+    EngineConfig, ExecutorStats, Invocation, Key, Message, Object, Outcome, Procedure,
+    ProcedureKind, Procedures, RegisterError, SerialExecutor, Stats, Step, TRef, Tx, TxError,
+    TxOptions,
 };
 /// Networking: wire format, transports, requests (re-exported from `atomos-net`).
 pub use atomos_net as net;

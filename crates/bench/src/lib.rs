@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 
 pub mod cluster;
+pub mod executor;
 pub mod footprint;
 pub mod harness;
 pub mod net;

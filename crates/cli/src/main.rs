@@ -122,7 +122,10 @@ impl From<Contention> for ContentionPolicy {
 struct BenchArgs {
     /// bank, linkedlist, skiplist, bst, hashtable, loan, vacation, tpcc; footprint (memory of
     /// --objects objects); net (round trips and one-way throughput between two nodes on
-    /// loopback); or order (the order layer's throughput and latency).
+    /// loopback); order (the order layer's throughput and latency); or executor (the
+    /// speculative serial executor alone: bank transfers as procedures over --objects
+    /// accounts, windows of --batch invocations, --threads threads running read-only
+    /// procedures of --balance-k accounts beside it).
     workload: String,
     /// Consistency protocol.
     #[arg(long, default_value = "local")]
@@ -208,7 +211,8 @@ struct BenchArgs {
     /// Order: closed-loop clients per replica.
     #[arg(long, default_value_t = 256)]
     clients: usize,
-    /// Order: requests per batch at most.
+    /// Order: requests per batch at most. Executor: invocations speculated before the first
+    /// of them is finalized.
     #[arg(long, default_value_t = 256)]
     batch: usize,
 }
@@ -370,6 +374,18 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
         println!("{}", report.summary());
         write_json(&args.json, &report)?;
         return Ok(true);
+    }
+    if args.workload == "executor" {
+        let report = atomos_bench::executor::run(&atomos_bench::executor::ExecutorBenchConfig {
+            accounts: args.objects.unwrap_or(10_000) as u64,
+            duration: seconds(args.duration, "--duration")?,
+            readers: args.threads,
+            balance_k: args.balance_k.unwrap_or(10),
+            window: args.batch,
+        })?;
+        println!("{}", report.summary());
+        write_json(&args.json, &report)?;
+        return Ok(report.invariant_ok);
     }
     if args.workload == "order" {
         let nodes = args.nodes.unwrap_or(3);

@@ -112,3 +112,35 @@ fn a_sweep_writes_one_result_per_point_and_the_report_draws_them() {
     assert!(!ok && err.contains("not an atomos bench result"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_executor_benchmark_runs_transfers_as_procedures_and_conserves_money() {
+    let dir = scratch("executor");
+    let json = dir.join("executor.json");
+    let (ok, out, err) = atomos(&[
+        "bench",
+        "executor",
+        "--objects",
+        "500",
+        "--threads",
+        "1",
+        "--duration",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("money conserved"), "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(
+        report["procedures_per_s"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        report["read_only_per_s"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert_eq!(report["confirmed_ratio"], 1.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
