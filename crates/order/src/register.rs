@@ -39,11 +39,28 @@ impl RegisterOp {
 
 /// Registers of bytes by name. A payload that is not a [`RegisterOp`] is answered with an empty
 /// answer and changes nothing.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// It also checks what a speculating machine relies on: every finally applied request is the
+/// one the entry's latest unrevoked optimistic delivery named at that index (see
+/// [`Register::speculation`]). Equality compares the registers only.
+#[derive(Clone, Debug, Default)]
 pub struct Register {
     values: BTreeMap<String, Vec<u8>>,
     applied: u64,
+    /// Optimistic deliveries not yet final.
+    opt: BTreeMap<u64, Vec<Request>>,
+    /// Final requests that matched their optimistic delivery, and those that did not.
+    matched: u64,
+    mismatched: u64,
 }
+
+impl PartialEq for Register {
+    fn eq(&self, other: &Register) -> bool {
+        (&self.values, self.applied) == (&other.values, other.applied)
+    }
+}
+
+impl Eq for Register {}
 
 impl Register {
     /// Empty registers.
@@ -64,6 +81,12 @@ impl Register {
     pub fn applied(&self) -> u64 {
         self.applied
     }
+
+    /// Finally applied requests that were what their entry's optimistic delivery named at
+    /// that index, and those that were not (a replica must never produce the second).
+    pub fn speculation(&self) -> (u64, u64) {
+        (self.matched, self.mismatched)
+    }
 }
 
 impl StateMachine for Register {
@@ -83,6 +106,31 @@ impl StateMachine for Register {
         }
     }
 
+    fn apply_final(&mut self, seq: u64, index: u32, request: &Request) -> Vec<u8> {
+        match self.opt.get(&seq).and_then(|r| r.get(index as usize)) {
+            Some(r) if r == request => self.matched += 1,
+            _ => self.mismatched += 1,
+        }
+        if self
+            .opt
+            .get(&seq)
+            .is_some_and(|r| index as usize + 1 >= r.len())
+        {
+            self.opt.remove(&seq);
+        }
+        self.apply(request)
+    }
+
+    fn optimistic(&mut self, seq: u64, requests: &[Request]) {
+        if !requests.is_empty() {
+            self.opt.insert(seq, requests.to_vec());
+        }
+    }
+
+    fn revoked(&mut self, from: u64) {
+        self.opt.split_off(&from);
+    }
+
     fn snapshot(&self) -> Vec<u8> {
         postcard::to_stdvec(&(&self.values, self.applied)).unwrap_or_default()
     }
@@ -91,6 +139,7 @@ impl StateMachine for Register {
         let (values, applied) = Self::decode_snapshot(data)?;
         self.values = values;
         self.applied = applied;
+        self.opt.clear();
         Ok(())
     }
 

@@ -948,6 +948,7 @@ impl<S: StateMachine> Replica<S> {
             .flat_map(|p| p.requests.iter().map(|r| (r.client, r.seq)))
             .collect();
         self.opt_next = from;
+        self.machine.revoked(from);
         out.push(Output::Deliver(Delivery::Revoke { from }));
     }
 
@@ -1060,6 +1061,7 @@ impl<S: StateMachine> Replica<S> {
             // Within one batch a request appears once (the origin's `in_flight` guarantees it).
             self.pending_requests
                 .extend(requests.iter().map(|r| (r.client, r.seq)));
+            self.machine.optimistic(seq, &requests);
             out.push(Output::Deliver(Delivery::Opt {
                 seq,
                 requests: requests.clone(),
@@ -1084,9 +1086,9 @@ impl<S: StateMachine> Replica<S> {
             let Some(p) = self.pending.remove(&seq) else {
                 break;
             };
-            for r in &p.requests {
+            for (index, r) in p.requests.iter().enumerate() {
                 self.pending_requests.remove(&(r.client, r.seq));
-                let response = self.machine.apply(r);
+                let response = self.machine.apply_final(seq, index as u32, r);
                 self.in_flight.remove(&(r.client, r.seq));
                 if let Some(&(wanted, to)) = self.awaiting.get(&r.client) {
                     if wanted == r.seq {

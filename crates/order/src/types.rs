@@ -123,6 +123,25 @@ pub type Action = atomos_seam::Output<OrderMsg, Delivery>;
 pub trait StateMachine {
     /// Applies one request and returns the answer for its client.
     fn apply(&mut self, request: &Request) -> Vec<u8>;
+    /// Applies request `index` of finally delivered entry `seq` (the one its optimistic
+    /// delivery named so, unless that was revoked): what [`StateMachine::apply`] does, for a
+    /// machine that matches final deliveries with optimistic ones. Default: `apply`.
+    fn apply_final(&mut self, seq: u64, index: u32, request: &Request) -> Vec<u8> {
+        let _ = (seq, index);
+        self.apply(request)
+    }
+    /// Entry `seq` was delivered optimistically with these requests: the ones it applies, in
+    /// this order, if it becomes final. A machine may work on them ahead (speculatively), but
+    /// must not change what [`StateMachine::apply`] answers or what a snapshot holds before
+    /// the final delivery. Default: nothing.
+    fn optimistic(&mut self, seq: u64, requests: &[Request]) {
+        let _ = (seq, requests);
+    }
+    /// Optimistic deliveries from entry `from` on were revoked (they may come again,
+    /// different). Default: nothing.
+    fn revoked(&mut self, from: u64) {
+        let _ = from;
+    }
     /// The whole state, encoded.
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the state with a snapshot's. On an error the state is unchanged.

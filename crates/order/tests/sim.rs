@@ -382,6 +382,17 @@ fn check(o: &Outcome) -> Result<(), String> {
             }
         }
     }
+    // A final delivery applies what the optimistic one named (what a speculating machine
+    // relies on), as each replica's machine saw it.
+    for (_, reg) in &o.finals {
+        let (_, mismatched) = reg.speculation();
+        if mismatched > 0 {
+            return Err(format!(
+                "{mismatched} requests applied at their final delivery differ from their \
+                 entry's optimistic delivery"
+            ));
+        }
+    }
     // Convergence: every live replica ends at the same place with the same state.
     if let Some((next, reg)) = o.finals.first() {
         for (n, r) in &o.finals {
@@ -402,9 +413,10 @@ fn count(o: &Outcome, f: impl Fn(&Note) -> bool) -> usize {
 
 #[test]
 fn total_order_with_optimistic_delivery_survives_every_fault() {
-    let (mut revoked, mut torn, mut failed_fsyncs) = (0, 0, 0);
+    let (mut revoked, mut torn, mut failed_fsyncs, mut matched) = (0, 0, 0, 0);
     check_seeds(40, "-p atomos-order --test sim", |seed| {
         let o = simulate(seed, Setup::new(10_000));
+        matched += o.finals.iter().map(|(_, r)| r.speculation().0).sum::<u64>();
         revoked += count(&o, |n| {
             matches!(n, Note::Delivered(Delivery::Revoke { .. }))
         });
@@ -420,6 +432,10 @@ fn total_order_with_optimistic_delivery_survives_every_fault() {
         "no optimistic delivery was ever revoked: the faults are too mild"
     );
     assert!(torn > 0, "no crash tore a write");
+    assert!(
+        matched > 0,
+        "no final delivery was checked against its optimistic one"
+    );
     assert!(failed_fsyncs > 0, "no fsync failed");
 }
 
