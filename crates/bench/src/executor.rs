@@ -165,7 +165,7 @@ pub fn run(cfg: &ExecutorBenchConfig) -> Result<ExecutorReport, String> {
         for s in first + 1..=seq {
             position += 1;
             let inv = &invocations[(s as usize) % invocations.len()];
-            if let Outcome::Failed(why) = executor.finalize((s, 0), position, inv) {
+            if let Outcome::Failed(why) = executor.finalize((s, 0), position, inv, |_, _| {}) {
                 failed.get_or_insert(why);
             }
             finalized += 1;

@@ -199,7 +199,14 @@ impl SerialExecutor {
     /// `position` (positions grow with every commit): commits its speculative run if what it
     /// read is what the final order gives, else runs it again on the committed objects and
     /// commits that. Returns what it came to; the position counts as applied either way.
-    pub fn finalize(&mut self, slot: Slot, position: u64, invocation: &Invocation) -> Outcome {
+    /// `on_write` hears of each write committed (its key and tagged bytes, `None` deleting).
+    pub fn finalize(
+        &mut self,
+        slot: Slot,
+        position: u64,
+        invocation: &Invocation,
+        mut on_write: impl FnMut(&Key, Option<&[u8]>),
+    ) -> Outcome {
         // Runs before this slot were revoked without a new optimistic delivery: they never
         // come; runs of this slot are its speculation.
         while self.pending.front().is_some_and(|r| r.slot < slot) {
@@ -222,17 +229,21 @@ impl SerialExecutor {
                 let outcome = run.outcome.clone();
                 let writes = run.writes.clone();
                 self.drop_run(run);
-                if self.engine.apply_certified(position, &reads, writes) {
+                if self.engine.version_of_all(&reads) {
+                    for (key, value) in &writes {
+                        on_write(key, value.as_deref());
+                    }
+                    self.engine.apply_certified(position, &[], writes);
                     self.stats.confirmed += 1;
                     if let Some(n) = self.readers.remove(&id) {
                         self.confirmed.insert(id, (position, n));
                     }
                     outcome
                 } else {
-                    self.rerun(position, invocation)
+                    self.rerun(position, invocation, on_write)
                 }
             }
-            None => self.rerun(position, invocation),
+            None => self.rerun(position, invocation, on_write),
         };
         outcome
     }
@@ -263,15 +274,18 @@ impl SerialExecutor {
 
     /// Runs `invocation` at `position` on the committed objects and commits it without
     /// validation (nothing else writes meanwhile).
-    fn rerun(&mut self, position: u64, invocation: &Invocation) -> Outcome {
+    fn rerun(
+        &mut self,
+        position: u64,
+        invocation: &Invocation,
+        mut on_write: impl FnMut(&Key, Option<&[u8]>),
+    ) -> Outcome {
         self.stats.rerun += 1;
-        let (reads, writes, outcome) = self.execute(invocation, false);
-        let reads: Vec<(Key, u64)> = reads
-            .into_iter()
-            .map(|(key, seen)| (key, self.version_meant(seen)))
-            .collect();
-        let committed = self.engine.apply_certified(position, &reads, writes);
-        debug_assert!(committed, "a run on committed objects is current");
+        let (_, writes, outcome) = self.execute(invocation, false);
+        for (key, value) in &writes {
+            on_write(key, value.as_deref());
+        }
+        self.engine.apply_certified(position, &[], writes);
         outcome
     }
 
@@ -447,6 +461,11 @@ impl Engine {
             Err(crate::engine::RunError::User(e)) => Err(e),
             Err(crate::engine::RunError::Tx(e)) => Err(E::from(e)),
         }
+    }
+
+    /// Whether every `(key, version)` names the newest committed version of its key.
+    pub fn version_of_all(&self, reads: &[(Key, u64)]) -> bool {
+        reads.iter().all(|(k, v)| self.version_of(k) == *v)
     }
 
     /// The newest committed version of `key` (0: never written) and its value as tagged

@@ -210,7 +210,7 @@ fn check_seed(seed: u64) -> (u64, u64) {
                 }
                 for (i, inv) in invs.iter().enumerate() {
                     position += 1 + rng.random_range(0..3);
-                    let got = executor.finalize((seq, i as u32), position, inv);
+                    let got = executor.finalize((seq, i as u32), position, inv, |_, _| {});
                     let want = run_serially(&reference, &procedures, inv);
                     assert_eq!(
                         got, want,
@@ -278,7 +278,7 @@ fn in_order_finals_confirm_every_speculation_and_snapshots_see_none_early() {
         .unwrap();
     assert_eq!(seen, 100, "a read-only transaction saw a speculative write");
     for (n, inv) in chain.iter().enumerate() {
-        let out = executor.finalize((n as u64 + 1, 0), 10 + n as u64, inv);
+        let out = executor.finalize((n as u64 + 1, 0), 10 + n as u64, inv, |_, _| {});
         assert_eq!(
             out,
             Outcome::Returned(postcard::to_allocvec(&0i64).unwrap())

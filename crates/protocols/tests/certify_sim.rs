@@ -17,6 +17,12 @@
 //!   through the engine) form a history the list-append checker accepts;
 //! - once the faults stop, every replica catches up and every client is answered.
 //!
+//!
+//! The same simulation runs `active` too: the stores run procedure invocations (bank transfers)
+//! speculatively at their optimistic delivery and commit them at their final one, with
+//! transfers and list-append transactions written as closures certified between them; the
+//! model then runs the invocations one at a time in the final order, without speculation.
+//!
 //! Replay one seed: `ATOMOS_SIM_SEED=N cargo test -p atomos-protocols --test certify_sim`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,8 +31,9 @@ use std::sync::Arc;
 
 use atomos_core::history::list_append::{self, ListOp};
 use atomos_core::{
-    Certification, Certifier, CertifyError, Engine, EngineConfig, Key, LockOutcome, TRef, TxError,
-    TxOptions, Verdict,
+    encode_arguments, Certification, Certifier, CertifyError, Engine, EngineConfig, Invocation,
+    Key, LockOutcome, ProcedureKind, Procedures, SerialExecutor, TRef, Tx, TxError, TxOptions,
+    Verdict,
 };
 use atomos_order::{
     decode_log, Client, ClientAction, ClientInput, Delivery, OrderError, OrderMsg, Replica,
@@ -47,6 +54,33 @@ const TX_PER_RUN: u64 = 30;
 
 fn account(i: u64) -> TRef<i64> {
     TRef::new(Key::with_index("acct/", i))
+}
+
+/// The bank as procedures (the `active` set-up): "open" makes the accounts once, "transfer"
+/// moves money between two of them.
+fn bank_procedures() -> Procedures {
+    let p = Procedures::new();
+    let open = |tx: &mut Tx<'_>, _: &()| {
+        if !tx.exists(&account(0))? {
+            for i in 0..ACCOUNTS {
+                tx.create(&account(i), INITIAL)?;
+            }
+        }
+        Ok(())
+    };
+    let transfer = |tx: &mut Tx<'_>, &(a, b, amount): &(u64, u64, i64)| {
+        if a == b || !tx.exists(&account(0))? {
+            return Ok(false);
+        }
+        tx.modify(&account(a), |v| *v -= amount)?;
+        tx.modify(&account(b), |v| *v += amount)?;
+        Ok(true)
+    };
+    let registered = p
+        .register("open", ProcedureKind::Update, open)
+        .and_then(|()| p.register("transfer", ProcedureKind::Update, transfer));
+    assert!(registered.is_ok(), "{registered:?}");
+    p
 }
 
 #[derive(Clone, Debug)]
@@ -123,12 +157,17 @@ struct Node {
     pending: BTreeMap<u64, (u64, Vec<ListOp>)>,
     announced: bool,
     last_position: u64,
+    /// Transfers are procedures ordered as `Invoke` entries (the `active` protocol).
+    active: bool,
 }
 
 #[derive(Clone, Copy)]
 struct Setup {
     snapshot_every: u64,
     bug: Option<PlantedBug>,
+    /// Run the `active` protocol: the stores run procedures speculatively; transfers are
+    /// invoked, list-append transactions are still certified closures between them.
+    active: bool,
 }
 
 impl Node {
@@ -149,7 +188,11 @@ impl Node {
         if !engine.set_certifier(capture.clone()) {
             return Err("certifier refused".into());
         }
-        let store = ReplicatedStore::new(engine.clone())?.with_planted_bug(setup.bug);
+        let store = match setup.active {
+            true => ReplicatedStore::active(engine.clone(), bank_procedures())?,
+            false => ReplicatedStore::new(engine.clone())?,
+        }
+        .with_planted_bug(setup.bug);
         let log = decode_log(&boot.log).map_err(|e| e.to_string())?;
         let replica = Replica::open(cfg, log, store).map_err(|e| e.to_string())?;
         let first = (boot.node as usize - 1) % REPLICAS;
@@ -166,6 +209,7 @@ impl Node {
             origin: (boot.node << 48) | (boot.incarnation << 32),
             pending: BTreeMap::new(),
             announced: false,
+            active: setup.active,
         })
     }
 
@@ -185,6 +229,11 @@ impl Node {
             reads: c.reads,
             writes: c.writes,
         };
+        self.submit_entry(entry, out)
+    }
+
+    /// Orders `entry` through this node's client; returns the request's number.
+    fn submit_entry(&mut self, entry: Entry, out: &mut Vec<Output<OrderMsg, Note>>) -> u64 {
         let mut actions = Vec::new();
         self.client
             .step(ClientInput::Submit(entry.encode()), &mut actions);
@@ -263,10 +312,30 @@ impl Node {
         }
     }
 
-    /// A bank transfer through the engine; its certification is captured and submitted.
+    /// A bank transfer through the engine; its certification is captured and submitted. Under
+    /// `active` it is a procedure invocation instead (the first opens the accounts), or, half
+    /// the time, still a certified closure: the two kinds mix on the same accounts.
     fn transfer(&mut self, out: &mut Vec<Output<OrderMsg, Note>>) {
         let (a, b) = (self.rng.below(ACCOUNTS), self.rng.below(ACCOUNTS));
         let amount = 1 + self.rng.below(20) as i64;
+        if self.active && (self.started == 0 || self.rng.chance(0.5)) {
+            let (procedure, arguments) = if self.started == 0 {
+                ("open", encode_arguments("open", &()))
+            } else {
+                ("transfer", encode_arguments("transfer", &(a, b, amount)))
+            };
+            match arguments {
+                Ok(arguments) => {
+                    let entry = Entry::Invoke {
+                        procedure: procedure.into(),
+                        arguments,
+                    };
+                    self.submit_entry(entry, out);
+                }
+                Err(e) => out.push(Output::Warn(format!("arguments: {e}"))),
+            }
+            return;
+        }
         let result = self.engine.atomically(|tx| {
             if !tx.exists(&account(0))? {
                 for i in 0..ACCOUNTS {
@@ -411,6 +480,8 @@ struct Outcome {
     unanswered: usize,
     /// Each live replica: (final_next, position, objects).
     finals: Vec<(NodeId, u64, u64, Vec<atomos_core::SnapshotObject>)>,
+    /// The live replicas' executors' counters, summed (under `active`).
+    executed: atomos_core::ExecutorStats,
 }
 
 fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
@@ -427,9 +498,16 @@ fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
     let run = sim.run();
     let mut unanswered = 0;
     let mut finals = Vec::new();
+    let mut executed = atomos_core::ExecutorStats::default();
     for node in 1..=REPLICAS as NodeId {
         if let Some(n) = sim.machine(node) {
             unanswered += n.client.unanswered();
+            if let Some(e) = n.replica.machine().executor_stats() {
+                executed.speculated += e.speculated;
+                executed.confirmed += e.confirmed;
+                executed.rerun += e.rerun;
+                executed.revoked += e.revoked;
+            }
             let objects = n.engine.snapshot_objects().unwrap_or_default();
             finals.push((
                 node,
@@ -443,6 +521,7 @@ fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
         run,
         unanswered,
         finals,
+        executed,
     }
 }
 
@@ -506,14 +585,30 @@ fn final_order(run: &Run<Note>) -> Result<BTreeMap<u64, Vec<Request>>, String> {
     Ok(order)
 }
 
-/// The certification rule as a model: key -> (version, value bytes or deletion).
-#[derive(Default)]
+/// The certification rule as a model: key -> (version, value bytes or deletion). Procedure
+/// invocations run one at a time, in the final order, on an engine of the model's own that
+/// gets every write, with no speculation.
 struct Model {
     objects: BTreeMap<Key, (u64, Option<Vec<u8>>)>,
     position: u64,
+    engine: Arc<Engine>,
+    executor: SerialExecutor,
 }
 
 impl Model {
+    fn new() -> Model {
+        let engine = Arc::new(Engine::new(EngineConfig {
+            replicated: true,
+            ..EngineConfig::default()
+        }));
+        Model {
+            objects: BTreeMap::new(),
+            position: 0,
+            executor: SerialExecutor::new(engine.clone(), bank_procedures()),
+            engine,
+        }
+    }
+
     fn apply(&mut self, payload: &[u8]) -> Answer {
         self.position += 1;
         let position = self.position;
@@ -523,12 +618,33 @@ impl Model {
                     .iter()
                     .all(|(k, v)| self.objects.get(k).map_or(0, |o| o.0) == *v);
                 if !current {
+                    self.engine.mark_applied(position);
                     return Answer::Conflict { position };
                 }
-                for (k, bytes) in writes {
+                for (k, bytes) in &writes {
+                    self.objects.insert(k.clone(), (position, bytes.clone()));
+                }
+                self.engine.apply_certified(position, &[], writes);
+                Answer::Committed { version: position }
+            }
+            Ok(Entry::Invoke {
+                procedure,
+                arguments,
+            }) => {
+                let invocation = Invocation {
+                    procedure,
+                    arguments,
+                };
+                let mut written = Vec::new();
+                let outcome =
+                    self.executor
+                        .finalize((u64::MAX, 0), position, &invocation, |k, v| {
+                            written.push((k.clone(), v.map(<[u8]>::to_vec)))
+                        });
+                for (k, bytes) in written {
                     self.objects.insert(k, (position, bytes));
                 }
-                Answer::Committed { version: position }
+                Answer::Invoked { position, outcome }
             }
             Ok(Entry::Barrier) => Answer::Applied { position },
             Ok(other) => panic!("the simulation orders no {other:?}"),
@@ -560,14 +676,21 @@ fn check(o: &Outcome) -> Result<usize, String> {
         return Err("some positions were finally delivered by no replica".into());
     }
     // Replay the final order through the model.
-    let mut model = Model::default();
+    let mut model = Model::new();
     let mut expected = BTreeMap::new();
     let mut states = BTreeMap::new();
     let mut committed = 0;
     for requests in order.values() {
         for r in requests {
             let answer = model.apply(&r.payload);
-            committed += matches!(answer, Answer::Committed { .. }) as usize;
+            committed += matches!(
+                answer,
+                Answer::Committed { .. }
+                    | Answer::Invoked {
+                        outcome: atomos_core::Outcome::Returned(_),
+                        ..
+                    }
+            ) as usize;
             expected.insert((r.client, r.seq), answer);
         }
         states.insert(model.position, model.snapshot());
@@ -671,6 +794,14 @@ fn setup() -> Setup {
     Setup {
         snapshot_every: 25,
         bug: None,
+        active: false,
+    }
+}
+
+fn active_setup() -> Setup {
+    Setup {
+        active: true,
+        ..setup()
     }
 }
 
@@ -765,6 +896,77 @@ fn planted_bugs_are_caught() {
     println!(
         "{bug:?} fails {} of {} seeds (the list-append check alone {lists_caught}); first: seed \
          {}: {}",
+        failing.len(),
+        tried.len(),
+        failing[0].0,
+        failing[0].1
+    );
+}
+
+/// `active`: transfers are procedures every replica runs speculatively at their optimistic
+/// delivery and commits at their final one, with transfers and list-append transactions
+/// written as closures certified between them. Every answer, and every replica's objects, are those of a serial run of the final
+/// order without speculation (the model), whatever was revoked or lost in crashes.
+#[test]
+fn active_replication_survives_every_fault() {
+    let (mut invoked, mut revoked) = (0, 0);
+    let mut executed = atomos_core::ExecutorStats::default();
+    check_seeds(60, "-p atomos-protocols --test certify_sim", |seed| {
+        let o = simulate(seed, active_setup(), Faults::harsh());
+        invoked += count(&o, |n| match n {
+            Note::Answer { response, .. } => {
+                matches!(Answer::decode(response), Ok(Answer::Invoked { .. }))
+            }
+            _ => false,
+        });
+        revoked += count(&o, |n| {
+            matches!(n, Note::Delivered(Delivery::Revoke { .. }))
+        });
+        executed.speculated += o.executed.speculated;
+        executed.confirmed += o.executed.confirmed;
+        executed.rerun += o.executed.rerun;
+        executed.revoked += o.executed.revoked;
+        check(&o)?;
+        check_lists(&o)?;
+        Ok(())
+    });
+    println!(
+        "over the seeds: {invoked} invocations answered, {revoked} revocations; at the end the \
+         live replicas' executors had speculated {}, confirmed {}, run again {}, dropped {}",
+        executed.speculated, executed.confirmed, executed.rerun, executed.revoked
+    );
+    assert!(invoked > 0, "no invocation was answered");
+    assert!(executed.confirmed > 0, "no speculation was ever confirmed");
+    assert!(
+        executed.rerun > 0,
+        "no invocation was ever run again: closures never invalidated a speculation"
+    );
+}
+
+#[test]
+fn committing_at_the_optimistic_delivery_is_caught() {
+    let bug = PlantedBug::CommitAtOpt;
+    let tried = seeds(40);
+    let failing: Vec<(u64, String)> = tried
+        .iter()
+        .copied()
+        .filter_map(|seed| {
+            let s = Setup {
+                bug: Some(bug),
+                ..active_setup()
+            };
+            check(&simulate(seed, s, Faults::harsh()))
+                .err()
+                .map(|e| (seed, e))
+        })
+        .collect();
+    assert!(
+        !failing.is_empty(),
+        "{bug:?} went unnoticed in {} seeds",
+        tried.len()
+    );
+    println!(
+        "{bug:?} fails {} of {} seeds; first: seed {}: {}",
         failing.len(),
         tried.len(),
         failing[0].0,

@@ -34,6 +34,15 @@ pub enum Entry {
     },
     /// Delete the anonymous objects that no named object reaches (garbage collection).
     Collect,
+    /// Run procedure `procedure` on `arguments` (encoded) at this position on every replica
+    /// (the `active` protocol): speculatively when the entry is delivered optimistically,
+    /// committed when it is final.
+    Invoke {
+        /// The registered name.
+        procedure: String,
+        /// The encoded arguments.
+        arguments: Vec<u8>,
+    },
     /// Release every abstract lock held by a family of node `node` ([`node_bits`]) other than
     /// those of its run `keep` (a restarted node's earlier run held them and is gone); later
     /// requests of the node's other runs are refused.
@@ -108,6 +117,13 @@ pub enum Answer {
         /// How many objects it deleted.
         reclaimed: u64,
     },
+    /// A procedure invocation was applied at this position and came to `outcome`.
+    Invoked {
+        /// The entry's log position (the version of its writes).
+        position: u64,
+        /// Its result, or why it failed (then it wrote nothing).
+        outcome: atomos_core::Outcome,
+    },
     /// A barrier (or another entry without an outcome) was applied at this position.
     Applied {
         /// The position.
@@ -141,6 +157,7 @@ impl Answer {
             | Answer::Locked { position, .. }
             | Answer::LockHeld { position }
             | Answer::Collected { position, .. }
+            | Answer::Invoked { position, .. }
             | Answer::Applied { position }
             | Answer::Refused { position, .. } => *position,
         }

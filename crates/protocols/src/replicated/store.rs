@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use atomos_core::{Engine, SnapshotObject};
+use atomos_core::{Engine, Invocation, Procedures, SerialExecutor, SnapshotObject};
 use atomos_order::{Request, StateMachine};
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +24,8 @@ pub struct StoreStats {
     pub refused: u64,
     /// Anonymous objects deleted by collections.
     pub collected: u64,
+    /// Procedure invocations applied (under `active`).
+    pub invoked: u64,
 }
 
 /// Bugs a store can be built with on purpose, so that a test shows the simulation finds them.
@@ -32,6 +34,9 @@ pub struct StoreStats {
 pub enum PlantedBug {
     /// Certify only the first read of each entry (a later stale read passes: lost updates).
     FirstReadOnly,
+    /// Commit a procedure invocation at its optimistic delivery instead of waiting for the
+    /// final one (a revoked delivery's writes stay).
+    CommitAtOpt,
 }
 
 /// A snapshot: the objects and abstract locks at a log position.
@@ -58,6 +63,10 @@ pub struct ReplicatedStore {
     graph: Reachability,
     stats: StoreStats,
     planted_bug: Option<PlantedBug>,
+    /// Runs `Invoke` entries (under `active`; without it they are refused).
+    executor: Option<SerialExecutor>,
+    /// Outcomes of invocations committed early ([`PlantedBug::CommitAtOpt`] only).
+    early: BTreeMap<(u64, u32), atomos_core::Outcome>,
 }
 
 impl ReplicatedStore {
@@ -82,7 +91,23 @@ impl ReplicatedStore {
             graph: Reachability::default(),
             stats: StoreStats::default(),
             planted_bug: None,
+            executor: None,
+            early: BTreeMap::new(),
         })
+    }
+
+    /// The store of the `active` protocol: as [`ReplicatedStore::new`], and it runs `Invoke`
+    /// entries with `procedures` (the same on every replica), speculatively at their
+    /// optimistic delivery ([`SerialExecutor`]).
+    pub fn active(engine: Arc<Engine>, procedures: Procedures) -> Result<ReplicatedStore, String> {
+        let mut store = ReplicatedStore::new(engine)?;
+        store.executor = Some(SerialExecutor::new(store.engine.clone(), procedures));
+        Ok(store)
+    }
+
+    /// The executor's counters (under `active`).
+    pub fn executor_stats(&self) -> Option<atomos_core::ExecutorStats> {
+        self.executor.as_ref().map(SerialExecutor::stats)
     }
 
     /// The engine the store applies to.
@@ -121,15 +146,17 @@ impl ReplicatedStore {
     }
 }
 
-impl StateMachine for ReplicatedStore {
-    fn apply(&mut self, request: &Request) -> Vec<u8> {
+impl ReplicatedStore {
+    /// Applies one finally delivered request; `slot` is its place among the optimistic
+    /// deliveries (known when the order layer says it).
+    fn apply_at(&mut self, slot: Option<(u64, u32)>, request: &Request) -> Vec<u8> {
         self.position += 1;
         let position = self.position;
         let answer = match Entry::decode(&request.payload) {
             Ok(Entry::Certify { reads, writes }) => {
                 let reads = match self.planted_bug {
                     Some(PlantedBug::FirstReadOnly) => &reads[..reads.len().min(1)],
-                    None => &reads[..],
+                    Some(PlantedBug::CommitAtOpt) | None => &reads[..],
                 };
                 let graph: Vec<Write> = writes
                     .iter()
@@ -199,6 +226,37 @@ impl StateMachine for ReplicatedStore {
                     reclaimed,
                 }
             }
+            Ok(Entry::Invoke {
+                procedure,
+                arguments,
+            }) => match self.executor.as_mut() {
+                Some(executor) => {
+                    let invocation = Invocation {
+                        procedure,
+                        arguments,
+                    };
+                    // Without a slot (a caller that does not say it) it is never speculated.
+                    let slot = slot.unwrap_or((u64::MAX, u32::MAX));
+                    if let Some(outcome) = self.early.remove(&slot) {
+                        self.engine.mark_applied(position);
+                        return Answer::Invoked { position, outcome }.encode();
+                    }
+                    let graph = &mut self.graph;
+                    let outcome = executor.finalize(slot, position, &invocation, |k, v| {
+                        graph.note(Write::of(k, v))
+                    });
+                    self.stats.invoked += 1;
+                    Answer::Invoked { position, outcome }
+                }
+                None => {
+                    self.engine.mark_applied(position);
+                    self.stats.refused += 1;
+                    Answer::Refused {
+                        position,
+                        reason: "procedure invocations need the active protocol".into(),
+                    }
+                }
+            },
             Ok(Entry::ReleaseStale { node, keep }) => {
                 self.engine.mark_applied(position);
                 self.runs.insert(node, keep);
@@ -216,6 +274,48 @@ impl StateMachine for ReplicatedStore {
             }
         };
         answer.encode()
+    }
+}
+
+impl StateMachine for ReplicatedStore {
+    fn apply(&mut self, request: &Request) -> Vec<u8> {
+        self.apply_at(None, request)
+    }
+
+    fn apply_final(&mut self, seq: u64, index: u32, request: &Request) -> Vec<u8> {
+        self.apply_at(Some((seq, index)), request)
+    }
+
+    fn optimistic(&mut self, seq: u64, requests: &[Request]) {
+        let Some(executor) = self.executor.as_mut() else {
+            return;
+        };
+        for (index, r) in requests.iter().enumerate() {
+            if let Ok(Entry::Invoke {
+                procedure,
+                arguments,
+            }) = Entry::decode(&r.payload)
+            {
+                let invocation = Invocation {
+                    procedure,
+                    arguments,
+                };
+                if self.planted_bug == Some(PlantedBug::CommitAtOpt) {
+                    let at = self.position + 1 + index as u64;
+                    let outcome =
+                        executor.finalize((seq, index as u32), at, &invocation, |_, _| {});
+                    self.early.insert((seq, index as u32), outcome);
+                    continue;
+                }
+                executor.speculate((seq, index as u32), &invocation);
+            }
+        }
+    }
+
+    fn revoked(&mut self, from: u64) {
+        if let Some(executor) = self.executor.as_mut() {
+            executor.revoke((from, 0));
+        }
     }
 
     /// The objects at the current position. Values installed through the log are kept as the
@@ -236,6 +336,10 @@ impl StateMachine for ReplicatedStore {
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
         let s = Self::decode_snapshot(data)?;
+        if let Some(executor) = self.executor.as_mut() {
+            // Speculation ran on the state being replaced.
+            executor.revoke((0, 0));
+        }
         self.graph = Reachability::of(&s.objects);
         self.engine.install_snapshot(s.position, s.objects);
         self.position = s.position;
