@@ -1,10 +1,11 @@
-//! `certify` on a running node: the engine's certifier sends each update transaction's
-//! certification through the node's order-layer replica, whose state machine is the replicated
-//! store (`atomos_protocols::replicated`), and waits for the verdict.
+//! `certify` (and `active`) on a running node: the engine's certifier sends each update
+//! transaction's certification through the node's order-layer replica, whose state machine is
+//! the replicated store (`atomos_protocols::replicated`), and waits for the verdict; under
+//! `active` the node's update procedures are ordered the same way and their outcome awaited.
 
 use std::time::Duration;
 
-use atomos_core::{Certification, Certifier, CertifyError, LockOutcome, Verdict};
+use atomos_core::{Certification, Certifier, CertifyError, LockOutcome, Outcome, TxError, Verdict};
 use atomos_protocols::replicated::{node_bits, Answer, Entry};
 use tracing::warn;
 
@@ -113,6 +114,22 @@ impl Certifier for CertifySink {
         if let Err(e) = self.order(entry) {
             // Held until this node's next start releases its earlier runs' locks.
             warn!(error = %e, "abstract locks not released");
+        }
+    }
+}
+
+impl crate::node::Invoker for CertifySink {
+    fn invoke(&self, procedure: &str, arguments: Vec<u8>) -> Result<Outcome, TxError> {
+        let entry = Entry::Invoke {
+            procedure: procedure.to_string(),
+            arguments,
+        };
+        match self.order(entry) {
+            Ok(Answer::Invoked { outcome, .. }) => Ok(outcome),
+            Ok(other) => Err(TxError::OutcomeUnknown {
+                reason: format!("the replica answered an invocation with {other:?}"),
+            }),
+            Err(CertifyError::OutcomeUnknown(reason)) => Err(TxError::OutcomeUnknown { reason }),
         }
     }
 }

@@ -66,7 +66,7 @@ impl Cluster {
             let started = match protocol {
                 Protocol::Local => Ok(()),
                 Protocol::Tfa => m.start_tfa(ids.clone(), TfaConfig::default(), None),
-                Protocol::Certify => {
+                Protocol::Certify | Protocol::Active => {
                     let mut replica = ReplicaConfig::new(m.id(), ids.clone());
                     // Drawn anew at each start (batch numbers and election jitter).
                     replica.seed = rand::random();

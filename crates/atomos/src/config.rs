@@ -435,17 +435,17 @@ pub fn load(
         "order_rejoin",
         file.order_rejoin.map(|b| b.to_string()),
     ))?;
-    if (order || protocol == Protocol::Certify) && node_id == 0 {
+    if (order || protocol.is_replicated()) && node_id == 0 {
         return Err(invalid(
             "node_id",
             "an order replica needs a node id other than 0",
         ));
     }
-    if order && protocol == Protocol::Certify {
+    if order && protocol.is_replicated() {
         return Err(invalid(
             "order",
-            "certify runs its own order replica (the replicated store's); the register \
-             replica of `order` cannot run beside it",
+            "certify and active run their own order replica (the replicated store's); the \
+             register replica of `order` cannot run beside it",
         ));
     }
     let peers = match env("ATOMOS_PEERS") {

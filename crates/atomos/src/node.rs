@@ -2,12 +2,12 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use atomos_core::{
-    decode_result, encode_arguments, ContentionPolicy, Engine, EngineConfig, ProcedureKind,
-    Procedures, RegisterError, Stats, Step, Tx, TxError, TxOptions,
+    decode_result, encode_arguments, ContentionPolicy, Engine, EngineConfig, Outcome,
+    ProcedureKind, Procedures, RegisterError, Stats, Step, Tx, TxError, TxOptions,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -30,6 +30,21 @@ pub enum Protocol {
     /// never abort. Survives the crash of a minority. Needs a runtime; a node built alone
     /// keeps its objects locally.
     Certify,
+    /// Active replication (HiperTM): every replica holds every object, and update procedures
+    /// ([`Node::invoke`]) are ordered first and run on every replica, speculatively as soon
+    /// as their order is known optimistically, committed when it is final: they never abort
+    /// on a conflict. Closures ([`Node::atomically`]) are certified between them as under
+    /// `certify`. Read-only transactions and read-only procedures run on the caller's node
+    /// from a snapshot and never abort. Survives the crash of a minority. Needs a runtime; a
+    /// node built alone runs everything locally.
+    Active,
+}
+
+impl Protocol {
+    /// Whether every node holds every object (`certify`, `active`).
+    pub fn is_replicated(self) -> bool {
+        matches!(self, Protocol::Certify | Protocol::Active)
+    }
 }
 
 impl fmt::Display for Protocol {
@@ -38,6 +53,7 @@ impl fmt::Display for Protocol {
             Protocol::Local => f.write_str("local"),
             Protocol::Tfa => f.write_str("tfa"),
             Protocol::Certify => f.write_str("certify"),
+            Protocol::Active => f.write_str("active"),
         }
     }
 }
@@ -49,8 +65,9 @@ impl FromStr for Protocol {
             "local" => Ok(Protocol::Local),
             "tfa" => Ok(Protocol::Tfa),
             "certify" => Ok(Protocol::Certify),
+            "active" => Ok(Protocol::Active),
             other => Err(format!(
-                "unknown protocol {other:?} (known: local, tfa, certify)"
+                "unknown protocol {other:?} (known: local, tfa, certify, active)"
             )),
         }
     }
@@ -76,6 +93,14 @@ pub struct Node {
     engine: Arc<Engine>,
     protocol: Protocol,
     procedures: Procedures,
+    /// Where update procedures are ordered under `active`, once its runtime started.
+    invoker: Arc<OnceLock<Arc<dyn Invoker>>>,
+}
+
+/// Orders a procedure invocation and returns what it came to (the `active` runtime).
+pub(crate) trait Invoker: Send + Sync {
+    /// Orders `procedure` with encoded `arguments` and waits for its outcome.
+    fn invoke(&self, procedure: &str, arguments: Vec<u8>) -> Result<Outcome, TxError>;
 }
 
 impl Node {
@@ -90,13 +115,19 @@ impl Node {
             contention: config.contention,
             record_history: config.record_history,
             default_options: config.default_options,
-            replicated: config.protocol == Protocol::Certify,
+            replicated: config.protocol.is_replicated(),
         });
         Node {
             engine: Arc::new(engine),
             protocol: config.protocol,
             procedures: Procedures::new(),
+            invoker: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Orders this node's update procedures through `invoker` from now on (once).
+    pub(crate) fn set_invoker(&self, invoker: Arc<dyn Invoker>) -> bool {
+        self.invoker.set(invoker).is_ok()
     }
 
     /// The node's protocol.
@@ -188,6 +219,12 @@ impl Node {
     /// it committed. Fails with [`TxError::NoSuchProcedure`] for an unknown name, with
     /// [`TxError::ProcedureTypes`] when `A` or `R` are not the types it was registered with
     /// (nothing runs then), and otherwise as its transaction does.
+    ///
+    /// Under `active` an update procedure is ordered and run on every replica (register it on
+    /// every node before anything invokes it); its own error comes back as
+    /// [`TxError::User`] with the error's text, and an invocation whose outcome did not come
+    /// back within the commit limit fails with [`TxError::OutcomeUnknown`] (it may have run).
+    /// Read-only procedures run on this node from a snapshot, under every protocol.
     pub fn invoke<A, R>(&self, name: &str, args: &A) -> Result<R, TxError>
     where
         A: Serialize + 'static,
@@ -196,10 +233,16 @@ impl Node {
         let procedure = self.procedures.get(name)?;
         procedure.check_types::<A, R>()?;
         let bytes = encode_arguments(name, args)?;
-        let result = match procedure.kind() {
-            ProcedureKind::Update => self.atomically(|tx| procedure.call(tx, &bytes)),
-            ProcedureKind::ReadOnly => self.atomically_read(|tx| procedure.call(tx, &bytes)),
-        }?;
+        let result = match (procedure.kind(), self.invoker.get()) {
+            (ProcedureKind::Update, Some(invoker)) => match invoker.invoke(name, bytes)? {
+                Outcome::Returned(result) => result,
+                Outcome::Failed(why) => return Err(TxError::abort(why)),
+            },
+            (ProcedureKind::Update, None) => self.atomically(|tx| procedure.call(tx, &bytes))?,
+            (ProcedureKind::ReadOnly, _) => {
+                self.atomically_read(|tx| procedure.call(tx, &bytes))?
+            }
+        };
         decode_result(name, &result)
     }
 

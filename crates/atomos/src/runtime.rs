@@ -141,10 +141,11 @@ impl NodeRuntime {
         if settings.order {
             runtime.start_order(order_config(settings)?)?;
         }
-        if settings.protocol == Protocol::Certify {
+        if settings.protocol.is_replicated() {
             let mut cfg = order_config(settings)?;
             // The replicated store's log; the register demo's generated load does not apply.
-            cfg.wal = Some((settings.data_dir.join("certify.wal"), settings.order_fsync));
+            let wal = format!("{}.wal", settings.protocol);
+            cfg.wal = Some((settings.data_dir.join(wal), settings.order_fsync));
             cfg.load_clients = 0;
             cfg.load_hooks = None;
             runtime.start_certify(
@@ -180,21 +181,22 @@ impl NodeRuntime {
         self.start_order_with(cfg, Register::new())
     }
 
-    /// Runs the `certify` protocol: an order-layer replica among this node and its peers
-    /// (`cfg.replica.replicas`, the same list on every member) whose state machine is the
-    /// replicated store over this node's engine; from now on the node's update transactions
-    /// commit by certification, and wait at most `commit_limit` for their verdict. The node
-    /// must have been made with [`Protocol::Certify`] and hold no objects yet. With
-    /// `cfg.wal`, the store is recovered from that log at start.
+    /// Runs the `certify` or the `active` protocol, as the node was made for: an order-layer
+    /// replica among this node and its peers (`cfg.replica.replicas`, the same list on every
+    /// member) whose state machine is the replicated store over this node's engine; from now
+    /// on the node's update transactions commit by certification, and wait at most
+    /// `commit_limit` for their verdict. Under `active` the store also runs the node's
+    /// procedures, and update procedures the node invokes are ordered. The node must hold no
+    /// objects yet. With `cfg.wal`, the store is recovered from that log at start.
     pub fn start_certify(
         &mut self,
         cfg: OrderNodeConfig,
         options: CertifyOptions,
     ) -> Result<(), RuntimeError> {
-        if self.node.protocol() != Protocol::Certify {
+        let protocol = self.node.protocol();
+        if !protocol.is_replicated() {
             return Err(RuntimeError::Certify(format!(
-                "the node runs {}, not certify",
-                self.node.protocol()
+                "the node runs {protocol}, not certify or active"
             )));
         }
         if self.order.is_some() {
@@ -202,8 +204,12 @@ impl NodeRuntime {
                 "an order replica already runs on this node".into(),
             ));
         }
-        let store =
-            ReplicatedStore::new(self.node.engine().clone()).map_err(RuntimeError::Certify)?;
+        let engine = self.node.engine().clone();
+        let store = match protocol {
+            Protocol::Active => ReplicatedStore::active(engine, self.node.procedures().clone()),
+            _ => ReplicatedStore::new(engine),
+        }
+        .map_err(RuntimeError::Certify)?;
         self.start_order_with(cfg, store)?;
         let submitter = match &self.order {
             Some(order) => order.submitter(),
@@ -214,8 +220,15 @@ impl NodeRuntime {
             }
         };
         let run = rand::random::<u16>();
-        let sink = CertifySink::new(submitter.clone(), options.commit_limit, self.id, run);
-        if !self.node.engine().set_certifier(Arc::new(sink)) {
+        let sink = Arc::new(CertifySink::new(
+            submitter.clone(),
+            options.commit_limit,
+            self.id,
+            run,
+        ));
+        if !self.node.engine().set_certifier(sink.clone())
+            || (protocol == Protocol::Active && !self.node.set_invoker(sink))
+        {
             return Err(RuntimeError::Certify(
                 "another protocol already runs on this node".into(),
             ));
@@ -248,16 +261,16 @@ impl NodeRuntime {
                 }
             }
         });
-        info!(node = self.id, "certify started");
+        info!(node = self.id, %protocol, "replicated store started");
         Ok(())
     }
 
     /// Under `certify`: orders a garbage collection now and returns how many unreachable
     /// anonymous objects it deleted (on every replica, at the same log position).
     pub fn collect(&self) -> Result<u64, RuntimeError> {
-        let (Some(order), Protocol::Certify) = (&self.order, self.node.protocol()) else {
+        let (Some(order), true) = (&self.order, self.node.protocol().is_replicated()) else {
             return Err(RuntimeError::Certify(
-                "this node does not run certify".into(),
+                "this node does not run certify or active".into(),
             ));
         };
         let answer = order

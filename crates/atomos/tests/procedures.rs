@@ -193,8 +193,8 @@ fn concurrent_invocations_on_a_local_node_conserve_money() {
 }
 
 #[test]
-fn the_same_procedures_run_under_certify_and_tfa() {
-    for protocol in [Protocol::Certify, Protocol::Tfa] {
+fn the_same_procedures_run_under_certify_tfa_and_active() {
+    for protocol in [Protocol::Certify, Protocol::Tfa, Protocol::Active] {
         let c = Cluster::in_process(3, protocol).expect("cluster starts");
         let nodes: Vec<Node> = c
             .ids()
@@ -209,5 +209,69 @@ fn the_same_procedures_run_under_certify_and_tfa() {
             node.sync().unwrap();
         }
         transfers_conserve_money(&nodes, 2, 150);
+    }
+}
+
+/// Under `active` an update procedure is ordered and run on every replica; its own error comes
+/// back as the invocation's, with nothing written; closures mix with procedures.
+#[test]
+fn under_active_procedures_run_on_every_replica_and_mix_with_closures() {
+    let c = Cluster::in_process(3, Protocol::Active).expect("cluster starts");
+    let nodes: Vec<Node> = c
+        .ids()
+        .iter()
+        .map(|&id| c.node(id).unwrap().clone())
+        .collect();
+    for node in &nodes {
+        register_bank(node);
+    }
+    nodes[1].invoke::<u64, ()>("open", &ACCOUNTS).unwrap();
+    // The caller's replica applied it before answering: its own reads see it at once.
+    let seen = nodes[1]
+        .atomically_read(|tx| Ok(*tx.read(&account(3))?))
+        .unwrap();
+    assert_eq!(seen, START);
+    let receipt: Receipt = nodes[2]
+        .invoke(
+            "transfer",
+            &Transfer {
+                from: 3,
+                to: 4,
+                amount: 400,
+            },
+        )
+        .unwrap();
+    assert_eq!(receipt.payer_balance, 600);
+    // A closure on another replica, certified between the procedures.
+    nodes[0].sync().unwrap();
+    nodes[0]
+        .atomically(|tx| tx.modify(&account(4), |b| *b -= 100))
+        .unwrap();
+    nodes[0]
+        .atomically(|tx| tx.modify(&account(5), |b| *b += 100))
+        .unwrap();
+    let broke = nodes[0].invoke::<Transfer, Receipt>(
+        "transfer",
+        &Transfer {
+            from: 3,
+            to: 4,
+            amount: 10_000,
+        },
+    );
+    match broke {
+        Err(TxError::User(e)) => assert!(e.to_string().contains("insufficient funds"), "{e}"),
+        other => panic!("expected the procedure's own error, got {other:?}"),
+    }
+    for node in &nodes {
+        node.sync().unwrap();
+        let balances: Vec<i64> = (3..6)
+            .map(|i| {
+                node.atomically_read(|tx| Ok(*tx.read(&account(i))?))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(balances, vec![600, 1_300, 1_100]);
+        let sum: i64 = node.invoke("total", &ACCOUNTS).unwrap();
+        assert_eq!(sum, START * ACCOUNTS as i64);
     }
 }

@@ -118,7 +118,7 @@ impl BenchNodes {
                 Protocol::Tfa => m
                     .start_tfa(ids.clone(), TfaConfig::default(), None)
                     .map_err(|e| e.to_string())?,
-                Protocol::Certify => {
+                Protocol::Certify | Protocol::Active => {
                     let mut replica = ReplicaConfig::new(m.id(), ids.clone());
                     // Drawn anew at each start (batch numbers and election jitter).
                     replica.seed = rand::random();
@@ -131,7 +131,7 @@ impl BenchNodes {
                         ))
                     });
                     std::fs::create_dir_all(&*dir).map_err(|e| e.to_string())?;
-                    order.wal = Some((dir.join(format!("certify-{}.wal", m.id())), fsync));
+                    order.wal = Some((dir.join(format!("{protocol}-{}.wal", m.id())), fsync));
                     m.start_certify(order, CertifyOptions::default())
                         .map_err(|e| e.to_string())?
                 }

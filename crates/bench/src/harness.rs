@@ -379,7 +379,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         mix: tpcc.then(|| cfg.mix.to_string()),
         scale: tpcc.then(|| cfg.scale.to_string()),
         contention: format!("{:?}", cfg.contention),
-        fsync: if cfg.protocol == Protocol::Certify {
+        fsync: if cfg.protocol.is_replicated() {
             cfg.fsync.to_string()
         } else {
             String::new()
@@ -422,7 +422,7 @@ fn check_replicas(
     nodes: &[atomos::Node],
     workload: &dyn crate::Workload,
 ) -> Result<Check, BenchError> {
-    if protocol != Protocol::Certify {
+    if !protocol.is_replicated() {
         return Ok(workload.check(&nodes[0])?);
     }
     let mut checks = Vec::new();
@@ -569,6 +569,12 @@ mod tests {
     #[test]
     fn every_workload_runs_on_certify_across_replicas() {
         every_workload_runs_across_nodes(Protocol::Certify);
+    }
+
+    /// Under `active` the workloads' closures are certified between procedures.
+    #[test]
+    fn every_workload_runs_on_active_across_replicas() {
+        every_workload_runs_across_nodes(Protocol::Active);
     }
 
     fn every_workload_runs_across_nodes(protocol: Protocol) {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use atomos::{Node, Protocol, TRef, TxError};
+use atomos::{Node, TRef, TxError};
 use rand::Rng;
 use tracing::{info, warn};
 
@@ -99,7 +99,7 @@ impl BankLoad {
     pub fn start(node: Node, threads: usize, creator: bool) -> BankLoad {
         let stop = Arc::new(AtomicBool::new(false));
         let transfers = Arc::new(AtomicU64::new(0));
-        let counting = node.protocol() == Protocol::Certify;
+        let counting = node.protocol().is_replicated();
         let run = rand::random::<u64>() >> 1;
         // Transfer threads wait until the accounts exist and the run is registered.
         let ready = Arc::new(AtomicBool::new(!counting));
