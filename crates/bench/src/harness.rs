@@ -266,6 +266,11 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     };
     let workload: Arc<dyn crate::Workload> =
         Arc::from(cfg.workload.build(&params).map_err(BenchError::Config)?);
+    for node in nodes.iter() {
+        workload
+            .register(node)
+            .map_err(|e| BenchError::Config(e.to_string()))?;
+    }
     workload.setup(&nodes[0])?;
     // Under a replicated protocol every replica starts from the whole setup.
     cluster.sync().map_err(BenchError::Config)?;

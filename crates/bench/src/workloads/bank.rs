@@ -1,6 +1,6 @@
 //! Bank: transfers between random accounts; read-only balance over all or k accounts.
 
-use atomos::{Key, Node, TRef, Tx, TxError};
+use atomos::{Key, Node, Protocol, RegisterError, TRef, Tx, TxError};
 use rand::rngs::SmallRng;
 use rand::Rng;
 
@@ -105,7 +105,28 @@ pub(crate) fn total(node: &Node, accounts: &[TRef<i64>]) -> Result<i64, TxError>
     })
 }
 
+/// The transfer procedure's name.
+const TRANSFER: &str = "bank.transfer";
+
+/// Moves `amount` from account `from` to account `to` (by index): the transfer procedure.
+fn transfer_procedure(
+    tx: &mut Tx<'_>,
+    &(from, to, amount): &(u64, u64, i64),
+) -> Result<(), TxError> {
+    tx.modify(&TRef::<i64>::new(Key::with_index("bank/", from)), |b| {
+        *b -= amount
+    })?;
+    tx.modify(&TRef::<i64>::new(Key::with_index("bank/", to)), |b| {
+        *b += amount
+    })?;
+    Ok(())
+}
+
 impl Workload for Bank {
+    fn register(&self, node: &Node) -> Result<(), RegisterError> {
+        node.register(TRANSFER, transfer_procedure)
+    }
+
     fn setup(&self, node: &Node) -> Result<(), TxError> {
         open_accounts(node, &self.accounts, INITIAL)
     }
@@ -135,6 +156,11 @@ impl Workload for Bank {
             let from = rng.random_range(0..n);
             let to = (from + rng.random_range(1..n)) % n;
             let amount = rng.random_range(1..=10);
+            if node.protocol() == Protocol::Active {
+                return node
+                    .invoke::<_, ()>(TRANSFER, &(from as u64, to as u64, amount))
+                    .map(|()| 0);
+            }
             node.atomically(|tx| {
                 tx.modify(&self.accounts[from], |b| *b -= amount)?;
                 tx.modify(&self.accounts[to], |b| *b += amount)

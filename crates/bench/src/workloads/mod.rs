@@ -41,6 +41,13 @@ pub struct Check {
 
 /// A benchmark workload.
 pub trait Workload: Send + Sync {
+    /// Registers the workload's procedures on `node` (called on every node before
+    /// [`Workload::setup`]). Under `active` the update transactions run as these procedures;
+    /// under the other protocols they stay closures. Default: none.
+    fn register(&self, node: &Node) -> Result<(), atomos::RegisterError> {
+        let _ = node;
+        Ok(())
+    }
     /// Creates the initial objects.
     fn setup(&self, node: &Node) -> Result<(), TxError>;
     /// The kinds of operation the workload reports separately (transfer and balance; the five
