@@ -286,6 +286,10 @@ impl Tpcc {
 }
 
 impl Workload for Tpcc {
+    fn register(&self, node: &Node) -> Result<(), atomos::RegisterError> {
+        profiles::register(node)
+    }
+
     fn setup(&self, node: &Node) -> Result<(), TxError> {
         load::load(self, node)
     }
