@@ -1,0 +1,523 @@
+//! The simulated `certify` and `active` clusters shared by the simulation tests: a replica
+//! with its application (`Node`), the run (`simulate`), and its checks (`check`).
+
+mod check;
+
+pub(crate) use check::{check, check_lists};
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use atomos_core::history::list_append::{self, ListOp};
+use atomos_core::{
+    encode_arguments, Certification, Certifier, CertifyError, Engine, EngineConfig, Invocation,
+    Key, LockOutcome, ProcedureKind, Procedures, SerialExecutor, TRef, Tx, TxError, TxOptions,
+    Verdict,
+};
+use atomos_order::{
+    decode_log, Client, ClientAction, ClientInput, Delivery, OrderError, OrderMsg, Replica,
+    ReplicaConfig, Request,
+};
+use atomos_protocols::replicated::{Answer, Entry, PlantedBug, ReplicatedStore};
+use atomos_sim::workload::{list_history, ListAppendTxn, ListAppendWorkload};
+use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
+use parking_lot::Mutex;
+
+const REPLICAS: usize = 3;
+const ACCOUNTS: u64 = 6;
+const INITIAL: i64 = 100;
+/// Transactions each incarnation of a replica starts at most.
+const TX_PER_RUN: u64 = 30;
+
+fn account(i: u64) -> TRef<i64> {
+    TRef::new(Key::with_index("acct/", i))
+}
+
+/// The bank as procedures (the `active` set-up): "open" makes the accounts once, "transfer"
+/// moves money between two of them.
+fn bank_procedures() -> Procedures {
+    let p = Procedures::new();
+    let open = |tx: &mut Tx<'_>, _: &()| {
+        if !tx.exists(&account(0))? {
+            for i in 0..ACCOUNTS {
+                tx.create(&account(i), INITIAL)?;
+            }
+        }
+        Ok(())
+    };
+    let transfer = |tx: &mut Tx<'_>, &(a, b, amount): &(u64, u64, i64)| {
+        if a == b || !tx.exists(&account(0))? {
+            return Ok(false);
+        }
+        tx.modify(&account(a), |v| *v -= amount)?;
+        tx.modify(&account(b), |v| *v += amount)?;
+        Ok(true)
+    };
+    let registered = p
+        .register("open", ProcedureKind::Update, open)
+        .and_then(|()| p.register("transfer", ProcedureKind::Update, transfer));
+    assert!(registered.is_ok(), "{registered:?}");
+    p
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Note {
+    /// A replica (re)started with this many entries finally delivered.
+    Started {
+        base: u64,
+    },
+    Delivered(Delivery),
+    /// A client's answer.
+    Answer {
+        client: u64,
+        seq: u64,
+        response: Vec<u8>,
+    },
+    /// The store's objects after a step that changed its position.
+    Digest {
+        position: u64,
+        digest: u64,
+    },
+    /// A read-only audit's total.
+    Audit {
+        total: i64,
+    },
+    /// A list-append transaction was run (with what its reads would have seen) and, if it
+    /// wrote, submitted.
+    ListRun(ListAppendTxn),
+    /// It committed, having executed these operations.
+    ListDone {
+        id: u64,
+        ops: Vec<ListOp>,
+    },
+    /// Its certification failed: it did not commit.
+    ListAborted {
+        id: u64,
+    },
+}
+
+/// Keeps a certification instead of ordering it: the simulated replica orders it through its
+/// own client, without blocking the one thread the simulation runs on.
+#[derive(Default)]
+struct Capture(Mutex<Option<Certification>>);
+
+impl Certifier for Capture {
+    fn certify(&self, c: Certification) -> Result<Verdict, CertifyError> {
+        *self.0.lock() = Some(c);
+        Err(CertifyError::OutcomeUnknown(
+            "captured for the simulation".into(),
+        ))
+    }
+    fn barrier(&self) -> Result<u64, CertifyError> {
+        Err(CertifyError::OutcomeUnknown("no barriers here".into()))
+    }
+    fn abstract_lock(&self, _: u64, _: &str) -> Result<LockOutcome, CertifyError> {
+        Err(CertifyError::OutcomeUnknown(
+            "no abstract locks here".into(),
+        ))
+    }
+    fn release_abstract(&self, _: u64, _: Vec<String>) {}
+}
+
+/// One replica with the application running on it.
+struct Node {
+    replica: Replica<ReplicatedStore>,
+    engine: Arc<Engine>,
+    capture: Arc<Capture>,
+    client: Client,
+    rng: SimRng,
+    started: u64,
+    lists: ListAppendWorkload,
+    /// Makes this run's list transaction ids and values unique in the whole simulation.
+    origin: u64,
+    /// List transactions waiting for their answer, by the client's request number.
+    pending: BTreeMap<u64, (u64, Vec<ListOp>)>,
+    announced: bool,
+    last_position: u64,
+    /// Transfers are procedures ordered as `Invoke` entries (the `active` protocol).
+    active: bool,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Setup {
+    pub(crate) snapshot_every: u64,
+    pub(crate) bug: Option<PlantedBug>,
+    /// Run the `active` protocol: the stores run procedures speculatively; transfers are
+    /// invoked, list-append transactions are still certified closures between them.
+    pub(crate) active: bool,
+}
+
+impl Node {
+    fn boot(seed: u64, setup: Setup, boot: Boot) -> Result<Node, String> {
+        let replicas: Vec<u64> = (1..=REPLICAS as u64).collect();
+        let mut cfg = ReplicaConfig::new(boot.node, replicas.clone());
+        cfg.seed = seed.wrapping_mul(31).wrapping_add(boot.node) ^ (boot.incarnation << 32);
+        cfg.batch_max = 4;
+        cfg.retry_ticks = 5;
+        cfg.snapshot_every = setup.snapshot_every;
+        // A wiped replica is restarted as an operator would: told that it lost its log.
+        cfg.rejoin = boot.wiped;
+        let engine = Arc::new(Engine::new(EngineConfig {
+            replicated: true,
+            ..EngineConfig::default()
+        }));
+        let capture = Arc::new(Capture::default());
+        if !engine.set_certifier(capture.clone()) {
+            return Err("certifier refused".into());
+        }
+        let store = match setup.active {
+            true => ReplicatedStore::active(engine.clone(), bank_procedures())?,
+            false => ReplicatedStore::new(engine.clone())?,
+        }
+        .with_planted_bug(setup.bug);
+        let log = decode_log(&boot.log).map_err(|e| e.to_string())?;
+        let replica = Replica::open(cfg, log, store).map_err(|e| e.to_string())?;
+        let first = (boot.node as usize - 1) % REPLICAS;
+        let client_id = boot.node * 1_000_000 + boot.incarnation;
+        Ok(Node {
+            last_position: replica.machine().position(),
+            replica,
+            engine,
+            capture,
+            client: Client::new(client_id, replicas, first, 15),
+            rng: SimRng::new(seed ^ (boot.node << 8) ^ (boot.incarnation << 40)),
+            started: 0,
+            lists: ListAppendWorkload::new(4, 4, 0.5),
+            origin: (boot.node << 48) | (boot.incarnation << 32),
+            pending: BTreeMap::new(),
+            announced: false,
+            active: setup.active,
+        })
+    }
+
+    /// Runs one application transaction (a transfer or a list-append transaction).
+    fn transact(&mut self, out: &mut Vec<Output<OrderMsg, Note>>) {
+        if self.rng.chance(0.5) {
+            self.list_append(out);
+        } else {
+            self.transfer(out);
+        }
+    }
+
+    /// Orders a captured certification through this node's client; returns the request's
+    /// number.
+    fn submit(&mut self, c: Certification, out: &mut Vec<Output<OrderMsg, Note>>) -> u64 {
+        let entry = Entry::Certify {
+            reads: c.reads,
+            writes: c.writes,
+        };
+        self.submit_entry(entry, out)
+    }
+
+    /// Orders `entry` through this node's client; returns the request's number.
+    fn submit_entry(&mut self, entry: Entry, out: &mut Vec<Output<OrderMsg, Note>>) -> u64 {
+        let mut actions = Vec::new();
+        self.client
+            .step(ClientInput::Submit(entry.encode()), &mut actions);
+        self.started += 1;
+        self.push_client(actions, out);
+        // One request at a time, numbered from 1: this one's number.
+        self.started
+    }
+
+    /// A list-append transaction: reads and appends over a few lists, through the engine.
+    fn list_append(&mut self, out: &mut Vec<Output<OrderMsg, Note>>) {
+        let mut txn = self.lists.next(&mut self.rng);
+        txn.id += self.origin;
+        for op in &mut txn.ops {
+            if let ListOp::Append { value, .. } = op {
+                *value += self.origin;
+            }
+        }
+        let list = |k: u64| TRef::<Vec<u64>>::new(Key::with_index("list/", k));
+        let mut executed = Vec::new();
+        let result = self.engine.atomically(|tx| {
+            executed.clear();
+            for op in &txn.ops {
+                match op {
+                    ListOp::Read { key, .. } => {
+                        let r = list(*key);
+                        let seen = if tx.exists(&r)? {
+                            tx.read(&r)?.clone()
+                        } else {
+                            Vec::new()
+                        };
+                        executed.push(ListOp::Read { key: *key, seen });
+                    }
+                    ListOp::Append { key, value } => {
+                        let r = list(*key);
+                        if tx.exists(&r)? {
+                            tx.modify(&r, |l| l.push(*value))?;
+                        } else {
+                            tx.create(&r, vec![*value])?;
+                        }
+                        executed.push(op.clone());
+                    }
+                }
+            }
+            Ok(())
+        });
+        let captured = self.capture.0.lock().take();
+        let id = txn.id;
+        out.push(Output::Deliver(Note::ListRun(txn)));
+        match (result, captured) {
+            (Err(TxError::OutcomeUnknown { .. }), Some(c)) => {
+                let seq = self.submit(c, out);
+                self.pending.insert(seq, (id, executed));
+            }
+            // Read-only: committed here, never ordered.
+            (Ok(()), None) => out.push(Output::Deliver(Note::ListDone { id, ops: executed })),
+            (r, c) => out.push(Output::Warn(format!(
+                "unexpected transaction outcome {r:?} with {c:?}"
+            ))),
+        }
+    }
+
+    /// Hands the client's actions out; an answer to a list transaction is noted as its
+    /// outcome.
+    fn push_client(&mut self, actions: Vec<ClientAction>, out: &mut Vec<Output<OrderMsg, Note>>) {
+        for a in actions {
+            if let ClientAction::Done { seq, response } = &a {
+                if let Some((id, ops)) = self.pending.remove(seq) {
+                    out.push(Output::Deliver(match Answer::decode(response) {
+                        Ok(Answer::Committed { .. }) => Note::ListDone { id, ops },
+                        _ => Note::ListAborted { id },
+                    }));
+                }
+            }
+            push_client(self.client.id(), vec![a], out);
+        }
+    }
+
+    /// A bank transfer through the engine; its certification is captured and submitted. Under
+    /// `active` it is a procedure invocation instead (the first opens the accounts), or, half
+    /// the time, still a certified closure: the two kinds mix on the same accounts.
+    fn transfer(&mut self, out: &mut Vec<Output<OrderMsg, Note>>) {
+        let (a, b) = (self.rng.below(ACCOUNTS), self.rng.below(ACCOUNTS));
+        let amount = 1 + self.rng.below(20) as i64;
+        if self.active && (self.started == 0 || self.rng.chance(0.5)) {
+            let (procedure, arguments) = if self.started == 0 {
+                ("open", encode_arguments("open", &()))
+            } else {
+                ("transfer", encode_arguments("transfer", &(a, b, amount)))
+            };
+            match arguments {
+                Ok(arguments) => {
+                    let entry = Entry::Invoke {
+                        procedure: procedure.into(),
+                        arguments,
+                    };
+                    self.submit_entry(entry, out);
+                }
+                Err(e) => out.push(Output::Warn(format!("arguments: {e}"))),
+            }
+            return;
+        }
+        let result = self.engine.atomically(|tx| {
+            if !tx.exists(&account(0))? {
+                for i in 0..ACCOUNTS {
+                    tx.create(&account(i), INITIAL)?;
+                }
+                return Ok(());
+            }
+            if a != b {
+                tx.modify(&account(a), |v| *v -= amount)?;
+                tx.modify(&account(b), |v| *v += amount)?;
+            }
+            Ok(())
+        });
+        let captured = self.capture.0.lock().take();
+        match (result, captured) {
+            (Err(TxError::OutcomeUnknown { .. }), Some(c)) => {
+                self.submit(c, out);
+            }
+            // Nothing written (a == b), or a transaction that found nothing to do.
+            (Ok(()), None) => {}
+            (r, c) => out.push(Output::Warn(format!(
+                "unexpected transaction outcome {r:?} with {c:?}"
+            ))),
+        }
+    }
+
+    /// A read-only audit of the whole bank on this replica.
+    fn audit(&self, out: &mut Vec<Output<OrderMsg, Note>>) {
+        let opts = TxOptions {
+            read_only: true,
+            ..TxOptions::default()
+        };
+        let total = self.engine.run(&opts, |tx| {
+            if !tx.exists(&account(0))? {
+                return Ok(None);
+            }
+            let mut sum = 0;
+            for i in 0..ACCOUNTS {
+                sum += *tx.read(&account(i))?;
+            }
+            Ok::<_, TxError>(Some(sum))
+        });
+        match total {
+            Ok(Some(total)) => out.push(Output::Deliver(Note::Audit { total })),
+            Ok(None) => {}
+            Err(e) => out.push(Output::Deliver(Note::Audit {
+                total: i64::MIN + e.to_string().len() as i64,
+            })),
+        }
+    }
+}
+
+fn push_client(client: u64, actions: Vec<ClientAction>, out: &mut Vec<Output<OrderMsg, Note>>) {
+    for a in actions {
+        match a {
+            ClientAction::Send { to, msg } => out.push(Output::Send { to, msg }),
+            ClientAction::Done { seq, response } => out.push(Output::Deliver(Note::Answer {
+                client,
+                seq,
+                response,
+            })),
+        }
+    }
+}
+
+fn digest(bytes: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+impl Machine for Node {
+    type Msg = OrderMsg;
+    type Request = ();
+    type Delivery = Note;
+    type Error = OrderError;
+
+    fn step(
+        &mut self,
+        now: u64,
+        input: Input<OrderMsg, ()>,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) -> Result<(), OrderError> {
+        if !self.announced {
+            self.announced = true;
+            out.push(Output::Deliver(Note::Started {
+                base: self.replica.final_next() - 1,
+            }));
+        }
+        let input = match input {
+            Input::Request(()) => return Ok(()),
+            Input::Message {
+                from,
+                msg: msg @ OrderMsg::Reply { .. },
+            } => {
+                let mut actions = Vec::new();
+                self.client
+                    .step(ClientInput::Message { from, msg }, &mut actions);
+                self.push_client(actions, out);
+                return Ok(());
+            }
+            Input::Tick => {
+                let mut actions = Vec::new();
+                self.client.step(ClientInput::Tick, &mut actions);
+                self.push_client(actions, out);
+                if self.client.unanswered() == 0
+                    && self.started < TX_PER_RUN
+                    && self.rng.chance(0.3)
+                {
+                    self.transact(out);
+                }
+                if self.rng.chance(0.2) {
+                    self.audit(out);
+                }
+                Input::Tick
+            }
+            Input::Message { from, msg } => Input::Message { from, msg },
+            Input::Persisted { through } => Input::Persisted { through },
+        };
+        let mut actions = Vec::new();
+        self.replica.step(now, input, &mut actions)?;
+        for a in actions {
+            out.push(match a {
+                Output::Deliver(d) => Output::Deliver(Note::Delivered(d)),
+                Output::Send { to, msg } => Output::Send { to, msg },
+                Output::Persist(w) => Output::Persist(w),
+                Output::Warn(w) => Output::Warn(w),
+            });
+        }
+        let position = self.replica.machine().position();
+        if position != self.last_position {
+            self.last_position = position;
+            let digest = digest(&self.replica.machine().contents());
+            out.push(Output::Deliver(Note::Digest { position, digest }));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) struct Outcome {
+    pub(crate) run: Run<Note>,
+    pub(crate) unanswered: usize,
+    /// Each live replica: (final_next, position, objects).
+    pub(crate) finals: Vec<(NodeId, u64, u64, Vec<atomos_core::SnapshotObject>)>,
+    /// The live replicas' executors' counters, summed (under `active`).
+    pub(crate) executed: atomos_core::ExecutorStats,
+}
+
+pub(crate) fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
+    let cfg = SimConfig {
+        seed,
+        nodes: REPLICAS,
+        crashable: REPLICAS,
+        tick_every: 10,
+        fault_until: 4_000,
+        settle: 8_000,
+        faults,
+    };
+    let mut sim = Sim::new(cfg, move |boot| Node::boot(seed, setup, boot));
+    let run = sim.run();
+    let mut unanswered = 0;
+    let mut finals = Vec::new();
+    let mut executed = atomos_core::ExecutorStats::default();
+    for node in 1..=REPLICAS as NodeId {
+        if let Some(n) = sim.machine(node) {
+            unanswered += n.client.unanswered();
+            if let Some(e) = n.replica.machine().executor_stats() {
+                executed.speculated += e.speculated;
+                executed.confirmed += e.confirmed;
+                executed.rerun += e.rerun;
+                executed.revoked += e.revoked;
+            }
+            let objects = n.engine.snapshot_objects().unwrap_or_default();
+            finals.push((
+                node,
+                n.replica.final_next(),
+                n.replica.machine().position(),
+                objects,
+            ));
+        }
+    }
+    Outcome {
+        run,
+        unanswered,
+        finals,
+        executed,
+    }
+}
+
+pub(crate) fn count(o: &Outcome, f: impl Fn(&Note) -> bool) -> usize {
+    o.run.notes.iter().filter(|(_, _, n)| f(n)).count()
+}
+
+pub(crate) fn setup() -> Setup {
+    Setup {
+        snapshot_every: 25,
+        bug: None,
+        active: false,
+    }
+}
+
+pub(crate) fn active_setup() -> Setup {
+    Setup {
+        active: true,
+        ..setup()
+    }
+}
