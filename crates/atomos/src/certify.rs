@@ -24,14 +24,21 @@ pub struct CertifyOptions {
     /// How often this node orders a garbage collection (`None`: only when asked, with
     /// [`NodeRuntime::collect`](crate::NodeRuntime::collect)).
     pub collect_every: Option<Duration>,
+    /// How often this node orders a digest: every replica computes one of its store at that
+    /// position and compares the digest this node's replica computed at its previous one
+    /// with its own; a difference is logged as an error and counted in
+    /// `atomos_replica_alarms_total` on every replica (`None`: never).
+    pub digest_every: Option<Duration>,
 }
 
 impl Default for CertifyOptions {
-    /// Commits wait up to [`DEFAULT_COMMIT_LIMIT`]; a collection every 5 seconds.
+    /// Commits wait up to [`DEFAULT_COMMIT_LIMIT`]; a collection and a digest every 5
+    /// seconds.
     fn default() -> Self {
         CertifyOptions {
             commit_limit: DEFAULT_COMMIT_LIMIT,
             collect_every: Some(Duration::from_secs(5)),
+            digest_every: Some(Duration::from_secs(5)),
         }
     }
 }
@@ -130,6 +137,50 @@ impl crate::node::Invoker for CertifySink {
                 reason: format!("the replica answered an invocation with {other:?}"),
             }),
             Err(CertifyError::OutcomeUnknown(reason)) => Err(TxError::OutcomeUnknown { reason }),
+        }
+    }
+}
+
+/// Orders this node's periodic entries until the node stops: a garbage collection every
+/// `collect_every`, a digest every `digest_every` carrying the digest this node's replica
+/// answered for the previous one (every replica compares it with its own).
+pub(crate) fn housekeeping(
+    submitter: &Submitter,
+    stop: &tokio_util::sync::CancellationToken,
+    node: u64,
+    options: CertifyOptions,
+) {
+    let periods = [options.collect_every, options.digest_every];
+    let Some(tick) = periods.iter().flatten().min().copied() else {
+        return;
+    };
+    let start = std::time::Instant::now();
+    let mut due = periods.map(|p| p.map(|p| start + p));
+    let mut reported = None;
+    while !stop.is_cancelled() {
+        std::thread::sleep(tick.min(Duration::from_millis(200)));
+        let now = std::time::Instant::now();
+        for (i, at) in due.iter_mut().enumerate() {
+            let (Some(when), Some(every)) = (*at, periods[i]) else {
+                continue;
+            };
+            if now < when {
+                continue;
+            }
+            *at = Some(now + every);
+            let entry = match i {
+                0 => Entry::Collect,
+                _ => Entry::Digest { reported },
+            };
+            match submitter.submit_wait(entry.encode(), every) {
+                Ok(bytes) => {
+                    if let Ok(Answer::Digested { position, digest }) = Answer::decode(&bytes) {
+                        reported = Some((node, position, digest));
+                    }
+                }
+                Err(crate::ordering::SubmitError::Stopped) => return,
+                Err(crate::ordering::SubmitError::TimedOut(_)) => {}
+            }
         }
     }
 }

@@ -566,6 +566,10 @@ impl<S: StateMachine> Carry<Replica<S>> for OrderIo {
             Delivery::Installed { seq } => {
                 self.opt_at = self.opt_at.split_off(&(seq + 1));
             }
+            Delivery::Alarm { seq, text } => {
+                tracing::error!(node = self.me, seq, "{text}");
+                metrics::counter!("atomos_replica_alarms_total").increment(1);
+            }
         }
         if let Some(tx) = shared.deliveries.lock().as_ref() {
             let _ = tx.send(d);

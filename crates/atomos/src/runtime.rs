@@ -241,7 +241,6 @@ impl NodeRuntime {
             keep: run as u64,
         }
         .encode();
-        let collect_every = options.collect_every;
         std::thread::spawn(move || {
             while !stop.is_cancelled() {
                 match submitter.submit_wait(release.clone(), Duration::from_secs(5)) {
@@ -250,16 +249,7 @@ impl NodeRuntime {
                     Err(SubmitError::TimedOut(_)) => {}
                 }
             }
-            let Some(every) = collect_every else {
-                return;
-            };
-            let collect = Entry::Collect.encode();
-            while !stop.is_cancelled() {
-                std::thread::sleep(every);
-                if let Err(SubmitError::Stopped) = submitter.submit_wait(collect.clone(), every) {
-                    return;
-                }
-            }
+            crate::certify::housekeeping(&submitter, &stop, node, options);
         });
         info!(node = self.id, %protocol, "replicated store started");
         Ok(())

@@ -1111,6 +1111,9 @@ impl<S: StateMachine> Replica<S> {
                 self.proposed.remove(&id);
                 self.fetch_sent.remove(&id);
             }
+            for text in self.machine.take_alarms() {
+                out.push(Output::Deliver(Delivery::Alarm { seq, text }));
+            }
             out.push(Output::Deliver(Delivery::Final { seq }));
             self.final_next += 1;
             self.stats.final_delivered += 1;

@@ -113,6 +113,14 @@ pub enum Delivery {
         /// The snapshot's position.
         seq: u64,
     },
+    /// Applying entry `seq`, the state machine found something an operator must hear of (for
+    /// the replicated store: its state differs from another replica's at the same position).
+    Alarm {
+        /// The entry.
+        seq: u64,
+        /// What it found.
+        text: String,
+    },
 }
 
 /// What a replica asks its driver to do: send, persist (before what follows), deliver.
@@ -141,6 +149,11 @@ pub trait StateMachine {
     /// different). Default: nothing.
     fn revoked(&mut self, from: u64) {
         let _ = from;
+    }
+    /// What the machine found while applying that an operator must hear of, taken (the
+    /// replica hands each on as a [`Delivery::Alarm`]). Default: nothing.
+    fn take_alarms(&mut self) -> Vec<String> {
+        Vec::new()
     }
     /// The whole state, encoded.
     fn snapshot(&self) -> Vec<u8>;

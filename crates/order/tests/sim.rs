@@ -292,6 +292,9 @@ fn check(o: &Outcome) -> Result<(), String> {
                 v.opt_next = seq + 1;
                 v.final_next = seq + 1;
             }
+            Note::Delivered(Delivery::Alarm { seq, text }) => {
+                return Err(format!("node {node} at {t}: alarm at entry {seq}: {text}"));
+            }
             Note::Delivered(Delivery::Final { seq }) => {
                 if *seq != v.final_next {
                     return Err(format!(

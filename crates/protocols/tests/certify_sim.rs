@@ -34,10 +34,11 @@ use replicated_sim::{active_setup, check, check_lists, count, setup, simulate, N
 #[test]
 fn certification_survives_every_fault() {
     let (mut installs, mut torn, mut fsyncs, mut conflicts, mut audits) = (0, 0, 0, 0, 0);
-    let (mut commits, mut list_commits) = (0, 0);
+    let (mut commits, mut list_commits, mut digests) = (0, 0, 0);
     let restarts = std::cell::Cell::new(0);
     check_seeds(60, "-p atomos-protocols --test certify_sim", |seed| {
         let o = simulate(seed, setup(), Faults::harsh());
+        digests += o.digests_compared;
         installs += count(&o, |n| {
             matches!(n, Note::Delivered(Delivery::Installed { .. }))
         });
@@ -57,7 +58,7 @@ fn certification_survives_every_fault() {
     });
     println!(
         "over the seeds: {commits} commits ({list_commits} list-append transactions), {conflicts} \
-         conflicts answered, {audits} audits, \
+         conflicts answered, {audits} audits, {digests} digests compared, \
          {installs} snapshot installs, {} starts, {torn} torn writes, {fsyncs} failed fsyncs",
         restarts.get()
     );
@@ -65,6 +66,10 @@ fn certification_survives_every_fault() {
     assert!(torn > 0, "no crash tore a write");
     assert!(conflicts > 0, "no certification ever failed: no contention");
     assert!(audits > 0);
+    assert!(
+        digests > 0,
+        "no replica ever compared its digest with another's"
+    );
 }
 
 /// Replicas lose their whole disk at a crash (one per run, perhaps more than once): each

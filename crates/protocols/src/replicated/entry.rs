@@ -34,6 +34,12 @@ pub enum Entry {
     },
     /// Delete the anonymous objects that no named object reaches (garbage collection).
     Collect,
+    /// Every replica computes a digest of its store at this position and compares `reported`
+    /// with its own digest at that position: replicas must never diverge silently.
+    Digest {
+        /// A digest a replica computed before: (its node, the position, the digest).
+        reported: Option<(u64, u64, u64)>,
+    },
     /// Run procedure `procedure` on `arguments` (encoded) at this position on every replica
     /// (the `active` protocol): speculatively when the entry is delivered optimistically,
     /// committed when it is final.
@@ -124,6 +130,13 @@ pub enum Answer {
         /// Its result, or why it failed (then it wrote nothing).
         outcome: atomos_core::Outcome,
     },
+    /// This replica's digest of its store at this position.
+    Digested {
+        /// The position.
+        position: u64,
+        /// The digest (equal on every replica that applied the same log).
+        digest: u64,
+    },
     /// A barrier (or another entry without an outcome) was applied at this position.
     Applied {
         /// The position.
@@ -158,6 +171,7 @@ impl Answer {
             | Answer::LockHeld { position }
             | Answer::Collected { position, .. }
             | Answer::Invoked { position, .. }
+            | Answer::Digested { position, .. }
             | Answer::Applied { position }
             | Answer::Refused { position, .. } => *position,
         }

@@ -26,6 +26,21 @@ pub struct StoreStats {
     pub collected: u64,
     /// Procedure invocations applied (under `active`).
     pub invoked: u64,
+    /// Digests another replica reported that this one compared with its own.
+    pub digests_compared: u64,
+    /// Of those, the ones that differed: this replica's state is not another's at the same
+    /// position (each is also an alarm).
+    pub divergences: u64,
+}
+
+/// Digests a store keeps of its own recent states, to compare with other replicas' reports.
+const DIGESTS_KEPT: usize = 64;
+
+/// FNV-1a over `bytes`: the same on every platform and build.
+fn digest_of(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Bugs a store can be built with on purpose, so that a test shows the simulation finds them.
@@ -67,6 +82,10 @@ pub struct ReplicatedStore {
     executor: Option<SerialExecutor>,
     /// Outcomes of invocations committed early ([`PlantedBug::CommitAtOpt`] only).
     early: BTreeMap<(u64, u32), atomos_core::Outcome>,
+    /// This replica's digests at its latest `Digest` positions.
+    digests: BTreeMap<u64, u64>,
+    /// What an operator must hear of, not yet taken by the order layer.
+    alarms: Vec<String>,
 }
 
 impl ReplicatedStore {
@@ -93,6 +112,8 @@ impl ReplicatedStore {
             planted_bug: None,
             executor: None,
             early: BTreeMap::new(),
+            digests: BTreeMap::new(),
+            alarms: Vec::new(),
         })
     }
 
@@ -257,6 +278,27 @@ impl ReplicatedStore {
                     }
                 }
             },
+            Ok(Entry::Digest { reported }) => {
+                self.engine.mark_applied(position);
+                let digest = digest_of(&self.contents());
+                if let Some((node, at, theirs)) = reported {
+                    if let Some(&ours) = self.digests.get(&at) {
+                        self.stats.digests_compared += 1;
+                        if ours != theirs {
+                            self.stats.divergences += 1;
+                            self.alarms.push(format!(
+                                "replicas diverged: at log position {at} this replica's store \
+                                 has digest {ours:#018x}, node {node}'s has {theirs:#018x}"
+                            ));
+                        }
+                    }
+                }
+                self.digests.insert(position, digest);
+                while self.digests.len() > DIGESTS_KEPT {
+                    self.digests.pop_first();
+                }
+                Answer::Digested { position, digest }
+            }
             Ok(Entry::ReleaseStale { node, keep }) => {
                 self.engine.mark_applied(position);
                 self.runs.insert(node, keep);
@@ -316,6 +358,10 @@ impl StateMachine for ReplicatedStore {
         if let Some(executor) = self.executor.as_mut() {
             executor.revoke((from, 0));
         }
+    }
+
+    fn take_alarms(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.alarms)
     }
 
     /// The objects at the current position. Values installed through the log are kept as the
@@ -383,6 +429,37 @@ mod tests {
         let r = atomos_core::TRef::<u64>::new(key);
         local.atomically(|tx| tx.create(&r, value)).unwrap();
         local.snapshot_objects().unwrap().remove(0).2
+    }
+
+    #[test]
+    fn a_replica_whose_state_differs_raises_an_alarm_at_the_next_digest() {
+        let (mut a, mut b, mut c) = (store(), store(), store());
+        let k = Key::from("k");
+        let write = |v| Entry::Certify {
+            reads: vec![],
+            writes: vec![(k.clone(), tagged("k", v))],
+        };
+        a.apply(&request(&write(1)));
+        b.apply(&request(&write(1)));
+        // c applied something else at the same position: it diverged.
+        c.apply(&request(&write(2)));
+        let digest = Entry::Digest { reported: None };
+        let reported = match Answer::decode(&a.apply(&request(&digest))).unwrap() {
+            Answer::Digested { position, digest } => Some((1, position, digest)),
+            other => panic!("{other:?}"),
+        };
+        b.apply(&request(&digest));
+        c.apply(&request(&digest));
+        let next = Entry::Digest { reported };
+        for s in [&mut a, &mut b, &mut c] {
+            s.apply(&request(&next));
+        }
+        assert!(a.take_alarms().is_empty() && b.take_alarms().is_empty());
+        let alarms = c.take_alarms();
+        assert_eq!(alarms.len(), 1, "{alarms:?}");
+        assert!(alarms[0].contains("diverged"), "{alarms:?}");
+        assert_eq!((b.stats().digests_compared, b.stats().divergences), (1, 0));
+        assert_eq!((c.stats().digests_compared, c.stats().divergences), (1, 1));
     }
 
     #[test]

@@ -137,6 +137,9 @@ struct Node {
     last_position: u64,
     /// Transfers are procedures ordered as `Invoke` entries (the `active` protocol).
     active: bool,
+    /// The latest digest this node's replica answered: (node, position, digest), reported in
+    /// the node's next `Digest` entry.
+    last_digest: Option<(u64, u64, u64)>,
 }
 
 #[derive(Clone, Copy)]
@@ -188,12 +191,17 @@ impl Node {
             pending: BTreeMap::new(),
             announced: false,
             active: setup.active,
+            last_digest: None,
         })
     }
 
     /// Runs one application transaction (a transfer or a list-append transaction).
     fn transact(&mut self, out: &mut Vec<Output<OrderMsg, Note>>) {
-        if self.rng.chance(0.5) {
+        if self.rng.chance(0.1) {
+            // Replicas compare their states: the digest this one reported last, against theirs.
+            let reported = self.last_digest;
+            self.submit_entry(Entry::Digest { reported }, out);
+        } else if self.rng.chance(0.5) {
             self.list_append(out);
         } else {
             self.transfer(out);
@@ -279,6 +287,9 @@ impl Node {
     fn push_client(&mut self, actions: Vec<ClientAction>, out: &mut Vec<Output<OrderMsg, Note>>) {
         for a in actions {
             if let ClientAction::Done { seq, response } = &a {
+                if let Ok(Answer::Digested { position, digest }) = Answer::decode(response) {
+                    self.last_digest = Some((self.origin >> 48, position, digest));
+                }
                 if let Some((id, ops)) = self.pending.remove(seq) {
                     out.push(Output::Deliver(match Answer::decode(response) {
                         Ok(Answer::Committed { .. }) => Note::ListDone { id, ops },
@@ -460,6 +471,8 @@ pub(crate) struct Outcome {
     pub(crate) finals: Vec<(NodeId, u64, u64, Vec<atomos_core::SnapshotObject>)>,
     /// The live replicas' executors' counters, summed (under `active`).
     pub(crate) executed: atomos_core::ExecutorStats,
+    /// Digests the live replicas compared with another's report, summed.
+    pub(crate) digests_compared: u64,
 }
 
 pub(crate) fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
@@ -477,9 +490,11 @@ pub(crate) fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
     let mut unanswered = 0;
     let mut finals = Vec::new();
     let mut executed = atomos_core::ExecutorStats::default();
+    let mut digests_compared = 0;
     for node in 1..=REPLICAS as NodeId {
         if let Some(n) = sim.machine(node) {
             unanswered += n.client.unanswered();
+            digests_compared += n.replica.machine().stats().digests_compared;
             if let Some(e) = n.replica.machine().executor_stats() {
                 executed.speculated += e.speculated;
                 executed.confirmed += e.confirmed;
@@ -500,6 +515,7 @@ pub(crate) fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
         unanswered,
         finals,
         executed,
+        digests_compared,
     }
 }
 
