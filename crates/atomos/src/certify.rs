@@ -126,13 +126,13 @@ impl Certifier for CertifySink {
 }
 
 impl crate::node::Invoker for CertifySink {
-    fn invoke(&self, procedure: &str, arguments: Vec<u8>) -> Result<Outcome, TxError> {
+    fn invoke(&self, procedure: &str, arguments: Vec<u8>) -> Result<(u64, Outcome), TxError> {
         let entry = Entry::Invoke {
             procedure: procedure.to_string(),
             arguments,
         };
         match self.order(entry) {
-            Ok(Answer::Invoked { outcome, .. }) => Ok(outcome),
+            Ok(Answer::Invoked { position, outcome }) => Ok((position, outcome)),
             Ok(other) => Err(TxError::OutcomeUnknown {
                 reason: format!("the replica answered an invocation with {other:?}"),
             }),

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use atomos_core::{
     decode_result, encode_arguments, ContentionPolicy, Engine, EngineConfig, Outcome,
@@ -97,10 +97,14 @@ pub struct Node {
     invoker: Arc<OnceLock<Arc<dyn Invoker>>>,
 }
 
+/// How long an invocation answered by another replica waits for this one to apply it too.
+const APPLIED_WAIT: Duration = Duration::from_secs(10);
+
 /// Orders a procedure invocation and returns what it came to (the `active` runtime).
 pub(crate) trait Invoker: Send + Sync {
-    /// Orders `procedure` with encoded `arguments` and waits for its outcome.
-    fn invoke(&self, procedure: &str, arguments: Vec<u8>) -> Result<Outcome, TxError>;
+    /// Orders `procedure` with encoded `arguments` and waits for its outcome; returns the
+    /// log position it was applied at, and the outcome.
+    fn invoke(&self, procedure: &str, arguments: Vec<u8>) -> Result<(u64, Outcome), TxError>;
 }
 
 impl Node {
@@ -192,7 +196,10 @@ impl Node {
     /// outside its transaction: whatever varies comes in with the arguments), because a
     /// replicated protocol may run it on every replica; like any transaction it may be re-run
     /// on a conflict. Every node of a cluster registers the same procedures under the same
-    /// names. A name is registered once ([`RegisterError::Taken`]).
+    /// names, under `active` before its runtime starts. A name is registered once
+    /// ([`RegisterError::Taken`]). Under `active` a body may only read and write: new
+    /// anonymous objects, abstract locks, open nesting, on-commit and on-abort actions fail
+    /// it with [`TxError::NotInProcedure`], and so does `retry()`.
     pub fn register<A, R, F>(&self, name: &str, body: F) -> Result<(), RegisterError>
     where
         A: DeserializeOwned + 'static,
@@ -234,10 +241,17 @@ impl Node {
         procedure.check_types::<A, R>()?;
         let bytes = encode_arguments(name, args)?;
         let result = match (procedure.kind(), self.invoker.get()) {
-            (ProcedureKind::Update, Some(invoker)) => match invoker.invoke(name, bytes)? {
-                Outcome::Returned(result) => result,
-                Outcome::Failed(why) => return Err(TxError::abort(why)),
-            },
+            (ProcedureKind::Update, Some(invoker)) => {
+                let (position, outcome) = invoker.invoke(name, bytes)?;
+                // The answer may come from another replica (after a re-send): read your writes
+                // here once this replica has applied it too (or after the usual wait).
+                self.engine
+                    .wait_applied(position, Some(Instant::now() + APPLIED_WAIT));
+                match outcome {
+                    Outcome::Returned(result) => result,
+                    Outcome::Failed(why) => return Err(TxError::abort(why)),
+                }
+            }
             (ProcedureKind::Update, None) => self.atomically(|tx| procedure.call(tx, &bytes))?,
             (ProcedureKind::ReadOnly, _) => {
                 self.atomically_read(|tx| procedure.call(tx, &bytes))?

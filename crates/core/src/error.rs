@@ -115,6 +115,14 @@ pub enum TxError {
         /// What did not match.
         reason: String,
     },
+    /// `what` cannot be used inside a procedure that runs on every replica (under `active`):
+    /// new anonymous objects, abstract locks, open nesting and on-commit or on-abort actions
+    /// would happen once per replica, or differently on each. The procedure wrote nothing.
+    #[error("{what} cannot be used inside a procedure run on every replica")]
+    NotInProcedure {
+        /// The operation.
+        what: String,
+    },
     /// An error of the application's own, which aborted the transaction.
     #[error("{0}")]
     User(Box<dyn std::error::Error + Send + Sync + 'static>),

@@ -82,6 +82,9 @@ impl<'e> Tx<'e> {
         let owner = self.owner();
         let st = self.st();
         if let Some(rs) = st.remote.as_deref_mut() {
+            if rs.confined() {
+                return Err(rs.refuse("abstract_lock"));
+            }
             // Under a distributed protocol the lock lives on the home of its name.
             if rs.abstract_lock(owner, name)? {
                 st.abstract_locks.push(name.to_string());
@@ -135,6 +138,9 @@ impl<'e> Tx<'e> {
     ) -> Result<R, TxError> {
         let owner = self.owner();
         let st = self.st();
+        if let Some(rs) = st.remote.as_deref_mut().filter(|rs| rs.confined()) {
+            return Err(rs.refuse("open_nested"));
+        }
         if st.abort.is_some() {
             return Err(TxError::Conflict);
         }

@@ -12,6 +12,9 @@
 //!   arguments.
 //! - **It may be run more than once**: like any transaction it is re-run on a conflict, so its
 //!   only effects are its transactional writes and its result.
+//! - **It only reads and writes** when it runs on every replica (under `active`): new
+//!   anonymous objects, abstract locks, open nesting and on-commit or on-abort actions fail it
+//!   with [`TxError::NotInProcedure`](crate::TxError::NotInProcedure).
 
 use std::any::type_name;
 use std::collections::HashMap;

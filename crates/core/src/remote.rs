@@ -60,6 +60,11 @@ pub trait RemoteAttempt: Send {
     fn forget(&mut self, keys: &[Key]);
     /// The attempt ends without committing.
     fn abort(&mut self);
+    /// Whether the attempt runs a procedure on every replica, where only its reads and writes
+    /// may happen (see [`TxError::NotInProcedure`]). Default: no.
+    fn confined(&self) -> bool {
+        false
+    }
 }
 
 /// Starts attempts of a distributed protocol.
@@ -107,6 +112,8 @@ pub(crate) struct RemoteState {
     stale: Vec<Key>,
     /// Committed already (checkpointed steps commit themselves): whether it wrote.
     committed: Option<bool>,
+    /// An operation a confined attempt may not use was called: the attempt fails with it.
+    refused: Option<&'static str>,
 }
 
 /// Where a nested block or step began: how much had been written and read.
@@ -150,10 +157,25 @@ impl RemoteState {
             conflict: None,
             stale: Vec::new(),
             committed: None,
+            refused: None,
         }
     }
 
+    /// Whether the attempt runs a procedure on every replica (see [`RemoteAttempt::confined`]).
+    pub(crate) fn confined(&self) -> bool {
+        self.attempt.confined()
+    }
+
+    /// Fails the attempt: `what` was called, which a confined attempt may not use.
+    pub(crate) fn refuse(&mut self, what: &'static str) -> TxError {
+        self.refused.get_or_insert(what);
+        TxError::NotInProcedure { what: what.into() }
+    }
+
     fn live(&self) -> Result<(), TxError> {
+        if let Some(what) = self.refused {
+            return Err(TxError::NotInProcedure { what: what.into() });
+        }
         match self.conflict {
             None => Ok(()),
             Some(AbortCause::ExplicitRetry) => Err(TxError::Retry),
@@ -346,6 +368,11 @@ impl RemoteState {
     pub(crate) fn commit(&mut self) -> Result<bool, CommitOutcome> {
         if let Some(wrote) = self.committed {
             return Ok(wrote);
+        }
+        if let Some(what) = self.refused {
+            return Err(CommitOutcome::Error(TxError::NotInProcedure {
+                what: what.into(),
+            }));
         }
         let mut latest: Vec<usize> = self.index.values().copied().collect();
         latest.sort_unstable();

@@ -155,6 +155,11 @@ impl SerialExecutor {
         self.stats
     }
 
+    /// Whether a procedure of that name is registered here.
+    pub fn knows(&self, procedure: &str) -> bool {
+        self.procedures.get(procedure).is_ok()
+    }
+
     /// Speculative runs waiting for their final delivery.
     pub fn pending(&self) -> usize {
         self.pending.len()
@@ -364,8 +369,18 @@ impl SerialExecutor {
             max_attempts: Some(1),
             ..TxOptions::default()
         };
-        let result = self.engine.run_on(&source, &opts, |tx| {
-            procedure.call(tx, &invocation.arguments)
+        // A panicking body fails its invocation on every replica alike; it must not take the
+        // replica (and, replayed from the log at restart, take it again).
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.engine.run_on(&source, &opts, |tx| {
+                procedure.call(tx, &invocation.arguments)
+            })
+        }));
+        let result = run.unwrap_or_else(|_| {
+            Err(TxError::abort(format!(
+                "procedure {:?} panicked",
+                invocation.procedure
+            )))
         });
         let mut scratch = self.scratch.lock();
         if let Some(buffers) = stashed {
@@ -435,8 +450,8 @@ impl RemoteAttempt for ExecutionAttempt {
     }
 
     fn abstract_lock(&mut self, _family: u64, _name: &str) -> Result<bool, RemoteError> {
-        // Procedures run one at a time: nobody else can hold an abstract lock among them.
-        Ok(true)
+        // Never reached: a confined attempt refuses abstract locks before asking.
+        Ok(false)
     }
 
     fn forget(&mut self, keys: &[Key]) {
@@ -444,6 +459,10 @@ impl RemoteAttempt for ExecutionAttempt {
     }
 
     fn abort(&mut self) {}
+
+    fn confined(&self) -> bool {
+        true
+    }
 }
 
 impl Engine {

@@ -901,6 +901,10 @@ impl<'e> Tx<'e> {
     /// garbage collection reclaims an anonymous object once no object with a name reaches it
     /// through the references stored in objects (every other key is a root).
     pub fn new_object<T: Object>(&self, value: T) -> Result<TRef<T>, TxError> {
+        if let Some(rs) = self.remote().filter(|rs| rs.confined()) {
+            // Its key would differ from one replica to the next.
+            return Err(rs.refuse("new_object"));
+        }
         let r = TRef::new(self.engine.fresh_anonymous_key());
         self.create(&r, value)?;
         Ok(r)
@@ -949,6 +953,10 @@ impl<'e> Tx<'e> {
     /// Registers an action to run, as its own transaction, after the top-level transaction
     /// commits. In an open-nested block it is handed to the parent when the block commits.
     pub fn on_commit(&self, f: impl FnMut(&mut Tx<'_>) -> Result<(), TxError> + Send + 'static) {
+        if let Some(rs) = self.remote().filter(|rs| rs.confined()) {
+            rs.refuse("on_commit");
+            return;
+        }
         self.st().handlers.push(HandlerEntry {
             on_commit: true,
             run: Box::new(f),
@@ -959,6 +967,10 @@ impl<'e> Tx<'e> {
     /// transaction aborts (or the closed-nested block around this call rolls back). Actions run
     /// latest first.
     pub fn on_abort(&self, f: impl FnMut(&mut Tx<'_>) -> Result<(), TxError> + Send + 'static) {
+        if let Some(rs) = self.remote().filter(|rs| rs.confined()) {
+            rs.refuse("on_abort");
+            return;
+        }
         self.st().handlers.push(HandlerEntry {
             on_commit: false,
             run: Box::new(f),

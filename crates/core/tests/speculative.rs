@@ -294,3 +294,70 @@ fn in_order_finals_confirm_every_speculation_and_snapshots_see_none_early() {
     assert_eq!(last_balance, 100 + 100 * ACCOUNTS as i64 - 100);
     assert_eq!(engine.applied(), 10 + chain.len() as u64 - 1);
 }
+
+/// A procedure that panics, or uses what cannot happen identically on every replica (new
+/// anonymous objects, abstract locks, open nesting, on-commit or on-abort actions), fails
+/// alike on every replica, writes nothing, and the executor goes on.
+#[test]
+fn what_cannot_run_on_every_replica_fails_the_invocation_and_nothing_else() {
+    let procedures = procedures();
+    type Body = fn(&mut Tx<'_>, &u64) -> Result<(), TxError>;
+    let bodies: [(&str, Body); 6] = [
+        ("panics", |_, _| panic!("a bug in a procedure")),
+        ("new_object", |tx, _| tx.new_object(1u64).map(|_| ())),
+        ("abstract_lock", |tx, _| tx.abstract_lock("name")),
+        ("open_nested", |tx, _| {
+            tx.open_nested(|tx| tx.write(&account(0), 7))
+        }),
+        ("on_commit", |tx, _| {
+            tx.write(&account(0), 7)?;
+            tx.on_commit(|_| Ok(()));
+            Ok(())
+        }),
+        ("on_abort", |tx, _| {
+            tx.on_abort(|_| Ok(()));
+            tx.write(&account(0), 7)
+        }),
+    ];
+    for (name, body) in bodies {
+        procedures
+            .register(name, ProcedureKind::Update, body)
+            .unwrap();
+    }
+    let engine = engine();
+    open(&engine);
+    let before = objects(&engine);
+    let mut executor = SerialExecutor::new(engine.clone(), procedures);
+    let mut position = 100;
+    for (n, (name, _)) in bodies.iter().enumerate() {
+        let inv = Invocation {
+            procedure: name.to_string(),
+            arguments: encode_arguments(name, &0u64).unwrap(),
+        };
+        for speculate in [true, false] {
+            let slot = (2 * n as u64 + speculate as u64 + 1, 0);
+            if speculate {
+                executor.speculate(slot, &inv);
+            }
+            position += 1;
+            match executor.finalize(slot, position, &inv, |_, _| {}) {
+                Outcome::Failed(why) => assert!(
+                    why.contains("cannot be used inside a procedure") || why.contains("panicked"),
+                    "{name}: {why}"
+                ),
+                other => panic!("{name}: {other:?}"),
+            }
+            assert_eq!(objects(&engine), before, "{name} wrote something");
+        }
+    }
+    // The executor goes on.
+    let transfer = Invocation {
+        procedure: "transfer".into(),
+        arguments: encode_arguments("transfer", &(0u64, 1u64, 5i64)).unwrap(),
+    };
+    executor.speculate((100, 0), &transfer);
+    assert!(matches!(
+        executor.finalize((100, 0), 1_000, &transfer, |_, _| {}),
+        Outcome::Returned(_)
+    ));
+}

@@ -34,6 +34,17 @@ pub enum Entry {
     },
     /// Delete the anonymous objects that no named object reaches (garbage collection).
     Collect,
+    /// Release every abstract lock held by a family of node `node` ([`node_bits`]) other than
+    /// those of its run `keep` (a restarted node's earlier run held them and is gone); later
+    /// requests of the node's other runs are refused.
+    ReleaseStale {
+        /// The node.
+        node: u64,
+        /// Its current run (families of this run keep their locks).
+        keep: u64,
+    },
+    // Entries added later come last: postcard numbers variants by position, and logs and
+    // snapshots written before must decode as they were written.
     /// Every replica computes a digest of its store at this position and compares `reported`
     /// with its own digest at that position: replicas must never diverge silently.
     Digest {
@@ -48,15 +59,6 @@ pub enum Entry {
         procedure: String,
         /// The encoded arguments.
         arguments: Vec<u8>,
-    },
-    /// Release every abstract lock held by a family of node `node` ([`node_bits`]) other than
-    /// those of its run `keep` (a restarted node's earlier run held them and is gone); later
-    /// requests of the node's other runs are refused.
-    ReleaseStale {
-        /// The node.
-        node: u64,
-        /// Its current run (families of this run keep their locks).
-        keep: u64,
     },
 }
 
@@ -123,6 +125,19 @@ pub enum Answer {
         /// How many objects it deleted.
         reclaimed: u64,
     },
+    /// A barrier (or another entry without an outcome) was applied at this position.
+    Applied {
+        /// The position.
+        position: u64,
+    },
+    /// The payload is not an entry this build reads: nothing changed.
+    Refused {
+        /// The position it was ordered at.
+        position: u64,
+        /// Why.
+        reason: String,
+    },
+    // Answers added later come last (see `Entry`).
     /// A procedure invocation was applied at this position and came to `outcome`.
     Invoked {
         /// The entry's log position (the version of its writes).
@@ -136,18 +151,6 @@ pub enum Answer {
         position: u64,
         /// The digest (equal on every replica that applied the same log).
         digest: u64,
-    },
-    /// A barrier (or another entry without an outcome) was applied at this position.
-    Applied {
-        /// The position.
-        position: u64,
-    },
-    /// The payload is not an entry this build reads: nothing changed.
-    Refused {
-        /// The position it was ordered at.
-        position: u64,
-        /// Why.
-        reason: String,
     },
 }
 

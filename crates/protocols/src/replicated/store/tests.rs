@@ -1,0 +1,237 @@
+//! The replicated store applied entry by entry.
+use super::*;
+use atomos_core::{EngineConfig, Key};
+
+fn store() -> ReplicatedStore {
+    let engine = Engine::new(EngineConfig {
+        replicated: true,
+        ..EngineConfig::default()
+    });
+    ReplicatedStore::new(Arc::new(engine)).unwrap()
+}
+
+fn request(entry: &Entry) -> Request {
+    Request {
+        client: 1,
+        seq: 1,
+        payload: entry.encode(),
+    }
+}
+
+/// `value` encoded as a transaction would send it (taken from a local engine's snapshot).
+fn tagged(key: &str, value: u64) -> Option<Vec<u8>> {
+    let local = Engine::new(EngineConfig {
+        replicated: true,
+        ..EngineConfig::default()
+    });
+    let r = atomos_core::TRef::<u64>::new(key);
+    local.atomically(|tx| tx.create(&r, value)).unwrap();
+    local.snapshot_objects().unwrap().remove(0).2
+}
+
+#[test]
+fn an_invocation_of_a_procedure_this_replica_lacks_raises_an_alarm() {
+    let engine = Engine::new(EngineConfig {
+        replicated: true,
+        ..EngineConfig::default()
+    });
+    let mut s = ReplicatedStore::active(Arc::new(engine), atomos_core::Procedures::new()).unwrap();
+    let invoke = Entry::Invoke {
+        procedure: "missing".into(),
+        arguments: Vec::new(),
+    };
+    assert!(matches!(
+        Answer::decode(&s.apply(&request(&invoke))).unwrap(),
+        Answer::Invoked {
+            outcome: atomos_core::Outcome::Failed(_),
+            ..
+        }
+    ));
+    let alarms = s.take_alarms();
+    assert!(
+        alarms.len() == 1 && alarms[0].contains("not registered"),
+        "{alarms:?}"
+    );
+    // A store without an executor refuses the entry instead.
+    let mut plain = store();
+    assert!(matches!(
+        Answer::decode(&plain.apply(&request(&invoke))).unwrap(),
+        Answer::Refused { .. }
+    ));
+}
+
+#[test]
+fn a_replica_whose_state_differs_raises_an_alarm_at_the_next_digest() {
+    let (mut a, mut b, mut c) = (store(), store(), store());
+    let k = Key::from("k");
+    let write = |v| Entry::Certify {
+        reads: vec![],
+        writes: vec![(k.clone(), tagged("k", v))],
+    };
+    a.apply(&request(&write(1)));
+    b.apply(&request(&write(1)));
+    // c applied something else at the same position: it diverged.
+    c.apply(&request(&write(2)));
+    let digest = Entry::Digest { reported: None };
+    let reported = match Answer::decode(&a.apply(&request(&digest))).unwrap() {
+        Answer::Digested { position, digest } => Some((1, position, digest)),
+        other => panic!("{other:?}"),
+    };
+    b.apply(&request(&digest));
+    c.apply(&request(&digest));
+    let next = Entry::Digest { reported };
+    for s in [&mut a, &mut b, &mut c] {
+        s.apply(&request(&next));
+    }
+    assert!(a.take_alarms().is_empty() && b.take_alarms().is_empty());
+    let alarms = c.take_alarms();
+    assert_eq!(alarms.len(), 1, "{alarms:?}");
+    assert!(alarms[0].contains("diverged"), "{alarms:?}");
+    assert_eq!((b.stats().digests_compared, b.stats().divergences), (1, 0));
+    assert_eq!((c.stats().digests_compared, c.stats().divergences), (1, 1));
+}
+
+#[test]
+fn certification_is_decided_by_the_newest_versions() {
+    let mut s = store();
+    let k = Key::from("k");
+    let v = tagged("k", 5);
+    let first = Entry::Certify {
+        reads: vec![(k.clone(), 0)],
+        writes: vec![(k.clone(), v.clone())],
+    };
+    assert_eq!(
+        Answer::decode(&s.apply(&request(&first))).unwrap(),
+        Answer::Committed { version: 1 }
+    );
+    // The same reads again are stale now.
+    assert_eq!(
+        Answer::decode(&s.apply(&request(&first))).unwrap(),
+        Answer::Conflict { position: 2 }
+    );
+    let r = atomos_core::TRef::<u64>::new("k");
+    assert_eq!(s.engine().atomically(|tx| tx.read(&r).copied()).unwrap(), 5);
+    assert_eq!(s.engine().applied(), 2);
+    // Garbage is ordered, answered, and changes nothing but the position.
+    let junk = Request {
+        client: 1,
+        seq: 3,
+        payload: vec![0xff; 7],
+    };
+    assert!(matches!(
+        Answer::decode(&s.apply(&junk)).unwrap(),
+        Answer::Refused { position: 3, .. }
+    ));
+    assert_eq!(s.stats().refused, 1);
+    assert_eq!(s.engine().version_of(&k), 1);
+}
+
+#[test]
+fn abstract_locks_are_taken_released_and_kept_in_snapshots() {
+    let mut s = store();
+    let (a, b) = ((1 << 48) | (7 << 32) | 1, (2 << 48) | (3 << 32) | 1);
+    let ask = |s: &mut ReplicatedStore, e: Entry| Answer::decode(&s.apply(&request(&e))).unwrap();
+    let lock = |owner, name: &str| Entry::Lock {
+        owner,
+        name: name.into(),
+    };
+    assert_eq!(
+        ask(&mut s, lock(a, "x")),
+        Answer::Locked {
+            position: 1,
+            taken: true
+        }
+    );
+    assert_eq!(
+        ask(&mut s, lock(a, "x")),
+        Answer::Locked {
+            position: 2,
+            taken: false
+        }
+    );
+    assert_eq!(ask(&mut s, lock(b, "x")), Answer::LockHeld { position: 3 });
+    assert_eq!(
+        ask(&mut s, lock(b, "y")),
+        Answer::Locked {
+            position: 4,
+            taken: true
+        }
+    );
+    // A snapshot carries the table.
+    let mut copy = store();
+    copy.restore(&s.snapshot()).unwrap();
+    assert_eq!(
+        ask(&mut copy, lock(a, "y")),
+        Answer::LockHeld { position: 5 }
+    );
+    // Unlock releases only what the family holds.
+    ask(
+        &mut s,
+        Entry::Unlock {
+            owner: b,
+            names: vec!["x".into(), "y".into()],
+        },
+    );
+    assert_eq!(ask(&mut s, lock(b, "x")), Answer::LockHeld { position: 6 });
+    assert_eq!(
+        ask(&mut s, lock(a, "y")),
+        Answer::Locked {
+            position: 7,
+            taken: true
+        }
+    );
+    // Node 1 restarted as run 8: its run-7 families lose their locks.
+    ask(&mut s, Entry::ReleaseStale { node: 1, keep: 8 });
+    assert_eq!(
+        ask(&mut s, lock(b, "x")),
+        Answer::Locked {
+            position: 9,
+            taken: true
+        }
+    );
+    assert_eq!(s.engine().applied(), 9);
+}
+
+#[test]
+fn a_restored_store_holds_the_same_objects_and_refuses_bad_snapshots() {
+    let mut a = store();
+    let k = Key::from("k");
+    let v = tagged("k", 9);
+    a.apply(&request(&Entry::Certify {
+        reads: vec![],
+        writes: vec![(k.clone(), v)],
+    }));
+    a.apply(&request(&Entry::Barrier));
+    let snap = a.snapshot();
+    let mut b = store();
+    b.check_snapshot(&snap).unwrap();
+    b.restore(&snap).unwrap();
+    assert_eq!(b.position(), 2);
+    assert_eq!(b.contents(), a.contents());
+    for bad in [
+        vec![],
+        vec![1, 2, 3],
+        snap[..snap.len() - 1].to_vec(),
+        // An object newer than the snapshot's position.
+        postcard::to_stdvec(&Snapshot {
+            position: 1,
+            objects: vec![(k.clone(), 2, None)],
+            locks: vec![],
+            runs: vec![],
+        })
+        .unwrap(),
+        // The same key twice.
+        postcard::to_stdvec(&Snapshot {
+            position: 5,
+            objects: vec![(k.clone(), 1, None), (k.clone(), 2, None)],
+            locks: vec![],
+            runs: vec![],
+        })
+        .unwrap(),
+    ] {
+        let mut c = store();
+        assert!(c.check_snapshot(&bad).is_err());
+        assert!(c.restore(&bad).is_err());
+        assert_eq!(c.position(), 0);
+    }
+}
