@@ -115,6 +115,12 @@ impl Node {
 
     /// A node with the given settings.
     pub fn new(config: NodeConfig) -> Node {
+        Node::with_procedures(config, Procedures::new())
+    }
+
+    /// A node with the given settings whose procedures are those of `procedures` (a registry
+    /// filled before the node's runtime starts, as `active` needs; see [`Node::register`]).
+    pub fn with_procedures(config: NodeConfig, procedures: Procedures) -> Node {
         let engine = Engine::new(EngineConfig {
             contention: config.contention,
             record_history: config.record_history,
@@ -124,7 +130,7 @@ impl Node {
         Node {
             engine: Arc::new(engine),
             protocol: config.protocol,
-            procedures: Procedures::new(),
+            procedures,
             invoker: Arc::new(OnceLock::new()),
         }
     }

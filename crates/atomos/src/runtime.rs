@@ -107,6 +107,16 @@ pub struct NodeRuntime {
 impl NodeRuntime {
     /// Starts a node over TCP as its settings say. Must be called inside a tokio runtime.
     pub async fn start_tcp(settings: &NodeSettings) -> Result<NodeRuntime, RuntimeError> {
+        NodeRuntime::start_tcp_with(settings, atomos_core::Procedures::new()).await
+    }
+
+    /// Like [`NodeRuntime::start_tcp`], for a node whose procedures are those of `procedures`
+    /// (registered before the protocol starts: under `active` the store runs them as soon as
+    /// it replays its log).
+    pub async fn start_tcp_with(
+        settings: &NodeSettings,
+        procedures: atomos_core::Procedures,
+    ) -> Result<NodeRuntime, RuntimeError> {
         // Without peers nobody needs the secret; a random one keeps the port closed to all.
         let secret = match &settings.secret {
             Some(s) => s.expose().to_vec(),
@@ -123,11 +133,14 @@ impl NodeRuntime {
                 addr: settings.listen,
                 source,
             })?;
-        let node = Node::new(NodeConfig {
-            protocol: settings.protocol,
-            contention: settings.contention,
-            ..NodeConfig::default()
-        });
+        let node = Node::with_procedures(
+            NodeConfig {
+                protocol: settings.protocol,
+                contention: settings.contention,
+                ..NodeConfig::default()
+            },
+            procedures,
+        );
         info!(
             node = settings.node_id,
             cluster = %settings.cluster,

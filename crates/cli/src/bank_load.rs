@@ -2,7 +2,10 @@
 //! shares, and a once-a-second audit of the total, logged, so that a cluster of processes can
 //! be checked from its logs ("bank audit ... total=T expected=E").
 //!
-//! Under a replicated protocol (`certify`) every transfer also counts itself in a counter of
+//! Under `active` the transfers are procedure invocations (registered by every node with
+//! [`register`]); under the other protocols, closures.
+//!
+//! Under a replicated protocol (`certify`, `active`) every transfer also counts itself in a counter of
 //! its thread and run (a run is one start of the load on one node), and audits log every
 //! run's count from the replicated state (`counted="run:count,..."`) beside the number of
 //! transfers this run saw acknowledged (`run=R transfers=N`): a check can then see that
@@ -13,7 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use atomos::{Node, TRef, TxError};
+use atomos::{Node, ProcedureKind, Procedures, Protocol, RegisterError, TRef, Tx, TxError};
 use rand::Rng;
 use tracing::{info, warn};
 
@@ -63,6 +66,29 @@ fn counted(tx: &mut atomos::Tx<'_>) -> Result<String, TxError> {
         }
     }
     Ok(out.join(","))
+}
+
+/// The transfer procedure's name (under `active` the load's transfers are invocations).
+const TRANSFER: &str = "bank-load.transfer";
+
+/// A transfer's arguments: from, to, amount, and the (run, thread) counter to count it in
+/// (`None`: not counted).
+type TransferArgs = (usize, usize, i64, Option<(u64, usize)>);
+
+/// Moves the amount and counts the transfer: the load's transfer, as a procedure or a closure.
+fn transfer(tx: &mut Tx<'_>, &(from, to, amount, count): &TransferArgs) -> Result<(), TxError> {
+    let accts = accounts();
+    tx.modify(&accts[from], |b| *b -= amount)?;
+    tx.modify(&accts[to], |b| *b += amount)?;
+    if let Some((run, thread)) = count {
+        tx.modify(&counter(run, thread), |n| *n += 1)?;
+    }
+    Ok(())
+}
+
+/// Registers the load's procedures (every node of a cluster registers the same).
+pub fn register(procedures: &Procedures) -> Result<(), RegisterError> {
+    procedures.register(TRANSFER, ProcedureKind::Update, transfer)
 }
 
 /// Runs the transaction until it commits or the load stops; failures (an unreachable peer,
@@ -177,7 +203,6 @@ impl BankLoad {
             let (node, stop, transfers, ready) =
                 (node.clone(), stop.clone(), transfers.clone(), ready.clone());
             handles.push(std::thread::spawn(move || {
-                let accts = accounts();
                 let mut rng = rand::rng();
                 while !ready.load(Ordering::Acquire) {
                     if stop.load(Ordering::Relaxed) {
@@ -189,15 +214,13 @@ impl BankLoad {
                     let from = rng.random_range(0..ACCOUNTS) as usize;
                     let to = (from + rng.random_range(1..ACCOUNTS) as usize) % ACCOUNTS as usize;
                     let amount = rng.random_range(1..=10);
+                    let args: TransferArgs = (from, to, amount, counting.then_some((run, thread)));
                     let done = until_done(&stop, "a transfer", || {
-                        node.tx().timeout(GIVE_UP).run(|tx| {
-                            tx.modify(&accts[from], |b| *b -= amount)?;
-                            tx.modify(&accts[to], |b| *b += amount)?;
-                            if counting {
-                                tx.modify(&counter(run, thread), |n| *n += 1)?;
-                            }
-                            Ok(())
-                        })
+                        if node.protocol() == Protocol::Active {
+                            node.invoke::<TransferArgs, ()>(TRANSFER, &args)
+                        } else {
+                            node.tx().timeout(GIVE_UP).run(|tx| transfer(tx, &args))
+                        }
                     });
                     if done.is_some() {
                         transfers.fetch_add(1, Ordering::Relaxed);

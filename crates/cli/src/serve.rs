@@ -61,7 +61,11 @@ async fn serve(settings: NodeSettings) -> Result<bool, String> {
     }
     let mut terminate =
         signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
-    let node = NodeRuntime::start_tcp(&settings)
+    // The binary's own procedures, the same on every node (under `active` every replica runs
+    // them): registered before the protocol starts.
+    let procedures = atomos::Procedures::new();
+    crate::bank_load::register(&procedures).map_err(|e| e.to_string())?;
+    let node = NodeRuntime::start_tcp_with(&settings, procedures)
         .await
         .map_err(|e| e.to_string())?;
     if let Some((addr, handle)) = metrics {
