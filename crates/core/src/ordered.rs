@@ -134,6 +134,12 @@ impl Engine {
         free_version(cell)
     }
 
+    /// Whether every `(key, version)` names the newest committed version of its key: the
+    /// certification rule.
+    pub fn version_of_all(&self, reads: &[(Key, u64)]) -> bool {
+        reads.iter().all(|(k, v)| self.version_of(k) == *v)
+    }
+
     /// The log position applied so far (see [`Engine::apply_certified`]).
     pub fn applied(&self) -> u64 {
         self.applied.load(Ordering::Acquire)
@@ -165,7 +171,7 @@ impl Engine {
         reads: &[(Key, u64)],
         writes: Vec<(Key, Option<Vec<u8>>)>,
     ) -> bool {
-        let current = reads.iter().all(|(k, v)| self.version_of(k) == *v);
+        let current = self.version_of_all(reads);
         if current {
             let writes = writes
                 .into_iter()

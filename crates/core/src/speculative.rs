@@ -482,11 +482,6 @@ impl Engine {
         }
     }
 
-    /// Whether every `(key, version)` names the newest committed version of its key.
-    pub fn version_of_all(&self, reads: &[(Key, u64)]) -> bool {
-        reads.iter().all(|(k, v)| self.version_of(k) == *v)
-    }
-
     /// The newest committed version of `key` (0: never written) and its value as tagged
     /// bytes (`None`: absent or deleted). Fails if the value cannot be encoded.
     pub fn newest_encoded(&self, key: &Key) -> Result<(u64, Option<Vec<u8>>), String> {
