@@ -41,6 +41,7 @@ use std::str::FromStr;
 
 use crate::disk::FsyncPolicy;
 use atomos_core::ContentionPolicy;
+use atomos_net::transport::is_client;
 use serde::Deserialize;
 
 use crate::node::Protocol;
@@ -276,7 +277,14 @@ pub fn load(
         Some((key, v)) => v
             .trim()
             .parse::<u64>()
-            .map_err(|_| invalid(&key, format!("{v:?} is not a node id (a whole number)")))?,
+            .ok()
+            .filter(|&id| !is_client(id))
+            .ok_or_else(|| {
+                invalid(
+                    &key,
+                    format!("{v:?} is not a node id (a whole number below 2^63)"),
+                )
+            })?,
         None => 0,
     };
     let listen = match pick("ATOMOS_LISTEN", "listen", file.listen) {
@@ -521,6 +529,12 @@ fn check_members(
     let mut seen: BTreeMap<u64, SocketAddr> = BTreeMap::new();
     let mut peers = Vec::new();
     for p in members {
+        if is_client(p.id) {
+            return Err(invalid(
+                "peers",
+                format!("{} is not a node id (ids of members are below 2^63)", p.id),
+            ));
+        }
         if seen.insert(p.id, p.address).is_some() {
             return Err(invalid(
                 "peers",

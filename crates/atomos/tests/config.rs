@@ -103,6 +103,21 @@ fn bad_values_name_their_key() {
         key_of(load(None, env(&[("ATOMOS_NODE_ID", "-3")])).unwrap_err()),
         "ATOMOS_NODE_ID"
     );
+    // Ids with the top bit set belong to clients.
+    assert_eq!(
+        key_of(load(None, env(&[("ATOMOS_NODE_ID", "9223372036854775808")])).unwrap_err()),
+        "ATOMOS_NODE_ID"
+    );
+    assert_eq!(
+        key_of(
+            load(
+                None,
+                env(&[("ATOMOS_PEERS", "9223372036854775809=127.0.0.1:7000")])
+            )
+            .unwrap_err()
+        ),
+        "peers"
+    );
     assert_eq!(
         key_of(load(None, env(&[("ATOMOS_LOG_LEVEL", "loud")])).unwrap_err()),
         "ATOMOS_LOG_LEVEL"

@@ -10,12 +10,22 @@ use parking_lot::RwLock;
 /// A node's id within its cluster.
 pub use atomos_seam::NodeId;
 
+/// The bit that marks a client's id: a client (a program that connects to a cluster with its
+/// secret and is no member of it) has an id with this bit set, and a member never does, so
+/// neither can pass for the other.
+pub const CLIENT_BIT: NodeId = 1 << 63;
+
+/// Whether `id` is a client's id (see [`CLIENT_BIT`]).
+pub fn is_client(id: NodeId) -> bool {
+    id & CLIENT_BIT != 0
+}
+
 /// Why a message was not accepted for sending. A message that was accepted can still be lost
 /// (a connection breaks, a fault rule drops it): transports deliver at most once.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
-    /// The receiver is not a member of this cluster.
-    #[error("node {0} is not a member of this cluster")]
+    /// The receiver is not a member of this cluster (nor a client connected now).
+    #[error("node {0} is not a member of this cluster nor a connected client")]
     UnknownPeer(NodeId),
     /// Too many bytes are already waiting for this peer (it is slow or unreachable).
     #[error("{queued} bytes are already waiting for node {peer} (limit {limit})")]

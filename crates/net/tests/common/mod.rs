@@ -39,8 +39,23 @@ pub fn config(id: NodeId, secret: &str, peers: &[(NodeId, SocketAddr)]) -> TcpCo
 
 /// Starts a node that answers `Ping(n)` with `Pong(n)` and reports one-way notes and link changes.
 pub fn start(cfg: TcpConfig, listener: TcpListener) -> TestNode {
-    let (rpc, mut inbox) = Rpc::<Msg>::new();
+    let (rpc, inbox) = Rpc::<Msg>::new();
     let transport = Arc::new(TcpTransport::start(cfg, listener, rpc.deliverer()).unwrap());
+    serve(rpc, inbox, transport)
+}
+
+/// Starts a client (its id has the client bit) that answers and reports as [`start`]'s nodes.
+pub fn start_client(cfg: TcpConfig) -> TestNode {
+    let (rpc, inbox) = Rpc::<Msg>::new();
+    let transport = Arc::new(TcpTransport::connect(cfg, rpc.deliverer()).unwrap());
+    serve(rpc, inbox, transport)
+}
+
+fn serve(
+    rpc: Rpc<Msg>,
+    mut inbox: mpsc::UnboundedReceiver<Inbound<Msg>>,
+    transport: Arc<TcpTransport<Envelope<Msg>>>,
+) -> TestNode {
     rpc.attach(transport.clone());
     let (notes_tx, notes) = mpsc::unbounded_channel();
     let (links_tx, links) = mpsc::unbounded_channel();

@@ -18,31 +18,39 @@
 //!   with the reason; nothing of a damaged record is delivered.
 //! - Messages are delivered at most once: bytes queued or in flight when a connection breaks
 //!   are lost, and protocols above recover.
+//! - **Clients**: a member also accepts connections from clients (ids with
+//!   [`CLIENT_BIT`] set, authenticated with the same secret) unless
+//!   [`TcpConfig::accept_clients`] is off. A client's link lives as long as its connection:
+//!   sending to a client that is not connected fails with [`SendError::UnknownPeer`]. A client
+//!   runs [`TcpTransport::connect`]: it listens nowhere and dials every member.
+
+mod connection;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
-use tokio::time::{sleep, sleep_until, timeout, Instant};
+use tokio::time::{sleep, timeout, Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::counters::{connection_event, LinkCounters};
-use crate::frame::{Decoder, DEFAULT_MAX_FRAME};
-use crate::handshake::{Handshake, Identity, Progress, Role, MAX_HANDSHAKE_FRAME};
-use crate::secure::{Opener, Sealer, MAX_RECORD};
-use crate::transport::{Deliver, FaultRules, NodeId, SendError, Transport, Verdict};
+use crate::frame::DEFAULT_MAX_FRAME;
+use crate::handshake::Identity;
+use crate::transport::{
+    is_client, Deliver, FaultRules, NodeId, SendError, Transport, Verdict, CLIENT_BIT,
+};
 use crate::wire;
+use connection::{open_connection, run_connection};
 
 /// What travels in one frame of an established TCP connection (inside sealed records).
 #[derive(Debug, Serialize, Deserialize)]
@@ -76,12 +84,14 @@ pub struct TcpConfig {
     pub max_backlog: usize,
     /// Accepted connections that may be handshaking at once; more are closed unanswered.
     pub max_pending_handshakes: usize,
+    /// Whether clients (ids with [`CLIENT_BIT`] set, holding the cluster secret) may connect.
+    pub accept_clients: bool,
 }
 
 impl TcpConfig {
     /// Defaults: 16 MiB frames, keep-alive every 500 ms, dead after 3 s of silence, 3 s to
     /// handshake, re-dial after 20 ms doubling up to 1 s, 64 MiB of backlog per peer, 64
-    /// connections handshaking at once.
+    /// connections handshaking at once, clients accepted.
     pub fn new(identity: Identity, peers: Vec<(NodeId, SocketAddr)>) -> TcpConfig {
         TcpConfig {
             identity,
@@ -94,6 +104,7 @@ impl TcpConfig {
             reconnect_max: Duration::from_secs(1),
             max_backlog: 64 << 20,
             max_pending_handshakes: 64,
+            accept_clients: true,
         }
     }
 }
@@ -107,6 +118,8 @@ struct Shared<M> {
     cfg: TcpConfig,
     local_addr: SocketAddr,
     links: HashMap<NodeId, Arc<Link>>,
+    /// The clients connected now, each with the link of its current connection.
+    clients: Mutex<HashMap<NodeId, Arc<Link>>>,
     deliver: Arc<dyn Deliver<M>>,
     faults: FaultRules,
     stop: CancellationToken,
@@ -176,31 +189,17 @@ where
         deliver: Arc<dyn Deliver<M>>,
     ) -> io::Result<TcpTransport<M>> {
         let me = cfg.identity.node();
-        let links = cfg
-            .peers
-            .iter()
-            .filter(|(id, _)| *id != me)
-            .map(|&(peer, addr)| {
-                let link = Link {
-                    peer,
-                    addr,
-                    outbox: Mutex::new(Outbox::default()),
-                    wake: Notify::new(),
-                    current: Mutex::new(None),
-                    generation: AtomicU64::new(0),
-                    counters: LinkCounters::new(me, peer),
-                };
-                (peer, Arc::new(link))
-            })
-            .collect();
-        let shared = Arc::new(Shared {
-            local_addr: listener.local_addr()?,
-            cfg,
-            links,
-            deliver,
-            faults: FaultRules::default(),
-            stop: CancellationToken::new(),
-        });
+        if is_client(me) {
+            return Err(invalid(format!(
+                "node id {me} has the client bit set: a member's id must be below {CLIENT_BIT}"
+            )));
+        }
+        if let Some((peer, _)) = cfg.peers.iter().find(|(id, _)| is_client(*id)) {
+            return Err(invalid(format!(
+                "member id {peer} has the client bit set: a member's id must be below {CLIENT_BIT}"
+            )));
+        }
+        let shared = Shared::new(cfg, listener.local_addr()?, deliver);
         tokio::spawn(accept_loop(shared.clone(), listener));
         for link in shared.links.values() {
             if link.peer > me {
@@ -210,7 +209,25 @@ where
         Ok(TcpTransport { shared })
     }
 
-    /// The address this node listens on.
+    /// A client's transport: it listens nowhere and dials every member of `cfg.peers`, whose
+    /// messages it hands to `deliver`. The identity's id must have [`CLIENT_BIT`] set. Must be
+    /// called inside a tokio runtime.
+    pub fn connect(cfg: TcpConfig, deliver: Arc<dyn Deliver<M>>) -> io::Result<TcpTransport<M>> {
+        let me = cfg.identity.node();
+        if !is_client(me) {
+            return Err(invalid(format!(
+                "client id {me} lacks the client bit ({CLIENT_BIT})"
+            )));
+        }
+        let nowhere = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+        let shared = Shared::new(cfg, nowhere, deliver);
+        for link in shared.links.values() {
+            tokio::spawn(dial_loop(shared.clone(), link.clone()));
+        }
+        Ok(TcpTransport { shared })
+    }
+
+    /// The address this node listens on (unspecified, port 0, for a client's transport).
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.local_addr
     }
@@ -241,7 +258,15 @@ where
         if s.stop.is_cancelled() {
             return Err(SendError::Closed);
         }
-        let link = s.links.get(&to).ok_or(SendError::UnknownPeer(to))?;
+        let client_link;
+        let link = match s.links.get(&to) {
+            Some(link) => link,
+            None if is_client(to) => {
+                client_link = s.clients.lock().get(&to).cloned();
+                client_link.as_ref().ok_or(SendError::UnknownPeer(to))?
+            }
+            None => return Err(SendError::UnknownPeer(to)),
+        };
         let delay = match s.faults.outgoing(to) {
             Verdict::Drop => return Ok(()),
             Verdict::Delay(d) => Some(d),
@@ -297,6 +322,84 @@ where
 /// Why a connection could not be opened or was closed.
 type Reason = String;
 
+fn invalid(reason: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, reason)
+}
+
+impl Link {
+    fn new(peer: NodeId, addr: SocketAddr, counters: LinkCounters) -> Link {
+        Link {
+            peer,
+            addr,
+            outbox: Mutex::new(Outbox::default()),
+            wake: Notify::new(),
+            current: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            counters,
+        }
+    }
+}
+
+impl<M> Shared<M> {
+    fn new(cfg: TcpConfig, local_addr: SocketAddr, deliver: Arc<dyn Deliver<M>>) -> Arc<Self> {
+        let me = cfg.identity.node();
+        let links = cfg
+            .peers
+            .iter()
+            .filter(|(id, _)| *id != me)
+            .map(|&(peer, addr)| {
+                (
+                    peer,
+                    Arc::new(Link::new(peer, addr, LinkCounters::new(me, peer))),
+                )
+            })
+            .collect();
+        Arc::new(Shared {
+            local_addr,
+            cfg,
+            links,
+            clients: Mutex::new(HashMap::new()),
+            deliver,
+            faults: FaultRules::default(),
+            stop: CancellationToken::new(),
+        })
+    }
+
+    /// Whether a connection from `peer`, authenticated with the secret, may be used: a member
+    /// always; a client only by a member that accepts clients, on a connection it accepted.
+    fn admits(&self, peer: NodeId, accepted: bool) -> bool {
+        self.links.contains_key(&peer)
+            || (accepted
+                && is_client(peer)
+                && self.cfg.accept_clients
+                && !is_client(self.cfg.identity.node()))
+    }
+
+    /// A fresh link for client `peer`'s new connection; an older connection of the same
+    /// client is closed (the client re-connected).
+    fn client_connected(&self, peer: NodeId, from: SocketAddr) -> Arc<Link> {
+        let me = self.cfg.identity.node();
+        let link = Arc::new(Link::new(peer, from, LinkCounters::for_clients(me)));
+        if let Some(old) = self.clients.lock().insert(peer, link.clone()) {
+            if let Some((_, conn)) = old.current.lock().take() {
+                conn.cancel();
+            }
+        }
+        link
+    }
+
+    /// Forgets client `link` once its connection ended (unless a newer one replaced it).
+    fn client_gone(&self, link: &Arc<Link>) {
+        let mut clients = self.clients.lock();
+        if clients
+            .get(&link.peer)
+            .is_some_and(|l| Arc::ptr_eq(l, link))
+        {
+            clients.remove(&link.peer);
+        }
+    }
+}
+
 async fn accept_loop<M>(shared: Arc<Shared<M>>, listener: TcpListener)
 where
     M: Serialize + DeserializeOwned + Send + 'static,
@@ -332,10 +435,15 @@ where
             .unwrap_or_else(|_| Err(("handshake timed out".to_string(), None)));
             drop(permit);
             match opened {
-                Ok(opened) => {
-                    let link = shared.links[&opened.peer].clone();
-                    run_connection(&shared, &link, opened).await;
-                }
+                Ok(opened) => match shared.links.get(&opened.peer) {
+                    Some(link) => run_connection(&shared, link, opened).await,
+                    None => {
+                        // `open_connection` admits no other peer than a member or a client.
+                        let link = shared.client_connected(opened.peer, from);
+                        run_connection(&shared, &link, opened).await;
+                        shared.client_gone(&link);
+                    }
+                },
                 Err((reason, peer)) => {
                     warn!(node = me, peer = ?peer, %from, %reason, "refused an incoming connection");
                     connection_event(me, peer, "refused");
@@ -388,270 +496,4 @@ where
         }
         backoff = (backoff * 2).min(shared.cfg.reconnect_max);
     }
-}
-
-/// A connection whose peer is authenticated.
-struct Opened {
-    stream: TcpStream,
-    peer: NodeId,
-    sealer: Sealer,
-    opener: Opener,
-    /// Holds the sealed records that arrived with the end of the handshake.
-    records: Decoder,
-}
-
-/// Handshakes on a fresh stream. `expect` is the peer a dialler meant to reach. On refusal,
-/// returns the reason and, when the handshake itself refused, the peer it refused (or the
-/// expected one).
-async fn open_connection<M>(
-    shared: &Shared<M>,
-    mut stream: TcpStream,
-    expect: Option<NodeId>,
-) -> Result<Opened, (Reason, Option<NodeId>)>
-where
-    M: Serialize + DeserializeOwned + Send + 'static,
-{
-    let io_err = |e: io::Error| (format!("connection failed during the handshake: {e}"), None);
-    stream.set_nodelay(true).map_err(io_err)?;
-    let role = match expect {
-        Some(_) => Role::Initiator,
-        None => Role::Responder,
-    };
-    let mut out = Vec::new();
-    let mut handshake = Handshake::start(shared.cfg.identity.clone(), role, &mut out);
-    if let Some(peer) = expect {
-        handshake.expect_peer(peer);
-    }
-    stream.write_all(&out).await.map_err(io_err)?;
-    let mut records = Decoder::new(MAX_HANDSHAKE_FRAME);
-    let mut buf = [0u8; 1024];
-    let refused = |reason: String, peer: Option<NodeId>| (reason, peer.or(expect));
-    loop {
-        while let Some(payload) = records
-            .next_frame()
-            .map_err(|e| refused(format!("bad frame during the handshake: {e}"), None))?
-        {
-            out.clear();
-            let progress = handshake
-                .step(payload, &mut out)
-                .map_err(|refusal| refused(refusal.to_string(), None))?;
-            if !out.is_empty() {
-                stream.write_all(&out).await.map_err(io_err)?;
-            }
-            if let Progress::Established {
-                peer,
-                sealer,
-                opener,
-            } = progress
-            {
-                if !shared.links.contains_key(&peer) {
-                    return Err(refused(
-                        format!("node {peer} is not a member of this cluster"),
-                        Some(peer),
-                    ));
-                }
-                if expect.is_some_and(|e| e != peer) {
-                    return Err(refused(
-                        format!("expected node {expect:?} at this address, found {peer}"),
-                        Some(peer),
-                    ));
-                }
-                records.set_max_frame(MAX_RECORD);
-                return Ok(Opened {
-                    stream,
-                    peer,
-                    sealer,
-                    opener,
-                    records,
-                });
-            }
-        }
-        let n = stream.read(&mut buf).await.map_err(io_err)?;
-        if n == 0 {
-            let reason = match role {
-                Role::Initiator => {
-                    "the peer closed the connection during the handshake (a peer that does \
-                     not share this node's cluster secret closes it so)"
-                }
-                Role::Responder => "the peer closed the connection during the handshake",
-            };
-            return Err(refused(reason.into(), None));
-        }
-        records.push(&buf[..n]);
-    }
-}
-
-/// Runs an established connection until it fails, is replaced, or the transport stops.
-async fn run_connection<M>(shared: &Shared<M>, link: &Arc<Link>, opened: Opened)
-where
-    M: Serialize + DeserializeOwned + Send + 'static,
-{
-    let me = shared.cfg.identity.node();
-    let conn = shared.stop.child_token();
-    let generation = link.generation.fetch_add(1, Ordering::AcqRel) + 1;
-    if let Some((_, old)) = link.current.lock().replace((generation, conn.clone())) {
-        old.cancel();
-    }
-    info!(node = me, peer = link.peer, "link up");
-    connection_event(me, Some(link.peer), "up");
-    shared.deliver.link(link.peer, true);
-
-    let (rd, wr) = opened.stream.into_split();
-    let writer = tokio::spawn(write_loop(
-        link.clone(),
-        wr,
-        opened.sealer,
-        conn.clone(),
-        shared.cfg.keepalive,
-        shared.cfg.max_frame,
-    ));
-    let reason = read_loop(shared, link, rd, opened.opener, opened.records, &conn).await;
-    conn.cancel();
-    let reason = match writer.await {
-        Ok(Err(e)) => format!("write failed: {e}"),
-        _ => reason,
-    };
-    let mut current = link.current.lock();
-    if current.as_ref().is_some_and(|(g, _)| *g == generation) {
-        *current = None;
-        drop(current);
-        if shared.stop.is_cancelled() {
-            debug!(node = me, peer = link.peer, "link closed at shutdown");
-        } else {
-            warn!(node = me, peer = link.peer, %reason, "link down");
-            connection_event(me, Some(link.peer), "down");
-        }
-        shared.deliver.link(link.peer, false);
-    }
-}
-
-async fn write_loop(
-    link: Arc<Link>,
-    mut wr: OwnedWriteHalf,
-    mut sealer: Sealer,
-    conn: CancellationToken,
-    keepalive: Duration,
-    max_frame: usize,
-) -> io::Result<()> {
-    let mut batch: Vec<u8> = Vec::with_capacity(64 << 10);
-    let mut sealed: Vec<u8> = Vec::with_capacity(64 << 10);
-    let mut last_write = Instant::now();
-    loop {
-        let next_due = {
-            let mut outbox = link.outbox.lock();
-            let next_due = outbox.release_due(Instant::now());
-            std::mem::swap(&mut outbox.ready, &mut batch);
-            next_due
-        };
-        if !batch.is_empty() {
-            sealed.clear();
-            sealer
-                .seal(&batch, &mut sealed)
-                .map_err(|e| io::Error::other(e.to_string()))?;
-            tokio::select! {
-                _ = conn.cancelled() => return Ok(()),
-                written = wr.write_all(&sealed) => written?,
-            }
-            link.counters.sent_bytes.increment(sealed.len() as u64);
-            batch.clear();
-            if batch.capacity() > 4 << 20 {
-                batch = Vec::with_capacity(64 << 10);
-                sealed = Vec::with_capacity(64 << 10);
-            }
-            last_write = Instant::now();
-            continue;
-        }
-        let idle_until = last_write + keepalive;
-        let wake_at = next_due.map_or(idle_until, |d| d.min(idle_until));
-        tokio::select! {
-            _ = conn.cancelled() => return Ok(()),
-            _ = link.wake.notified() => {}
-            _ = sleep_until(wake_at) => {
-                if Instant::now() >= idle_until {
-                    let mut outbox = link.outbox.lock();
-                    // A keep-alive cannot fail to encode: it is a unit variant.
-                    let _ = wire::encode(&LinkFrame::<()>::KeepAlive, max_frame, &mut outbox.ready);
-                }
-            }
-        }
-    }
-}
-
-/// Reads and delivers until the connection ends; returns why it ended.
-async fn read_loop<M>(
-    shared: &Shared<M>,
-    link: &Link,
-    mut rd: OwnedReadHalf,
-    mut opener: Opener,
-    mut records: Decoder,
-    conn: &CancellationToken,
-) -> Reason
-where
-    M: Serialize + DeserializeOwned + Send + 'static,
-{
-    let mut buf = vec![0u8; 64 << 10];
-    let mut frames = Decoder::new(shared.cfg.max_frame);
-    let mut plain = Vec::with_capacity(MAX_RECORD);
-    loop {
-        loop {
-            let record = match records.next_frame() {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(e) => return format!("bad record: {e}"),
-            };
-            plain.clear();
-            if let Err(e) = opener.open(record, &mut plain) {
-                return e.to_string();
-            }
-            frames.push(&plain);
-            if let Err(reason) = deliver_frames(shared, link, &mut frames) {
-                return reason;
-            }
-        }
-        let read = tokio::select! {
-            _ = conn.cancelled() => return "closed".into(),
-            read = timeout(shared.cfg.dead_after, rd.read(&mut buf)) => read,
-        };
-        match read {
-            Err(_) => {
-                return format!(
-                    "peer silent for {} ms, declared dead",
-                    shared.cfg.dead_after.as_millis()
-                )
-            }
-            Ok(Err(e)) => return format!("read failed: {e}"),
-            Ok(Ok(0)) => {
-                let ended = records.finish().map_err(|e| format!("in a record: {e}"));
-                let ended = ended.and_then(|()| frames.finish().map_err(|e| e.to_string()));
-                return match ended {
-                    Ok(()) => "the peer closed the connection".into(),
-                    Err(e) => format!("the peer closed the connection: {e}"),
-                };
-            }
-            Ok(Ok(n)) => {
-                link.counters.received_bytes.increment(n as u64);
-                records.push(&buf[..n]);
-            }
-        }
-    }
-}
-
-/// Delivers the whole frames of opened plaintext; an error is why the connection must close.
-fn deliver_frames<M>(shared: &Shared<M>, link: &Link, frames: &mut Decoder) -> Result<(), Reason>
-where
-    M: Serialize + DeserializeOwned + Send + 'static,
-{
-    while let Some(payload) = frames.next_frame().map_err(|e| format!("bad frame: {e}"))? {
-        match wire::decode::<LinkFrame<M>>(payload) {
-            Ok(LinkFrame::App(msg)) => {
-                link.counters.received_messages.increment(1);
-                if !shared.faults.refuse_incoming(link.peer) {
-                    shared.deliver.message(link.peer, msg);
-                }
-            }
-            Ok(LinkFrame::KeepAlive) => {}
-            Err(e) => return Err(format!("bad message: {e}")),
-        }
-    }
-    Ok(())
 }

@@ -1,0 +1,298 @@
+//! One established connection: the handshake that opens it, then a reader and a writer
+//! until it fails, is replaced, or the transport stops.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::time::{sleep_until, timeout, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{Link, LinkFrame, Reason, Shared};
+use crate::counters::connection_event;
+use crate::frame::Decoder;
+use crate::handshake::{Handshake, Progress, Role, MAX_HANDSHAKE_FRAME};
+use crate::secure::{Opener, Sealer, MAX_RECORD};
+use crate::transport::NodeId;
+use crate::wire;
+
+/// A connection whose peer is authenticated.
+pub(super) struct Opened {
+    stream: TcpStream,
+    pub(super) peer: NodeId,
+    sealer: Sealer,
+    opener: Opener,
+    /// Holds the sealed records that arrived with the end of the handshake.
+    records: Decoder,
+}
+
+/// Handshakes on a fresh stream. `expect` is the peer a dialler meant to reach. On refusal,
+/// returns the reason and, when the handshake itself refused, the peer it refused (or the
+/// expected one).
+pub(super) async fn open_connection<M>(
+    shared: &Shared<M>,
+    mut stream: TcpStream,
+    expect: Option<NodeId>,
+) -> Result<Opened, (Reason, Option<NodeId>)>
+where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
+    let io_err = |e: io::Error| (format!("connection failed during the handshake: {e}"), None);
+    stream.set_nodelay(true).map_err(io_err)?;
+    let role = match expect {
+        Some(_) => Role::Initiator,
+        None => Role::Responder,
+    };
+    let mut out = Vec::new();
+    let mut handshake = Handshake::start(shared.cfg.identity.clone(), role, &mut out);
+    if let Some(peer) = expect {
+        handshake.expect_peer(peer);
+    }
+    stream.write_all(&out).await.map_err(io_err)?;
+    let mut records = Decoder::new(MAX_HANDSHAKE_FRAME);
+    let mut buf = [0u8; 1024];
+    let refused = |reason: String, peer: Option<NodeId>| (reason, peer.or(expect));
+    loop {
+        while let Some(payload) = records
+            .next_frame()
+            .map_err(|e| refused(format!("bad frame during the handshake: {e}"), None))?
+        {
+            out.clear();
+            let progress = handshake
+                .step(payload, &mut out)
+                .map_err(|refusal| refused(refusal.to_string(), None))?;
+            if !out.is_empty() {
+                stream.write_all(&out).await.map_err(io_err)?;
+            }
+            if let Progress::Established {
+                peer,
+                sealer,
+                opener,
+            } = progress
+            {
+                if !shared.admits(peer, role == Role::Responder) {
+                    return Err(refused(
+                        format!("node {peer} is not a member of this cluster"),
+                        Some(peer),
+                    ));
+                }
+                if expect.is_some_and(|e| e != peer) {
+                    return Err(refused(
+                        format!("expected node {expect:?} at this address, found {peer}"),
+                        Some(peer),
+                    ));
+                }
+                records.set_max_frame(MAX_RECORD);
+                return Ok(Opened {
+                    stream,
+                    peer,
+                    sealer,
+                    opener,
+                    records,
+                });
+            }
+        }
+        let n = stream.read(&mut buf).await.map_err(io_err)?;
+        if n == 0 {
+            let reason = match role {
+                Role::Initiator => {
+                    "the peer closed the connection during the handshake (a peer that does \
+                     not share this node's cluster secret closes it so)"
+                }
+                Role::Responder => "the peer closed the connection during the handshake",
+            };
+            return Err(refused(reason.into(), None));
+        }
+        records.push(&buf[..n]);
+    }
+}
+
+/// Runs an established connection until it fails, is replaced, or the transport stops.
+pub(super) async fn run_connection<M>(shared: &Shared<M>, link: &Arc<Link>, opened: Opened)
+where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
+    let me = shared.cfg.identity.node();
+    let conn = shared.stop.child_token();
+    let generation = link.generation.fetch_add(1, Ordering::AcqRel) + 1;
+    if let Some((_, old)) = link.current.lock().replace((generation, conn.clone())) {
+        old.cancel();
+    }
+    // A client comes and goes as it pleases: its links are logged at debug level.
+    let client = crate::transport::is_client(link.peer);
+    if client {
+        debug!(node = me, client = link.peer, "client connected");
+    } else {
+        info!(node = me, peer = link.peer, "link up");
+    }
+    connection_event(me, Some(link.peer), "up");
+    shared.deliver.link(link.peer, true);
+
+    let (rd, wr) = opened.stream.into_split();
+    let writer = tokio::spawn(write_loop(
+        link.clone(),
+        wr,
+        opened.sealer,
+        conn.clone(),
+        shared.cfg.keepalive,
+        shared.cfg.max_frame,
+    ));
+    let reason = read_loop(shared, link, rd, opened.opener, opened.records, &conn).await;
+    conn.cancel();
+    let reason = match writer.await {
+        Ok(Err(e)) => format!("write failed: {e}"),
+        _ => reason,
+    };
+    let mut current = link.current.lock();
+    if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+        *current = None;
+        drop(current);
+        if shared.stop.is_cancelled() {
+            debug!(node = me, peer = link.peer, "link closed at shutdown");
+        } else if client {
+            debug!(node = me, client = link.peer, %reason, "client disconnected");
+        } else {
+            warn!(node = me, peer = link.peer, %reason, "link down");
+            connection_event(me, Some(link.peer), "down");
+        }
+        shared.deliver.link(link.peer, false);
+    }
+}
+
+async fn write_loop(
+    link: Arc<Link>,
+    mut wr: OwnedWriteHalf,
+    mut sealer: Sealer,
+    conn: CancellationToken,
+    keepalive: Duration,
+    max_frame: usize,
+) -> io::Result<()> {
+    let mut batch: Vec<u8> = Vec::with_capacity(64 << 10);
+    let mut sealed: Vec<u8> = Vec::with_capacity(64 << 10);
+    let mut last_write = Instant::now();
+    loop {
+        let next_due = {
+            let mut outbox = link.outbox.lock();
+            let next_due = outbox.release_due(Instant::now());
+            std::mem::swap(&mut outbox.ready, &mut batch);
+            next_due
+        };
+        if !batch.is_empty() {
+            sealed.clear();
+            sealer
+                .seal(&batch, &mut sealed)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            tokio::select! {
+                _ = conn.cancelled() => return Ok(()),
+                written = wr.write_all(&sealed) => written?,
+            }
+            link.counters.sent_bytes.increment(sealed.len() as u64);
+            batch.clear();
+            if batch.capacity() > 4 << 20 {
+                batch = Vec::with_capacity(64 << 10);
+                sealed = Vec::with_capacity(64 << 10);
+            }
+            last_write = Instant::now();
+            continue;
+        }
+        let idle_until = last_write + keepalive;
+        let wake_at = next_due.map_or(idle_until, |d| d.min(idle_until));
+        tokio::select! {
+            _ = conn.cancelled() => return Ok(()),
+            _ = link.wake.notified() => {}
+            _ = sleep_until(wake_at) => {
+                if Instant::now() >= idle_until {
+                    let mut outbox = link.outbox.lock();
+                    // A keep-alive cannot fail to encode: it is a unit variant.
+                    let _ = wire::encode(&LinkFrame::<()>::KeepAlive, max_frame, &mut outbox.ready);
+                }
+            }
+        }
+    }
+}
+
+/// Reads and delivers until the connection ends; returns why it ended.
+async fn read_loop<M>(
+    shared: &Shared<M>,
+    link: &Link,
+    mut rd: OwnedReadHalf,
+    mut opener: Opener,
+    mut records: Decoder,
+    conn: &CancellationToken,
+) -> Reason
+where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
+    let mut buf = vec![0u8; 64 << 10];
+    let mut frames = Decoder::new(shared.cfg.max_frame);
+    let mut plain = Vec::with_capacity(MAX_RECORD);
+    loop {
+        loop {
+            let record = match records.next_frame() {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => return format!("bad record: {e}"),
+            };
+            plain.clear();
+            if let Err(e) = opener.open(record, &mut plain) {
+                return e.to_string();
+            }
+            frames.push(&plain);
+            if let Err(reason) = deliver_frames(shared, link, &mut frames) {
+                return reason;
+            }
+        }
+        let read = tokio::select! {
+            _ = conn.cancelled() => return "closed".into(),
+            read = timeout(shared.cfg.dead_after, rd.read(&mut buf)) => read,
+        };
+        match read {
+            Err(_) => {
+                return format!(
+                    "peer silent for {} ms, declared dead",
+                    shared.cfg.dead_after.as_millis()
+                )
+            }
+            Ok(Err(e)) => return format!("read failed: {e}"),
+            Ok(Ok(0)) => {
+                let ended = records.finish().map_err(|e| format!("in a record: {e}"));
+                let ended = ended.and_then(|()| frames.finish().map_err(|e| e.to_string()));
+                return match ended {
+                    Ok(()) => "the peer closed the connection".into(),
+                    Err(e) => format!("the peer closed the connection: {e}"),
+                };
+            }
+            Ok(Ok(n)) => {
+                link.counters.received_bytes.increment(n as u64);
+                records.push(&buf[..n]);
+            }
+        }
+    }
+}
+
+/// Delivers the whole frames of opened plaintext; an error is why the connection must close.
+fn deliver_frames<M>(shared: &Shared<M>, link: &Link, frames: &mut Decoder) -> Result<(), Reason>
+where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
+    while let Some(payload) = frames.next_frame().map_err(|e| format!("bad frame: {e}"))? {
+        match wire::decode::<LinkFrame<M>>(payload) {
+            Ok(LinkFrame::App(msg)) => {
+                link.counters.received_messages.increment(1);
+                if !shared.faults.refuse_incoming(link.peer) {
+                    shared.deliver.message(link.peer, msg);
+                }
+            }
+            Ok(LinkFrame::KeepAlive) => {}
+            Err(e) => return Err(format!("bad message: {e}")),
+        }
+    }
+    Ok(())
+}
