@@ -29,6 +29,8 @@
 #![deny(missing_docs)]
 
 mod certify;
+mod client;
+mod client_service;
 mod cluster;
 pub mod config;
 pub mod disk;
@@ -58,6 +60,8 @@ pub use atomos_order as order;
 /// Distributed protocols as deterministic state machines (re-exported from `atomos-protocols`).
 pub use atomos_protocols as protocols;
 pub use certify::{CertifyOptions, DEFAULT_COMMIT_LIMIT};
+pub use client::{Client, ClientConfig, ClientError};
+pub use client_service::Refusal;
 pub use cluster::{Cluster, ClusterError};
 pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};
 pub use runtime::{NodeMsg, NodeRuntime, PeerState, RuntimeError};

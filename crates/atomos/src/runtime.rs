@@ -10,10 +10,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use atomos_core::ProcedureKind;
 use atomos_net::handshake::Identity;
 use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
-use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
+use atomos_net::transport::{is_client, Deliver, FaultRules, NodeId, SendError, Transport};
 use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig, StateMachine};
 use atomos_protocols::replicated::{node_bits, Answer, Entry, ReplicatedStore};
 use atomos_protocols::tfa::{TfaConfig, TfaMsg};
@@ -24,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::certify::{CertifyOptions, CertifySink};
+use crate::client_service::{ClientService, Refusal};
 use crate::config::NodeSettings;
 use crate::disk::FsyncPolicy;
 use crate::health::Health;
@@ -42,6 +44,26 @@ pub enum NodeMsg {
     Order(OrderMsg),
     /// A message of the TFA protocol.
     Tfa(TfaMsg),
+    // Variants added later come last: the encoding numbers variants in order.
+    /// A client asks what the node offers; answered with [`NodeMsg::Catalog`].
+    Describe,
+    /// The node's protocol and its procedures, by name, with their kinds.
+    Catalog {
+        /// The protocol the node runs (`local`, `tfa`, `certify`, `active`).
+        protocol: String,
+        /// Each registered procedure and whether it writes.
+        procedures: Vec<(String, ProcedureKind)>,
+    },
+    /// A client's read-only procedure, run on the receiver from a snapshot; answered with
+    /// [`NodeMsg::QueryAnswer`].
+    Query {
+        /// The procedure's name.
+        procedure: String,
+        /// Its encoded arguments.
+        arguments: Vec<u8>,
+    },
+    /// The encoded result of a [`NodeMsg::Query`], or why it did not run.
+    QueryAnswer(Result<Vec<u8>, Refusal>),
 }
 
 /// Why a node could not start.
@@ -403,9 +425,14 @@ impl NodeRuntime {
         let stop = CancellationToken::new();
         let order_inbox = Arc::new(OnceLock::new());
         let tfa = Arc::new(OnceLock::new());
+        let clients = ClientService {
+            node: node.clone(),
+            rpc: rpc.clone(),
+        };
         tokio::spawn(serve(
             id,
             inbox,
+            clients,
             order_inbox.clone(),
             tfa.clone(),
             stop.clone(),
@@ -484,6 +511,7 @@ async fn ping(rpc: &Rpc<NodeMsg>, peer: NodeId, limit: Duration) -> Result<Durat
 async fn serve(
     id: NodeId,
     mut inbox: UnboundedReceiver<Inbound<NodeMsg>>,
+    clients: ClientService,
     order: Arc<OnceLock<Arc<dyn Deliver<OrderMsg>>>>,
     tfa: Arc<OnceLock<Arc<TfaDriver>>>,
     stop: CancellationToken,
@@ -504,6 +532,14 @@ async fn serve(
             } => {
                 let _ = reply.send(NodeMsg::Pong(t));
             }
+            Inbound::Message { from, msg } if is_client(from) => {
+                clients.message(from, msg, order.get())
+            }
+            Inbound::Request {
+                from,
+                msg: msg @ (NodeMsg::Describe | NodeMsg::Query { .. }),
+                reply,
+            } => clients.request(from, msg, reply),
             Inbound::Message {
                 from,
                 msg: NodeMsg::Order(msg),

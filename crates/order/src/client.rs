@@ -91,6 +91,11 @@ impl Client {
         self.id
     }
 
+    /// The replica the client sends to now: the first one, until one failed to answer in time.
+    pub fn target(&self) -> Option<Addr> {
+        self.replicas.get(self.target).copied()
+    }
+
     fn send_outstanding(&mut self, out: &mut Vec<ClientAction>) {
         if let (Some((req, sent)), Some(&to)) =
             (self.outstanding.as_mut(), self.replicas.get(self.target))

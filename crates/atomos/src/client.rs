@@ -1,0 +1,559 @@
+//! Remote clients (HiperTM 3.3): a program that is no member of a cluster connects to it over
+//! TCP with the cluster secret and invokes the procedures its nodes registered.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), atomos::ClientError> {
+//! use atomos::{Client, ClientConfig};
+//! let members = vec![(1, "10.0.0.1:7400".parse().unwrap()), (2, "10.0.0.2:7400".parse().unwrap())];
+//! let client = Client::connect(ClientConfig::new("bank", b"secret".to_vec(), members)).await?;
+//! let balance: i64 = client.invoke("balance", &"alice").await?;
+//! # Ok(()) }
+//! ```
+//!
+//! - **Update procedures** (under `active`) go through the order layer: the client numbers its
+//!   invocations (its id, then 1, 2, 3, ...), keeps one outstanding, sends it to its reference
+//!   replica, and re-sends it to the next member when no answer came within
+//!   [`ClientConfig::resend_after`]; the member it reached last stays its reference. The order
+//!   layer delivers each (id, number) at most once however often it is re-sent, and answers a
+//!   re-sent one that ran already with its recorded outcome: each invocation runs exactly once
+//!   and its result comes back once.
+//! - **Read-only procedures** run on one member from a snapshot (never ordered, never
+//!   aborted); a member that does not answer in time is replaced by the next.
+//! - Invocations from several tasks on one client wait their turn; a program that wants more
+//!   in flight opens more clients. An invocation that got no answer within
+//!   [`ClientConfig::limit`] fails with [`ClientError::OutcomeUnknown`] and stays outstanding:
+//!   it may still run, and the client's next invocations wait behind it.
+//! - A client's id is random and lives as long as the client: a new client (a restarted
+//!   program) starts a new sequence, so exactly-once holds within one client's life.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use atomos_core::{decode_result, encode_arguments, Outcome, ProcedureKind, TxError};
+use atomos_net::handshake::Identity;
+use atomos_net::rpc::{Inbound, Rpc, RpcError};
+use atomos_net::tcp::{TcpConfig, TcpTransport};
+use atomos_net::transport::{NodeId, Transport, CLIENT_BIT};
+use atomos_order::{ClientAction, ClientInput, OrderMsg};
+use atomos_protocols::replicated::{Answer, Entry};
+use parking_lot::RwLock;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{sleep, timeout, Instant};
+use tokio_util::sync::CancellationToken;
+
+use crate::client_service::Refusal;
+use crate::runtime::NodeMsg;
+
+/// How often the client's driver counts time for re-sends.
+const TICK: Duration = Duration::from_millis(10);
+
+/// How a client reaches its cluster. [`ClientConfig::new`] gives the defaults.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// The cluster's name.
+    pub cluster: String,
+    /// The cluster's secret (the one its members share).
+    pub secret: Vec<u8>,
+    /// The members: id and address of each.
+    pub members: Vec<(NodeId, SocketAddr)>,
+    /// The member tried first (`None`: one picked at random, which spreads clients).
+    pub reference: Option<NodeId>,
+    /// A member that did not answer within this long is replaced by the next.
+    pub resend_after: Duration,
+    /// How long one invocation (or connecting) may take before it fails.
+    pub limit: Duration,
+    /// Largest message accepted or sent, in bytes.
+    pub max_frame: usize,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("cluster", &self.cluster)
+            .field("secret", &"<hidden>")
+            .field("members", &self.members)
+            .field("reference", &self.reference)
+            .field("resend_after", &self.resend_after)
+            .field("limit", &self.limit)
+            .finish()
+    }
+}
+
+impl ClientConfig {
+    /// A client of `cluster` with `secret`, reaching `members`; re-sends after 500 ms, gives
+    /// up on an invocation after 10 s, 16 MiB messages.
+    pub fn new(
+        cluster: impl Into<String>,
+        secret: impl Into<Vec<u8>>,
+        members: Vec<(NodeId, SocketAddr)>,
+    ) -> ClientConfig {
+        ClientConfig {
+            cluster: cluster.into(),
+            secret: secret.into(),
+            members,
+            reference: None,
+            resend_after: Duration::from_millis(500),
+            limit: Duration::from_secs(10),
+            max_frame: atomos_net::frame::DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// Why a client could not connect, or an invocation did not return a result.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The configuration cannot work (no members, an empty secret, a bad id, ...).
+    #[error("bad client configuration: {0}")]
+    Config(String),
+    /// No member answered while connecting.
+    #[error("no member of the cluster answered within {0:?}")]
+    Unreachable(Duration),
+    /// No procedure of that name is registered on the cluster.
+    #[error("no procedure named {name:?} is registered on the cluster")]
+    NoSuchProcedure {
+        /// The name asked for.
+        name: String,
+    },
+    /// The arguments or the result do not fit the procedure's types.
+    #[error("procedure {name:?}: {reason}")]
+    Types {
+        /// The procedure.
+        name: String,
+        /// What did not fit.
+        reason: String,
+    },
+    /// The procedure ran and failed (its own error, or its transaction could not commit):
+    /// it wrote nothing.
+    #[error("procedure {name:?} failed: {reason}")]
+    Failed {
+        /// The procedure.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The cluster did not run the invocation (an update procedure on a cluster that does
+    /// not run `active`, and the like).
+    #[error("procedure {name:?} refused: {reason}")]
+    Refused {
+        /// The procedure.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// No answer came within the limit: an update may still run (it stays outstanding).
+    #[error("procedure {name:?}: no answer within {limit:?}; it may still run")]
+    OutcomeUnknown {
+        /// The procedure.
+        name: String,
+        /// The limit that passed.
+        limit: Duration,
+    },
+    /// The client was closed.
+    #[error("the client is closed")]
+    Closed,
+}
+
+impl ClientError {
+    fn from_refusal(name: &str, refusal: Refusal) -> ClientError {
+        let name = name.to_string();
+        match refusal {
+            Refusal::NoSuchProcedure(_) => ClientError::NoSuchProcedure { name },
+            Refusal::Types(reason) => ClientError::Types { name, reason },
+            Refusal::Failed(reason) => ClientError::Failed { name, reason },
+            Refusal::Refused(reason) => ClientError::Refused { name, reason },
+        }
+    }
+
+    fn from_tx(name: &str, e: TxError) -> ClientError {
+        match e {
+            TxError::ProcedureTypes { reason, .. } => ClientError::Types {
+                name: name.to_string(),
+                reason,
+            },
+            other => ClientError::Refused {
+                name: name.to_string(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+/// What the cluster offers, as the member that answered last described it.
+#[derive(Debug, Default)]
+struct Catalog {
+    protocol: String,
+    procedures: BTreeMap<String, ProcedureKind>,
+}
+
+/// An update invocation handed to the driver: its order-layer payload and who waits.
+type Submission = (Vec<u8>, oneshot::Sender<Vec<u8>>);
+
+/// A connection to a cluster that invokes its procedures. Cheap to share (`Arc`); dropping
+/// it (or [`Client::close`]) closes its connections.
+pub struct Client {
+    cfg: ClientConfig,
+    id: NodeId,
+    rpc: Rpc<NodeMsg>,
+    transport: Arc<TcpTransport<atomos_net::rpc::Envelope<NodeMsg>>>,
+    catalog: RwLock<Catalog>,
+    submissions: mpsc::UnboundedSender<Submission>,
+    /// Serializes update invocations, so each waits for its own answer in turn.
+    turn: tokio::sync::Mutex<()>,
+    /// The member update invocations go to now.
+    reference: Arc<AtomicU64>,
+    resends: Arc<AtomicU64>,
+    stop: CancellationToken,
+}
+
+impl Client {
+    /// Connects to the cluster and learns its procedures from the first member that answers.
+    /// Must be called inside a tokio runtime.
+    pub async fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
+        if cfg.members.is_empty() {
+            return Err(ClientError::Config("no members to connect to".into()));
+        }
+        if cfg.resend_after.is_zero() || cfg.limit.is_zero() {
+            return Err(ClientError::Config(
+                "resend_after and limit must be longer than zero".into(),
+            ));
+        }
+        let id = CLIENT_BIT | (rand::random::<u64>() >> 1);
+        let identity = Identity::new(cfg.cluster.clone(), id, cfg.secret.clone())
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+        let mut tcp = TcpConfig::new(identity, cfg.members.clone());
+        tcp.max_frame = cfg.max_frame;
+        let (rpc, inbox) = Rpc::new();
+        let transport = Arc::new(
+            TcpTransport::connect(tcp, rpc.deliverer())
+                .map_err(|e| ClientError::Config(e.to_string()))?,
+        );
+        rpc.attach(transport.clone());
+        let members: Vec<NodeId> = cfg.members.iter().map(|m| m.0).collect();
+        let first = match cfg.reference {
+            Some(r) => members.iter().position(|&m| m == r).ok_or_else(|| {
+                ClientError::Config(format!("reference {r} is not among the members"))
+            })?,
+            None => (rand::random::<u64>() % members.len() as u64) as usize,
+        };
+        let (submissions, submitted) = mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let client = Client {
+            id,
+            rpc: rpc.clone(),
+            transport,
+            catalog: RwLock::new(Catalog::default()),
+            submissions,
+            turn: tokio::sync::Mutex::new(()),
+            reference: Arc::new(AtomicU64::new(members[first])),
+            resends: Arc::new(AtomicU64::new(0)),
+            stop: stop.clone(),
+            cfg,
+        };
+        let answered = client.describe(first).await?;
+        // The member that answered is the reference, unless one was asked for.
+        let first = if client.cfg.reference.is_some() {
+            first
+        } else {
+            answered
+        };
+        client.reference.store(members[first], Ordering::Relaxed);
+        let resend_ticks = client
+            .cfg
+            .resend_after
+            .as_millis()
+            .div_ceil(TICK.as_millis()) as u64;
+        let order_client = atomos_order::Client::new(id, members, first, resend_ticks);
+        tokio::spawn(drive(
+            order_client,
+            rpc,
+            inbox,
+            submitted,
+            client.reference.clone(),
+            client.resends.clone(),
+            stop,
+        ));
+        Ok(client)
+    }
+
+    /// This client's id (the client bit set; unique with overwhelming probability).
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The member update invocations go to now.
+    pub fn reference(&self) -> NodeId {
+        self.reference.load(Ordering::Relaxed)
+    }
+
+    /// How many times an update invocation was re-sent to another member.
+    pub fn resends(&self) -> u64 {
+        self.resends.load(Ordering::Relaxed)
+    }
+
+    /// The protocol the cluster runs, as the member that answered last said.
+    pub fn protocol(&self) -> String {
+        self.catalog.read().protocol.clone()
+    }
+
+    /// Invokes procedure `name` with `args` and returns its result. An update procedure is
+    /// ordered and runs exactly once on every replica (the cluster must run `active`); a
+    /// read-only one runs on one member from a snapshot.
+    pub async fn invoke<A, R>(&self, name: &str, args: &A) -> Result<R, ClientError>
+    where
+        A: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        if self.stop.is_cancelled() {
+            return Err(ClientError::Closed);
+        }
+        let arguments = encode_arguments(name, args).map_err(|e| ClientError::from_tx(name, e))?;
+        let bytes = match self.kind_of(name).await? {
+            ProcedureKind::Update => self.update(name, arguments).await?,
+            ProcedureKind::ReadOnly => self.query(name, arguments).await?,
+        };
+        decode_result(name, &bytes).map_err(|e| ClientError::from_tx(name, e))
+    }
+
+    /// Closes the client's connections; invocations waiting fail with [`ClientError::Closed`].
+    pub fn close(&self) {
+        self.stop.cancel();
+        self.transport.shutdown();
+    }
+
+    /// The kind of procedure `name`, asking a member again when it is not known yet (it may
+    /// have been registered since).
+    async fn kind_of(&self, name: &str) -> Result<ProcedureKind, ClientError> {
+        if let Some(kind) = self.catalog.read().procedures.get(name) {
+            return Ok(*kind);
+        }
+        self.describe(self.reference_index()).await?;
+        self.catalog
+            .read()
+            .procedures
+            .get(name)
+            .copied()
+            .ok_or_else(|| ClientError::NoSuchProcedure {
+                name: name.to_string(),
+            })
+    }
+
+    fn reference_index(&self) -> usize {
+        let reference = self.reference();
+        self.cfg
+            .members
+            .iter()
+            .position(|m| m.0 == reference)
+            .unwrap_or(0)
+    }
+
+    /// Asks the members, from `first` on, what they offer until one answers; returns its
+    /// index.
+    async fn describe(&self, first: usize) -> Result<usize, ClientError> {
+        let deadline = Instant::now() + self.cfg.limit;
+        let (answered, answer) = self
+            .ask_members(first, deadline, || NodeMsg::Describe)
+            .await
+            .ok_or(ClientError::Unreachable(self.cfg.limit))?;
+        match answer {
+            NodeMsg::Catalog {
+                protocol,
+                procedures,
+            } => {
+                *self.catalog.write() = Catalog {
+                    protocol,
+                    procedures: procedures.into_iter().collect(),
+                };
+                Ok(answered)
+            }
+            other => Err(ClientError::Config(format!(
+                "member {} answered a description with {other:?}: is it an atomos node of this \
+                 version?",
+                self.cfg.members[answered].0
+            ))),
+        }
+    }
+
+    /// Sends `msg()` to the members in turn, from `first` on, each given `resend_after`,
+    /// until one answers or `deadline` passes; returns who answered and what.
+    async fn ask_members(
+        &self,
+        first: usize,
+        deadline: Instant,
+        msg: impl Fn() -> NodeMsg,
+    ) -> Option<(usize, NodeMsg)> {
+        let n = self.cfg.members.len();
+        for attempt in 0usize.. {
+            let now = Instant::now();
+            if now >= deadline || self.stop.is_cancelled() {
+                return None;
+            }
+            let index = (first + attempt) % n;
+            let member = self.cfg.members[index].0;
+            let wait = self.cfg.resend_after.min(deadline - now);
+            match self.rpc.request(member, msg(), wait).await {
+                Ok(answer) => return Some((index, answer)),
+                Err(RpcError::Timeout { .. }) => {}
+                // Not connected (yet): wait a little before the next member.
+                Err(_) => sleep(TICK.min(deadline.saturating_duration_since(Instant::now()))).await,
+            }
+        }
+        None
+    }
+
+    /// Runs read-only procedure `name` on a member.
+    async fn query(&self, name: &str, arguments: Vec<u8>) -> Result<Vec<u8>, ClientError> {
+        let deadline = Instant::now() + self.cfg.limit;
+        let ask = || NodeMsg::Query {
+            procedure: name.to_string(),
+            arguments: arguments.clone(),
+        };
+        match self
+            .ask_members(self.reference_index(), deadline, ask)
+            .await
+        {
+            Some((_, NodeMsg::QueryAnswer(Ok(result)))) => Ok(result),
+            Some((_, NodeMsg::QueryAnswer(Err(refusal)))) => {
+                Err(ClientError::from_refusal(name, refusal))
+            }
+            Some((index, other)) => Err(ClientError::Refused {
+                name: name.to_string(),
+                reason: format!(
+                    "member {} answered a query with {other:?}",
+                    self.cfg.members[index].0
+                ),
+            }),
+            None if self.stop.is_cancelled() => Err(ClientError::Closed),
+            None => Err(ClientError::OutcomeUnknown {
+                name: name.to_string(),
+                limit: self.cfg.limit,
+            }),
+        }
+    }
+
+    /// Orders update procedure `name` and waits for its outcome.
+    async fn update(&self, name: &str, arguments: Vec<u8>) -> Result<Vec<u8>, ClientError> {
+        let protocol = self.protocol();
+        if protocol != "active" {
+            return Err(ClientError::Refused {
+                name: name.to_string(),
+                reason: format!(
+                    "update procedures from clients need protocol active; the cluster runs \
+                     {protocol}"
+                ),
+            });
+        }
+        let payload = Entry::Invoke {
+            procedure: name.to_string(),
+            arguments,
+        }
+        .encode();
+        let (tx, rx) = oneshot::channel();
+        let unknown = || ClientError::OutcomeUnknown {
+            name: name.to_string(),
+            limit: self.cfg.limit,
+        };
+        let deadline = Instant::now() + self.cfg.limit;
+        // Submitted in turn, so the driver's numbering matches the waiters (and a caller that
+        // gave up still leaves its invocation ahead of the next).
+        let response = {
+            let _turn = timeout(self.cfg.limit, self.turn.lock())
+                .await
+                .map_err(|_| unknown())?;
+            self.submissions
+                .send((payload, tx))
+                .map_err(|_| ClientError::Closed)?;
+            match tokio::time::timeout_at(deadline, rx).await {
+                Ok(Ok(response)) => response,
+                Ok(Err(_)) => return Err(ClientError::Closed),
+                Err(_) => return Err(unknown()),
+            }
+        };
+        let refused = |reason: String| ClientError::Refused {
+            name: name.to_string(),
+            reason,
+        };
+        match Answer::decode(&response) {
+            Ok(Answer::Invoked {
+                outcome: Outcome::Returned(result),
+                ..
+            }) => Ok(result),
+            Ok(Answer::Invoked {
+                outcome: Outcome::Failed(reason),
+                ..
+            }) => Err(ClientError::Failed {
+                name: name.to_string(),
+                reason,
+            }),
+            Ok(Answer::Refused { reason, .. }) => Err(refused(reason)),
+            Ok(other) => Err(refused(format!("the cluster answered with {other:?}"))),
+            Err(e) => Err(refused(format!("the answer does not decode: {e}"))),
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The client's driver: the order layer's client state machine fed with submissions, answers
+/// and ticks; its sends go out on the client's connections, its answers to the waiters.
+async fn drive(
+    mut client: atomos_order::Client,
+    rpc: Rpc<NodeMsg>,
+    mut inbox: mpsc::UnboundedReceiver<Inbound<NodeMsg>>,
+    mut submitted: mpsc::UnboundedReceiver<Submission>,
+    reference: Arc<AtomicU64>,
+    resends: Arc<AtomicU64>,
+    stop: CancellationToken,
+) {
+    let mut waiting: BTreeMap<u64, oneshot::Sender<Vec<u8>>> = BTreeMap::new();
+    let mut next_seq = 1u64;
+    let mut ticks = tokio::time::interval(TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut out = Vec::new();
+    loop {
+        let input = tokio::select! {
+            _ = stop.cancelled() => return,
+            submission = submitted.recv() => match submission {
+                Some((payload, waiter)) => {
+                    // The state machine numbers submissions 1, 2, 3, ... in arrival order.
+                    waiting.insert(next_seq, waiter);
+                    next_seq += 1;
+                    ClientInput::Submit(payload)
+                }
+                None => return,
+            },
+            inbound = inbox.recv() => match inbound {
+                Some(Inbound::Message { from, msg: NodeMsg::Order(msg @ OrderMsg::Reply { .. }) }) => {
+                    ClientInput::Message { from, msg }
+                }
+                Some(_) => continue,
+                None => return,
+            },
+            _ = ticks.tick() => ClientInput::Tick,
+        };
+        client.step(input, &mut out);
+        for action in out.drain(..) {
+            match action {
+                // A member not connected (yet) misses it; the re-send goes to the next.
+                ClientAction::Send { to, msg } => drop(rpc.send(to, NodeMsg::Order(msg))),
+                ClientAction::Done { seq, response } => {
+                    if let Some(waiter) = waiting.remove(&seq) {
+                        let _ = waiter.send(response);
+                    }
+                }
+            }
+        }
+        if let Some(target) = client.target() {
+            reference.store(target, Ordering::Relaxed);
+        }
+        resends.store(client.resends(), Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,237 @@
+//! Remote clients over TCP: a program outside the cluster, holding its secret, invokes update
+//! procedures (ordered, run once on every replica) and read-only ones (run on one member),
+//! fails over when its reference replica stops, and gets each result exactly once.
+
+// A procedure's body takes its arguments as `&A`: `&String` for a string argument.
+#![allow(clippy::ptr_arg)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use atomos::config::{load, NodeSettings};
+use atomos::{Client, ClientConfig, ClientError, NodeRuntime, ProcedureKind, Procedures};
+use atomos::{TRef, Tx, TxError};
+
+const SECRET: &str = "a cluster secret of at least thirty-two bytes";
+const CLUSTER: &str = "clients-test";
+
+fn counter(name: &str) -> TRef<u64> {
+    TRef::new(format!("counter/{name}"))
+}
+
+/// Adds one to the counter `name` and returns its new value.
+fn count(tx: &mut Tx<'_>, name: &String) -> Result<u64, TxError> {
+    let c = counter(name);
+    let next = if tx.exists(&c)? { *tx.read(&c)? + 1 } else { 1 };
+    tx.write(&c, next).or_else(|_| tx.create(&c, next))?;
+    Ok(next)
+}
+
+fn read(tx: &mut Tx<'_>, name: &String) -> Result<u64, TxError> {
+    let c = counter(name);
+    Ok(if tx.exists(&c)? { *tx.read(&c)? } else { 0 })
+}
+
+fn refuse(_: &mut Tx<'_>, why: &String) -> Result<(), TxError> {
+    Err(TxError::abort(why.clone()))
+}
+
+fn procedures() -> Procedures {
+    let p = Procedures::new();
+    p.register("count", ProcedureKind::Update, count).unwrap();
+    p.register("read", ProcedureKind::ReadOnly, read).unwrap();
+    p.register("refuse", ProcedureKind::Update, refuse).unwrap();
+    p
+}
+
+fn free_addresses(n: usize) -> Vec<SocketAddr> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners.iter().map(|l| l.local_addr().unwrap()).collect()
+}
+
+fn settings(id: u64, addrs: &[SocketAddr], protocol: &str, dir: &Path) -> NodeSettings {
+    let peers: Vec<String> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect();
+    let vars = [
+        ("ATOMOS_CLUSTER", CLUSTER.to_string()),
+        ("ATOMOS_NODE_ID", id.to_string()),
+        ("ATOMOS_LISTEN", addrs[id as usize - 1].to_string()),
+        ("ATOMOS_PEERS", peers.join(",")),
+        ("ATOMOS_SECRET", SECRET.to_string()),
+        ("ATOMOS_PROTOCOL", protocol.to_string()),
+        (
+            "ATOMOS_DATA_DIR",
+            dir.join(format!("node-{id}")).display().to_string(),
+        ),
+        ("ATOMOS_ORDER_FSYNC", "never".to_string()),
+    ];
+    load(None, |k| {
+        vars.iter()
+            .find(|(key, _)| *key == k)
+            .map(|(_, v)| v.clone())
+    })
+    .unwrap()
+}
+
+fn data_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("atomos-clients-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+async fn cluster(
+    n: usize,
+    protocol: &str,
+    name: &str,
+) -> (Vec<Option<NodeRuntime>>, Vec<(u64, SocketAddr)>) {
+    let addrs = free_addresses(n);
+    let dir = data_dir(name);
+    let mut nodes = Vec::new();
+    for id in 1..=n as u64 {
+        let s = settings(id, &addrs, protocol, &dir);
+        nodes.push(Some(
+            NodeRuntime::start_tcp_with(&s, procedures()).await.unwrap(),
+        ));
+    }
+    let members = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (i as u64 + 1, *a))
+        .collect();
+    (nodes, members)
+}
+
+fn client_config(members: &[(u64, SocketAddr)], reference: u64) -> ClientConfig {
+    let mut cfg = ClientConfig::new(CLUSTER, SECRET.as_bytes().to_vec(), members.to_vec());
+    cfg.reference = Some(reference);
+    cfg.resend_after = Duration::from_millis(300);
+    cfg.limit = Duration::from_secs(20);
+    cfg
+}
+
+/// Invokes `count` on the client's own counter `n` times; each answer must be the next number.
+async fn count_to(client: &Client, name: &str, from: u64, to: u64) {
+    for expected in from..=to {
+        let got: u64 = client.invoke("count", &name.to_string()).await.unwrap();
+        assert_eq!(got, expected, "{name}: an invocation lost or applied twice");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_fail_over_when_their_reference_stops_and_nothing_runs_twice() {
+    let (mut nodes, members) = cluster(3, "active", "failover").await;
+    let a = Client::connect(client_config(&members, 1)).await.unwrap();
+    let b = Client::connect(client_config(&members, 2)).await.unwrap();
+    assert_eq!(a.protocol(), "active");
+    assert_eq!(a.reference(), 1);
+    count_to(&a, "a", 1, 20).await;
+    // Client a's reference replica stops while invocations are in flight: a re-sends its
+    // outstanding one to the next member, which answers it once, whether or not it had run.
+    let first = nodes[0].take().unwrap();
+    let stop_first = async move {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        first.shutdown();
+        drop(first);
+    };
+    tokio::join!(
+        count_to(&a, "a", 21, 80),
+        count_to(&b, "b", 1, 80),
+        stop_first
+    );
+    assert!(a.resends() > 0, "client a never re-sent");
+    assert_ne!(a.reference(), 1, "client a still names the stopped member");
+    // Read-only procedures run on a live member and see every acknowledged invocation.
+    for client in [&a, &b] {
+        for name in ["a", "b"] {
+            let n: u64 = client.invoke("read", &name.to_string()).await.unwrap();
+            assert_eq!(n, 80, "{name} as a member sees it");
+        }
+    }
+    // The surviving replicas hold the same counts.
+    for node in nodes.iter().flatten() {
+        node.node().sync().unwrap();
+        let n = node
+            .node()
+            .atomically_read(|tx| Ok((read(tx, &"a".into())?, read(tx, &"b".into())?)))
+            .unwrap();
+        assert_eq!(n, (80, 80), "node {}", node.id());
+    }
+    for node in nodes.iter().flatten() {
+        node.shutdown();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_get_typed_errors_and_wrong_secrets_get_nothing() {
+    let (nodes, members) = cluster(3, "active", "errors").await;
+    let client = Client::connect(client_config(&members, 2)).await.unwrap();
+    let err = client.invoke::<_, u64>("no-such", &1u8).await.unwrap_err();
+    assert_eq!(
+        err,
+        ClientError::NoSuchProcedure {
+            name: "no-such".into()
+        }
+    );
+    let err = client
+        .invoke::<_, ()>("refuse", &"not today".to_string())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ClientError::Failed { reason, .. } if reason.contains("not today")),
+        "{err:?}"
+    );
+    // Arguments of the wrong type are refused by the procedure and change nothing.
+    let err = client.invoke::<_, u64>("count", &7u64).await.unwrap_err();
+    assert!(
+        matches!(err, ClientError::Failed { .. } | ClientError::Types { .. }),
+        "{err:?}"
+    );
+    let n: u64 = client.invoke("read", &"x".to_string()).await.unwrap();
+    assert_eq!(n, 0);
+    // A result of the wrong type is a typed error on the client.
+    let err = client
+        .invoke::<_, (u64, u64)>("read", &"x".to_string())
+        .await;
+    assert!(matches!(err, Err(ClientError::Types { .. })), "{err:?}");
+
+    let mut wrong = client_config(&members, 1);
+    wrong.secret = b"not the secret".to_vec();
+    wrong.limit = Duration::from_secs(2);
+    assert_eq!(
+        Client::connect(wrong).await.err(),
+        Some(ClientError::Unreachable(Duration::from_secs(2)))
+    );
+    let mut empty = client_config(&members, 1);
+    empty.members.clear();
+    assert!(matches!(
+        Client::connect(empty).await,
+        Err(ClientError::Config(_))
+    ));
+    for node in nodes.iter().flatten() {
+        node.shutdown();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_procedures_from_clients_need_active() {
+    let (nodes, members) = cluster(3, "certify", "certify").await;
+    let client = Client::connect(client_config(&members, 1)).await.unwrap();
+    assert_eq!(client.protocol(), "certify");
+    let err = client
+        .invoke::<_, u64>("count", &"c".to_string())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Refused { .. }), "{err:?}");
+    // Read-only procedures run under any protocol.
+    let n: u64 = client.invoke("read", &"c".to_string()).await.unwrap();
+    assert_eq!(n, 0);
+    for node in nodes.iter().flatten() {
+        node.shutdown();
+    }
+}
