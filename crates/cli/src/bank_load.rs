@@ -75,20 +75,68 @@ const TRANSFER: &str = "bank-load.transfer";
 /// (`None`: not counted).
 type TransferArgs = (usize, usize, i64, Option<(u64, usize)>);
 
+/// A remote client's transfer (`bank-load.client-transfer`): from, to, amount, and the
+/// client's number, whose transfers are counted apart; it returns that count after it.
+pub const CLIENT_TRANSFER: &str = "bank-load.client-transfer";
+/// A remote client's committed transfers (`bank-load.client-count`, read-only): the client's
+/// number in, the count out.
+pub const CLIENT_COUNT: &str = "bank-load.client-count";
+
+/// A client transfer's arguments: from, to, amount, the client's number.
+pub type ClientTransferArgs = (usize, usize, i64, u64);
+
+/// The transfers client `client` committed.
+fn client_counter(client: u64) -> TRef<u64> {
+    TRef::new(format!("bank-load/client/{client}"))
+}
+
+/// Moves `amount` between accounts `from` and `to` (indices from anywhere: checked).
+fn move_money(tx: &mut Tx<'_>, from: usize, to: usize, amount: i64) -> Result<(), TxError> {
+    let accts = accounts();
+    let (Some(from), Some(to)) = (accts.get(from), accts.get(to)) else {
+        return Err(TxError::abort(format!(
+            "accounts are 0 to {}",
+            ACCOUNTS - 1
+        )));
+    };
+    tx.modify(from, |b| *b -= amount)?;
+    tx.modify(to, |b| *b += amount)
+}
+
 /// Moves the amount and counts the transfer: the load's transfer, as a procedure or a closure.
 fn transfer(tx: &mut Tx<'_>, &(from, to, amount, count): &TransferArgs) -> Result<(), TxError> {
-    let accts = accounts();
-    tx.modify(&accts[from], |b| *b -= amount)?;
-    tx.modify(&accts[to], |b| *b += amount)?;
+    move_money(tx, from, to, amount)?;
     if let Some((run, thread)) = count {
         tx.modify(&counter(run, thread), |n| *n += 1)?;
     }
     Ok(())
 }
 
-/// Registers the load's procedures (every node of a cluster registers the same).
+fn client_transfer(
+    tx: &mut Tx<'_>,
+    &(from, to, amount, client): &ClientTransferArgs,
+) -> Result<u64, TxError> {
+    move_money(tx, from, to, amount)?;
+    let count = client_count(tx, &client)? + 1;
+    if count == 1 {
+        tx.create(&client_counter(client), count)?;
+    } else {
+        tx.write(&client_counter(client), count)?;
+    }
+    Ok(count)
+}
+
+fn client_count(tx: &mut Tx<'_>, &client: &u64) -> Result<u64, TxError> {
+    let c = client_counter(client);
+    Ok(if tx.exists(&c)? { *tx.read(&c)? } else { 0 })
+}
+
+/// Registers the load's procedures (every node of a cluster registers the same): the load's
+/// transfer, and a transfer and a count for remote clients.
 pub fn register(procedures: &Procedures) -> Result<(), RegisterError> {
-    procedures.register(TRANSFER, ProcedureKind::Update, transfer)
+    procedures.register(TRANSFER, ProcedureKind::Update, transfer)?;
+    procedures.register(CLIENT_TRANSFER, ProcedureKind::Update, client_transfer)?;
+    procedures.register(CLIENT_COUNT, ProcedureKind::ReadOnly, client_count)
 }
 
 /// Runs the transaction until it commits or the load stops; failures (an unreachable peer,
