@@ -134,7 +134,14 @@ pub struct OrderNodeStats {
     pub opt_to_final_us: (f64, f64, u64),
     /// Messages from the network dropped because the replica's inbox was full.
     pub inbox_dropped: u64,
+    /// The state machine's own counters ([`StateMachine::counters`]), as of at most
+    /// [`MACHINE_COUNTERS_EVERY`] ago.
+    pub machine: Vec<(&'static str, u64)>,
 }
+
+/// How often a replica publishes its state machine's counters (in [`OrderNodeStats`] and as
+/// metrics `atomos_replica_<name>_total`).
+pub const MACHINE_COUNTERS_EVERY: Duration = Duration::from_millis(100);
 
 /// Why a submitted request has no answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -211,6 +218,18 @@ struct Shared {
     opt_to_final: Mutex<Histogram<u64>>,
     deliveries: Mutex<Option<mpsc::UnboundedSender<Delivery>>>,
     inbox_dropped: AtomicU64,
+    machine: Mutex<Vec<(&'static str, u64)>>,
+}
+
+impl Shared {
+    /// Publishes the state machine's counters, here and as metrics.
+    fn publish_machine(&self, node: u64, counters: Vec<(&'static str, u64)>) {
+        for &(name, value) in &counters {
+            metrics::counter!(format!("atomos_replica_{name}_total"), "node" => node.to_string())
+                .absolute(value);
+        }
+        *self.machine.lock() = counters;
+    }
 }
 
 /// The order layer's figures in the node's metrics (Prometheus when enabled).
@@ -289,6 +308,7 @@ impl OrderNode {
             ),
             deliveries: Mutex::new(None),
             inbox_dropped: AtomicU64::new(0),
+            machine: Mutex::new(Vec::new()),
         });
         let transport = connect(Arc::new(ToTask {
             inbox: net_tx.clone(),
@@ -337,6 +357,7 @@ impl OrderNode {
                 client_out: Vec::new(),
                 local: VecDeque::new(),
                 opt_at: BTreeMap::new(),
+                counters_due: Instant::now(),
             },
         };
         let health = cfg.health.clone().unwrap_or_default();
@@ -404,6 +425,7 @@ impl OrderNode {
                 h.len(),
             ),
             inbox_dropped: self.shared.inbox_dropped.load(Ordering::Relaxed),
+            machine: self.shared.machine.lock().clone(),
         }
     }
 
@@ -525,6 +547,8 @@ struct OrderIo {
     /// Messages from this node to itself.
     local: VecDeque<(Addr, OrderMsg)>,
     opt_at: BTreeMap<u64, Instant>,
+    /// When the state machine's counters are published next.
+    counters_due: Instant,
 }
 
 impl<S: StateMachine> Carry<Replica<S>> for OrderIo {
@@ -646,6 +670,12 @@ impl<S: StateMachine> Task<S> {
             self.runner.machine().stats().requests_delivered,
             Ordering::Relaxed,
         );
+        let now = Instant::now();
+        if now >= self.io.counters_due {
+            self.io.counters_due = now + MACHINE_COUNTERS_EVERY;
+            let counters = self.runner.machine().machine().counters();
+            self.io.shared.publish_machine(self.io.me, counters);
+        }
         Ok(produced > 0)
     }
 }

@@ -2,6 +2,11 @@
 //! loopback, each with a write-ahead log on disk and closed-loop clients generating requests.
 //! Optionally the leader is stopped every few seconds (its task and connections end, as if the
 //! process died) and restarted from its log after half a second.
+//!
+//! The replicas run the register (requests of `request_bytes` appended to one key), or the
+//! `active` protocol's replicated store: every request invokes a bank transfer procedure
+//! between two random accounts, run speculatively at its optimistic delivery and confirmed
+//! (or run again) at its final one; the report then says how many speculations were confirmed.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,7 +18,9 @@ use atomos::net::handshake::Identity;
 use atomos::net::tcp::{TcpConfig, TcpTransport};
 use atomos::net::transport::{LinkRule, Transport};
 use atomos::order::{OrderMsg, Register, ReplicaConfig};
-use atomos::ordering::{OrderNode, OrderNodeConfig, OrderNodeStats};
+use atomos::ordering::{LoadHooks, OrderNode, OrderNodeConfig, OrderNodeStats};
+use atomos::protocols::replicated::{Entry, ReplicatedStore};
+use atomos::{Engine, EngineConfig, ProcedureKind, Procedures, TRef, Tx, TxError};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
@@ -36,6 +43,21 @@ pub struct OrderBenchConfig {
     pub batch_max: usize,
     /// Delay on every link between the replicas.
     pub link_delay: Duration,
+    /// What the replicas run.
+    pub machine: OrderMachine,
+}
+
+/// The state machine of an order benchmark's replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrderMachine {
+    /// The register: each request appends its payload to one key.
+    Register,
+    /// The `active` protocol's store: each request invokes a transfer between two of
+    /// `accounts` accounts (opened at 1,000 by their first transfer).
+    Active {
+        /// Accounts the transfers pick from.
+        accounts: u64,
+    },
 }
 
 /// What `atomos bench order` reports.
@@ -70,6 +92,22 @@ pub struct OrderReport {
     /// Optimistic-to-final delay in microseconds: the median over replicas of each one's p50
     /// and p99.
     pub opt_to_final_us: Percentiles,
+    /// "register" or "active".
+    #[serde(default)]
+    pub machine: String,
+    /// Under `active`, summed over replicas: invocations run speculatively.
+    #[serde(default)]
+    pub speculated: u64,
+    /// Under `active`: finally delivered invocations whose speculative run was committed.
+    #[serde(default)]
+    pub confirmed: u64,
+    /// Under `active`: finally delivered invocations run again (their speculation was
+    /// invalidated or revoked, or never happened: a log replayed after a restart is run so).
+    #[serde(default)]
+    pub rerun: u64,
+    /// `confirmed / (confirmed + rerun)`.
+    #[serde(default)]
+    pub confirmed_ratio: f64,
 }
 
 /// Two percentiles.
@@ -84,6 +122,17 @@ pub struct Percentiles {
 impl OrderReport {
     /// One line for people.
     pub fn summary(&self) -> String {
+        let speculation = if self.machine == "active" {
+            format!(
+                "; {} speculated, {} confirmed, {} run again ({:.2}% confirmed)",
+                self.speculated,
+                self.confirmed,
+                self.rerun,
+                self.confirmed_ratio * 100.0
+            )
+        } else {
+            String::new()
+        };
         format!(
             "order: {} replicas, {} B requests, fsync {}: {:.0} requests ordered/s; {} opt-delivered, {} revoked ({:.2}%); opt->final p50 {:.0} us, p99 {:.0} us; {} leader kills, final term {}",
             self.nodes,
@@ -97,7 +146,7 @@ impl OrderReport {
             self.opt_to_final_us.p99,
             self.leader_kills,
             self.max_term
-        )
+        ) + &speculation
     }
 }
 
@@ -143,11 +192,19 @@ fn start(
 ) -> Result<OrderNode, String> {
     let identity = Identity::new("bench-order", m.id, "bench secret").map_err(|e| e.to_string())?;
     let tcp = TcpConfig::new(identity, members.to_vec());
-    let node = OrderNode::start(node_config(cfg, m, ids), Register::new(), move |deliver| {
+    let connect = move |deliver| {
         let t: Arc<dyn Transport<OrderMsg>> =
             Arc::new(TcpTransport::start(tcp, listener, deliver)?);
         Ok(t)
-    })
+    };
+    let mut node_cfg = node_config(cfg, m, ids);
+    let node = match cfg.machine {
+        OrderMachine::Register => OrderNode::start(node_cfg, Register::new(), connect),
+        OrderMachine::Active { accounts } => {
+            node_cfg.load_hooks = Some(transfer_load(accounts));
+            OrderNode::start(node_cfg, active_store()?, connect)
+        }
+    }
     .map_err(|e| format!("cannot start replica {}: {e}", m.id))?;
     if !cfg.link_delay.is_zero() {
         node.transport().faults().set_all(LinkRule {
@@ -228,6 +285,9 @@ async fn run_cluster(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
     let ordered = end.answered + carried.answered - start_totals.answered;
     let opt = end.opt + carried.opt - start_totals.opt;
     let revoked = end.revoked + carried.revoked - start_totals.revoked;
+    let speculated = end.speculated + carried.speculated - start_totals.speculated;
+    let confirmed = end.confirmed + carried.confirmed - start_totals.confirmed;
+    let rerun = end.rerun + carried.rerun - start_totals.rerun;
     let median = |mut v: Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));
         v.get(v.len() / 2).copied().unwrap_or(0.0)
@@ -254,7 +314,79 @@ async fn run_cluster(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
             p50: median(stats.iter().map(|s| s.opt_to_final_us.0).collect()),
             p99: median(stats.iter().map(|s| s.opt_to_final_us.1).collect()),
         },
+        machine: match cfg.machine {
+            OrderMachine::Register => "register".into(),
+            OrderMachine::Active { .. } => "active".into(),
+        },
+        speculated,
+        confirmed,
+        rerun,
+        confirmed_ratio: if confirmed + rerun == 0 {
+            0.0
+        } else {
+            confirmed as f64 / (confirmed + rerun) as f64
+        },
     })
+}
+
+/// The transfer every request of the `active` machine invokes.
+const TRANSFER: &str = "order-bench.transfer";
+/// An account's balance before its first transfer.
+const OPENING: i64 = 1_000;
+
+fn account(i: u64) -> TRef<i64> {
+    TRef::new(format!("acct/{i}"))
+}
+
+/// Moves one unit from `from` to `to` (accounts open with [`OPENING`] at their first use).
+fn transfer(tx: &mut Tx<'_>, &(from, to): &(u64, u64)) -> Result<(), TxError> {
+    for (i, delta) in [(from, -1), (to, 1)] {
+        let a = account(i);
+        if tx.exists(&a)? {
+            tx.modify(&a, |b| *b += delta)?;
+        } else {
+            tx.create(&a, OPENING + delta)?;
+        }
+    }
+    Ok(())
+}
+
+/// A fresh replica's `active` store (its log, replayed at start, brings it up to date).
+fn active_store() -> Result<ReplicatedStore, String> {
+    let procedures = Procedures::new();
+    procedures
+        .register(TRANSFER, ProcedureKind::Update, transfer)
+        .map_err(|e| e.to_string())?;
+    let engine = Arc::new(Engine::new(EngineConfig {
+        replicated: true,
+        ..EngineConfig::default()
+    }));
+    ReplicatedStore::active(engine, procedures)
+}
+
+/// Generated requests invoking [`TRANSFER`] between two accounts drawn from `n` by a hash of
+/// the request's number and a per-start seed.
+fn transfer_load(accounts: u64) -> LoadHooks {
+    let accounts = accounts.max(2);
+    let seed: u64 = rand::random();
+    LoadHooks {
+        payload: Arc::new(move |n| {
+            // SplitMix64: cheap, and good enough to spread the pairs.
+            let mut z = seed.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            let from = z % accounts;
+            let to = (from + 1 + (z >> 32) % (accounts - 1)) % accounts;
+            let arguments = atomos::encode_arguments(TRANSFER, &(from, to)).unwrap_or_default();
+            Entry::Invoke {
+                procedure: TRANSFER.to_string(),
+                arguments,
+            }
+            .encode()
+        }),
+        answered: Arc::new(|_| {}),
+    }
 }
 
 async fn rebind(addr: SocketAddr) -> Result<TcpListener, String> {
@@ -272,6 +404,9 @@ struct Totals {
     answered: u64,
     opt: u64,
     revoked: u64,
+    speculated: u64,
+    confirmed: u64,
+    rerun: u64,
 }
 
 impl Totals {
@@ -279,6 +414,15 @@ impl Totals {
         self.answered += s.load_answered;
         self.opt += s.opt_delivered;
         self.revoked += s.revoked;
+        let counter = |name: &str| {
+            s.machine
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(0, |(_, v)| *v)
+        };
+        self.speculated += counter("speculated");
+        self.confirmed += counter("confirmed");
+        self.rerun += counter("rerun");
     }
 }
 

@@ -401,6 +401,18 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
             clients_per_node: args.clients,
             batch_max: args.batch.max(1),
             link_delay,
+            machine: match args.protocol.as_str() {
+                "local" => atomos_bench::order::OrderMachine::Register,
+                "active" => atomos_bench::order::OrderMachine::Active {
+                    accounts: args.objects.unwrap_or(10_000) as u64,
+                },
+                other => {
+                    return Err(format!(
+                        "--protocol {other}: the order benchmark runs the register (local, the \
+                         default) or the active store (active)"
+                    ))
+                }
+            },
         })?;
         println!("{}", report.summary());
         write_json(&args.json, &report)?;

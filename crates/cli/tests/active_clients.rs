@@ -15,7 +15,7 @@ use atomos::{Client, ClientConfig};
 
 mod common;
 
-use common::{cluster_up, leader, restart, signal, wait_exit, KillOnDrop};
+use common::{cluster_up, http_get, leader, metric_sum, restart, signal, wait_exit, KillOnDrop};
 
 const CLIENT_TRANSFER: &str = "bank-load.client-transfer";
 const CLIENT_COUNT: &str = "bank-load.client-count";
@@ -178,6 +178,19 @@ fn remote_clients_fail_over_through_kills_and_nothing_runs_twice_or_is_lost() {
                 }
             }
         });
+    }
+    // Each replica's executor confirmed most speculations (its counters since its last start).
+    for n in 0..nodes {
+        let metrics = http_get(base_port + n as u16 + 100, "/metrics");
+        let confirmed = metric_sum(&metrics, "atomos_replica_confirmed_total");
+        let rerun = metric_sum(&metrics, "atomos_replica_rerun_total");
+        let revoked = metric_sum(&metrics, "atomos_replica_speculations_revoked_total");
+        eprintln!(
+            "node {}: {confirmed} speculations confirmed, {rerun} invocations run again, \
+             {revoked} speculations revoked",
+            n + 1
+        );
+        assert!(confirmed > 0.0, "node {} confirmed no speculation", n + 1);
     }
     // Digests are ordered every 5 s: let one more round compare the replicas.
     std::thread::sleep(Duration::from_secs(6));

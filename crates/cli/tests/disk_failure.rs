@@ -4,15 +4,13 @@
 //! The failure: a directory where the replica's log compaction must create its new log file,
 //! so the rewrite fails (`Is a directory`), which no permission bit can do for a root user.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{cluster_up, signal, wait_exit, ATOMOS};
+use common::{cluster_up, http_get, signal, wait_exit, ATOMOS};
 
 /// Port offset of each node's metrics endpoint from its listening port (as `cluster up` sets).
 const METRICS_OFFSET: u16 = 100;
@@ -37,15 +35,6 @@ fn wait_for_more_acks(dir: &Path, more: usize) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    answer
 }
 
 #[test]

@@ -155,6 +155,11 @@ pub trait StateMachine {
     fn take_alarms(&mut self) -> Vec<String> {
         Vec::new()
     }
+    /// The machine's own counters, by name (monotonic over the machine's life), for
+    /// operators and benchmarks. Default: none.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
     /// The whole state, encoded.
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the state with a snapshot's. On an error the state is unchanged.

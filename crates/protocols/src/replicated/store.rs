@@ -332,6 +332,26 @@ impl StateMachine for ReplicatedStore {
         self.apply_at(None, request)
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = &self.stats;
+        let mut counters = vec![
+            ("committed", s.committed),
+            ("conflicts", s.conflicts),
+            ("invoked", s.invoked),
+            ("digests_compared", s.digests_compared),
+            ("divergences", s.divergences),
+        ];
+        if let Some(e) = self.executor_stats() {
+            counters.extend([
+                ("speculated", e.speculated),
+                ("confirmed", e.confirmed),
+                ("rerun", e.rerun),
+                ("speculations_revoked", e.revoked),
+            ]);
+        }
+        counters
+    }
+
     fn apply_final(&mut self, seq: u64, index: u32, request: &Request) -> Vec<u8> {
         self.apply_at(Some((seq, index)), request)
     }
