@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atomos::{
-    Engine, EngineConfig, Invocation, Outcome, ProcedureKind, Procedures, SerialExecutor, TRef, Tx,
+    Engine, EngineConfig, Invocation, Key, Outcome, ProcedureKind, Procedures, SerialExecutor, TRef, Tx,
     TxError, TxOptions,
 };
 use rand::rngs::StdRng;
@@ -74,7 +74,7 @@ impl ExecutorReport {
 const START: i64 = 1_000;
 
 fn account(i: u64) -> TRef<i64> {
-    TRef::new(format!("acct/{i}"))
+    TRef::new(Key::with_index("acct/", i))
 }
 
 fn procedures() -> Result<Procedures, String> {

@@ -70,7 +70,18 @@ impl Key {
     /// A key made of `prefix` followed by the 8 big-endian bytes of `n`: handy for namespaced
     /// integer keys such as `("account", 17)`.
     pub fn with_index(prefix: &str, n: u64) -> Key {
-        let mut v = Vec::with_capacity(prefix.len() + 8);
+        let len = prefix.len() + 8;
+        if len <= INLINE {
+            // Built in place: no allocation for the common short prefix.
+            let mut bytes = [0u8; INLINE];
+            bytes[..prefix.len()].copy_from_slice(prefix.as_bytes());
+            bytes[prefix.len()..len].copy_from_slice(&n.to_be_bytes());
+            return Key(Repr::Inline {
+                len: len as u8,
+                bytes,
+            });
+        }
+        let mut v = Vec::with_capacity(len);
         v.extend_from_slice(prefix.as_bytes());
         v.extend_from_slice(&n.to_be_bytes());
         Key::from_bytes(&v)
@@ -194,6 +205,19 @@ impl<'a> arbitrary::Arbitrary<'a> for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn indexed_keys_are_their_prefix_then_the_index_big_endian() {
+        for prefix in ["", "acct/", "a prefix longer than the inline room"] {
+            for n in [0, 1, 255, 1 << 40, u64::MAX] {
+                let mut bytes = prefix.as_bytes().to_vec();
+                bytes.extend_from_slice(&n.to_be_bytes());
+                let key = Key::with_index(prefix, n);
+                assert_eq!(key.as_bytes(), &bytes[..]);
+                assert_eq!(key, Key::from_bytes(&bytes));
+            }
+        }
+    }
 
     #[test]
     fn inline_and_shared_keys_compare_by_bytes() {
