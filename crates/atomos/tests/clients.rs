@@ -235,3 +235,126 @@ async fn update_procedures_from_clients_need_active() {
         node.shutdown();
     }
 }
+
+/// A client that sends what the `Client` never would: the members refuse it, answer what can
+/// be answered with a refusal, and go on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_client_requests_change_nothing() {
+    use atomos::net::handshake::Identity;
+    use atomos::net::rpc::{Inbound, Rpc};
+    use atomos::net::tcp::{TcpConfig, TcpTransport};
+    use atomos::net::transport::CLIENT_BIT;
+    use atomos::order::{OrderMsg, Request};
+    use atomos::protocols::replicated::{Answer, Entry};
+    use atomos::NodeMsg;
+    use std::sync::Arc;
+
+    let (nodes, members) = cluster(3, "active", "malformed").await;
+    let me = CLIENT_BIT | 77;
+    let identity = Identity::new(CLUSTER, me, SECRET).unwrap();
+    let (rpc, mut inbox) = Rpc::<NodeMsg>::new();
+    let transport =
+        TcpTransport::connect(TcpConfig::new(identity, members.clone()), rpc.deliverer());
+    rpc.attach(Arc::new(transport.unwrap()));
+    // Wait for the link to member 1.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while rpc
+        .request(1, NodeMsg::Describe, Duration::from_millis(300))
+        .await
+        .is_err()
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never linked");
+    }
+    let request = |seq, payload: Vec<u8>| {
+        NodeMsg::Order(OrderMsg::Request(Request {
+            client: me,
+            seq,
+            payload,
+        }))
+    };
+    let certify = Entry::Certify {
+        reads: vec![],
+        writes: vec![],
+    };
+    let unknown = Entry::Invoke {
+        procedure: "no-such".into(),
+        arguments: vec![],
+    };
+    let read_only = Entry::Invoke {
+        procedure: "read".into(),
+        arguments: vec![],
+    };
+    for (seq, payload) in [
+        (1, vec![0xff, 0x00, 0x13]),
+        (2, certify.encode()),
+        (3, unknown.encode()),
+        (4, read_only.encode()),
+    ] {
+        rpc.send(1, request(seq, payload)).unwrap();
+        let reply = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(Inbound::Message {
+                    msg:
+                        NodeMsg::Order(OrderMsg::Reply {
+                            seq: s, response, ..
+                        }),
+                    ..
+                }) = inbox.recv().await
+                {
+                    if s == seq {
+                        return response;
+                    }
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("request {seq} was not answered"));
+        assert!(
+            matches!(
+                Answer::decode(&reply),
+                Ok(Answer::Refused { position: 0, .. })
+            ),
+            "request {seq}: {:?}",
+            Answer::decode(&reply)
+        );
+    }
+    // Under another client's id, or not a request at all: dropped without an answer.
+    let stolen = NodeMsg::Order(OrderMsg::Request(Request {
+        client: CLIENT_BIT | 78,
+        seq: 1,
+        payload: Entry::Invoke {
+            procedure: "count".into(),
+            arguments: atomos::encode_arguments("count", &"stolen".to_string()).unwrap(),
+        }
+        .encode(),
+    }));
+    rpc.send(1, stolen).unwrap();
+    rpc.send(1, NodeMsg::Order(OrderMsg::Raft(vec![1, 2, 3])))
+        .unwrap();
+    rpc.send(1, NodeMsg::Order(OrderMsg::FetchState { after: 1 }))
+        .unwrap();
+    // A query with arguments of the wrong shape is a typed refusal.
+    let answer = rpc
+        .request(
+            2,
+            NodeMsg::Query {
+                procedure: "read".into(),
+                arguments: vec![0xff; 3],
+            },
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(answer, NodeMsg::QueryAnswer(Err(atomos::Refusal::Types(_)))),
+        "{answer:?}"
+    );
+    // The cluster still serves a proper client, and nothing ran under the stolen id.
+    let client = Client::connect(client_config(&members, 1)).await.unwrap();
+    count_to(&client, "after", 1, 5).await;
+    let stolen: u64 = client.invoke("read", &"stolen".to_string()).await.unwrap();
+    assert_eq!(stolen, 0);
+    for node in nodes.iter().flatten() {
+        node.shutdown();
+    }
+}

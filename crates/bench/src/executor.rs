@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atomos::{
-    Engine, EngineConfig, Invocation, Key, Outcome, ProcedureKind, Procedures, SerialExecutor, TRef, Tx,
-    TxError, TxOptions,
+    Engine, EngineConfig, Invocation, Key, Outcome, ProcedureKind, Procedures, SerialExecutor,
+    TRef, Tx, TxError, TxOptions,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
