@@ -9,8 +9,12 @@
 //! [`replicated`]: the replicated store of `certify` (Paxos STM's deferred update): every
 //! replica holds every object; the order layer's state machine applies certification requests
 //! in log order through one thread.
+//!
+//! [`oss`] (being built): the Object Sharing Service's commits: sequencers per consistency
+//! domain, write sets applied everywhere in commit-id order once a majority holds them.
 
 #![deny(missing_docs)]
 
+pub mod oss;
 pub mod replicated;
 pub mod tfa;

@@ -1,0 +1,18 @@
+//! OSS (the Object Sharing Service's commit protocols; see ARCHITECTURE.md, "OSS"): every node
+//! holds every replicated object, one sequencer per consistency domain numbers the commits,
+//! and write sets go to every node directly, applied in commit-id order once a majority holds
+//! them. Being built; so far:
+//!
+//! - [`write_set`]: what a commit sends to every node, and the ids that name it.
+//! - [`domain_log`]: one domain's write sets on one node: reorder buffer, held and stable
+//!   watermarks, history for others, epochs' fences and starts.
+//! - [`sequencer`]: numbering one domain's commits with backward validation, as the token
+//!   holder and the ultra-peer coordinator both do.
+
+pub mod domain_log;
+pub mod sequencer;
+pub mod write_set;
+
+pub use domain_log::{DomainLog, Offer};
+pub use sequencer::{CommitRequest, Conflict, Sequencer};
+pub use write_set::{CommitId, DomainId, Epoch, TxId, WriteSet};
