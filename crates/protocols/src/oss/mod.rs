@@ -6,13 +6,16 @@
 //! - [`write_set`]: what a commit sends to every node, and the ids that name it.
 //! - [`domain_log`]: one domain's write sets on one node: reorder buffer, held and stable
 //!   watermarks, history for others, epochs' fences and starts.
+//! - [`control`]: the epochs of every domain, agreed through the order layer.
 //! - [`sequencer`]: numbering one domain's commits with backward validation, as the token
 //!   holder and the ultra-peer coordinator both do.
 
+pub mod control;
 pub mod domain_log;
 pub mod sequencer;
 pub mod write_set;
 
+pub use control::{Control, ControlEntry, ControlEvent, DomainState};
 pub use domain_log::{DomainLog, Offer};
 pub use sequencer::{CommitRequest, Conflict, Sequencer};
 pub use write_set::{CommitId, DomainId, Epoch, TxId, WriteSet};
