@@ -401,6 +401,12 @@ impl<S: StateMachine> Replica<S> {
         &self.machine
     }
 
+    /// The replicated state machine, to take what it recorded while applying (events for the
+    /// node it runs on). Changing its state here would part this replica from the others.
+    pub fn machine_mut(&mut self) -> &mut S {
+        &mut self.machine
+    }
+
     /// Counters since this replica started.
     pub fn stats(&self) -> OrderStats {
         self.stats

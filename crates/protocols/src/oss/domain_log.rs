@@ -232,6 +232,19 @@ impl DomainLog {
             .collect()
     }
 
+    /// Every write set in `from..=to` this node has, applied or not (for a node that lacks
+    /// them).
+    pub fn known(&self, from: CommitId, to: CommitId) -> Vec<Arc<WriteSet>> {
+        let mut out = self.history(from, to);
+        out.extend(self.received.range(from..=to).map(|(_, r)| r.ws.clone()));
+        out
+    }
+
+    /// The write sets received and not applied yet, in commit-id order.
+    pub fn unapplied(&self) -> impl Iterator<Item = &WriteSet> {
+        self.received.values().map(|r| &*r.ws)
+    }
+
     /// The domain is suspected in `epoch`: stop counting and return what to report: the held
     /// watermark, or the last id an earlier start decided if that is higher (a node that has
     /// not fetched every decided write set yet still knows they are committed, so the next

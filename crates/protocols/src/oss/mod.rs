@@ -7,15 +7,26 @@
 //! - [`domain_log`]: one domain's write sets on one node: reorder buffer, held and stable
 //!   watermarks, history for others, epochs' fences and starts.
 //! - [`control`]: the epochs of every domain, agreed through the order layer.
+//! - [`msg`]: messages, log records and deliveries.
+//! - [`node`]: one node as a seam machine: local commits, commits through the sequencer,
+//!   write sets installed once stable, the control log's replica beside (`commit`,
+//!   `sequencing`, `epochs` hold its parts).
 //! - [`sequencer`]: numbering one domain's commits with backward validation, as the token
 //!   holder and the ultra-peer coordinator both do.
 
+mod commit;
 pub mod control;
 pub mod domain_log;
+mod epochs;
+pub mod msg;
+pub mod node;
 pub mod sequencer;
+mod sequencing;
 pub mod write_set;
 
 pub use control::{Control, ControlEntry, ControlEvent, DomainState};
 pub use domain_log::{DomainLog, Offer};
+pub use msg::{AbortReason, OssDelivery, OssMsg, OssRecord};
+pub use node::{OssBug, OssConfig, OssCounters, OssError, OssNode, OssRequest};
 pub use sequencer::{CommitRequest, Conflict, Sequencer};
 pub use write_set::{CommitId, DomainId, Epoch, TxId, WriteSet};

@@ -1,0 +1,254 @@
+//! The application's commits on an OSS node: local commits, commits sent to a sequencer, and
+//! installing write sets once they are stable (see ARCHITECTURE.md, "OSS").
+
+use atomos_core::Key;
+use atomos_seam::Output;
+
+use super::msg::{AbortReason, OssDelivery, OssMsg, OssRecord};
+use super::node::{LocalCommit, OssError, OssNode, OssOutput, Pending};
+use super::sequencer::CommitRequest;
+use super::write_set::{DomainId, TxId};
+
+/// A transaction's writes: each key once, `None` for a deletion.
+type Writes = Vec<(Key, Option<Vec<u8>>)>;
+
+impl OssNode {
+    /// The application asks to commit: locally if it wrote no replicated key, else through
+    /// its domain's sequencer.
+    pub(super) fn commit(
+        &mut self,
+        caller: u64,
+        reads: Vec<(Key, u64)>,
+        writes: Writes,
+        out: &mut Vec<OssOutput>,
+    ) -> Result<(), OssError> {
+        let abort = |reason| Output::Deliver(OssDelivery::Aborted { tx: caller, reason });
+        let mut domain: Option<DomainId> = None;
+        let keys = reads
+            .iter()
+            .map(|(k, _)| k)
+            .chain(writes.iter().map(|(k, _)| k));
+        for key in keys {
+            if self.is_local(key) {
+                continue;
+            }
+            let d = self.domain_of(key);
+            if domain.is_some_and(|x| x != d) {
+                self.counters.aborts += 1;
+                out.push(abort(AbortReason::CrossDomain));
+                return Ok(());
+            }
+            domain = Some(d);
+        }
+        if let Some((key, _)) = reads.iter().find(|(k, v)| self.engine.version_of(k) != *v) {
+            self.counters.aborts += 1;
+            out.push(abort(AbortReason::Conflict(key.clone())));
+            return Ok(());
+        }
+        let (local_writes, replicated): (Writes, Writes) =
+            writes.into_iter().partition(|(k, _)| self.is_local(k));
+        if let Some(key) = self.meets_pending(&reads, &local_writes) {
+            self.counters.aborts += 1;
+            out.push(abort(AbortReason::Conflict(key)));
+            return Ok(());
+        }
+        let Some(domain) = domain.filter(|_| !replicated.is_empty()) else {
+            // A local commit: durable first, installed once durable (incoming write sets
+            // wait meanwhile, so nothing it read changes before).
+            let write = self.persist(vec![OssRecord::Local(local_writes.clone())], out);
+            self.local_queue.push(LocalCommit {
+                write,
+                caller,
+                reads,
+                writes: local_writes,
+            });
+            return Ok(());
+        };
+        let local_reads = reads
+            .iter()
+            .filter(|(k, _)| self.is_local(k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let cid_reads = reads
+            .into_iter()
+            .filter(|(k, _)| !self.is_local(k))
+            .map(|(k, _)| {
+                let cid = self.key_cid.get(&k).copied().unwrap_or(0);
+                (k, cid)
+            })
+            .collect();
+        self.next_tx += 1;
+        let tx = TxId {
+            node: self.cfg.id,
+            n: (self.incarnation << 40) | self.next_tx,
+        };
+        let d = &self.domains[domain as usize];
+        self.pending.insert(
+            tx,
+            Pending {
+                caller,
+                domain,
+                request: CommitRequest {
+                    tx,
+                    reads: cid_reads,
+                    writes: replicated,
+                },
+                local_writes,
+                local_reads,
+                epoch: d.state.epoch,
+                sent_at: self.ticks,
+                since: self.ticks,
+                decided_through: None,
+            },
+        );
+        self.send_commit(tx, out);
+        Ok(())
+    }
+
+    /// A key a new commit must not touch because a commit waiting here does: it reads one a
+    /// waiting commit writes locally, or writes one a waiting commit read or writes locally.
+    fn meets_pending(&self, reads: &[(Key, u64)], local_writes: &Writes) -> Option<Key> {
+        let queued = self.local_queue.iter().flat_map(|l| l.writes.iter());
+        let pending_writes = self.pending.values().flat_map(|p| p.local_writes.iter());
+        let written: Vec<&Key> = queued.chain(pending_writes).map(|(k, _)| k).collect();
+        if let Some((k, _)) = reads.iter().find(|(k, _)| written.contains(&k)) {
+            return Some(k.clone());
+        }
+        let read: Vec<&Key> = self
+            .pending
+            .values()
+            .flat_map(|p| p.local_reads.iter())
+            .chain(
+                self.local_queue
+                    .iter()
+                    .flat_map(|l| l.reads.iter().map(|(k, _)| k)),
+            )
+            .collect();
+        local_writes
+            .iter()
+            .find(|(k, _)| read.contains(&k) || written.contains(&k))
+            .map(|(k, _)| k.clone())
+    }
+
+    /// Sends waiting commit `tx` to its domain's sequencer (or numbers it here), unless its
+    /// domain has no running epoch now or its fate waits on an epoch change.
+    pub(super) fn send_commit(&mut self, tx: TxId, out: &mut Vec<OssOutput>) {
+        let me = self.cfg.id;
+        let ticks = self.ticks;
+        let Some(p) = self.pending.get_mut(&tx) else {
+            return;
+        };
+        let d = &self.domains[p.domain as usize];
+        if d.state.epoch == 0 || d.state.suspected || p.decided_through.is_some() {
+            return;
+        }
+        p.epoch = d.state.epoch;
+        p.sent_at = ticks;
+        let (domain, epoch, request, sequencer) =
+            (p.domain, p.epoch, p.request.clone(), d.state.sequencer);
+        if sequencer == me {
+            self.sequence(me, domain, epoch, request, out);
+        } else {
+            out.push(Output::Send {
+                to: sequencer,
+                msg: OssMsg::Commit {
+                    domain,
+                    epoch,
+                    request,
+                },
+            });
+        }
+    }
+
+    /// The sequencer refused waiting commit `tx` for a conflict: it aborts.
+    pub(super) fn refused(&mut self, tx: TxId, key: Key, out: &mut Vec<OssOutput>) {
+        if let Some(p) = self.pending.remove(&tx) {
+            self.counters.aborts += 1;
+            out.push(Output::Deliver(OssDelivery::Aborted {
+                tx: p.caller,
+                reason: AbortReason::Conflict(key),
+            }));
+        }
+    }
+
+    /// Writes through number `through` are durable: local commits are installed and
+    /// answered, held watermarks told, stable write sets installed.
+    pub(super) fn on_durable(
+        &mut self,
+        through: u64,
+        out: &mut Vec<OssOutput>,
+    ) -> Result<(), OssError> {
+        self.durable = self.durable.max(through);
+        let done = self
+            .local_queue
+            .iter()
+            .take_while(|l| l.write <= self.durable)
+            .count();
+        for l in self.local_queue.drain(..done).collect::<Vec<_>>() {
+            self.position += 1;
+            self.engine.apply_certified(self.position, &[], l.writes);
+            self.counters.local_commits += 1;
+            out.push(Output::Deliver(OssDelivery::Committed {
+                tx: l.caller,
+                version: self.position,
+            }));
+        }
+        for i in 0..self.domains.len() {
+            let d = &mut self.domains[i];
+            if d.log.durable(self.durable) && d.log.counting() {
+                let msg = OssMsg::Held {
+                    domain: i as DomainId,
+                    epoch: d.log.epoch(),
+                    through: d.log.held(),
+                };
+                self.broadcast(msg, out);
+            }
+        }
+        self.apply_stable(out);
+        Ok(())
+    }
+
+    /// Installs every write set now stable and here, in commit-id order (not while a local
+    /// commit waits for its disk: it was validated against what is installed now).
+    pub(super) fn apply_stable(&mut self, out: &mut Vec<OssOutput>) {
+        if !self.local_queue.is_empty() {
+            return;
+        }
+        for i in 0..self.domains.len() {
+            let ready = self.domains[i].log.take_applicable();
+            if !ready.is_empty() {
+                self.domains[i].progress_at = self.ticks;
+            }
+            for ws in ready {
+                self.position += 1;
+                let mut writes = ws.writes.clone();
+                let mine = match ws.tx.node == self.cfg.id {
+                    true => self.pending.remove(&ws.tx),
+                    false => None,
+                };
+                if let Some(p) = &mine {
+                    writes.extend(p.local_writes.iter().cloned());
+                }
+                self.engine.apply_certified(self.position, &[], writes);
+                for (k, _) in &ws.writes {
+                    self.key_cid.insert(k.clone(), ws.cid);
+                }
+                self.counters.applied += 1;
+                if let Some(p) = mine {
+                    self.counters.commits += 1;
+                    out.push(Output::Deliver(OssDelivery::Committed {
+                        tx: p.caller,
+                        version: self.position,
+                    }));
+                }
+            }
+            let d = &mut self.domains[i];
+            let applied = d.log.applied();
+            if let Some(s) = d.sequencer.as_mut() {
+                s.applied_through(applied);
+            }
+            self.resolve_decided(i as DomainId, out);
+            self.ready_sequencer(i as DomainId, out);
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! The control log on an OSS node: its order replica and client, and what the node does when
+//! an epoch is suspected or starts (see ARCHITECTURE.md, "OSS", epochs).
+
+use std::collections::VecDeque;
+
+use atomos_order::{ClientAction, ClientInput, OrderMsg};
+use atomos_seam::{Input, Machine, Output, Write};
+
+use super::control::{ControlEntry, ControlEvent, DomainState};
+use super::msg::{OssMsg, OssRecord};
+use super::node::{OssError, OssNode, OssOutput};
+use super::write_set::{CommitId, DomainId, Epoch};
+
+/// Where a control-log message made on this node goes.
+enum Local {
+    /// To this node's replica, from `from`.
+    Replica(u64, OrderMsg),
+    /// To this node's client.
+    Client(OrderMsg),
+}
+
+impl OssNode {
+    /// Steps the control replica with `input` and carries out what follows.
+    pub(super) fn replica_step(
+        &mut self,
+        input: atomos_order::Input,
+        out: &mut Vec<OssOutput>,
+    ) -> Result<(), OssError> {
+        let mut actions = Vec::new();
+        self.replica.step(self.ticks, input, &mut actions)?;
+        self.carry(actions, out)
+    }
+
+    /// A control-log message from the network.
+    pub(super) fn order_message(
+        &mut self,
+        from: u64,
+        msg: OrderMsg,
+        out: &mut Vec<OssOutput>,
+    ) -> Result<(), OssError> {
+        self.pump(
+            match msg {
+                msg @ OrderMsg::Reply { .. } => Local::Client(msg),
+                msg => Local::Replica(from, msg),
+            },
+            out,
+        )
+    }
+
+    /// Time passed for the control client (it re-sends to another replica when one is silent).
+    pub(super) fn client_tick(&mut self, out: &mut Vec<OssOutput>) -> Result<(), OssError> {
+        let mut actions = Vec::new();
+        self.client.step(ClientInput::Tick, &mut actions);
+        self.carry_client(actions, out)
+    }
+
+    /// Orders `entry` in the control log.
+    pub(super) fn propose(
+        &mut self,
+        entry: ControlEntry,
+        out: &mut Vec<OssOutput>,
+    ) -> Result<(), OssError> {
+        let mut actions = Vec::new();
+        self.client
+            .step(ClientInput::Submit(entry.encode()), &mut actions);
+        self.carry_client(actions, out)
+    }
+
+    fn carry_client(
+        &mut self,
+        actions: Vec<ClientAction>,
+        out: &mut Vec<OssOutput>,
+    ) -> Result<(), OssError> {
+        for a in actions {
+            if let ClientAction::Send { to, msg } = a {
+                if to == self.cfg.id {
+                    self.pump(Local::Replica(to, msg), out)?;
+                } else {
+                    out.push(Output::Send {
+                        to,
+                        msg: OssMsg::Order(msg),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a message made here to its end (answers to this node's client, messages to its
+    /// own replica), then acts on what the control log applied.
+    fn pump(&mut self, first: Local, out: &mut Vec<OssOutput>) -> Result<(), OssError> {
+        let mut queue = VecDeque::from([first]);
+        while let Some(next) = queue.pop_front() {
+            match next {
+                Local::Replica(from, msg) => {
+                    let mut actions = Vec::new();
+                    self.replica
+                        .step(self.ticks, Input::Message { from, msg }, &mut actions)?;
+                    for a in actions {
+                        match a {
+                            Output::Send { to, msg } if to == self.cfg.id => {
+                                queue.push_back(match msg {
+                                    msg @ OrderMsg::Reply { .. } => Local::Client(msg),
+                                    msg => Local::Replica(to, msg),
+                                })
+                            }
+                            other => self.carry_one(other, out)?,
+                        }
+                    }
+                }
+                Local::Client(msg) => {
+                    let mut actions = Vec::new();
+                    let from = self.cfg.id;
+                    self.client
+                        .step(ClientInput::Message { from, msg }, &mut actions);
+                    for a in actions {
+                        if let ClientAction::Send { to, msg } = a {
+                            if to == self.cfg.id {
+                                queue.push_back(Local::Replica(to, msg));
+                            } else {
+                                out.push(Output::Send {
+                                    to,
+                                    msg: OssMsg::Order(msg),
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.control_events(out)
+    }
+
+    fn carry(
+        &mut self,
+        actions: Vec<atomos_order::Action>,
+        out: &mut Vec<OssOutput>,
+    ) -> Result<(), OssError> {
+        let mut local = Vec::new();
+        for a in actions {
+            match a {
+                Output::Send { to, msg } if to == self.cfg.id => local.push(msg),
+                other => self.carry_one(other, out)?,
+            }
+        }
+        for msg in local {
+            let from = self.cfg.id;
+            self.pump(
+                match msg {
+                    msg @ OrderMsg::Reply { .. } => Local::Client(msg),
+                    msg => Local::Replica(from, msg),
+                },
+                out,
+            )?;
+        }
+        self.control_events(out)
+    }
+
+    /// One output of the replica that leaves this node (or its disk).
+    fn carry_one(
+        &mut self,
+        action: atomos_order::Action,
+        out: &mut Vec<OssOutput>,
+    ) -> Result<(), OssError> {
+        match action {
+            Output::Send { to, msg } => out.push(Output::Send {
+                to,
+                msg: OssMsg::Order(msg),
+            }),
+            Output::Persist(Write::Append(records)) => {
+                self.persist(records.into_iter().map(OssRecord::Order).collect(), out);
+            }
+            Output::Persist(Write::Rewrite(_)) => {
+                return Err(OssError::Unsupported("rewrite its log"))
+            }
+            Output::Warn(text) => out.push(Output::Warn(text)),
+            Output::Deliver(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Acts on the control entries applied since the last call.
+    fn control_events(&mut self, out: &mut Vec<OssOutput>) -> Result<(), OssError> {
+        let events = self.replica.machine_mut().take_events();
+        for e in events {
+            match e {
+                ControlEvent::Suspected { domain, epoch } => self.fenced(domain, epoch, out),
+                ControlEvent::Started { domain, state } => self.started(domain, state, out),
+            }
+        }
+        Ok(())
+    }
+
+    /// The control log suspected `epoch` of `domain`: take no more of its write sets and tell
+    /// everyone how far this node holds them.
+    fn fenced(&mut self, domain: DomainId, epoch: Epoch, out: &mut Vec<OssOutput>) {
+        let me = self.cfg.id;
+        let Some(d) = self.domains.get_mut(domain as usize) else {
+            return;
+        };
+        let Some(mark) = d.log.fence(epoch) else {
+            return;
+        };
+        d.state.suspected = true;
+        d.sequencer = None;
+        d.waiting.clear();
+        d.reports.insert(me, mark);
+        self.persist(vec![OssRecord::Fenced { domain, epoch }], out);
+        self.broadcast(
+            OssMsg::Report {
+                domain,
+                epoch,
+                mark,
+            },
+            out,
+        );
+    }
+
+    /// The control log started a new epoch of `domain`.
+    fn started(&mut self, domain: DomainId, state: DomainState, out: &mut Vec<OssOutput>) {
+        let ticks = self.ticks;
+        let Some(d) = self.domains.get_mut(domain as usize) else {
+            return;
+        };
+        let dropped = d.log.start(state.epoch, state.first);
+        if d.log.epoch() != state.epoch || d.state.epoch == state.epoch {
+            return;
+        }
+        d.state = state;
+        d.sequencer = None;
+        d.waiting.clear();
+        d.numbered.clear();
+        d.reports.clear();
+        d.progress_at = ticks;
+        d.proposed_at = None;
+        self.counters.epochs += 1;
+        self.persist(vec![OssRecord::Started { domain, state }], out);
+        // Commits sent in an earlier epoch: committed if their write set is among the ids the
+        // start kept, else sent again in this epoch (once this node applied that far).
+        let me = self.cfg.id;
+        for tx in dropped {
+            if tx.node == me {
+                if let Some(p) = self.pending.get_mut(&tx) {
+                    p.decided_through = Some(state.first - 1);
+                }
+            }
+        }
+        for p in self.pending.values_mut() {
+            if p.domain == domain && p.epoch < state.epoch {
+                p.decided_through = Some(state.first - 1);
+            }
+        }
+        self.resolve_decided(domain, out);
+    }
+
+    /// A node's report of a suspected epoch; with a majority of them, order the next start.
+    pub(super) fn on_report(
+        &mut self,
+        from: u64,
+        domain: DomainId,
+        epoch: Epoch,
+        mark: CommitId,
+        out: &mut Vec<OssOutput>,
+    ) -> Result<(), OssError> {
+        let majority = self.majority();
+        let Some(d) = self.domains.get_mut(domain as usize) else {
+            return Ok(());
+        };
+        if d.state.epoch != epoch || !d.state.suspected {
+            return Ok(());
+        }
+        d.reports.insert(from, mark);
+        if d.reports.len() < majority {
+            return Ok(());
+        }
+        let max = d.reports.values().copied().max().unwrap_or(0);
+        // The first node (by id) that holds everything through the maximum sequences next:
+        // it needs to fetch nothing before it starts.
+        let sequencer = d
+            .reports
+            .iter()
+            .find(|(_, m)| **m == max)
+            .map_or(self.cfg.id, |(n, _)| *n);
+        if d.proposed_at
+            .is_some_and(|t| self.ticks < t + self.cfg.resend_after)
+        {
+            return Ok(());
+        }
+        d.proposed_at = Some(self.ticks);
+        self.propose(
+            ControlEntry::Start {
+                domain,
+                epoch: epoch + 1,
+                sequencer,
+                first: max + 1,
+            },
+            out,
+        )
+    }
+
+    /// Per tick: start the first epochs, suspect epochs that make no progress, tell reports
+    /// again while a suspicion waits for its start.
+    pub(super) fn epoch_tick(&mut self, out: &mut Vec<OssOutput>) -> Result<(), OssError> {
+        let first_sequencer = self
+            .cfg
+            .members
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(self.cfg.id);
+        for i in 0..self.domains.len() {
+            let domain = i as DomainId;
+            let d = &self.domains[i];
+            let due = d
+                .proposed_at
+                .is_none_or(|t| self.ticks >= t + self.cfg.suspect_after);
+            if d.state.epoch == 0 {
+                if due {
+                    self.domains[i].proposed_at = Some(self.ticks);
+                    self.propose(
+                        ControlEntry::Start {
+                            domain,
+                            epoch: 1,
+                            sequencer: first_sequencer,
+                            first: 1,
+                        },
+                        out,
+                    )?;
+                }
+                continue;
+            }
+            if d.state.suspected {
+                if self.ticks.is_multiple_of(self.cfg.held_every.max(1)) {
+                    if let Some(&mark) = d.reports.get(&self.cfg.id) {
+                        let epoch = d.state.epoch;
+                        self.broadcast(
+                            OssMsg::Report {
+                                domain,
+                                epoch,
+                                mark,
+                            },
+                            out,
+                        );
+                    }
+                }
+                continue;
+            }
+            let stalled = self.ticks >= d.progress_at + self.cfg.suspect_after;
+            let waiting = self
+                .pending
+                .values()
+                .any(|p| p.domain == domain && self.ticks >= p.since + self.cfg.suspect_after);
+            // A sequencer that restarted never resumes its epoch: the next one starts fresh.
+            let orphaned = d.state.sequencer == self.cfg.id && d.orphaned;
+            if due && ((stalled && waiting) || orphaned) {
+                let epoch = d.state.epoch;
+                self.domains[i].proposed_at = Some(self.ticks);
+                self.counters.suspicions += 1;
+                self.propose(ControlEntry::Suspect { domain, epoch }, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits whose epoch changed: once this node applied every id the start kept, the ones
+    /// not among them are sent again in the new epoch.
+    pub(super) fn resolve_decided(&mut self, domain: DomainId, out: &mut Vec<OssOutput>) {
+        let Some(d) = self.domains.get(domain as usize) else {
+            return;
+        };
+        if !d.log.counting() || d.state.suspected {
+            // The next start decides again.
+            return;
+        }
+        let applied = d.log.applied();
+        let ready: Vec<_> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.domain == domain && p.decided_through.is_some_and(|t| t <= applied))
+            .map(|(tx, _)| *tx)
+            .collect();
+        for tx in ready {
+            if let Some(p) = self.pending.get_mut(&tx) {
+                p.decided_through = None;
+            }
+            self.send_commit(tx, out);
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! What OSS nodes say to each other, and what a node keeps on its disk.
+
+use atomos_core::Key;
+use atomos_order::OrderMsg;
+use serde::{Deserialize, Serialize};
+
+use super::control::DomainState;
+use super::sequencer::{CommitRequest, Conflict};
+use super::write_set::{CommitId, DomainId, Epoch, TxId, WriteSet};
+
+/// A message between OSS nodes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum OssMsg {
+    /// The control log's order layer.
+    Order(OrderMsg),
+    /// A commit asked of the domain's sequencer in `epoch`.
+    Commit {
+        /// The domain.
+        domain: DomainId,
+        /// The epoch the sender believes current.
+        epoch: Epoch,
+        /// The transaction's reads and writes in the domain.
+        request: CommitRequest,
+    },
+    /// The sequencer did not number the commit: a conflict, or it is not the sequencer of
+    /// the sender's epoch (`conflict: None`; the sender waits for the current epoch).
+    Refused {
+        /// The domain.
+        domain: DomainId,
+        /// The transaction.
+        tx: TxId,
+        /// Why, when it was a conflict.
+        conflict: Option<Conflict>,
+    },
+    /// Numbered write sets, for every node (one bulk message per sequencer step).
+    WriteSets(Vec<WriteSet>),
+    /// The sender holds every write set of `domain` through `through` (in `epoch`).
+    Held {
+        /// The domain.
+        domain: DomainId,
+        /// The sender's epoch.
+        epoch: Epoch,
+        /// Its held watermark.
+        through: CommitId,
+    },
+    /// Send me the write sets of `domain` in `from..=to` that you have.
+    Fetch {
+        /// The domain.
+        domain: DomainId,
+        /// The first id wanted.
+        from: CommitId,
+        /// The last id wanted.
+        to: CommitId,
+    },
+    /// After `epoch` of `domain` was suspected, the sender holds (or knows committed) every id
+    /// through `mark` and takes no more of that epoch.
+    Report {
+        /// The domain.
+        domain: DomainId,
+        /// The suspected epoch.
+        epoch: Epoch,
+        /// The sender's mark.
+        mark: CommitId,
+    },
+}
+
+/// A record of a node's write-ahead log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum OssRecord {
+    /// The node started its `n`-th run (transaction ids of each run differ).
+    Incarnation(u64),
+    /// A write set received.
+    WriteSet(WriteSet),
+    /// A commit of node-local keys only (validated when it was written: replayed as is).
+    Local(Vec<(Key, Option<Vec<u8>>)>),
+    /// A domain was fenced in an epoch.
+    Fenced {
+        /// The domain.
+        domain: DomainId,
+        /// The epoch.
+        epoch: Epoch,
+    },
+    /// A domain's epoch started (as the control log decided).
+    Started {
+        /// The domain.
+        domain: DomainId,
+        /// Its state.
+        state: DomainState,
+    },
+    /// A record of the control log's order replica.
+    Order(Vec<u8>),
+}
+
+impl OssRecord {
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).unwrap_or_default()
+    }
+
+    /// A record from its bytes.
+    pub fn decode(bytes: &[u8]) -> Result<OssRecord, postcard::Error> {
+        postcard::from_bytes(bytes)
+    }
+}
+
+/// What the node tells the application about one of its commits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OssDelivery {
+    /// Transaction `tx` (the caller's number) committed; its writes are installed here with
+    /// engine version `version`.
+    Committed {
+        /// The caller's number for it.
+        tx: u64,
+        /// The engine version of its writes.
+        version: u64,
+    },
+    /// It did not commit and wrote nothing: run it again (or report `reason`).
+    Aborted {
+        /// The caller's number for it.
+        tx: u64,
+        /// Why.
+        reason: AbortReason,
+    },
+}
+
+/// Why a commit did not happen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AbortReason {
+    /// It read a version a commit before it replaced (first wins).
+    Conflict(Key),
+    /// It touches more than one consistency domain.
+    CrossDomain,
+    /// Its domain changed epochs before it was numbered, or its write set was dropped by the
+    /// change.
+    EpochChanged,
+}

@@ -1,0 +1,452 @@
+//! One OSS node as a deterministic state machine: its domains' logs, the sequencer it runs
+//! when the control log names it, its application's commits, and the control log's order
+//! replica beside them (see ARCHITECTURE.md, "OSS").
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use atomos_core::{Engine, Key};
+use atomos_order::{decode_log, Client, OrderError, Replica, ReplicaConfig};
+use atomos_seam::{Input, Machine, Output, Write};
+
+use super::control::{Control, DomainState};
+use super::domain_log::DomainLog;
+use super::msg::{OssDelivery, OssMsg, OssRecord};
+use super::sequencer::{CommitRequest, Sequencer};
+use super::write_set::{CommitId, DomainId, TxId};
+
+/// Settings of an OSS node.
+#[derive(Clone, Debug)]
+pub struct OssConfig {
+    /// This node.
+    pub id: u64,
+    /// Every member, this one included.
+    pub members: Vec<u64>,
+    /// The consistency domains' key prefixes; a key belongs to the domain of the longest
+    /// prefix it starts with, and to domain 0 if none (domain 0's prefix is usually "").
+    pub domains: Vec<String>,
+    /// Keys under this prefix are this node's alone: never replicated, committed locally.
+    pub local_prefix: String,
+    /// Applied write sets kept per domain for others who missed them.
+    pub history_max: usize,
+    /// Ticks a missing write set is waited for before it is fetched.
+    pub gap_after: u64,
+    /// Ticks before a commit request without an answer is sent again.
+    pub resend_after: u64,
+    /// Ticks without progress on a commit before its domain's epoch is suspected.
+    pub suspect_after: u64,
+    /// The held watermarks are told again every this many ticks (messages may be lost).
+    pub held_every: u64,
+    /// The control log's order replica (its id and replicas are this node's and the
+    /// members').
+    pub replica: ReplicaConfig,
+    /// A bug planted on purpose, to show the simulation catches it (tests only).
+    pub planted_bug: Option<OssBug>,
+}
+
+/// Bugs the simulation must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OssBug {
+    /// The sequencer numbers every request without validating its reads.
+    SkipValidation,
+    /// A write set counts as stable once one node holds it (no majority awaited).
+    StableAtOne,
+}
+
+impl OssConfig {
+    /// Node `id` of `members`: one domain for every key, `local/` keys node-local, 10,000
+    /// write sets of history, fetch after 5 ticks, re-send after 10, suspect after 40, held
+    /// watermarks re-told every 5; the control log never compacts (its entries are few).
+    pub fn new(id: u64, members: Vec<u64>) -> OssConfig {
+        let mut replica = ReplicaConfig::new(id, members.clone());
+        replica.snapshot_every = u64::MAX;
+        OssConfig {
+            id,
+            members,
+            domains: vec![String::new()],
+            local_prefix: "local/".into(),
+            history_max: 10_000,
+            gap_after: 5,
+            resend_after: 10,
+            suspect_after: 40,
+            held_every: 5,
+            replica,
+            planted_bug: None,
+        }
+    }
+}
+
+/// Why a node cannot go on (it must restart from its disk).
+#[derive(Debug, thiserror::Error)]
+pub enum OssError {
+    /// The control log's replica failed.
+    #[error("control log: {0}")]
+    Order(#[from] OrderError),
+    /// A record of the log does not decode.
+    #[error("log record {index} does not decode: {reason}")]
+    Record {
+        /// Its place in the log.
+        index: usize,
+        /// The decoder's explanation.
+        reason: String,
+    },
+    /// The configuration cannot work.
+    #[error("bad configuration: {0}")]
+    Config(String),
+    /// The control replica asked for something this node does not do.
+    #[error("the control log asked to {0}, which an OSS node does not do")]
+    Unsupported(&'static str),
+}
+
+/// A request of the application on this node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OssRequest {
+    /// Commit a transaction: `tx` is the caller's number for it; `reads` the engine versions
+    /// it read; `writes` what it wrote.
+    Commit {
+        /// The caller's number.
+        tx: u64,
+        /// Each key read, with the engine version read (0: never written).
+        reads: Vec<(Key, u64)>,
+        /// Each key written once (`None`: deleted).
+        writes: Vec<(Key, Option<Vec<u8>>)>,
+    },
+}
+
+/// One domain on this node.
+#[derive(Debug)]
+pub(super) struct DomainNode {
+    pub(super) log: DomainLog,
+    /// Its epoch as the control log decided.
+    pub(super) state: DomainState,
+    /// This node numbers the domain's commits in the current epoch (once caught up).
+    pub(super) sequencer: Option<Sequencer>,
+    /// Requests that came while this node's sequencer was catching up.
+    pub(super) waiting: Vec<(u64, CommitRequest)>,
+    /// Transactions numbered in this epoch (a re-sent request is numbered once).
+    pub(super) numbered: HashSet<TxId>,
+    /// Write sets numbered in this step, sent to every node at its end.
+    pub(super) outbox: Vec<super::write_set::WriteSet>,
+    /// Reports of the suspected epoch: node -> mark.
+    pub(super) reports: BTreeMap<u64, CommitId>,
+    /// Since when a gap has waited (ticks).
+    pub(super) gap_since: Option<u64>,
+    /// The tick the domain last made progress here (applied, or an epoch started).
+    pub(super) progress_at: u64,
+    /// The tick this node last ordered a suspicion or a start for the domain.
+    pub(super) proposed_at: Option<u64>,
+    /// This node sequenced the current epoch before it restarted: it does not resume (it
+    /// lost which requests it numbered), and has the epoch suspected.
+    pub(super) orphaned: bool,
+}
+
+/// A commit of this node's application waiting for its outcome.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) caller: u64,
+    pub(super) domain: DomainId,
+    pub(super) request: CommitRequest,
+    /// Its writes to node-local keys, installed with its write set.
+    pub(super) local_writes: Vec<(Key, Option<Vec<u8>>)>,
+    /// Its reads of node-local keys (no local commit may write them meanwhile).
+    pub(super) local_reads: Vec<Key>,
+    /// The epoch it was sent in.
+    pub(super) epoch: u64,
+    /// When it was last sent (ticks).
+    pub(super) sent_at: u64,
+    /// When it was first sent (ticks).
+    pub(super) since: u64,
+    /// After an epoch change: its fate is known once the domain applied through this id.
+    pub(super) decided_through: Option<CommitId>,
+}
+
+/// A commit of node-local keys only, waiting for its disk write.
+#[derive(Debug)]
+pub(super) struct LocalCommit {
+    /// The write that persists it.
+    pub(super) write: u64,
+    pub(super) caller: u64,
+    pub(super) reads: Vec<(Key, u64)>,
+    pub(super) writes: Vec<(Key, Option<Vec<u8>>)>,
+}
+
+/// An OSS node.
+pub struct OssNode {
+    pub(super) cfg: OssConfig,
+    pub(super) engine: Arc<Engine>,
+    pub(super) replica: Replica<Control>,
+    pub(super) client: Client,
+    pub(super) domains: Vec<DomainNode>,
+    /// The engine version of the last write installed here.
+    pub(super) position: u64,
+    /// Each replicated key's newest applied commit id.
+    pub(super) key_cid: HashMap<Key, CommitId>,
+    /// This node's commits waiting for their outcome, by transaction.
+    pub(super) pending: BTreeMap<TxId, Pending>,
+    /// Local commits persisted and not yet durable, in order.
+    pub(super) local_queue: Vec<LocalCommit>,
+    pub(super) incarnation: u64,
+    pub(super) next_tx: u64,
+    /// Writes emitted so far (numbered from 1, as `Persisted` counts them).
+    pub(super) writes: u64,
+    /// Writes durable through this number.
+    pub(super) durable: u64,
+    pub(super) ticks: u64,
+    /// The incarnation record is written at the first step.
+    pub(super) announced: bool,
+    /// Counters for tests and operators.
+    pub(super) counters: OssCounters,
+}
+
+/// What a node counted since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OssCounters {
+    /// Commits of node-local keys only.
+    pub local_commits: u64,
+    /// This node's commits that went through a sequencer and committed.
+    pub commits: u64,
+    /// Its commits that aborted.
+    pub aborts: u64,
+    /// Write sets this node numbered as a sequencer.
+    pub numbered: u64,
+    /// Write sets applied here.
+    pub applied: u64,
+    /// Fetches of missing write sets sent.
+    pub fetches: u64,
+    /// Suspicions this node ordered.
+    pub suspicions: u64,
+    /// Epochs started here.
+    pub epochs: u64,
+}
+
+/// What a step appends.
+pub type OssOutput = Output<OssMsg, OssDelivery>;
+
+impl OssNode {
+    /// Node `cfg.id` over `engine` (made for replication, holding nothing yet), rebuilt from
+    /// the records its disk kept.
+    pub fn open(
+        cfg: OssConfig,
+        engine: Arc<Engine>,
+        records: &[Vec<u8>],
+    ) -> Result<OssNode, OssError> {
+        if cfg.domains.is_empty() || !cfg.members.contains(&cfg.id) {
+            return Err(OssError::Config(
+                "at least one domain, and this node among the members".into(),
+            ));
+        }
+        if !engine.config().replicated {
+            return Err(OssError::Config(
+                "the engine is not made for replication".into(),
+            ));
+        }
+        let mut decoded = Vec::with_capacity(records.len());
+        for (index, bytes) in records.iter().enumerate() {
+            let r = OssRecord::decode(bytes).map_err(|e| OssError::Record {
+                index,
+                reason: e.to_string(),
+            })?;
+            decoded.push(r);
+        }
+        let order: Vec<Vec<u8>> = decoded
+            .iter()
+            .filter_map(|r| match r {
+                OssRecord::Order(b) => Some(b.clone()),
+                _ => None,
+            })
+            .collect();
+        let replica = Replica::open(cfg.replica.clone(), decode_log(&order)?, Control::new())?;
+        let incarnation = decoded
+            .iter()
+            .filter_map(|r| match r {
+                OssRecord::Incarnation(n) => Some(*n),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let majority_of = match cfg.planted_bug {
+            Some(OssBug::StableAtOne) => 1,
+            _ => cfg.members.len(),
+        };
+        let domains = (0..cfg.domains.len())
+            .map(|_| DomainNode {
+                log: DomainLog::new(majority_of, cfg.history_max),
+                state: DomainState {
+                    epoch: 0,
+                    sequencer: 0,
+                    first: 1,
+                    suspected: false,
+                },
+                sequencer: None,
+                waiting: Vec::new(),
+                numbered: HashSet::new(),
+                outbox: Vec::new(),
+                reports: BTreeMap::new(),
+                gap_since: None,
+                progress_at: 0,
+                proposed_at: None,
+                orphaned: false,
+            })
+            .collect();
+        let client = Client::new(
+            (cfg.id << 32) | incarnation,
+            cfg.members.clone(),
+            cfg.members.iter().position(|&m| m == cfg.id).unwrap_or(0),
+            cfg.resend_after.max(1) * 2,
+        );
+        let mut node = OssNode {
+            cfg,
+            engine,
+            replica,
+            client,
+            domains,
+            position: 0,
+            key_cid: HashMap::new(),
+            pending: BTreeMap::new(),
+            local_queue: Vec::new(),
+            incarnation,
+            next_tx: 0,
+            writes: 0,
+            durable: 0,
+            ticks: 0,
+            announced: false,
+            counters: OssCounters::default(),
+        };
+        node.replay(decoded);
+        Ok(node)
+    }
+
+    /// Rebuilds the domains' logs and the node-local objects from the records, in order.
+    fn replay(&mut self, records: Vec<OssRecord>) {
+        for r in records {
+            match r {
+                OssRecord::WriteSet(ws) => {
+                    if let Some(d) = self.domains.get_mut(ws.domain as usize) {
+                        d.log.offer(ws, 0);
+                    }
+                }
+                OssRecord::Local(writes) => {
+                    self.position += 1;
+                    self.engine.apply_certified(self.position, &[], writes);
+                }
+                OssRecord::Fenced { domain, epoch } => {
+                    if let Some(d) = self.domains.get_mut(domain as usize) {
+                        d.log.fence(epoch);
+                        d.state.suspected = true;
+                    }
+                }
+                OssRecord::Started { domain, state } => {
+                    if let Some(d) = self.domains.get_mut(domain as usize) {
+                        d.log.start(state.epoch, state.first);
+                        d.state = state;
+                    }
+                }
+                OssRecord::Incarnation(_) | OssRecord::Order(_) => {}
+            }
+        }
+        let me = self.cfg.id;
+        for d in &mut self.domains {
+            d.log.durable(0);
+            d.orphaned = d.state.epoch > 0 && d.state.sequencer == me && !d.state.suspected;
+        }
+    }
+
+    /// The engine this node installs into.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// What the node counted since it started.
+    pub fn counters(&self) -> OssCounters {
+        self.counters
+    }
+
+    /// Domain `d`'s epoch and watermarks here: (epoch, held, stable, applied).
+    pub fn watermarks(&self, d: DomainId) -> Option<(u64, CommitId, CommitId, CommitId)> {
+        self.domains
+            .get(d as usize)
+            .map(|x| (x.log.epoch(), x.log.held(), x.log.stable(), x.log.applied()))
+    }
+
+    /// Whether `key` is this node's alone.
+    pub(super) fn is_local(&self, key: &Key) -> bool {
+        key.as_bytes().starts_with(self.cfg.local_prefix.as_bytes())
+    }
+
+    /// The domain of a replicated key: the longest matching prefix's, else 0.
+    pub(super) fn domain_of(&self, key: &Key) -> DomainId {
+        let bytes = key.as_bytes();
+        self.cfg
+            .domains
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| bytes.starts_with(p.as_bytes()))
+            .max_by_key(|(_, p)| p.len())
+            .map_or(0, |(i, _)| i as DomainId)
+    }
+
+    /// Emits a disk write of `records`; returns its number.
+    pub(super) fn persist(&mut self, records: Vec<OssRecord>, out: &mut Vec<OssOutput>) -> u64 {
+        self.writes += 1;
+        out.push(Output::Persist(Write::Append(
+            records.iter().map(OssRecord::encode).collect(),
+        )));
+        self.writes
+    }
+
+    /// Sends `msg` to every other member.
+    pub(super) fn broadcast(&self, msg: OssMsg, out: &mut Vec<OssOutput>) {
+        for &m in &self.cfg.members {
+            if m != self.cfg.id {
+                out.push(Output::Send {
+                    to: m,
+                    msg: msg.clone(),
+                });
+            }
+        }
+    }
+
+    /// A majority of the members.
+    pub(super) fn majority(&self) -> usize {
+        self.cfg.members.len() / 2 + 1
+    }
+}
+
+impl Machine for OssNode {
+    type Msg = OssMsg;
+    type Request = OssRequest;
+    type Delivery = OssDelivery;
+    type Error = OssError;
+
+    fn step(
+        &mut self,
+        _now: u64,
+        input: Input<OssMsg, OssRequest>,
+        out: &mut Vec<OssOutput>,
+    ) -> Result<(), OssError> {
+        if !self.announced {
+            self.announced = true;
+            self.persist(vec![OssRecord::Incarnation(self.incarnation)], out);
+        }
+        match input {
+            Input::Tick => {
+                self.ticks += 1;
+                self.replica_step(Input::Tick, out)?;
+                self.client_tick(out)?;
+                self.on_tick(out)?;
+            }
+            Input::Message {
+                from,
+                msg: OssMsg::Order(m),
+            } => self.order_message(from, m, out)?,
+            Input::Message { from, msg } => self.on_message(from, msg, out)?,
+            Input::Request(OssRequest::Commit { tx, reads, writes }) => {
+                self.commit(tx, reads, writes, out)?
+            }
+            Input::Persisted { through } => self.on_durable(through, out)?,
+        }
+        self.after_step(out)?;
+        Ok(())
+    }
+}

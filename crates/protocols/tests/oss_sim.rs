@@ -1,0 +1,590 @@
+//! OSS in the simulator: three nodes run list-append transactions, bank transfers and
+//! node-local counters over OSS (ultra-peer sequencing, epochs through the control log) with
+//! loss, duplication, delay, partitions, crashes, restarts and disks that lose unsynced
+//! writes. Checks: the list-append history is serializable, every audit finds the bank's
+//! total, the live nodes end with the same replicated objects, no acknowledged local commit is
+//! lost, and commits happened.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use atomos_core::history::list_append::{self, ListOp};
+use atomos_core::{
+    Certification, Certifier, CertifyError, Engine, EngineConfig, Key, LockOutcome, TRef, TxError,
+    TxOptions, Verdict,
+};
+use atomos_protocols::oss::{OssConfig, OssDelivery, OssError, OssMsg, OssNode, OssRequest};
+use atomos_sim::workload::{list_history, ListAppendTxn, ListAppendWorkload};
+use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
+use parking_lot::Mutex;
+
+const NODES: usize = 3;
+const ACCOUNTS: u64 = 5;
+const INITIAL: i64 = 100;
+/// Transactions each incarnation of a node starts at most.
+const TX_PER_RUN: u64 = 40;
+
+fn account(i: u64) -> TRef<i64> {
+    TRef::new(Key::with_index("acct/", i))
+}
+
+fn list(k: u64) -> TRef<Vec<u64>> {
+    TRef::new(Key::with_index("list/", k))
+}
+
+fn counter() -> TRef<u64> {
+    TRef::new("local/counter")
+}
+
+#[derive(Clone, Debug)]
+enum Note {
+    ListRun(ListAppendTxn),
+    ListDone {
+        id: u64,
+        ops: Vec<ListOp>,
+    },
+    ListAborted {
+        id: u64,
+    },
+    /// A local counter increment committed with this value.
+    Counted(u64),
+    /// A transfer committed.
+    Transferred,
+    Audit {
+        total: i64,
+    },
+    Aborted,
+}
+
+/// Keeps a certification for the node to commit through OSS.
+#[derive(Default)]
+struct Capture(Mutex<Option<Certification>>);
+
+impl Certifier for Capture {
+    fn certify(&self, c: Certification) -> Result<Verdict, CertifyError> {
+        *self.0.lock() = Some(c);
+        Err(CertifyError::OutcomeUnknown("captured".into()))
+    }
+    fn barrier(&self) -> Result<u64, CertifyError> {
+        Err(CertifyError::OutcomeUnknown("no barriers".into()))
+    }
+    fn abstract_lock(&self, _: u64, _: &str) -> Result<LockOutcome, CertifyError> {
+        Err(CertifyError::OutcomeUnknown("no locks".into()))
+    }
+    fn release_abstract(&self, _: u64, _: Vec<String>) {}
+}
+
+/// What a commit in flight was.
+enum Waiting {
+    List(u64, Vec<ListOp>),
+    Count(u64),
+    Transfer,
+}
+
+struct Node {
+    oss: OssNode,
+    engine: Arc<Engine>,
+    capture: Arc<Capture>,
+    rng: SimRng,
+    lists: ListAppendWorkload,
+    origin: u64,
+    started: u64,
+    next_caller: u64,
+    waiting: BTreeMap<u64, Waiting>,
+}
+
+impl Node {
+    fn boot(
+        seed: u64,
+        bug: Option<atomos_protocols::oss::OssBug>,
+        boot: Boot,
+    ) -> Result<Node, String> {
+        let members: Vec<u64> = (1..=NODES as u64).collect();
+        let mut cfg = OssConfig::new(boot.node, members);
+        cfg.replica.seed = seed.wrapping_mul(31).wrapping_add(boot.node) ^ (boot.incarnation << 32);
+        cfg.replica.retry_ticks = 5;
+        cfg.planted_bug = bug;
+        let engine = Arc::new(Engine::new(EngineConfig {
+            replicated: true,
+            ..EngineConfig::default()
+        }));
+        let capture = Arc::new(Capture::default());
+        if !engine.set_certifier(capture.clone()) {
+            return Err("certifier refused".into());
+        }
+        let oss = OssNode::open(cfg, engine.clone(), &boot.log).map_err(|e| e.to_string())?;
+        Ok(Node {
+            oss,
+            engine,
+            capture,
+            rng: SimRng::new(seed ^ (boot.node << 8) ^ (boot.incarnation << 40)),
+            lists: ListAppendWorkload::new(4, 4, 0.5),
+            origin: (boot.node << 48) | (boot.incarnation << 32),
+            started: 0,
+            next_caller: 0,
+            waiting: BTreeMap::new(),
+        })
+    }
+
+    /// Runs `body` on the engine; a commit it needs is handed to OSS.
+    fn run(
+        &mut self,
+        what: Waiting,
+        body: impl FnMut(&mut atomos_core::Tx<'_>) -> Result<(), TxError>,
+        out: &mut Vec<Output<OssMsg, Note>>,
+    ) -> Result<(), OssError> {
+        let result = self.engine.atomically(body);
+        let captured = self.capture.0.lock().take();
+        match (result, captured) {
+            (Err(TxError::OutcomeUnknown { .. }), Some(c)) => {
+                self.next_caller += 1;
+                let caller = self.next_caller;
+                self.waiting.insert(caller, what);
+                let req = OssRequest::Commit {
+                    tx: caller,
+                    reads: c.reads,
+                    writes: c.writes,
+                };
+                let mut inner = Vec::new();
+                self.oss.step(0, Input::Request(req), &mut inner)?;
+                self.carry(inner, out);
+            }
+            (Ok(()), None) => {
+                if let Waiting::List(id, ops) = what {
+                    out.push(Output::Deliver(Note::ListDone { id, ops }));
+                }
+            }
+            (r, c) => out.push(Output::Warn(format!("unexpected outcome {r:?} with {c:?}"))),
+        }
+        Ok(())
+    }
+
+    fn transact(&mut self, out: &mut Vec<Output<OssMsg, Note>>) -> Result<(), OssError> {
+        self.started += 1;
+        let pick = self.rng.below(10);
+        if pick < 5 {
+            let mut txn = self.lists.next(&mut self.rng);
+            txn.id += self.origin;
+            for op in &mut txn.ops {
+                if let ListOp::Append { value, .. } = op {
+                    *value += self.origin;
+                }
+            }
+            out.push(Output::Deliver(Note::ListRun(txn.clone())));
+            let executed = Arc::new(Mutex::new(Vec::new()));
+            let seen = executed.clone();
+            let ops = txn.ops.clone();
+            let body = move |tx: &mut atomos_core::Tx<'_>| {
+                let mut done = Vec::new();
+                for op in &ops {
+                    match op {
+                        ListOp::Read { key, .. } => {
+                            let r = list(*key);
+                            let seen = if tx.exists(&r)? {
+                                tx.read(&r)?.clone()
+                            } else {
+                                Vec::new()
+                            };
+                            done.push(ListOp::Read { key: *key, seen });
+                        }
+                        ListOp::Append { key, value } => {
+                            let r = list(*key);
+                            if tx.exists(&r)? {
+                                tx.modify(&r, |l| l.push(*value))?;
+                            } else {
+                                tx.create(&r, vec![*value])?;
+                            }
+                            done.push(op.clone());
+                        }
+                    }
+                }
+                *seen.lock() = done;
+                Ok(())
+            };
+            // The operations as executed are known once the body ran.
+            let result = self.engine.atomically(body);
+            let captured = self.capture.0.lock().take();
+            let ops = executed.lock().clone();
+            match (result, captured) {
+                (Err(TxError::OutcomeUnknown { .. }), Some(c)) => {
+                    self.next_caller += 1;
+                    let caller = self.next_caller;
+                    self.waiting.insert(caller, Waiting::List(txn.id, ops));
+                    let mut inner = Vec::new();
+                    let req = OssRequest::Commit {
+                        tx: caller,
+                        reads: c.reads,
+                        writes: c.writes,
+                    };
+                    self.oss.step(0, Input::Request(req), &mut inner)?;
+                    self.carry(inner, out);
+                }
+                (Ok(()), None) => out.push(Output::Deliver(Note::ListDone { id: txn.id, ops })),
+                (r, c) => out.push(Output::Warn(format!("unexpected outcome {r:?} with {c:?}"))),
+            }
+            Ok(())
+        } else if pick < 8 {
+            let (a, b) = (self.rng.below(ACCOUNTS), self.rng.below(ACCOUNTS));
+            let amount = 1 + self.rng.below(20) as i64;
+            self.run(
+                Waiting::Transfer,
+                move |tx| {
+                    if !tx.exists(&account(0))? {
+                        for i in 0..ACCOUNTS {
+                            tx.create(&account(i), INITIAL)?;
+                        }
+                        return Ok(());
+                    }
+                    if a != b {
+                        tx.modify(&account(a), |v| *v -= amount)?;
+                        tx.modify(&account(b), |v| *v += amount)?;
+                    }
+                    Ok(())
+                },
+                out,
+            )
+        } else {
+            let next = self
+                .engine
+                .run(
+                    &TxOptions {
+                        read_only: true,
+                        ..TxOptions::default()
+                    },
+                    |tx| {
+                        Ok::<_, TxError>(if tx.exists(&counter())? {
+                            *tx.read(&counter())?
+                        } else {
+                            0
+                        })
+                    },
+                )
+                .unwrap_or(0)
+                + 1;
+            self.run(
+                Waiting::Count(next),
+                move |tx| {
+                    if tx.exists(&counter())? {
+                        tx.write(&counter(), next)
+                    } else {
+                        tx.create(&counter(), next)
+                    }
+                },
+                out,
+            )
+        }
+    }
+
+    fn audit(&self, out: &mut Vec<Output<OssMsg, Note>>) {
+        let opts = TxOptions {
+            read_only: true,
+            ..TxOptions::default()
+        };
+        let total = self.engine.run(&opts, |tx| {
+            if !tx.exists(&account(0))? {
+                return Ok(None);
+            }
+            let mut sum = 0;
+            for i in 0..ACCOUNTS {
+                sum += *tx.read(&account(i))?;
+            }
+            Ok::<_, TxError>(Some(sum))
+        });
+        if let Ok(Some(total)) = total {
+            out.push(Output::Deliver(Note::Audit { total }));
+        }
+    }
+
+    fn carry(
+        &mut self,
+        inner: Vec<Output<OssMsg, OssDelivery>>,
+        out: &mut Vec<Output<OssMsg, Note>>,
+    ) {
+        for o in inner {
+            out.push(match o {
+                Output::Send { to, msg } => Output::Send { to, msg },
+                Output::Persist(w) => Output::Persist(w),
+                Output::Warn(w) => Output::Warn(w),
+                Output::Deliver(OssDelivery::Committed { tx, .. }) => {
+                    match self.waiting.remove(&tx) {
+                        Some(Waiting::List(id, ops)) => Output::Deliver(Note::ListDone { id, ops }),
+                        Some(Waiting::Count(n)) => Output::Deliver(Note::Counted(n)),
+                        Some(Waiting::Transfer) => Output::Deliver(Note::Transferred),
+                        None => Output::Warn(format!("an answer for unknown commit {tx}")),
+                    }
+                }
+                Output::Deliver(OssDelivery::Aborted { tx, .. }) => {
+                    match self.waiting.remove(&tx) {
+                        Some(Waiting::List(id, _)) => Output::Deliver(Note::ListAborted { id }),
+                        Some(_) => Output::Deliver(Note::Aborted),
+                        None => Output::Warn(format!("an abort for unknown commit {tx}")),
+                    }
+                }
+            });
+        }
+    }
+}
+
+impl Machine for Node {
+    type Msg = OssMsg;
+    type Request = ();
+    type Delivery = Note;
+    type Error = OssError;
+
+    fn step(
+        &mut self,
+        now: u64,
+        input: Input<OssMsg, ()>,
+        out: &mut Vec<Output<OssMsg, Note>>,
+    ) -> Result<(), OssError> {
+        let input = match input {
+            Input::Request(()) => return Ok(()),
+            Input::Tick => {
+                if self.waiting.is_empty() && self.started < TX_PER_RUN && self.rng.chance(0.3) {
+                    self.transact(out)?;
+                }
+                if self.rng.chance(0.2) {
+                    self.audit(out);
+                }
+                Input::Tick
+            }
+            Input::Message { from, msg } => Input::Message { from, msg },
+            Input::Persisted { through } => Input::Persisted { through },
+        };
+        let mut inner = Vec::new();
+        self.oss.step(now, input, &mut inner)?;
+        self.carry(inner, out);
+        Ok(())
+    }
+}
+
+struct Outcome {
+    run: Run<Note>,
+    /// Each live node: its replicated objects and its local counter.
+    finals: Vec<(NodeId, Vec<atomos_core::SnapshotObject>, u64)>,
+    /// The lists as the first live node ends with them.
+    lists: BTreeMap<u64, Vec<u64>>,
+    commits: u64,
+    epochs: u64,
+}
+
+fn simulate(seed: u64, bug: Option<atomos_protocols::oss::OssBug>, faults: Faults) -> Outcome {
+    let cfg = SimConfig {
+        seed,
+        nodes: NODES,
+        crashable: NODES,
+        tick_every: 10,
+        fault_until: 4_000,
+        settle: 8_000,
+        faults,
+    };
+    let mut sim = Sim::new(cfg, move |boot| Node::boot(seed, bug, boot));
+    let run = sim.run();
+    let mut finals = Vec::new();
+    let mut lists = BTreeMap::new();
+    let (mut commits, mut epochs) = (0, 0);
+    for node in 1..=NODES as NodeId {
+        if let Some(n) = sim.machine(node) {
+            let objects: Vec<_> = n
+                .engine
+                .snapshot_objects()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(k, _, _)| !k.as_bytes().starts_with(b"local/"))
+                .map(|(k, _, v)| (k, 0, v))
+                .collect();
+            let count = n
+                .engine
+                .run(
+                    &TxOptions {
+                        read_only: true,
+                        ..TxOptions::default()
+                    },
+                    |tx| {
+                        Ok::<_, TxError>(if tx.exists(&counter())? {
+                            *tx.read(&counter())?
+                        } else {
+                            0
+                        })
+                    },
+                )
+                .unwrap_or(0);
+            if lists.is_empty() {
+                for k in 0..8 {
+                    let l = n
+                        .engine
+                        .run(
+                            &TxOptions {
+                                read_only: true,
+                                ..TxOptions::default()
+                            },
+                            |tx| {
+                                Ok::<_, TxError>(if tx.exists(&list(k))? {
+                                    tx.read(&list(k))?.clone()
+                                } else {
+                                    Vec::new()
+                                })
+                            },
+                        )
+                        .unwrap_or_default();
+                    lists.insert(k, l);
+                }
+            }
+            let c = n.oss.counters();
+            commits += c.commits + c.local_commits;
+            epochs = epochs.max(c.epochs);
+            finals.push((node, objects, count));
+        }
+    }
+    Outcome {
+        run,
+        finals,
+        lists,
+        commits,
+        epochs,
+    }
+}
+
+fn check(o: &Outcome) -> Result<usize, String> {
+    for (t, node, note) in &o.run.notes {
+        if let Note::Audit { total } = note {
+            if *total != INITIAL * ACCOUNTS as i64 {
+                return Err(format!("node {node} at {t}: audit found {total}"));
+            }
+        }
+    }
+    // Every acknowledged local count survives on its node (its last run's, or a later one).
+    let mut acked: BTreeMap<NodeId, u64> = BTreeMap::new();
+    for (_, node, note) in &o.run.notes {
+        if let Note::Counted(n) = note {
+            let e = acked.entry(*node).or_default();
+            *e = (*e).max(*n);
+        }
+    }
+    for (node, _, count) in &o.finals {
+        if let Some(&a) = acked.get(node) {
+            if *count < a {
+                return Err(format!(
+                    "node {node}: local counter {count}, {a} was acknowledged"
+                ));
+            }
+        }
+    }
+    // Every acknowledged append is in the lists the cluster ends with.
+    for (t, node, note) in &o.run.notes {
+        if let Note::ListDone { ops, .. } = note {
+            for op in ops {
+                if let ListOp::Append { key, value } = op {
+                    if !o.lists.get(key).is_some_and(|l| l.contains(value)) {
+                        return Err(format!(
+                            "node {node} at {t}: append of {value} to list {key} acknowledged, \
+                             then lost"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    // The live nodes converged.
+    if let Some((first, objects, _)) = o.finals.first() {
+        for (node, other, _) in &o.finals[1..] {
+            if other != objects {
+                return Err(format!(
+                    "nodes {first} and {node} ended with different objects"
+                ));
+            }
+        }
+    }
+    let aborted: std::collections::BTreeSet<u64> = o
+        .run
+        .notes
+        .iter()
+        .filter_map(|(_, _, n)| match n {
+            Note::ListAborted { id } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let submitted: Vec<ListAppendTxn> = o
+        .run
+        .notes
+        .iter()
+        .filter_map(|(_, _, n)| match n {
+            Note::ListRun(t) if !aborted.contains(&t.id) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    let done = o.run.notes.iter().filter_map(|(_, node, n)| match n {
+        Note::ListDone { id, ops } => Some((*node, *id, ops.clone())),
+        _ => None,
+    });
+    let history = list_history(&submitted, done);
+    list_append::check(&history).map_err(|a| format!("list-append history: {a}"))?;
+    Ok(history
+        .iter()
+        .filter(|t| t.outcome == list_append::Outcome::Committed)
+        .count())
+}
+
+fn seeds(default: u64) -> u64 {
+    std::env::var("ATOMOS_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn failure_free_runs_commit_and_converge() {
+    for seed in 0..5 {
+        let o = simulate(seed, None, Faults::none());
+        let lists = check(&o).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert!(o.commits > 20, "seed {seed}: only {} commits", o.commits);
+        assert!(
+            lists > 5,
+            "seed {seed}: {lists} list transactions committed"
+        );
+        assert_eq!(o.finals.len(), NODES);
+    }
+}
+
+#[test]
+fn runs_with_every_fault_stay_serializable_and_lose_nothing_acknowledged() {
+    let mut epochs = 0;
+    let mut commits = 0;
+    for seed in 0..seeds(40) {
+        let o = simulate(seed, None, Faults::harsh());
+        if let Err(e) = check(&o) {
+            panic!("seed {seed}: {e}");
+        }
+        epochs = epochs.max(o.epochs);
+        commits += o.commits;
+    }
+    eprintln!("{commits} commits; at most {epochs} epochs started on a node in one run");
+    assert!(commits > 100, "only {commits} commits over the seeds");
+    assert!(epochs > 1, "no epoch ever changed");
+}
+
+#[test]
+fn counting_a_write_set_stable_before_a_majority_holds_it_is_caught() {
+    let caught = (0..40).find(|&seed| {
+        let o = simulate(
+            seed,
+            Some(atomos_protocols::oss::OssBug::StableAtOne),
+            Faults::harsh(),
+        );
+        check(&o).is_err()
+    });
+    assert!(caught.is_some(), "the planted bug went unnoticed");
+}
+
+#[test]
+fn a_sequencer_that_skips_validation_is_caught() {
+    let caught = (0..20).any(|seed| {
+        let o = simulate(
+            seed,
+            Some(atomos_protocols::oss::OssBug::SkipValidation),
+            Faults::none(),
+        );
+        check(&o).is_err()
+    });
+    assert!(caught, "the planted bug went unnoticed");
+}
