@@ -2,12 +2,13 @@
 //! when the control log names it, its application's commits, and the control log's order
 //! replica beside them (see ARCHITECTURE.md, "OSS").
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use atomos_core::{Engine, Key};
 use atomos_order::{decode_log, Client, OrderError, Replica, ReplicaConfig};
 use atomos_seam::{Input, Machine, Output, Write};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::control::{Control, DomainState};
 use super::domain_log::DomainLog;
@@ -124,7 +125,7 @@ pub(super) struct DomainNode {
     /// Requests that came while this node's sequencer was catching up.
     pub(super) waiting: Vec<(u64, CommitRequest)>,
     /// Transactions numbered in this epoch (a re-sent request is numbered once).
-    pub(super) numbered: HashSet<TxId>,
+    pub(super) numbered: FxHashSet<TxId>,
     /// Write sets numbered in this step, sent to every node at its end.
     pub(super) outbox: Vec<super::write_set::WriteSet>,
     /// Reports of the suspected epoch: node -> mark.
@@ -180,7 +181,7 @@ pub struct OssNode {
     /// The engine version of the last write installed here.
     pub(super) position: u64,
     /// Each replicated key's newest applied commit id.
-    pub(super) key_cid: HashMap<Key, CommitId>,
+    pub(super) key_cid: FxHashMap<Key, CommitId>,
     /// This node's commits waiting for their outcome, by transaction.
     pub(super) pending: BTreeMap<TxId, Pending>,
     /// Local commits persisted and not yet durable, in order.
@@ -280,7 +281,7 @@ impl OssNode {
                 },
                 sequencer: None,
                 waiting: Vec::new(),
-                numbered: HashSet::new(),
+                numbered: FxHashSet::default(),
                 outbox: Vec::new(),
                 reports: BTreeMap::new(),
                 gap_since: None,
@@ -302,7 +303,7 @@ impl OssNode {
             client,
             domains,
             position: 0,
-            key_cid: HashMap::new(),
+            key_cid: FxHashMap::default(),
             pending: BTreeMap::new(),
             local_queue: Vec::new(),
             incarnation,

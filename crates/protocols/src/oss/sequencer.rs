@@ -3,9 +3,8 @@
 //! those keys was written since, by a commit applied here or one numbered but not applied yet
 //! (backward validation, OSS III-B: the per-object table of last commit ids).
 
-use std::collections::HashMap;
-
 use atomos_core::Key;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use super::write_set::{CommitId, DomainId, Epoch, TxId, WriteSet};
@@ -40,7 +39,7 @@ pub struct Sequencer {
     epoch: Epoch,
     next: CommitId,
     /// Keys written by commits numbered (by anyone) but not applied here yet: their newest id.
-    pending: HashMap<Key, CommitId>,
+    pending: FxHashMap<Key, CommitId>,
 }
 
 impl Sequencer {
@@ -57,7 +56,7 @@ impl Sequencer {
             domain,
             epoch,
             next,
-            pending: HashMap::new(),
+            pending: FxHashMap::default(),
         };
         for ws in unapplied {
             s.note(ws);
