@@ -137,6 +137,7 @@ impl crate::node::Invoker for CertifySink {
                 reason: format!("the replica answered an invocation with {other:?}"),
             }),
             Err(CertifyError::OutcomeUnknown(reason)) => Err(TxError::OutcomeUnknown { reason }),
+            Err(CertifyError::Refused(reason)) => Err(TxError::Refused { reason }),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use atomos_net::memory::MemoryNetwork;
 use atomos_net::rpc::{Envelope, Rpc, RpcError};
 use atomos_net::transport::NodeId;
+use atomos_protocols::oss::OssConfig;
 
 use crate::certify::CertifyOptions;
 use crate::node::{Node, NodeConfig, Protocol};
@@ -71,6 +72,11 @@ impl Cluster {
                     // Drawn anew at each start (batch numbers and election jitter).
                     replica.seed = rand::random();
                     m.start_certify(OrderNodeConfig::new(replica), CertifyOptions::default())
+                }
+                Protocol::Oss => {
+                    let mut cfg = OssConfig::new(m.id(), ids.clone());
+                    cfg.replica.seed = rand::random();
+                    m.start_oss(cfg, None, crate::DEFAULT_COMMIT_LIMIT)
                 }
             };
             started.map_err(|e| ClusterError::Protocol(e.to_string()))?;

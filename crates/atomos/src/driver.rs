@@ -128,13 +128,17 @@ pub(crate) struct Runner<M: Machine> {
     backlog: VecDeque<Write>,
     /// The step's outputs (kept between steps, so a step allocates nothing for them).
     out: Vec<Output<M::Msg, M::Delivery>>,
+    /// Without a disk: writes kept nowhere so far, and how many the machine was told of.
+    unkept: u64,
+    told: u64,
     epoch: Instant,
     unit: Duration,
 }
 
 impl<M: Machine> Runner<M> {
     /// Runs `machine`, writing to `disk`, with time in units of `unit` since now. Without a
-    /// disk nothing it writes is kept: no output waits, and it never hears `Persisted`.
+    /// disk nothing it writes is kept: no output waits, and the machine hears `Persisted`
+    /// after every step that wrote (as durable as its writes will ever be).
     pub(crate) fn new(machine: M, disk: Option<DiskWorker>, unit: Duration) -> Runner<M> {
         Runner {
             machine,
@@ -143,6 +147,8 @@ impl<M: Machine> Runner<M> {
             inline: None,
             backlog: VecDeque::new(),
             out: Vec::new(),
+            unkept: 0,
+            told: 0,
             epoch: Instant::now(),
             unit,
         }
@@ -194,7 +200,16 @@ impl<M: Machine> Runner<M> {
         if self.inline.as_ref().is_some_and(|d| d.held) {
             return Ok(produced);
         }
-        self.release(carry)?;
+        let mut produced = produced + self.release(carry)?;
+        if self.unkept > self.told {
+            self.told = self.unkept;
+            produced += self.step(
+                Input::Persisted {
+                    through: self.unkept,
+                },
+                carry,
+            )?;
+        }
         Ok(produced)
     }
 
@@ -241,7 +256,9 @@ impl<M: Machine> Runner<M> {
                 .map_err(|e| RunError::DiskStopped(e.to_string()));
         }
         let Some(disk) = &self.disk else {
-            return Ok(()); // kept nowhere: durable as it will ever be
+            // Kept nowhere: durable as it will ever be (the machine hears so after the step).
+            self.unkept += 1;
+            return Ok(());
         };
         self.gate.write();
         if !self.backlog.is_empty() {

@@ -38,6 +38,7 @@ mod driver;
 pub mod health;
 mod node;
 pub mod ordering;
+mod oss;
 pub mod runtime;
 mod tfa;
 
@@ -64,5 +65,6 @@ pub use client::{Client, ClientConfig, ClientError};
 pub use client_service::Refusal;
 pub use cluster::{Cluster, ClusterError};
 pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};
+pub use oss::OssDriver;
 pub use runtime::{NodeMsg, NodeRuntime, PeerState, RuntimeError};
 pub use tfa::TfaDriver;

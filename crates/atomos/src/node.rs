@@ -38,11 +38,23 @@ pub enum Protocol {
     /// from a snapshot and never abort. Survives the crash of a minority. Needs a runtime; a
     /// node built alone runs everything locally.
     Active,
+    /// The Object Sharing Service's commits: every node holds every object (but keys under
+    /// `local/`, which are its own and commit without the network); one sequencer per
+    /// consistency domain numbers the commits and write sets go to every node directly,
+    /// applied in commit-id order once a majority holds them. Who sequences is decided
+    /// through the order layer. Needs a runtime; a node built alone keeps its objects
+    /// locally.
+    Oss,
 }
 
 impl Protocol {
-    /// Whether every node holds every object (`certify`, `active`).
+    /// Whether every node holds every object (`certify`, `active`, `oss`).
     pub fn is_replicated(self) -> bool {
+        matches!(self, Protocol::Certify | Protocol::Active | Protocol::Oss)
+    }
+
+    /// Whether commits go through the order layer's replicated store (`certify`, `active`).
+    pub fn is_ordered(self) -> bool {
         matches!(self, Protocol::Certify | Protocol::Active)
     }
 }
@@ -54,6 +66,7 @@ impl fmt::Display for Protocol {
             Protocol::Tfa => f.write_str("tfa"),
             Protocol::Certify => f.write_str("certify"),
             Protocol::Active => f.write_str("active"),
+            Protocol::Oss => f.write_str("oss"),
         }
     }
 }
@@ -66,8 +79,9 @@ impl FromStr for Protocol {
             "tfa" => Ok(Protocol::Tfa),
             "certify" => Ok(Protocol::Certify),
             "active" => Ok(Protocol::Active),
+            "oss" => Ok(Protocol::Oss),
             other => Err(format!(
-                "unknown protocol {other:?} (known: local, tfa, certify, active)"
+                "unknown protocol {other:?} (known: local, tfa, certify, active, oss)"
             )),
         }
     }

@@ -16,6 +16,7 @@ use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{is_client, Deliver, FaultRules, NodeId, SendError, Transport};
 use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig, StateMachine};
+use atomos_protocols::oss::{OssConfig, OssMsg};
 use atomos_protocols::replicated::{node_bits, Answer, Entry, ReplicatedStore};
 use atomos_protocols::tfa::{TfaConfig, TfaMsg};
 use parking_lot::Mutex;
@@ -31,6 +32,7 @@ use crate::disk::FsyncPolicy;
 use crate::health::Health;
 use crate::node::{Node, NodeConfig, Protocol};
 use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig, SubmitError};
+use crate::oss::{OssCertifier, OssDriver, OssStart, TICK as OSS_TICK};
 use crate::tfa::{TfaDriver, TfaSource, TfaStart, TICK};
 
 /// Messages of the node runtime itself. Protocols add their own variants as they arrive.
@@ -64,6 +66,8 @@ pub enum NodeMsg {
     },
     /// The encoded result of a [`NodeMsg::Query`], or why it did not run.
     QueryAnswer(Result<Vec<u8>, Refusal>),
+    /// A message of the OSS protocol.
+    Oss(OssMsg),
 }
 
 /// Why a node could not start.
@@ -122,6 +126,7 @@ pub struct NodeRuntime {
     order: Option<OrderNode>,
     order_inbox: Arc<OnceLock<Arc<dyn Deliver<OrderMsg>>>>,
     tfa: Arc<OnceLock<Arc<TfaDriver>>>,
+    oss: OnceLock<Arc<OssDriver>>,
     health: Arc<Health>,
     stop: CancellationToken,
 }
@@ -176,7 +181,26 @@ impl NodeRuntime {
         if settings.order {
             runtime.start_order(order_config(settings)?)?;
         }
-        if settings.protocol.is_replicated() {
+        if settings.protocol == Protocol::Oss {
+            let mut members: Vec<u64> = settings.peers.iter().map(|p| p.id).collect();
+            members.push(settings.node_id);
+            members.sort_unstable();
+            std::fs::create_dir_all(&settings.data_dir).map_err(|source| {
+                RuntimeError::DataDir {
+                    path: settings.data_dir.clone(),
+                    source,
+                }
+            })?;
+            let mut cfg = OssConfig::new(settings.node_id, members);
+            cfg.replica.seed = rand::random();
+            let wal = settings.data_dir.join("oss.wal");
+            runtime.start_oss(
+                cfg,
+                Some((wal, settings.order_fsync)),
+                settings.commit_limit,
+            )?;
+        }
+        if settings.protocol.is_ordered() {
             let mut cfg = order_config(settings)?;
             // The replicated store's log; the register demo's generated load does not apply.
             let wal = format!("{}.wal", settings.protocol);
@@ -229,7 +253,7 @@ impl NodeRuntime {
         options: CertifyOptions,
     ) -> Result<(), RuntimeError> {
         let protocol = self.node.protocol();
-        if !protocol.is_replicated() {
+        if !protocol.is_ordered() {
             return Err(RuntimeError::Certify(format!(
                 "the node runs {protocol}, not certify or active"
             )));
@@ -293,7 +317,7 @@ impl NodeRuntime {
     /// Under `certify`: orders a garbage collection now and returns how many unreachable
     /// anonymous objects it deleted (on every replica, at the same log position).
     pub fn collect(&self) -> Result<u64, RuntimeError> {
-        let (Some(order), true) = (&self.order, self.node.protocol().is_replicated()) else {
+        let (Some(order), true) = (&self.order, self.node.protocol().is_ordered()) else {
             return Err(RuntimeError::Certify(
                 "this node does not run certify or active".into(),
             ));
@@ -396,6 +420,78 @@ impl NodeRuntime {
         Ok(())
     }
 
+    /// Runs the `oss` protocol on this node among `cfg.members`, its log at `wal`; update
+    /// transactions commit through it from now on, waiting at most `limit` for their answer.
+    /// The node must run `oss` and hold no objects yet.
+    pub fn start_oss(
+        &mut self,
+        cfg: OssConfig,
+        wal: Option<(std::path::PathBuf, FsyncPolicy)>,
+        limit: Duration,
+    ) -> Result<(), RuntimeError> {
+        let protocol = self.node.protocol();
+        if protocol != Protocol::Oss {
+            return Err(RuntimeError::Certify(format!(
+                "the node runs {protocol}, not oss"
+            )));
+        }
+        if self.oss.get().is_some() {
+            return Err(RuntimeError::Certify(
+                "oss already runs on this node".into(),
+            ));
+        }
+        let rpc = self.rpc.clone();
+        let send = Box::new(move |to: u64, msg: OssMsg| {
+            let _ = rpc.send(to, NodeMsg::Oss(msg));
+        });
+        let members = cfg.members.clone();
+        let start = OssStart {
+            cfg,
+            engine: self.node.engine().clone(),
+            wal,
+            limit,
+        };
+        let driver =
+            OssDriver::start(start, send, self.health.clone()).map_err(RuntimeError::Certify)?;
+        let _ = self.oss.set(driver.clone());
+        // Protocol messages are handled where they arrive.
+        let inbound = driver.clone();
+        self.rpc.intercept(Arc::new(move |from, msg| match msg {
+            NodeMsg::Oss(m) => {
+                inbound.message(from, m);
+                None
+            }
+            other => Some(other),
+        }));
+        if !self
+            .node
+            .engine()
+            .set_certifier(Arc::new(OssCertifier(driver.clone())))
+        {
+            return Err(RuntimeError::Certify(
+                "another protocol already commits on this node".into(),
+            ));
+        }
+        let stop = self.stop.clone();
+        self.health.supervise("oss timer".into(), async move {
+            let mut timer = tokio::time::interval(OSS_TICK);
+            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok::<(), String>(()),
+                    _ = timer.tick() => driver.tick(),
+                }
+            }
+        });
+        info!(node = self.id, members = ?members, "oss started");
+        Ok(())
+    }
+
+    /// The OSS driver, if this node runs `oss`.
+    pub fn oss(&self) -> Option<&Arc<OssDriver>> {
+        self.oss.get()
+    }
+
     /// The TFA driver, if this node runs TFA.
     pub fn tfa(&self) -> Option<&Arc<TfaDriver>> {
         self.tfa.get()
@@ -446,6 +542,7 @@ impl NodeRuntime {
             order: None,
             order_inbox,
             tfa,
+            oss: OnceLock::new(),
             health: Health::new(),
             stop,
         }

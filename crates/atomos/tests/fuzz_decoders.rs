@@ -23,6 +23,7 @@ use atomos::net::rpc::Envelope;
 use atomos::net::tcp::LinkFrame;
 use atomos::net::wire;
 use atomos::order::{OrderMsg, Register, Replica, ReplicaConfig};
+use atomos::protocols::oss::{OssConfig, OssNode};
 use atomos::protocols::tfa::clock::MAX_CLOCK;
 use atomos::protocols::tfa::{Reply, TfaConfig, TfaMsg, TfaNode, TfaRequest};
 use atomos::Key;
@@ -262,6 +263,20 @@ fn tfa_node() -> TfaNode {
     n
 }
 
+thread_local! {
+    /// The OSS node that decoded OSS messages go to (made at the first one).
+    static OSS: std::cell::RefCell<Option<OssNode>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Node 1 of three OSS nodes, on an engine of its own.
+fn oss_node() -> OssNode {
+    let engine = std::sync::Arc::new(atomos::Engine::new(atomos::EngineConfig {
+        replicated: true,
+        ..atomos::EngineConfig::default()
+    }));
+    OssNode::open(OssConfig::new(1, vec![1, 2, 3]), engine, &[]).expect("a member")
+}
+
 /// Inputs that decoded and reached a machine.
 static DELIVERED: AtomicUsize = AtomicUsize::new(0);
 
@@ -295,6 +310,12 @@ fn deliver(tfa: &mut TfaNode, order: &mut Replica<Register>, now: u64, from: u64
                 );
             }
         }
+        // An OSS node takes whatever decodes (or stops with an error), never panics.
+        NodeMsg::Oss(m) => OSS.with(|oss| {
+            let mut oss = oss.borrow_mut();
+            let node = oss.get_or_insert_with(oss_node);
+            let _ = node.step(now, Input::Message { from, msg: m }, &mut Vec::new());
+        }),
         // Served by the node's client service, whose checks tests/clients.rs exercises.
         NodeMsg::Ping(_)
         | NodeMsg::Pong(_)

@@ -61,6 +61,19 @@ pub struct BenchNodes {
 /// Numbers the temporary log directories of this process's benchmarked clusters.
 static NEXT_WAL_DIR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// The cluster's temporary log directory, made at its first use.
+fn wal_dir_of(wal_dir: &mut Option<std::path::PathBuf>) -> Result<std::path::PathBuf, String> {
+    let dir = wal_dir.get_or_insert_with(|| {
+        std::env::temp_dir().join(format!(
+            "atomos-bench-{}-{}",
+            std::process::id(),
+            NEXT_WAL_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ))
+    });
+    std::fs::create_dir_all(&*dir).map_err(|e| e.to_string())?;
+    Ok(dir.clone())
+}
+
 impl BenchNodes {
     /// Starts `nodes` nodes running `protocol`, linked by `transport` with every link delayed
     /// by `link_delay`. `Protocol::Local` gives one node and no links.
@@ -118,19 +131,20 @@ impl BenchNodes {
                 Protocol::Tfa => m
                     .start_tfa(ids.clone(), TfaConfig::default(), None)
                     .map_err(|e| e.to_string())?,
+                Protocol::Oss => {
+                    let mut cfg = atomos::protocols::oss::OssConfig::new(m.id(), ids.clone());
+                    cfg.replica.seed = rand::random();
+                    let dir = wal_dir_of(&mut wal_dir)?;
+                    let wal = Some((dir.join(format!("oss-{}.wal", m.id())), fsync));
+                    m.start_oss(cfg, wal, atomos::DEFAULT_COMMIT_LIMIT)
+                        .map_err(|e| e.to_string())?
+                }
                 Protocol::Certify | Protocol::Active => {
                     let mut replica = ReplicaConfig::new(m.id(), ids.clone());
                     // Drawn anew at each start (batch numbers and election jitter).
                     replica.seed = rand::random();
                     let mut order = OrderNodeConfig::new(replica);
-                    let dir = wal_dir.get_or_insert_with(|| {
-                        std::env::temp_dir().join(format!(
-                            "atomos-bench-{}-{}",
-                            std::process::id(),
-                            NEXT_WAL_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                        ))
-                    });
-                    std::fs::create_dir_all(&*dir).map_err(|e| e.to_string())?;
+                    let dir = wal_dir_of(&mut wal_dir)?;
                     order.wal = Some((dir.join(format!("{protocol}-{}.wal", m.id())), fsync));
                     m.start_certify(order, CertifyOptions::default())
                         .map_err(|e| e.to_string())?

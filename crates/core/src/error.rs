@@ -123,6 +123,13 @@ pub enum TxError {
         /// The operation.
         what: String,
     },
+    /// The protocol will never commit this transaction as it is (under `oss`: it touches
+    /// keys of more than one consistency domain). Nothing was changed, and it was not re-run.
+    #[error("the transaction cannot commit under this protocol: {reason}")]
+    Refused {
+        /// Why.
+        reason: String,
+    },
     /// An error of the application's own, which aborted the transaction.
     #[error("{0}")]
     User(Box<dyn std::error::Error + Send + Sync + 'static>),

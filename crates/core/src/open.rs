@@ -111,6 +111,7 @@ impl<'e> Tx<'e> {
                     st.abstract_locks.push(name.to_string());
                     Err(TxError::ClusterUnavailable { reason })
                 }
+                Err(CertifyError::Refused(reason)) => Err(TxError::Refused { reason }),
             };
         }
         match self.engine.abstract_locks.acquire(name, owner) {

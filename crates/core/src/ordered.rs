@@ -56,6 +56,9 @@ pub enum CertifyError {
     /// stopped): the transaction may have committed, and must not be re-run blindly.
     #[error("{0}")]
     OutcomeUnknown(String),
+    /// The protocol will never commit the transaction as it is: nothing was ordered.
+    #[error("refused: {0}")]
+    Refused(String),
 }
 
 /// How a request for an abstract lock in the replicated lock table was decided.
@@ -115,9 +118,9 @@ impl Engine {
         };
         let position = certifier
             .barrier()
-            .map_err(
-                |CertifyError::OutcomeUnknown(reason)| TxError::ClusterUnavailable { reason },
-            )?;
+            .map_err(|e| TxError::ClusterUnavailable {
+                reason: e.to_string(),
+            })?;
         if self.wait_applied(position, Some(Instant::now() + APPLY_WAIT)) {
             Ok(())
         } else {

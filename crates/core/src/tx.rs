@@ -606,6 +606,9 @@ impl TxState {
             Err(crate::ordered::CertifyError::OutcomeUnknown(reason)) => {
                 Err(CommitFailure::Fatal(TxError::OutcomeUnknown { reason }))
             }
+            Err(crate::ordered::CertifyError::Refused(reason)) => {
+                Err(CommitFailure::Fatal(TxError::Refused { reason }))
+            }
         }
     }
 

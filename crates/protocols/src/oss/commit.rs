@@ -77,6 +77,43 @@ impl OssNode {
                 (k, cid)
             })
             .collect();
+        self.through_sequencer(
+            caller,
+            domain,
+            cid_reads,
+            replicated,
+            local_writes,
+            local_reads,
+            out,
+        );
+        Ok(())
+    }
+
+    /// A barrier: an empty commit through domain 0's sequencer.
+    pub(super) fn barrier(&mut self, caller: u64, out: &mut Vec<OssOutput>) {
+        self.through_sequencer(
+            caller,
+            0,
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            out,
+        );
+    }
+
+    /// Registers a commit that waits for its domain's sequencer, and sends it.
+    #[allow(clippy::too_many_arguments)]
+    fn through_sequencer(
+        &mut self,
+        caller: u64,
+        domain: DomainId,
+        reads: Vec<(Key, u64)>,
+        writes: Writes,
+        local_writes: Writes,
+        local_reads: Vec<Key>,
+        out: &mut Vec<OssOutput>,
+    ) {
         self.next_tx += 1;
         let tx = TxId {
             node: self.cfg.id,
@@ -88,11 +125,7 @@ impl OssNode {
             Pending {
                 caller,
                 domain,
-                request: CommitRequest {
-                    tx,
-                    reads: cid_reads,
-                    writes: replicated,
-                },
+                request: CommitRequest { tx, reads, writes },
                 local_writes,
                 local_reads,
                 epoch: d.state.epoch,
@@ -102,7 +135,6 @@ impl OssNode {
             },
         );
         self.send_commit(tx, out);
-        Ok(())
     }
 
     /// A key a new commit must not touch because a commit waiting here does: it reads one a

@@ -112,6 +112,12 @@ pub enum OssRequest {
         /// Each key written once (`None`: deleted).
         writes: Vec<(Key, Option<Vec<u8>>)>,
     },
+    /// A commit of nothing through domain 0's sequencer: once it is answered, this node has
+    /// installed every commit of that domain acknowledged anywhere before the request.
+    Barrier {
+        /// The caller's number.
+        tx: u64,
+    },
 }
 
 /// One domain on this node.
@@ -445,6 +451,7 @@ impl Machine for OssNode {
             Input::Request(OssRequest::Commit { tx, reads, writes }) => {
                 self.commit(tx, reads, writes, out)?
             }
+            Input::Request(OssRequest::Barrier { tx }) => self.barrier(tx, out),
             Input::Persisted { through } => self.on_durable(through, out)?,
         }
         self.after_step(out)?;

@@ -1,0 +1,199 @@
+//! `oss` in a running node: the deterministic [`OssNode`] on the driver core's shared host
+//! (stepped under a lock by whichever thread brings an input), fed by the node's connections
+//! and a 10 ms timer, with its write-ahead log on a disk thread; the engine commits update
+//! transactions through it (a [`Certifier`] whose verdict is the node's answer).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use atomos_core::{Certification, Certifier, CertifyError, Engine, LockOutcome, Verdict};
+use atomos_protocols::oss::{
+    AbortReason, OssConfig, OssCounters, OssDelivery, OssMsg, OssNode, OssRequest,
+};
+use atomos_seam::Input;
+use parking_lot::{Condvar, Mutex};
+
+use crate::disk::{DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
+use crate::driver::{Runner, Shared};
+use crate::health::Health;
+
+/// How often the protocol's timer runs: its time unit.
+pub(crate) const TICK: Duration = Duration::from_millis(10);
+
+/// Writes the log may queue before steps wait.
+const DISK_QUEUE: usize = 4096;
+
+/// An answer slot a committing thread waits on.
+#[derive(Default)]
+struct Waiter {
+    answer: Mutex<Option<OssDelivery>>,
+    ready: Condvar,
+}
+
+type Waiters = Arc<Mutex<HashMap<u64, Arc<Waiter>>>>;
+
+/// Sends a protocol message to a node.
+pub(crate) type SendFn = Box<dyn Fn(u64, OssMsg) + Send + Sync>;
+
+/// An OSS node driven by the runtime.
+pub struct OssDriver {
+    node: Shared<OssNode>,
+    waiters: Waiters,
+    next: AtomicU64,
+    /// How long a commit waits for its answer before its outcome is unknown.
+    limit: Duration,
+}
+
+/// What an OSS node starts from.
+pub(crate) struct OssStart {
+    pub(crate) cfg: OssConfig,
+    pub(crate) engine: Arc<Engine>,
+    /// Its log, and how it is synced (`None`: kept nowhere).
+    pub(crate) wal: Option<(PathBuf, FsyncPolicy)>,
+    pub(crate) limit: Duration,
+}
+
+impl OssDriver {
+    /// Opens the node's log (if any), rebuilds the node from it, and starts its disk thread.
+    pub(crate) fn start(
+        start: OssStart,
+        send: SendFn,
+        health: Arc<Health>,
+    ) -> Result<Arc<OssDriver>, String> {
+        let (file, log) = match &start.wal {
+            Some((path, policy)) => {
+                let (file, log) = FileDisk::open(path, *policy).map_err(|e| e.to_string())?;
+                (Some(file), log)
+            }
+            None => (None, Vec::new()),
+        };
+        let me = start.cfg.id;
+        let node = OssNode::open(start.cfg, start.engine, &log).map_err(|e| e.to_string())?;
+        let slot: Arc<OnceLock<Weak<OssDriver>>> = Arc::default();
+        let disk = match file {
+            Some(file) => {
+                let slot = slot.clone();
+                let worker =
+                    DiskWorker::spawn(format!("oss-disk-{me}"), file, DISK_QUEUE, move |event| {
+                        let Some(driver) = slot.get().and_then(Weak::upgrade) else {
+                            return;
+                        };
+                        match event {
+                            DiskEvent::Durable { through, .. } => driver.node.durable(through),
+                            DiskEvent::Failed(e) => driver.node.disk_failed(e.to_string()),
+                        }
+                    })
+                    .map_err(|e| format!("cannot start the disk thread: {e}"))?;
+                Some(worker)
+            }
+            None => None,
+        };
+        let waiters: Waiters = Arc::default();
+        let answers = waiters.clone();
+        let deliver = Box::new(move |d: OssDelivery| {
+            let tx = match &d {
+                OssDelivery::Committed { tx, .. } | OssDelivery::Aborted { tx, .. } => *tx,
+            };
+            if let Some(w) = answers.lock().get(&tx) {
+                *w.answer.lock() = Some(d);
+                w.ready.notify_one();
+            }
+        });
+        let runner = Runner::new(node, disk, TICK);
+        let driver = Arc::new(OssDriver {
+            node: Shared::new(runner, send, deliver, health, format!("oss node {me}")),
+            waiters,
+            next: AtomicU64::new(1),
+            limit: start.limit,
+        });
+        let _ = slot.set(Arc::downgrade(&driver));
+        Ok(driver)
+    }
+
+    /// A message from node `from`.
+    pub(crate) fn message(&self, from: u64, msg: OssMsg) {
+        self.node.step(Input::Message { from, msg });
+    }
+
+    /// The timer.
+    pub(crate) fn tick(&self) {
+        self.node.step(Input::Tick);
+    }
+
+    /// The node's counters.
+    pub fn counters(&self) -> OssCounters {
+        self.node.with(OssNode::counters)
+    }
+
+    /// Domain `d`'s epoch and watermarks here: (epoch, held, stable, applied).
+    pub fn watermarks(&self, d: u32) -> Option<(u64, u64, u64, u64)> {
+        self.node.with(|n| n.watermarks(d))
+    }
+
+    /// Hands `request` (made with the caller number given to `make`) to the node and waits
+    /// for its answer, or `None` after the limit.
+    fn call(&self, make: impl FnOnce(u64) -> OssRequest) -> Option<OssDelivery> {
+        let tx = self.next.fetch_add(1, Ordering::Relaxed);
+        let waiter = Arc::new(Waiter::default());
+        self.waiters.lock().insert(tx, waiter.clone());
+        self.node.step(Input::Request(make(tx)));
+        let deadline = Instant::now() + self.limit;
+        let mut slot = waiter.answer.lock();
+        while slot.is_none() {
+            if waiter.ready.wait_until(&mut slot, deadline).timed_out() {
+                break;
+            }
+        }
+        let answer = slot.take();
+        drop(slot);
+        self.waiters.lock().remove(&tx);
+        answer
+    }
+}
+
+/// The engine's way to commit under `oss`.
+pub(crate) struct OssCertifier(pub(crate) Arc<OssDriver>);
+
+impl Certifier for OssCertifier {
+    fn certify(&self, c: Certification) -> Result<Verdict, CertifyError> {
+        let answer = self.0.call(|tx| OssRequest::Commit {
+            tx,
+            reads: c.reads,
+            writes: c.writes,
+        });
+        match answer {
+            Some(OssDelivery::Committed { version, .. }) => Ok(Verdict::Committed { version }),
+            Some(OssDelivery::Aborted {
+                reason: AbortReason::CrossDomain,
+                ..
+            }) => Err(CertifyError::Refused(
+                "it touches keys of more than one consistency domain".into(),
+            )),
+            Some(OssDelivery::Aborted { .. }) => Ok(Verdict::Conflict),
+            None => Err(CertifyError::OutcomeUnknown(format!(
+                "no answer within {} ms",
+                self.0.limit.as_millis()
+            ))),
+        }
+    }
+
+    fn barrier(&self) -> Result<u64, CertifyError> {
+        match self.0.call(|tx| OssRequest::Barrier { tx }) {
+            Some(OssDelivery::Committed { version, .. }) => Ok(version),
+            _ => Err(CertifyError::OutcomeUnknown(
+                "the barrier was not answered in time".into(),
+            )),
+        }
+    }
+
+    fn abstract_lock(&self, _owner: u64, name: &str) -> Result<LockOutcome, CertifyError> {
+        Err(CertifyError::Refused(format!(
+            "abstract lock {name:?}: open nesting's abstract locks are not available under oss"
+        )))
+    }
+
+    fn release_abstract(&self, _owner: u64, _names: Vec<String>) {}
+}
