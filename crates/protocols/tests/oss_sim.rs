@@ -36,6 +36,25 @@ fn counter() -> TRef<u64> {
     TRef::new("local/counter")
 }
 
+/// How many transfers this node committed (written with each transfer: a commit of
+/// replicated and node-local keys at once).
+fn transfers_here() -> TRef<u64> {
+    TRef::new("local/transfers")
+}
+
+/// Reads a u64 that may not exist yet.
+fn read_or_zero(tx: &mut atomos_core::Tx<'_>, r: &TRef<u64>) -> Result<u64, TxError> {
+    Ok(if tx.exists(r)? { *tx.read(r)? } else { 0 })
+}
+
+fn write_u64(tx: &mut atomos_core::Tx<'_>, r: &TRef<u64>, v: u64) -> Result<(), TxError> {
+    if tx.exists(r)? {
+        tx.write(r, v)
+    } else {
+        tx.create(r, v)
+    }
+}
+
 #[derive(Clone, Debug)]
 enum Note {
     ListRun(ListAppendTxn),
@@ -233,11 +252,14 @@ impl Node {
                         for i in 0..ACCOUNTS {
                             tx.create(&account(i), INITIAL)?;
                         }
-                        return Ok(());
+                        let n = read_or_zero(tx, &transfers_here())?;
+                        return write_u64(tx, &transfers_here(), n + 1);
                     }
                     if a != b {
                         tx.modify(&account(a), |v| *v -= amount)?;
                         tx.modify(&account(b), |v| *v += amount)?;
+                        let n = read_or_zero(tx, &transfers_here())?;
+                        write_u64(tx, &transfers_here(), n + 1)?;
                     }
                     Ok(())
                 },
@@ -263,12 +285,12 @@ impl Node {
                 + 1;
             self.run(
                 Waiting::Count(next),
+                // A local commit that reads a replicated object too.
                 move |tx| {
-                    if tx.exists(&counter())? {
-                        tx.write(&counter(), next)
-                    } else {
-                        tx.create(&counter(), next)
+                    if tx.exists(&account(0))? {
+                        tx.read(&account(0))?;
                     }
+                    write_u64(tx, &counter(), next)
                 },
                 out,
             )
@@ -360,8 +382,8 @@ impl Machine for Node {
 
 struct Outcome {
     run: Run<Note>,
-    /// Each live node: its replicated objects and its local counter.
-    finals: Vec<(NodeId, Vec<atomos_core::SnapshotObject>, u64)>,
+    /// Each live node: its replicated objects, its local counter and its count of transfers.
+    finals: Vec<(NodeId, Vec<atomos_core::SnapshotObject>, u64, u64)>,
     /// The lists as the first live node ends with them.
     lists: BTreeMap<u64, Vec<u64>>,
     commits: u64,
@@ -393,22 +415,19 @@ fn simulate(seed: u64, bug: Option<atomos_protocols::oss::OssBug>, faults: Fault
                 .filter(|(k, _, _)| !k.as_bytes().starts_with(b"local/"))
                 .map(|(k, _, v)| (k, 0, v))
                 .collect();
-            let count = n
+            let opts = TxOptions {
+                read_only: true,
+                ..TxOptions::default()
+            };
+            let (count, transfers) = n
                 .engine
-                .run(
-                    &TxOptions {
-                        read_only: true,
-                        ..TxOptions::default()
-                    },
-                    |tx| {
-                        Ok::<_, TxError>(if tx.exists(&counter())? {
-                            *tx.read(&counter())?
-                        } else {
-                            0
-                        })
-                    },
-                )
-                .unwrap_or(0);
+                .run(&opts, |tx| {
+                    Ok::<_, TxError>((
+                        read_or_zero(tx, &counter())?,
+                        read_or_zero(tx, &transfers_here())?,
+                    ))
+                })
+                .unwrap_or((0, 0));
             if lists.is_empty() {
                 for k in 0..8 {
                     let l = n
@@ -433,7 +452,7 @@ fn simulate(seed: u64, bug: Option<atomos_protocols::oss::OssBug>, faults: Fault
             let c = n.oss.counters();
             commits += c.commits + c.local_commits;
             epochs = epochs.max(c.epochs);
-            finals.push((node, objects, count));
+            finals.push((node, objects, count, transfers));
         }
     }
     Outcome {
@@ -461,13 +480,28 @@ fn check(o: &Outcome) -> Result<usize, String> {
             *e = (*e).max(*n);
         }
     }
-    for (node, _, count) in &o.finals {
+    for (node, _, count, _) in &o.finals {
         if let Some(&a) = acked.get(node) {
             if *count < a {
                 return Err(format!(
                     "node {node}: local counter {count}, {a} was acknowledged"
                 ));
             }
+        }
+    }
+    // The node-local part of every acknowledged transfer survives with its replicated part.
+    let mut transferred: BTreeMap<NodeId, u64> = BTreeMap::new();
+    for (_, node, note) in &o.run.notes {
+        if let Note::Transferred = note {
+            *transferred.entry(*node).or_default() += 1;
+        }
+    }
+    for (node, _, _, transfers) in &o.finals {
+        let acked = transferred.get(node).copied().unwrap_or(0);
+        if *transfers < acked {
+            return Err(format!(
+                "node {node}: {acked} transfers acknowledged, its local count says {transfers}"
+            ));
         }
     }
     // Every acknowledged append is in the lists the cluster ends with.
@@ -486,8 +520,8 @@ fn check(o: &Outcome) -> Result<usize, String> {
         }
     }
     // The live nodes converged.
-    if let Some((first, objects, _)) = o.finals.first() {
-        for (node, other, _) in &o.finals[1..] {
+    if let Some((first, objects, _, _)) = o.finals.first() {
+        for (node, other, _, _) in &o.finals[1..] {
             if other != objects {
                 return Err(format!(
                     "nodes {first} and {node} ended with different objects"

@@ -5,12 +5,9 @@ use atomos_core::Key;
 use atomos_seam::Output;
 
 use super::msg::{AbortReason, OssDelivery, OssMsg, OssRecord};
-use super::node::{LocalCommit, OssError, OssNode, OssOutput, Pending};
+use super::node::{LocalCommit, OssError, OssNode, OssOutput, Pending, Writes};
 use super::sequencer::CommitRequest;
 use super::write_set::{DomainId, TxId};
-
-/// A transaction's writes: each key once, `None` for a deletion.
-type Writes = Vec<(Key, Option<Vec<u8>>)>;
 
 impl OssNode {
     /// The application asks to commit: locally if it wrote no replicated key, else through
@@ -23,6 +20,11 @@ impl OssNode {
         out: &mut Vec<OssOutput>,
     ) -> Result<(), OssError> {
         let abort = |reason| Output::Deliver(OssDelivery::Aborted { tx: caller, reason });
+        if self.is_recovering() {
+            self.counters.aborts += 1;
+            out.push(abort(AbortReason::Recovering));
+            return Ok(());
+        }
         let mut domain: Option<DomainId> = None;
         let keys = reads
             .iter()
@@ -55,7 +57,12 @@ impl OssNode {
         let Some(domain) = domain.filter(|_| !replicated.is_empty()) else {
             // A local commit: durable first, installed once durable (incoming write sets
             // wait meanwhile, so nothing it read changes before).
-            let write = self.persist(vec![OssRecord::Local(local_writes.clone())], out);
+            let applied = self.applied_marks();
+            let record = OssRecord::Local {
+                writes: local_writes.clone(),
+                applied,
+            };
+            let write = self.persist(vec![record], out);
             self.local_queue.push(LocalCommit {
                 write,
                 caller,
@@ -119,6 +126,14 @@ impl OssNode {
             node: self.cfg.id,
             n: (self.incarnation << 40) | self.next_tx,
         };
+        if !local_writes.is_empty() {
+            let record = OssRecord::LocalOf {
+                tx,
+                writes: local_writes.clone(),
+                applied: self.applied_marks(),
+            };
+            self.persist(vec![record], out);
+        }
         let d = &self.domains[domain as usize];
         self.pending.insert(
             tx,
@@ -192,8 +207,17 @@ impl OssNode {
         }
     }
 
-    /// The sequencer refused waiting commit `tx` for a conflict: it aborts.
-    pub(super) fn refused(&mut self, tx: TxId, key: Key, out: &mut Vec<OssOutput>) {
+    /// The sequencer of `epoch` refused waiting commit `tx` for a conflict: it aborts,
+    /// unless the refusal is stale (the commit was sent again in a later epoch, or waits to
+    /// learn what an epoch change made of it).
+    pub(super) fn refused(&mut self, tx: TxId, epoch: u64, key: Key, out: &mut Vec<OssOutput>) {
+        let current = self
+            .pending
+            .get(&tx)
+            .is_some_and(|p| p.epoch == epoch && p.decided_through.is_none());
+        if !current {
+            return;
+        }
         if let Some(p) = self.pending.remove(&tx) {
             self.counters.aborts += 1;
             out.push(Output::Deliver(OssDelivery::Aborted {
@@ -240,6 +264,11 @@ impl OssNode {
         Ok(())
     }
 
+    /// Each domain's applied watermark now.
+    pub(super) fn applied_marks(&self) -> Vec<super::write_set::CommitId> {
+        self.domains.iter().map(|d| d.log.applied()).collect()
+    }
+
     /// Installs every write set now stable and here, in commit-id order (not while a local
     /// commit waits for its disk: it was validated against what is installed now).
     pub(super) fn apply_stable(&mut self, out: &mut Vec<OssOutput>) {
@@ -260,6 +289,8 @@ impl OssNode {
                 };
                 if let Some(p) = &mine {
                     writes.extend(p.local_writes.iter().cloned());
+                } else if let Some(local) = self.replayed_local.remove(&ws.tx) {
+                    writes.extend(local);
                 }
                 self.engine.apply_certified(self.position, &[], writes);
                 for (k, _) in &ws.writes {

@@ -184,10 +184,11 @@ impl DomainLog {
             .max(self.decided.saturating_sub(1));
     }
 
-    /// The write sets now committed and here, in commit-id order, each handed out once.
+    /// The write sets now committed and durable here, in commit-id order, each handed out
+    /// once. (Only what is durable here: what a node installed, its log replays.)
     pub fn take_applicable(&mut self) -> Vec<Arc<WriteSet>> {
         let mut out = Vec::new();
-        while self.applied < self.stable {
+        while self.applied < self.stable.min(self.held) {
             let Some(r) = self.received.remove(&(self.applied + 1)) else {
                 break;
             };
@@ -230,6 +231,12 @@ impl DomainLog {
             .filter(|ws| ws.cid >= from && ws.cid <= to)
             .cloned()
             .collect()
+    }
+
+    /// Replay: every id through `through` was stable before the restart (a node only ever
+    /// applied stable ones).
+    pub fn was_stable(&mut self, through: CommitId) {
+        self.stable = self.stable.max(through);
     }
 
     /// Every write set in `from..=to` this node has, applied or not (for a node that lacks
@@ -391,11 +398,19 @@ mod tests {
             "6 belongs to epoch 2"
         );
         assert_eq!(log.offer(ws(2, 6), 2), Offer::Persist);
-        // Decided ids apply in order once here, whether or not they are durable yet.
+        // Decided ids apply in order once here and durable.
         assert!(log.take_applicable().is_empty());
         for cid in 1..=4 {
             log.offer(ws(1, cid), 2 + cid);
         }
+        assert!(log.take_applicable().is_empty(), "nothing durable yet");
+        log.durable(6);
         assert_eq!(cids(&log.take_applicable()), vec![1, 2, 3, 4, 5, 6]);
+        // Applying never holds the held watermark back.
+        assert_eq!(log.held(), 6);
+        log.offer(ws(3, 8), 7);
+        log.offer(ws(2, 7), 8);
+        log.durable(8);
+        assert_eq!(log.held(), 8);
     }
 }

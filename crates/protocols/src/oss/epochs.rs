@@ -204,6 +204,7 @@ impl OssNode {
         d.state.suspected = true;
         d.sequencer = None;
         d.waiting.clear();
+        d.outbox.clear();
         d.reports.insert(me, mark);
         self.persist(vec![OssRecord::Fenced { domain, epoch }], out);
         self.broadcast(
@@ -228,12 +229,17 @@ impl OssNode {
         }
         d.state = state;
         d.sequencer = None;
+        d.orphaned = false;
         d.waiting.clear();
         d.numbered.clear();
         d.reports.clear();
         d.progress_at = ticks;
         d.proposed_at = None;
         self.counters.epochs += 1;
+        // What the start dropped will never be installed: recovery waits for no more.
+        if let Some(mark) = self.recovering.get_mut(domain as usize) {
+            *mark = (*mark).min(state.first - 1);
+        }
         self.persist(vec![OssRecord::Started { domain, state }], out);
         // Commits sent in an earlier epoch: committed if their write set is among the ids the
         // start kept, else sent again in this epoch (once this node applied that far).

@@ -27,6 +27,8 @@ pub enum OssMsg {
     Refused {
         /// The domain.
         domain: DomainId,
+        /// The epoch the request was sent in (a refusal of another epoch's is stale).
+        epoch: Epoch,
         /// The transaction.
         tx: TxId,
         /// Why, when it was a conflict.
@@ -71,8 +73,24 @@ pub enum OssRecord {
     Incarnation(u64),
     /// A write set received.
     WriteSet(WriteSet),
-    /// A commit of node-local keys only (validated when it was written: replayed as is).
-    Local(Vec<(Key, Option<Vec<u8>>)>),
+    /// A commit of node-local keys only (validated when it was written: replayed as is,
+    /// once every domain is applied through `applied`, as it was when it committed).
+    Local {
+        /// Its writes.
+        writes: Vec<(Key, Option<Vec<u8>>)>,
+        /// Each domain's applied watermark when it committed.
+        applied: Vec<CommitId>,
+    },
+    /// The node-local writes of commit `tx`, installed with its write set (written before
+    /// the commit is sent, so a restart keeps them).
+    LocalOf {
+        /// The transaction.
+        tx: TxId,
+        /// Its writes to node-local keys.
+        writes: Vec<(Key, Option<Vec<u8>>)>,
+        /// Each domain's applied watermark when it was sent.
+        applied: Vec<CommitId>,
+    },
     /// A domain was fenced in an epoch.
     Fenced {
         /// The domain.
@@ -130,7 +148,7 @@ pub enum AbortReason {
     Conflict(Key),
     /// It touches more than one consistency domain.
     CrossDomain,
-    /// Its domain changed epochs before it was numbered, or its write set was dropped by the
-    /// change.
-    EpochChanged,
+    /// The node restarted and has not installed everything its log held yet: run it again
+    /// shortly.
+    Recovering,
 }

@@ -203,7 +203,16 @@ pub struct OssNode {
     pub(super) announced: bool,
     /// Counters for tests and operators.
     pub(super) counters: OssCounters,
+    /// Node-local writes of commits sent before a restart, installed with their write set.
+    pub(super) replayed_local: FxHashMap<TxId, Writes>,
+    /// After a restart, each domain's held watermark as the log left it: commits wait until
+    /// every domain applied that far (a transaction must not read what it installed before
+    /// the restart as older than it was).
+    pub(super) recovering: Vec<CommitId>,
 }
+
+/// A transaction's writes: each key once, `None` for a deletion.
+pub(super) type Writes = Vec<(Key, Option<Vec<u8>>)>;
 
 /// What a node counted since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -319,6 +328,8 @@ impl OssNode {
             ticks: 0,
             announced: false,
             counters: OssCounters::default(),
+            replayed_local: FxHashMap::default(),
+            recovering: Vec::new(),
         };
         node.replay(decoded);
         Ok(node)
@@ -333,9 +344,19 @@ impl OssNode {
                         d.log.offer(ws, 0);
                     }
                 }
-                OssRecord::Local(writes) => {
+                OssRecord::Local { writes, applied } => {
+                    // Installed as it was: after the write sets applied when it committed.
+                    self.replay_applied(&applied);
                     self.position += 1;
                     self.engine.apply_certified(self.position, &[], writes);
+                }
+                OssRecord::LocalOf {
+                    tx,
+                    writes,
+                    applied,
+                } => {
+                    self.replay_applied(&applied);
+                    self.replayed_local.insert(tx, writes);
                 }
                 OssRecord::Fenced { domain, epoch } => {
                     if let Some(d) = self.domains.get_mut(domain as usize) {
@@ -357,6 +378,18 @@ impl OssNode {
             d.log.durable(0);
             d.orphaned = d.state.epoch > 0 && d.state.sequencer == me && !d.state.suspected;
         }
+        self.recovering = self.domains.iter().map(|d| d.log.held()).collect();
+    }
+
+    /// Replay: installs every domain's write sets through `applied` (they were stable, and
+    /// are on this disk before the record that names them).
+    fn replay_applied(&mut self, applied: &[CommitId]) {
+        for (d, &through) in self.domains.iter_mut().zip(applied) {
+            d.log.durable(0);
+            d.log.was_stable(through);
+        }
+        let mut ignored = Vec::new();
+        self.apply_stable(&mut ignored);
     }
 
     /// The engine this node installs into.
@@ -374,6 +407,14 @@ impl OssNode {
         self.domains
             .get(d as usize)
             .map(|x| (x.log.epoch(), x.log.held(), x.log.stable(), x.log.applied()))
+    }
+
+    /// Whether this node still installs what its log held before it restarted.
+    pub(super) fn is_recovering(&self) -> bool {
+        self.domains
+            .iter()
+            .zip(&self.recovering)
+            .any(|(d, &mark)| d.log.applied() < mark)
     }
 
     /// Whether `key` is this node's alone.

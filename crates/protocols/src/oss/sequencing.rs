@@ -29,9 +29,10 @@ impl OssNode {
             } => self.sequence(from, domain, epoch, request, out),
             OssMsg::Refused {
                 tx,
+                epoch,
                 conflict: Some(c),
                 ..
-            } => self.refused(tx, c.key, out),
+            } => self.refused(tx, epoch, c.key, out),
             // Not the sequencer of that epoch: re-sent once the current one is known here.
             OssMsg::Refused { conflict: None, .. } => {}
             OssMsg::WriteSets(list) => self.take_write_sets(list, out),
@@ -95,6 +96,7 @@ impl OssNode {
                     to: from,
                     msg: OssMsg::Refused {
                         domain,
+                        epoch,
                         tx: request.tx,
                         conflict: None,
                     },
@@ -121,11 +123,12 @@ impl OssNode {
                 d.outbox.push(ws);
                 self.counters.numbered += 1;
             }
-            Err(conflict) if from == me => self.refused(tx, conflict.key, out),
+            Err(conflict) if from == me => self.refused(tx, epoch, conflict.key, out),
             Err(conflict) => out.push(Output::Send {
                 to: from,
                 msg: OssMsg::Refused {
                     domain,
+                    epoch,
                     tx,
                     conflict: Some(conflict),
                 },
@@ -183,11 +186,9 @@ impl OssNode {
 
     /// After every step: what a sequencer numbered goes to every node, itself included.
     pub(super) fn after_step(&mut self, out: &mut Vec<OssOutput>) -> Result<(), OssError> {
-        for i in 0..self.domains.len() {
+        // Taking its own write sets may install some and let waiting requests be numbered.
+        while let Some(i) = self.domains.iter().position(|d| !d.outbox.is_empty()) {
             let numbered = std::mem::take(&mut self.domains[i].outbox);
-            if numbered.is_empty() {
-                continue;
-            }
             // Its own copies first: persisted before the others can count them anywhere.
             self.take_write_sets(numbered.clone(), out);
             self.broadcast(OssMsg::WriteSets(numbered), out);
