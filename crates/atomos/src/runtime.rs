@@ -404,18 +404,7 @@ impl NodeRuntime {
                 "another protocol already runs on this node".into(),
             ));
         }
-        let stop = self.stop.clone();
-        // A panic in the protocol's timer (the machine stepped on it) stops the node.
-        self.health.supervise("tfa timer".into(), async move {
-            let mut timer = tokio::time::interval(TICK);
-            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return Ok::<(), String>(()),
-                    _ = timer.tick() => driver.tick(),
-                }
-            }
-        });
+        self.every("tfa timer", TICK, move || driver.tick());
         info!(node = self.id, members = ?members, "tfa started");
         Ok(())
     }
@@ -472,19 +461,25 @@ impl NodeRuntime {
                 "another protocol already commits on this node".into(),
             ));
         }
+        self.every("oss timer", OSS_TICK, move || driver.tick());
+        info!(node = self.id, members = ?members, "oss started");
+        Ok(())
+    }
+
+    /// Runs `tick` every `period` until the node stops; a panic in it (a protocol machine
+    /// stepped there) stops the node, reported as `name`'s.
+    fn every(&self, name: &str, period: Duration, tick: impl Fn() + Send + 'static) {
         let stop = self.stop.clone();
-        self.health.supervise("oss timer".into(), async move {
-            let mut timer = tokio::time::interval(OSS_TICK);
+        self.health.supervise(name.into(), async move {
+            let mut timer = tokio::time::interval(period);
             timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return Ok::<(), String>(()),
-                    _ = timer.tick() => driver.tick(),
+                    _ = timer.tick() => tick(),
                 }
             }
         });
-        info!(node = self.id, members = ?members, "oss started");
-        Ok(())
     }
 
     /// The OSS driver, if this node runs `oss`.

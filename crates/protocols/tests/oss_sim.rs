@@ -8,13 +8,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use atomos_core::history::list_append::{self, ListOp};
+use atomos_core::history::list_append::ListOp;
 use atomos_core::{
     Certification, Certifier, CertifyError, Engine, EngineConfig, Key, LockOutcome, TRef, TxError,
     TxOptions, Verdict,
 };
 use atomos_protocols::oss::{OssConfig, OssDelivery, OssError, OssMsg, OssNode, OssRequest};
-use atomos_sim::workload::{list_history, ListAppendTxn, ListAppendWorkload};
+use atomos_sim::workload::{
+    check_list_run, execute_list_ops, list, ListAppendTxn, ListAppendWorkload,
+};
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 use parking_lot::Mutex;
 
@@ -26,10 +28,6 @@ const TX_PER_RUN: u64 = 40;
 
 fn account(i: u64) -> TRef<i64> {
     TRef::new(Key::with_index("acct/", i))
-}
-
-fn list(k: u64) -> TRef<Vec<u64>> {
-    TRef::new(Key::with_index("list/", k))
 }
 
 fn counter() -> TRef<u64> {
@@ -194,30 +192,7 @@ impl Node {
             let seen = executed.clone();
             let ops = txn.ops.clone();
             let body = move |tx: &mut atomos_core::Tx<'_>| {
-                let mut done = Vec::new();
-                for op in &ops {
-                    match op {
-                        ListOp::Read { key, .. } => {
-                            let r = list(*key);
-                            let seen = if tx.exists(&r)? {
-                                tx.read(&r)?.clone()
-                            } else {
-                                Vec::new()
-                            };
-                            done.push(ListOp::Read { key: *key, seen });
-                        }
-                        ListOp::Append { key, value } => {
-                            let r = list(*key);
-                            if tx.exists(&r)? {
-                                tx.modify(&r, |l| l.push(*value))?;
-                            } else {
-                                tx.create(&r, vec![*value])?;
-                            }
-                            done.push(op.clone());
-                        }
-                    }
-                }
-                *seen.lock() = done;
+                *seen.lock() = execute_list_ops(tx, &ops)?;
                 Ok(())
             };
             // The operations as executed are known once the body ran.
@@ -538,25 +513,15 @@ fn check(o: &Outcome) -> Result<usize, String> {
             _ => None,
         })
         .collect();
-    let submitted: Vec<ListAppendTxn> = o
-        .run
-        .notes
-        .iter()
-        .filter_map(|(_, _, n)| match n {
-            Note::ListRun(t) if !aborted.contains(&t.id) => Some(t.clone()),
-            _ => None,
-        })
-        .collect();
+    let runs = o.run.notes.iter().filter_map(|(_, _, n)| match n {
+        Note::ListRun(t) => Some(t.clone()),
+        _ => None,
+    });
     let done = o.run.notes.iter().filter_map(|(_, node, n)| match n {
         Note::ListDone { id, ops } => Some((*node, *id, ops.clone())),
         _ => None,
     });
-    let history = list_history(&submitted, done);
-    list_append::check(&history).map_err(|a| format!("list-append history: {a}"))?;
-    Ok(history
-        .iter()
-        .filter(|t| t.outcome == list_append::Outcome::Committed)
-        .count())
+    check_list_run(runs, &aborted, done)
 }
 
 fn seeds(default: u64) -> u64 {

@@ -1,9 +1,10 @@
 //! Workload generators for simulated clusters, driven by the simulation's seeded generator so a
 //! seed fixes the workload too, and the glue that turns a run into a checkable history.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use atomos_core::history::list_append::{ListOp, ListTxn, Outcome};
+use atomos_core::history::list_append::{self, ListOp, ListTxn, Outcome};
+use atomos_core::{Key, TRef, Tx, TxError};
 
 use atomos_seam::NodeId;
 use serde::{Deserialize, Serialize};
@@ -113,6 +114,60 @@ impl ListAppendWorkload {
             ops,
         }
     }
+}
+
+/// List `key` of the list-append workload, as an object.
+pub fn list(key: u64) -> TRef<Vec<u64>> {
+    TRef::new(Key::with_index("list/", key))
+}
+
+/// Runs a list-append transaction's operations in `tx` (a missing list reads as empty and is
+/// made by its first append) and returns them as executed: reads with what they saw.
+pub fn execute_list_ops(tx: &mut Tx<'_>, ops: &[ListOp]) -> Result<Vec<ListOp>, TxError> {
+    let mut done = Vec::with_capacity(ops.len());
+    for op in ops {
+        match op {
+            ListOp::Read { key, .. } => {
+                let r = list(*key);
+                let seen = if tx.exists(&r)? {
+                    tx.read(&r)?.clone()
+                } else {
+                    Vec::new()
+                };
+                done.push(ListOp::Read { key: *key, seen });
+            }
+            ListOp::Append { key, value } => {
+                let r = list(*key);
+                if tx.exists(&r)? {
+                    tx.modify(&r, |l| l.push(*value))?;
+                } else {
+                    tx.create(&r, vec![*value])?;
+                }
+                done.push(op.clone());
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Checks a run's list-append history: `runs` are the transactions started, `aborted` the ids
+/// known not to have committed, `done` the reports of committed ones (as for
+/// [`list_history`]). Returns how many committed, or the anomaly found.
+pub fn check_list_run(
+    runs: impl IntoIterator<Item = ListAppendTxn>,
+    aborted: &BTreeSet<u64>,
+    done: impl IntoIterator<Item = (NodeId, u64, Vec<ListOp>)>,
+) -> Result<usize, String> {
+    let submitted: Vec<ListAppendTxn> = runs
+        .into_iter()
+        .filter(|t| !aborted.contains(&t.id))
+        .collect();
+    let history = list_history(&submitted, done);
+    list_append::check(&history).map_err(|a| format!("list-append history: {a}"))?;
+    Ok(history
+        .iter()
+        .filter(|t| t.outcome == Outcome::Committed)
+        .count())
 }
 
 /// The history of a run: every submitted transaction, committed with what its reads saw if some

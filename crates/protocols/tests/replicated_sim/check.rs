@@ -255,23 +255,13 @@ pub(crate) fn check_lists(o: &Outcome) -> Result<usize, String> {
             _ => None,
         })
         .collect();
-    let submitted: Vec<ListAppendTxn> = o
-        .run
-        .notes
-        .iter()
-        .filter_map(|(_, _, n)| match n {
-            Note::ListRun(t) if !aborted.contains(&t.id) => Some(t.clone()),
-            _ => None,
-        })
-        .collect();
+    let runs = o.run.notes.iter().filter_map(|(_, _, n)| match n {
+        Note::ListRun(t) => Some(t.clone()),
+        _ => None,
+    });
     let done = o.run.notes.iter().filter_map(|(_, node, n)| match n {
         Note::ListDone { id, ops } => Some((*node, *id, ops.clone())),
         _ => None,
     });
-    let history = list_history(&submitted, done);
-    list_append::check(&history).map_err(|a| format!("list-append history: {a}"))?;
-    Ok(history
-        .iter()
-        .filter(|t| t.outcome == list_append::Outcome::Committed)
-        .count())
+    check_list_run(runs, &aborted, done)
 }

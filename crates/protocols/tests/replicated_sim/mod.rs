@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use atomos_core::history::list_append::{self, ListOp};
+use atomos_core::history::list_append::ListOp;
 use atomos_core::{
     encode_arguments, Certification, Certifier, CertifyError, Engine, EngineConfig, Invocation,
     Key, LockOutcome, ProcedureKind, Procedures, SerialExecutor, TRef, Tx, TxError, TxOptions,
@@ -20,7 +20,7 @@ use atomos_order::{
     ReplicaConfig, Request,
 };
 use atomos_protocols::replicated::{Answer, Entry, PlantedBug, ReplicatedStore};
-use atomos_sim::workload::{list_history, ListAppendTxn, ListAppendWorkload};
+use atomos_sim::workload::{check_list_run, execute_list_ops, ListAppendTxn, ListAppendWorkload};
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 use parking_lot::Mutex;
 
@@ -238,32 +238,9 @@ impl Node {
                 *value += self.origin;
             }
         }
-        let list = |k: u64| TRef::<Vec<u64>>::new(Key::with_index("list/", k));
         let mut executed = Vec::new();
         let result = self.engine.atomically(|tx| {
-            executed.clear();
-            for op in &txn.ops {
-                match op {
-                    ListOp::Read { key, .. } => {
-                        let r = list(*key);
-                        let seen = if tx.exists(&r)? {
-                            tx.read(&r)?.clone()
-                        } else {
-                            Vec::new()
-                        };
-                        executed.push(ListOp::Read { key: *key, seen });
-                    }
-                    ListOp::Append { key, value } => {
-                        let r = list(*key);
-                        if tx.exists(&r)? {
-                            tx.modify(&r, |l| l.push(*value))?;
-                        } else {
-                            tx.create(&r, vec![*value])?;
-                        }
-                        executed.push(op.clone());
-                    }
-                }
-            }
+            executed = execute_list_ops(tx, &txn.ops)?;
             Ok(())
         });
         let captured = self.capture.0.lock().take();
