@@ -193,6 +193,9 @@ impl NodeRuntime {
             })?;
             let mut cfg = OssConfig::new(settings.node_id, members);
             cfg.replica.seed = rand::random();
+            // A node whose data directory was lost is told so by its operator.
+            cfg.rejoin = settings.order_rejoin;
+            cfg.replica.rejoin = settings.order_rejoin;
             let wal = settings.data_dir.join("oss.wal");
             runtime.start_oss(
                 cfg,

@@ -133,16 +133,17 @@ fn run_cluster(protocol: &str, nodes: usize, port_base: u16, name: &str) {
 
     if protocol == "oss" {
         // The first epoch's sequencer (the coordinator: node 1), then the control log's
-        // leader (or node 2 if node 1 leads), then another node. (A wiped disk is not
-        // handled by oss yet.)
+        // leader (or node 2 if node 1 leads), then another node, whose data directory is
+        // wiped (restarted with `order_rejoin`).
         kill_and_restart(0, false, &mut current);
         let logs: Vec<(usize, PathBuf)> = current.iter().cloned().enumerate().collect();
         let (leader_now, _) = leader(&logs).expect("some node became leader");
         // Each process is killed once (the restarted ones are stopped cleanly at the end).
         let second = if leader_now == 0 { 1 } else { leader_now };
         kill_and_restart(second, false, &mut current);
+        // The third loses its data directory and rejoins.
         let third = (1..nodes).find(|&n| n != second).unwrap_or(2);
-        kill_and_restart(third, false, &mut current);
+        kill_and_restart(third, true, &mut current);
     } else {
         // The leader, then a follower, then a replica whose data directory was wiped.
         kill_and_restart(first, false, &mut current);

@@ -124,7 +124,7 @@ impl OssNode {
         self.next_tx += 1;
         let tx = TxId {
             node: self.cfg.id,
-            n: (self.incarnation << 40) | self.next_tx,
+            n: (self.run_nonce << 40) | self.next_tx,
         };
         if !local_writes.is_empty() {
             let record = OssRecord::LocalOf {
@@ -283,9 +283,13 @@ impl OssNode {
             for ws in ready {
                 self.position += 1;
                 let mut writes = ws.writes.clone();
-                let mine = match ws.tx.node == self.cfg.id {
-                    true => self.pending.remove(&ws.tx),
-                    false => None,
+                // Its own commit if the id and the writes match (an id of a run before a lost
+                // disk could come back; its writes would not be these).
+                let mine = match self.pending.get(&ws.tx) {
+                    Some(p) if ws.tx.node == self.cfg.id && p.request.writes == ws.writes => {
+                        self.pending.remove(&ws.tx)
+                    }
+                    _ => None,
                 };
                 if let Some(p) = &mine {
                     writes.extend(p.local_writes.iter().cloned());

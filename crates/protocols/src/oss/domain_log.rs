@@ -96,6 +96,15 @@ impl DomainLog {
         self.held
     }
 
+    /// The highest held watermark another node told in the current epoch, and how many
+    /// other nodes told one.
+    pub fn peers_max(&self) -> (CommitId, usize) {
+        (
+            self.peers.values().copied().max().unwrap_or(0),
+            self.peers.len(),
+        )
+    }
+
     /// The stable point: every id through it is committed.
     pub fn stable(&self) -> CommitId {
         self.stable

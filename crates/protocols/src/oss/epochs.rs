@@ -205,8 +205,14 @@ impl OssNode {
         d.sequencer = None;
         d.waiting.clear();
         d.outbox.clear();
-        d.reports.insert(me, mark);
         self.persist(vec![OssRecord::Fenced { domain, epoch }], out);
+        if self.rejoining {
+            // What it held before it lost its log is unknown: it reports nothing.
+            return;
+        }
+        if let Some(d) = self.domains.get_mut(domain as usize) {
+            d.reports.insert(me, mark);
+        }
         self.broadcast(
             OssMsg::Report {
                 domain,
@@ -229,7 +235,9 @@ impl OssNode {
         }
         d.state = state;
         d.sequencer = None;
-        d.orphaned = false;
+        // A node that lost its log may be replaying a start it once sequenced from: it never
+        // sequences an epoch that started before it caught up.
+        d.orphaned = self.rejoining;
         d.waiting.clear();
         d.numbered.clear();
         d.reports.clear();

@@ -107,6 +107,9 @@ pub enum OssRecord {
     },
     /// A record of the control log's order replica.
     Order(Vec<u8>),
+    /// The node lost its log and rejoins: it reports no mark until it holds what the others
+    /// hold (`true`), or it got there (`false`).
+    Rejoining(bool),
 }
 
 impl OssRecord {

@@ -39,10 +39,16 @@ pub struct OssConfig {
     /// The held watermarks are told again every this many ticks (messages may be lost).
     pub held_every: u64,
     /// The control log's order replica (its id and replicas are this node's and the
-    /// members').
+    /// members'). Its seed also tells this run's transaction ids from other runs': draw it
+    /// anew at each start.
     pub replica: ReplicaConfig,
     /// A bug planted on purpose, to show the simulation catches it (tests only).
     pub planted_bug: Option<OssBug>,
+    /// This node lost its log (a wiped disk): until it holds every write set the others
+    /// hold, it reports no mark when an epoch is suspected (what it held before is gone, and a
+    /// low mark could let the next epoch start below a committed id). Also set on the control
+    /// replica (`replica.rejoin`), which withholds its votes meanwhile.
+    pub rejoin: bool,
 }
 
 /// Bugs the simulation must catch.
@@ -73,6 +79,7 @@ impl OssConfig {
             held_every: 5,
             replica,
             planted_bug: None,
+            rejoin: false,
         }
     }
 }
@@ -193,6 +200,10 @@ pub struct OssNode {
     /// Local commits persisted and not yet durable, in order.
     pub(super) local_queue: Vec<LocalCommit>,
     pub(super) incarnation: u64,
+    /// Tells this run's transaction ids from every other run's (24 bits from the
+    /// incarnation and the configuration's seed: a run after a lost disk starts its
+    /// incarnations over, not its seed).
+    pub(super) run_nonce: u64,
     pub(super) next_tx: u64,
     /// Writes emitted so far (numbered from 1, as `Persisted` counts them).
     pub(super) writes: u64,
@@ -209,6 +220,8 @@ pub struct OssNode {
     /// every domain applied that far (a transaction must not read what it installed before
     /// the restart as older than it was).
     pub(super) recovering: Vec<CommitId>,
+    /// Rejoining after losing its log (see [`OssConfig::rejoin`]): no reports yet.
+    pub(super) rejoining: bool,
 }
 
 /// A transaction's writes: each key once, `None` for a deletion.
@@ -237,6 +250,14 @@ pub struct OssCounters {
 
 /// What a step appends.
 pub type OssOutput = Output<OssMsg, OssDelivery>;
+
+/// 24 bits mixed from the configuration's seed and the incarnation (SplitMix64's finalizer).
+fn run_nonce(seed: u64, incarnation: u64) -> u64 {
+    let mut z = seed ^ incarnation.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) & 0xFF_FFFF
+}
 
 impl OssNode {
     /// Node `cfg.id` over `engine` (made for replication, holding nothing yet), rebuilt from
@@ -311,6 +332,7 @@ impl OssNode {
             cfg.members.iter().position(|&m| m == cfg.id).unwrap_or(0),
             cfg.resend_after.max(1) * 2,
         );
+        let cfg_seed = cfg.replica.seed;
         let mut node = OssNode {
             cfg,
             engine,
@@ -322,6 +344,7 @@ impl OssNode {
             pending: BTreeMap::new(),
             local_queue: Vec::new(),
             incarnation,
+            run_nonce: run_nonce(cfg_seed, incarnation),
             next_tx: 0,
             writes: 0,
             durable: 0,
@@ -330,6 +353,7 @@ impl OssNode {
             counters: OssCounters::default(),
             replayed_local: FxHashMap::default(),
             recovering: Vec::new(),
+            rejoining: false,
         };
         node.replay(decoded);
         Ok(node)
@@ -370,6 +394,7 @@ impl OssNode {
                         d.state = state;
                     }
                 }
+                OssRecord::Rejoining(on) => self.rejoining = on,
                 OssRecord::Incarnation(_) | OssRecord::Order(_) => {}
             }
         }
@@ -415,6 +440,33 @@ impl OssNode {
             .iter()
             .zip(&self.recovering)
             .any(|(d, &mark)| d.log.applied() < mark)
+    }
+
+    /// A rejoining node has caught up once, in every domain, it heard the held watermarks of
+    /// enough other nodes that every majority it belonged to before it lost its log includes
+    /// one of them (all but a majority less one), and holds as much as the most of them: it
+    /// then holds every id that was stable before. From then on it reports its marks.
+    fn check_rejoined(&mut self, out: &mut Vec<OssOutput>) {
+        if !self.rejoining {
+            return;
+        }
+        let needed = self.cfg.members.len() - self.majority() + 1;
+        let caught_up = self.domains.iter().all(|d| {
+            let (most, heard) = d.log.peers_max();
+            heard >= needed && d.log.held() >= most
+        });
+        if caught_up {
+            self.rejoining = false;
+            // The current epoch may be one it sequenced before it lost its log (what it
+            // numbered then is gone): it has the epoch suspected instead of resuming it.
+            let me = self.cfg.id;
+            for d in &mut self.domains {
+                if d.state.epoch > 0 && d.state.sequencer == me {
+                    d.orphaned = true;
+                }
+            }
+            self.persist(vec![OssRecord::Rejoining(false)], out);
+        }
     }
 
     /// Whether `key` is this node's alone.
@@ -475,7 +527,12 @@ impl Machine for OssNode {
     ) -> Result<(), OssError> {
         if !self.announced {
             self.announced = true;
-            self.persist(vec![OssRecord::Incarnation(self.incarnation)], out);
+            let mut records = vec![OssRecord::Incarnation(self.incarnation)];
+            if self.cfg.rejoin && !self.rejoining {
+                self.rejoining = true;
+                records.push(OssRecord::Rejoining(true));
+            }
+            self.persist(records, out);
         }
         match input {
             Input::Tick => {
@@ -496,6 +553,7 @@ impl Machine for OssNode {
             Input::Persisted { through } => self.on_durable(through, out)?,
         }
         self.after_step(out)?;
+        self.check_rejoined(out);
         Ok(())
     }
 }
