@@ -401,6 +401,11 @@ impl<S: StateMachine> Replica<S> {
         &self.machine
     }
 
+    /// Whether this replica still rejoins after losing its log (it votes once caught up).
+    pub fn rejoining(&self) -> bool {
+        self.lost_log.rejoining()
+    }
+
     /// The replicated state machine, to take what it recorded while applying (events for the
     /// node it runs on). Changing its state here would part this replica from the others.
     pub fn machine_mut(&mut self) -> &mut S {

@@ -85,7 +85,7 @@ impl OssNode {
             })
             .collect();
         self.through_sequencer(
-            caller,
+            Some(caller),
             domain,
             cid_reads,
             replicated,
@@ -99,7 +99,7 @@ impl OssNode {
     /// A barrier: an empty commit through domain 0's sequencer.
     pub(super) fn barrier(&mut self, caller: u64, out: &mut Vec<OssOutput>) {
         self.through_sequencer(
-            caller,
+            Some(caller),
             0,
             Vec::new(),
             Vec::new(),
@@ -113,7 +113,7 @@ impl OssNode {
     #[allow(clippy::too_many_arguments)]
     fn through_sequencer(
         &mut self,
-        caller: u64,
+        caller: Option<u64>,
         domain: DomainId,
         reads: Vec<(Key, u64)>,
         writes: Writes,
@@ -124,12 +124,18 @@ impl OssNode {
         self.next_tx += 1;
         let tx = TxId {
             node: self.cfg.id,
-            n: (self.run_nonce << 40) | self.next_tx,
+            run: self.run,
+            n: self.next_tx,
         };
-        if !local_writes.is_empty() {
+        let request = CommitRequest { tx, reads, writes };
+        let epoch = self.domains[domain as usize].state.epoch;
+        if !local_writes.is_empty() || !local_reads.is_empty() {
             let record = OssRecord::LocalOf {
-                tx,
+                domain,
+                epoch,
+                request: request.clone(),
                 writes: local_writes.clone(),
+                local_reads: local_reads.clone(),
                 applied: self.applied_marks(),
             };
             self.persist(vec![record], out);
@@ -140,7 +146,7 @@ impl OssNode {
             Pending {
                 caller,
                 domain,
-                request: CommitRequest { tx, reads, writes },
+                request,
                 local_writes,
                 local_reads,
                 epoch: d.state.epoch,
@@ -218,10 +224,10 @@ impl OssNode {
         if !current {
             return;
         }
-        if let Some(p) = self.pending.remove(&tx) {
+        if let Some(caller) = self.pending.remove(&tx).and_then(|p| p.caller) {
             self.counters.aborts += 1;
             out.push(Output::Deliver(OssDelivery::Aborted {
-                tx: p.caller,
+                tx: caller,
                 reason: AbortReason::Conflict(key),
             }));
         }
@@ -293,18 +299,16 @@ impl OssNode {
                 };
                 if let Some(p) = &mine {
                     writes.extend(p.local_writes.iter().cloned());
-                } else if let Some(local) = self.replayed_local.remove(&ws.tx) {
-                    writes.extend(local);
                 }
                 self.engine.apply_certified(self.position, &[], writes);
                 for (k, _) in &ws.writes {
                     self.key_cid.insert(k.clone(), ws.cid);
                 }
                 self.counters.applied += 1;
-                if let Some(p) = mine {
+                if let Some(caller) = mine.and_then(|p| p.caller) {
                     self.counters.commits += 1;
                     out.push(Output::Deliver(OssDelivery::Committed {
-                        tx: p.caller,
+                        tx: caller,
                         version: self.position,
                     }));
                 }

@@ -96,15 +96,6 @@ impl DomainLog {
         self.held
     }
 
-    /// The highest held watermark another node told in the current epoch, and how many
-    /// other nodes told one.
-    pub fn peers_max(&self) -> (CommitId, usize) {
-        (
-            self.peers.values().copied().max().unwrap_or(0),
-            self.peers.len(),
-        )
-    }
-
     /// The stable point: every id through it is committed.
     pub fn stable(&self) -> CommitId {
         self.stable
@@ -307,7 +298,11 @@ mod tests {
             domain: 0,
             epoch,
             cid,
-            tx: TxId { node: 1, n: cid },
+            tx: TxId {
+                node: 1,
+                run: 0,
+                n: cid,
+            },
             writes: Vec::new(),
         }
     }
@@ -367,7 +362,18 @@ mod tests {
         let dropped = log.start(2, 3);
         assert_eq!(
             dropped,
-            vec![TxId { node: 1, n: 3 }, TxId { node: 1, n: 4 }]
+            vec![
+                TxId {
+                    node: 1,
+                    run: 0,
+                    n: 3
+                },
+                TxId {
+                    node: 1,
+                    run: 0,
+                    n: 4
+                }
+            ]
         );
         assert_eq!(log.held(), 2);
         assert_eq!(log.stable(), 2);

@@ -54,6 +54,21 @@ pub enum OssMsg {
         /// The last id wanted.
         to: CommitId,
     },
+    /// A node that lost its log asks how far the others hold write sets (`run`: its run, so
+    /// answers to an earlier run's probe are told apart).
+    RejoinProbe {
+        /// The asking run.
+        run: u64,
+    },
+    /// The answer to a [`OssMsg::RejoinProbe`].
+    RejoinAnswer {
+        /// The run that asked.
+        run: u64,
+        /// Whether the answering node rejoins itself (its answer then does not count).
+        rejoining: bool,
+        /// Its held watermark in each domain.
+        held: Vec<CommitId>,
+    },
     /// After `epoch` of `domain` was suspected, the sender holds (or knows committed) every id
     /// through `mark` and takes no more of that epoch.
     Report {
@@ -81,13 +96,20 @@ pub enum OssRecord {
         /// Each domain's applied watermark when it committed.
         applied: Vec<CommitId>,
     },
-    /// The node-local writes of commit `tx`, installed with its write set (written before
-    /// the commit is sent, so a restart keeps them).
+    /// A commit with node-local writes as it was sent (written before, so a restart keeps
+    /// it: its local writes are installed with its write set, and it guards its local keys
+    /// until its fate is known).
     LocalOf {
-        /// The transaction.
-        tx: TxId,
+        /// Its domain.
+        domain: DomainId,
+        /// The epoch it was sent in.
+        epoch: Epoch,
+        /// What was asked of the sequencer.
+        request: CommitRequest,
         /// Its writes to node-local keys.
         writes: Vec<(Key, Option<Vec<u8>>)>,
+        /// The node-local keys it read.
+        local_reads: Vec<Key>,
         /// Each domain's applied watermark when it was sent.
         applied: Vec<CommitId>,
     },

@@ -157,7 +157,8 @@ pub(super) struct DomainNode {
 /// A commit of this node's application waiting for its outcome.
 #[derive(Debug)]
 pub(super) struct Pending {
-    pub(super) caller: u64,
+    /// Who waits for it (`None`: sent by an earlier run of this node, replayed from the log).
+    pub(super) caller: Option<u64>,
     pub(super) domain: DomainId,
     pub(super) request: CommitRequest,
     /// Its writes to node-local keys, installed with its write set.
@@ -200,10 +201,8 @@ pub struct OssNode {
     /// Local commits persisted and not yet durable, in order.
     pub(super) local_queue: Vec<LocalCommit>,
     pub(super) incarnation: u64,
-    /// Tells this run's transaction ids from every other run's (24 bits from the
-    /// incarnation and the configuration's seed: a run after a lost disk starts its
-    /// incarnations over, not its seed).
-    pub(super) run_nonce: u64,
+    /// This run's id (see [`TxId::run`]); also its control client's id.
+    pub(super) run: u64,
     pub(super) next_tx: u64,
     /// Writes emitted so far (numbered from 1, as `Persisted` counts them).
     pub(super) writes: u64,
@@ -214,14 +213,18 @@ pub struct OssNode {
     pub(super) announced: bool,
     /// Counters for tests and operators.
     pub(super) counters: OssCounters,
-    /// Node-local writes of commits sent before a restart, installed with their write set.
-    pub(super) replayed_local: FxHashMap<TxId, Writes>,
+    /// Rejoining: the answers of non-rejoining nodes to this run's probe (node -> each
+    /// domain's held watermark).
+    pub(super) rejoin_answers: BTreeMap<u64, Vec<CommitId>>,
     /// After a restart, each domain's held watermark as the log left it: commits wait until
     /// every domain applied that far (a transaction must not read what it installed before
     /// the restart as older than it was).
     pub(super) recovering: Vec<CommitId>,
     /// Rejoining after losing its log (see [`OssConfig::rejoin`]): no reports yet.
     pub(super) rejoining: bool,
+    /// The log says whether it rejoins (then the configuration's `rejoin` no longer does:
+    /// an operator may leave it on).
+    pub(super) rejoin_logged: bool,
 }
 
 /// A transaction's writes: each key once, `None` for a deletion.
@@ -251,12 +254,13 @@ pub struct OssCounters {
 /// What a step appends.
 pub type OssOutput = Output<OssMsg, OssDelivery>;
 
-/// 24 bits mixed from the configuration's seed and the incarnation (SplitMix64's finalizer).
-fn run_nonce(seed: u64, incarnation: u64) -> u64 {
+/// A run's id, mixed from the configuration's seed and the incarnation (SplitMix64's
+/// finalizer).
+fn run_id(seed: u64, incarnation: u64) -> u64 {
     let mut z = seed ^ incarnation.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) & 0xFF_FFFF
+    z ^ (z >> 31)
 }
 
 impl OssNode {
@@ -326,13 +330,13 @@ impl OssNode {
                 orphaned: false,
             })
             .collect();
+        let run = run_id(cfg.replica.seed, incarnation);
         let client = Client::new(
-            (cfg.id << 32) | incarnation,
+            run,
             cfg.members.clone(),
             cfg.members.iter().position(|&m| m == cfg.id).unwrap_or(0),
             cfg.resend_after.max(1) * 2,
         );
-        let cfg_seed = cfg.replica.seed;
         let mut node = OssNode {
             cfg,
             engine,
@@ -344,16 +348,17 @@ impl OssNode {
             pending: BTreeMap::new(),
             local_queue: Vec::new(),
             incarnation,
-            run_nonce: run_nonce(cfg_seed, incarnation),
+            run,
             next_tx: 0,
             writes: 0,
             durable: 0,
             ticks: 0,
             announced: false,
             counters: OssCounters::default(),
-            replayed_local: FxHashMap::default(),
+            rejoin_answers: BTreeMap::new(),
             recovering: Vec::new(),
             rejoining: false,
+            rejoin_logged: false,
         };
         node.replay(decoded);
         Ok(node)
@@ -375,12 +380,31 @@ impl OssNode {
                     self.engine.apply_certified(self.position, &[], writes);
                 }
                 OssRecord::LocalOf {
-                    tx,
+                    domain,
+                    epoch,
+                    request,
                     writes,
+                    local_reads,
                     applied,
                 } => {
                     self.replay_applied(&applied);
-                    self.replayed_local.insert(tx, writes);
+                    // Waits again, for nobody: it guards its node-local keys until its fate
+                    // is known, and is sent again (it may commit now).
+                    let tx = request.tx;
+                    self.pending.insert(
+                        tx,
+                        Pending {
+                            caller: None,
+                            domain,
+                            request,
+                            local_writes: writes,
+                            local_reads,
+                            epoch,
+                            sent_at: 0,
+                            since: 0,
+                            decided_through: None,
+                        },
+                    );
                 }
                 OssRecord::Fenced { domain, epoch } => {
                     if let Some(d) = self.domains.get_mut(domain as usize) {
@@ -394,7 +418,10 @@ impl OssNode {
                         d.state = state;
                     }
                 }
-                OssRecord::Rejoining(on) => self.rejoining = on,
+                OssRecord::Rejoining(on) => {
+                    self.rejoining = on;
+                    self.rejoin_logged = true;
+                }
                 OssRecord::Incarnation(_) | OssRecord::Order(_) => {}
             }
         }
@@ -402,6 +429,13 @@ impl OssNode {
         for d in &mut self.domains {
             d.log.durable(0);
             d.orphaned = d.state.epoch > 0 && d.state.sequencer == me && !d.state.suspected;
+        }
+        // Replayed commits sent in an earlier epoch learn their fate as after a start.
+        for p in self.pending.values_mut() {
+            let d = &self.domains[p.domain as usize];
+            if p.epoch < d.state.epoch {
+                p.decided_through = Some(d.state.first - 1);
+            }
         }
         self.recovering = self.domains.iter().map(|d| d.log.held()).collect();
     }
@@ -442,19 +476,26 @@ impl OssNode {
             .any(|(d, &mark)| d.log.applied() < mark)
     }
 
-    /// A rejoining node has caught up once, in every domain, it heard the held watermarks of
-    /// enough other nodes that every majority it belonged to before it lost its log includes
-    /// one of them (all but a majority less one), and holds as much as the most of them: it
+    /// A rejoining node has caught up once its control replica has, and enough other nodes
+    /// that are not rejoining themselves answered this run's probe (so after it lost its
+    /// log) that every majority it was part of before includes one of them (all but a
+    /// majority less one), and it holds, in every domain, as much as the most of them: it
     /// then holds every id that was stable before. From then on it reports its marks.
     fn check_rejoined(&mut self, out: &mut Vec<OssOutput>) {
-        if !self.rejoining {
+        if !self.rejoining || self.replica.rejoining() {
             return;
         }
         let needed = self.cfg.members.len() - self.majority() + 1;
-        let caught_up = self.domains.iter().all(|d| {
-            let (most, heard) = d.log.peers_max();
-            heard >= needed && d.log.held() >= most
-        });
+        let caught_up = self.rejoin_answers.len() >= needed
+            && self.domains.iter().enumerate().all(|(i, d)| {
+                let most = self
+                    .rejoin_answers
+                    .values()
+                    .filter_map(|held| held.get(i).copied())
+                    .max()
+                    .unwrap_or(0);
+                d.log.held() >= most
+            });
         if caught_up {
             self.rejoining = false;
             // The current epoch may be one it sequenced before it lost its log (what it
@@ -528,7 +569,7 @@ impl Machine for OssNode {
         if !self.announced {
             self.announced = true;
             let mut records = vec![OssRecord::Incarnation(self.incarnation)];
-            if self.cfg.rejoin && !self.rejoining {
+            if self.cfg.rejoin && !self.rejoin_logged {
                 self.rejoining = true;
                 records.push(OssRecord::Rejoining(true));
             }

@@ -131,7 +131,7 @@ mod tests {
 
     fn req(n: u64, reads: &[(&str, CommitId)], writes: &[&str]) -> CommitRequest {
         CommitRequest {
-            tx: TxId { node: 1, n },
+            tx: TxId { node: 1, run: 0, n },
             reads: reads.iter().map(|(k, c)| (key(k), *c)).collect(),
             writes: writes.iter().map(|k| (key(k), Some(vec![1]))).collect(),
         }
@@ -165,7 +165,11 @@ mod tests {
             domain: 0,
             epoch: 1,
             cid: 3,
-            tx: TxId { node: 2, n: 1 },
+            tx: TxId {
+                node: 2,
+                run: 0,
+                n: 1,
+            },
             writes: vec![(key("a"), None)],
         };
         let mut s = Sequencer::new(0, 1, 4, [&held]);

@@ -72,6 +72,24 @@ impl OssNode {
                 epoch,
                 mark,
             } => self.on_report(from, domain, epoch, mark, out)?,
+            OssMsg::RejoinProbe { run } => out.push(Output::Send {
+                to: from,
+                msg: OssMsg::RejoinAnswer {
+                    run,
+                    rejoining: self.rejoining,
+                    held: self.domains.iter().map(|d| d.log.held()).collect(),
+                },
+            }),
+            OssMsg::RejoinAnswer {
+                run,
+                rejoining,
+                held,
+            } => {
+                // Only this run's probe counts, answered by a node that did not lose its log.
+                if self.rejoining && run == self.run && !rejoining {
+                    self.rejoin_answers.insert(from, held);
+                }
+            }
         }
         Ok(())
     }
@@ -180,7 +198,7 @@ impl OssNode {
         if !records.is_empty() {
             self.persist(records, out);
         }
-        // Decided ids count without being durable here: they may be installable now.
+        // Those installable already (decided by an epoch start, stable and durable) go in.
         self.apply_stable(out);
     }
 
@@ -240,6 +258,9 @@ impl OssNode {
                 };
                 self.broadcast(msg, out);
             }
+        }
+        if self.rejoining && ticks.is_multiple_of(self.cfg.held_every.max(1)) {
+            self.broadcast(OssMsg::RejoinProbe { run: self.run }, out);
         }
         let late: Vec<_> = self
             .pending

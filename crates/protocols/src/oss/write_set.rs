@@ -19,7 +19,10 @@ pub type Epoch = u64;
 pub struct TxId {
     /// The committing node.
     pub node: u64,
-    /// Unique among that node's commits (across its restarts too).
+    /// Its run: drawn from the node's seed and incarnation, different for every run (a run
+    /// after a lost disk starts its incarnations over, not its seed).
+    pub run: u64,
+    /// Unique among the run's commits.
     pub n: u64,
 }
 
