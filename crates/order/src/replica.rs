@@ -401,9 +401,11 @@ impl<S: StateMachine> Replica<S> {
         &self.machine
     }
 
-    /// Whether this replica still rejoins after losing its log (it votes once caught up).
+    /// Whether this replica still rejoins after losing its log (it votes once caught up),
+    /// or has not delivered every entry it knows committed yet (a rejoined replica may still
+    /// fetch the batches of old entries).
     pub fn rejoining(&self) -> bool {
-        self.lost_log.rejoining()
+        self.lost_log.rejoining() || self.final_next <= self.commit
     }
 
     /// The replicated state machine, to take what it recorded while applying (events for the

@@ -191,7 +191,9 @@ impl OssNode {
         let Some(p) = self.pending.get_mut(&tx) else {
             return;
         };
-        let d = &self.domains[p.domain as usize];
+        let Some(d) = self.domains.get(p.domain as usize) else {
+            return;
+        };
         if d.state.epoch == 0 || d.state.suspected || p.decided_through.is_some() {
             return;
         }
@@ -224,7 +226,14 @@ impl OssNode {
         if !current {
             return;
         }
-        if let Some(caller) = self.pending.remove(&tx).and_then(|p| p.caller) {
+        let Some(p) = self.pending.remove(&tx) else {
+            return;
+        };
+        if !p.local_writes.is_empty() || !p.local_reads.is_empty() {
+            // It was logged to be sent again after a restart: logged as refused first.
+            self.persist(vec![OssRecord::Refused(tx)], out);
+        }
+        if let Some(caller) = p.caller {
             self.counters.aborts += 1;
             out.push(Output::Deliver(OssDelivery::Aborted {
                 tx: caller,

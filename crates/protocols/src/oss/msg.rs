@@ -129,6 +129,9 @@ pub enum OssRecord {
     },
     /// A record of the control log's order replica.
     Order(Vec<u8>),
+    /// Commit `tx`, logged with [`OssRecord::LocalOf`], was refused: it never commits (a
+    /// replay does not send it again).
+    Refused(TxId),
     /// The node lost its log and rejoins: it reports no mark until it holds what the others
     /// hold (`true`), or it got there (`false`).
     Rejoining(bool),

@@ -390,6 +390,9 @@ impl OssNode {
                     self.replay_applied(&applied);
                     // Waits again, for nobody: it guards its node-local keys until its fate
                     // is known, and is sent again (it may commit now).
+                    if self.domains.get(domain as usize).is_none() {
+                        continue;
+                    }
                     let tx = request.tx;
                     self.pending.insert(
                         tx,
@@ -418,6 +421,9 @@ impl OssNode {
                         d.state = state;
                     }
                 }
+                OssRecord::Refused(tx) => {
+                    self.pending.remove(&tx);
+                }
                 OssRecord::Rejoining(on) => {
                     self.rejoining = on;
                     self.rejoin_logged = true;
@@ -432,9 +438,10 @@ impl OssNode {
         }
         // Replayed commits sent in an earlier epoch learn their fate as after a start.
         for p in self.pending.values_mut() {
-            let d = &self.domains[p.domain as usize];
-            if p.epoch < d.state.epoch {
-                p.decided_through = Some(d.state.first - 1);
+            if let Some(d) = self.domains.get(p.domain as usize) {
+                if p.epoch < d.state.epoch {
+                    p.decided_through = Some(d.state.first - 1);
+                }
             }
         }
         self.recovering = self.domains.iter().map(|d| d.log.held()).collect();

@@ -85,9 +85,11 @@ impl OssNode {
                 rejoining,
                 held,
             } => {
-                // Only this run's probe counts, answered by a node that did not lose its log.
-                if self.rejoining && run == self.run && !rejoining {
-                    self.rejoin_answers.insert(from, held);
+                // Only this run's probe counts, answered by a member that did not lose its
+                // log; its first answer is enough (a later one only moves the target).
+                let member = from != self.cfg.id && self.cfg.members.contains(&from);
+                if self.rejoining && run == self.run && !rejoining && member {
+                    self.rejoin_answers.entry(from).or_insert(held);
                 }
             }
         }
