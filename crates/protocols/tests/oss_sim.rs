@@ -15,7 +15,7 @@ use atomos_core::{
 };
 use atomos_protocols::oss::{OssConfig, OssDelivery, OssError, OssMsg, OssNode, OssRequest};
 use atomos_sim::workload::{
-    check_list_run, execute_list_ops, list, ListAppendTxn, ListAppendWorkload,
+    check_list_run, execute_list_ops_on, list, ListAppendTxn, ListAppendWorkload,
 };
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 use parking_lot::Mutex;
@@ -28,6 +28,18 @@ const TX_PER_RUN: u64 = 40;
 
 fn account(i: u64) -> TRef<i64> {
     TRef::new(Key::with_index("acct/", i))
+}
+
+/// List keys from `LOCAL_LISTS * node` on are node `node`'s own (under `local/`).
+const LOCAL_LISTS: u64 = 1_000;
+
+/// The object of list `key`: a shared list, or a node's own.
+fn list_object(key: u64) -> TRef<Vec<u64>> {
+    if key >= LOCAL_LISTS {
+        TRef::new(Key::with_index("local/list/", key))
+    } else {
+        list(key)
+    }
 }
 
 fn counter() -> TRef<u64> {
@@ -185,9 +197,20 @@ impl Node {
         if pick < 5 {
             let mut txn = self.lists.next(&mut self.rng);
             txn.id += self.origin;
+            let node = self.origin >> 48;
             for op in &mut txn.ops {
                 if let ListOp::Append { value, .. } = op {
                     *value += self.origin;
+                }
+                // Half the operations go to this node's own lists (keys from LOCAL_LISTS on,
+                // one range per node): commits mix node-local and replicated objects, and the
+                // checker sees the node-local ones too.
+                if self.rng.chance(0.5) {
+                    match op {
+                        ListOp::Read { key, .. } | ListOp::Append { key, .. } => {
+                            *key += LOCAL_LISTS * node
+                        }
+                    }
                 }
             }
             out.push(Output::Deliver(Note::ListRun(txn.clone())));
@@ -195,7 +218,7 @@ impl Node {
             let seen = executed.clone();
             let ops = txn.ops.clone();
             let body = move |tx: &mut atomos_core::Tx<'_>| {
-                *seen.lock() = execute_list_ops(tx, &ops)?;
+                *seen.lock() = execute_list_ops_on(tx, &ops, list_object)?;
                 Ok(())
             };
             // The operations as executed are known once the body ran.
@@ -406,26 +429,26 @@ fn simulate(seed: u64, bug: Option<atomos_protocols::oss::OssBug>, faults: Fault
                     ))
                 })
                 .unwrap_or((0, 0));
-            if lists.is_empty() {
-                for k in 0..8 {
-                    let l = n
-                        .engine
-                        .run(
-                            &TxOptions {
-                                read_only: true,
-                                ..TxOptions::default()
-                            },
-                            |tx| {
-                                Ok::<_, TxError>(if tx.exists(&list(k))? {
-                                    tx.read(&list(k))?.clone()
-                                } else {
-                                    Vec::new()
-                                })
-                            },
-                        )
-                        .unwrap_or_default();
-                    lists.insert(k, l);
-                }
+            // The shared lists as the first live node has them; each node's own lists.
+            let keys: Vec<u64> = if lists.is_empty() {
+                (0..8).collect()
+            } else {
+                Vec::new()
+            };
+            let own = (0..8).map(|k| LOCAL_LISTS * node + k);
+            for k in keys.into_iter().chain(own) {
+                let r = list_object(k);
+                let l = n
+                    .engine
+                    .run(&opts, |tx| {
+                        Ok::<_, TxError>(if tx.exists(&r)? {
+                            tx.read(&r)?.clone()
+                        } else {
+                            Vec::new()
+                        })
+                    })
+                    .unwrap_or_default();
+                lists.insert(k, l);
             }
             let c = n.oss.counters();
             commits += c.commits + c.local_commits;
@@ -489,6 +512,10 @@ fn check(o: &Outcome) -> Result<usize, String> {
         if let Note::ListDone { ops, .. } = note {
             for op in ops {
                 if let ListOp::Append { key, value } = op {
+                    // A node's own lists die with its disk.
+                    if *key >= LOCAL_LISTS && wiped.contains(&(key / LOCAL_LISTS)) {
+                        continue;
+                    }
                     if !o.lists.get(key).is_some_and(|l| l.contains(value)) {
                         return Err(format!(
                             "node {node} at {t}: append of {value} to list {key} acknowledged, \
@@ -518,12 +545,25 @@ fn check(o: &Outcome) -> Result<usize, String> {
             _ => None,
         })
         .collect();
+    // The lists of a node whose disk was wiped lost their history with it: left out.
+    let kept = |ops: &[ListOp]| -> Vec<ListOp> {
+        ops.iter()
+            .filter(|op| {
+                let (ListOp::Read { key, .. } | ListOp::Append { key, .. }) = op;
+                *key < LOCAL_LISTS || !wiped.contains(&(key / LOCAL_LISTS))
+            })
+            .cloned()
+            .collect()
+    };
     let runs = o.run.notes.iter().filter_map(|(_, _, n)| match n {
-        Note::ListRun(t) => Some(t.clone()),
+        Note::ListRun(t) => Some(ListAppendTxn {
+            id: t.id,
+            ops: kept(&t.ops),
+        }),
         _ => None,
     });
     let done = o.run.notes.iter().filter_map(|(_, node, n)| match n {
-        Note::ListDone { id, ops } => Some((*node, *id, ops.clone())),
+        Note::ListDone { id, ops } => Some((*node, *id, kept(ops))),
         _ => None,
     });
     check_list_run(runs, &aborted, done)

@@ -124,6 +124,15 @@ pub fn list(key: u64) -> TRef<Vec<u64>> {
 /// Runs a list-append transaction's operations in `tx` (a missing list reads as empty and is
 /// made by its first append) and returns them as executed: reads with what they saw.
 pub fn execute_list_ops(tx: &mut Tx<'_>, ops: &[ListOp]) -> Result<Vec<ListOp>, TxError> {
+    execute_list_ops_on(tx, ops, list)
+}
+
+/// [`execute_list_ops`] with the object of each list key given by `list`.
+pub fn execute_list_ops_on(
+    tx: &mut Tx<'_>,
+    ops: &[ListOp],
+    list: impl Fn(u64) -> TRef<Vec<u64>>,
+) -> Result<Vec<ListOp>, TxError> {
     let mut done = Vec::with_capacity(ops.len());
     for op in ops {
         match op {
