@@ -3,7 +3,6 @@
 //! and a 10 ms timer, with its write-ahead log on a disk thread; the engine commits update
 //! transactions through it (a [`Certifier`] whose verdict is the node's answer).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -14,10 +13,9 @@ use atomos_protocols::oss::{
     AbortReason, OssConfig, OssCounters, OssDelivery, OssMsg, OssNode, OssRequest,
 };
 use atomos_seam::Input;
-use parking_lot::{Condvar, Mutex};
 
 use crate::disk::{DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
-use crate::driver::{Runner, Shared};
+use crate::driver::{AnswerSlot, AnswerSlots, Runner, Shared};
 use crate::health::Health;
 
 /// How often the protocol's timer runs: its time unit.
@@ -26,14 +24,8 @@ pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// Writes the log may queue before steps wait.
 const DISK_QUEUE: usize = 4096;
 
-/// An answer slot a committing thread waits on.
-#[derive(Default)]
-struct Waiter {
-    answer: Mutex<Option<OssDelivery>>,
-    ready: Condvar,
-}
-
-type Waiters = Arc<Mutex<HashMap<u64, Arc<Waiter>>>>;
+/// Committing threads waiting for their answer, by request number.
+type Waiters = AnswerSlots<OssDelivery>;
 
 /// Sends a protocol message to a node.
 pub(crate) type SendFn = Box<dyn Fn(u64, OssMsg) + Send + Sync>;
@@ -98,8 +90,7 @@ impl OssDriver {
                 OssDelivery::Committed { tx, .. } | OssDelivery::Aborted { tx, .. } => *tx,
             };
             if let Some(w) = answers.lock().get(&tx) {
-                *w.answer.lock() = Some(d);
-                w.ready.notify_one();
+                w.put(d);
             }
         });
         let runner = Runner::new(node, disk, TICK);
@@ -137,18 +128,10 @@ impl OssDriver {
     /// for its answer, or `None` after the limit.
     fn call(&self, make: impl FnOnce(u64) -> OssRequest) -> Option<OssDelivery> {
         let tx = self.next.fetch_add(1, Ordering::Relaxed);
-        let waiter = Arc::new(Waiter::default());
+        let waiter = Arc::new(AnswerSlot::default());
         self.waiters.lock().insert(tx, waiter.clone());
         self.node.step(Input::Request(make(tx)));
-        let deadline = Instant::now() + self.limit;
-        let mut slot = waiter.answer.lock();
-        while slot.is_none() {
-            if waiter.ready.wait_until(&mut slot, deadline).timed_out() {
-                break;
-            }
-        }
-        let answer = slot.take();
-        drop(slot);
+        let answer = waiter.wait_until(Instant::now() + self.limit);
         self.waiters.lock().remove(&tx);
         answer
     }

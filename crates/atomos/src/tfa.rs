@@ -3,7 +3,6 @@
 //! fed by the node's connections and a 1 ms timer, and called by application threads through
 //! the engine's remote interface (their `atomically` blocks on the answers).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -14,24 +13,19 @@ use atomos_protocols::tfa::{
     Answer, Failure, Reply, TfaConfig, TfaCounters, TfaMsg, TfaNode, TfaRequest,
 };
 use atomos_seam::Input;
-use parking_lot::{Condvar, Mutex};
 
 use crate::disk::{DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
-use crate::driver::{Runner, Shared};
+use crate::driver::{AnswerSlot, AnswerSlots, Runner, Shared};
 use crate::health::Health;
 
 /// How often the protocol's timer runs: its time unit.
 pub(crate) const TICK: Duration = Duration::from_millis(1);
 
 /// An answer slot an application thread waits on.
-#[derive(Default)]
-struct Waiter {
-    reply: Mutex<Option<Reply>>,
-    ready: Condvar,
-}
+type Waiter = AnswerSlot<Reply>;
 
 /// Application threads waiting for answers, by transaction handle.
-type Waiters = Arc<Mutex<HashMap<u64, Arc<Waiter>>>>;
+type Waiters = AnswerSlots<Reply>;
 
 /// Sends a protocol message to a node.
 pub(crate) type SendFn = Box<dyn Fn(u64, TfaMsg) + Send + Sync>;
@@ -122,8 +116,7 @@ impl TfaDriver {
         let answers = waiters.clone();
         let deliver = Box::new(move |Answer { h, reply }: Answer| {
             if let Some(w) = answers.lock().get(&h) {
-                *w.reply.lock() = Some(reply);
-                w.ready.notify_one();
+                w.put(reply);
             }
         });
         let component = format!("tfa node {}", node.id());
@@ -221,7 +214,7 @@ impl TfaAttempt {
     /// Hands `request` to the node and waits for the answer.
     fn call(&mut self, key: &Key, request: TfaRequest) -> Result<Reply, RemoteError> {
         // An answer that arrived while the application was busy ended the transaction.
-        if let Some(r) = self.waiter.reply.lock().take() {
+        if let Some(r) = self.waiter.take() {
             self.over = true;
             return Err(match r {
                 Reply::Read(Err(f)) | Reply::Commit(Err(f)) => remote_error(f),
@@ -229,25 +222,18 @@ impl TfaAttempt {
             });
         }
         self.driver.step(Input::Request(request));
-        let mut slot = self.waiter.reply.lock();
         let deadline = Instant::now() + self.driver.patience;
-        while slot.is_none() {
-            if self
-                .waiter
-                .ready
-                .wait_until(&mut slot, deadline)
-                .timed_out()
-                && slot.is_none()
-            {
+        match self.waiter.wait_until(deadline) {
+            Some(reply) => Ok(reply),
+            None => {
                 self.over = true;
                 let node = self.driver.node.with(TfaNode::id);
-                return Err(RemoteError::Unavailable {
+                Err(RemoteError::Unavailable {
                     key: key.clone(),
                     node,
-                });
+                })
             }
         }
-        Ok(slot.take().expect("checked"))
     }
 }
 
