@@ -15,7 +15,7 @@ use atomos_core::{
 };
 use atomos_protocols::oss::{OssConfig, OssDelivery, OssError, OssMsg, OssNode, OssRequest};
 use atomos_sim::workload::{
-    check_list_run, execute_list_ops_on, list, ListAppendTxn, ListAppendWorkload,
+    bank_total, check_list_run, execute_list_ops_on, list, ListAppendTxn, ListAppendWorkload,
 };
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 use parking_lot::Mutex;
@@ -26,9 +26,7 @@ const INITIAL: i64 = 100;
 /// Transactions each incarnation of a node starts at most.
 const TX_PER_RUN: u64 = 40;
 
-fn account(i: u64) -> TRef<i64> {
-    TRef::new(Key::with_index("acct/", i))
-}
+use atomos_sim::workload::bank_account as account;
 
 /// List keys from `LOCAL_LISTS * node` on are node `node`'s own (under `local/`).
 const LOCAL_LISTS: u64 = 1_000;
@@ -299,21 +297,7 @@ impl Node {
     }
 
     fn audit(&self, out: &mut Vec<Output<OssMsg, Note>>) {
-        let opts = TxOptions {
-            read_only: true,
-            ..TxOptions::default()
-        };
-        let total = self.engine.run(&opts, |tx| {
-            if !tx.exists(&account(0))? {
-                return Ok(None);
-            }
-            let mut sum = 0;
-            for i in 0..ACCOUNTS {
-                sum += *tx.read(&account(i))?;
-            }
-            Ok::<_, TxError>(Some(sum))
-        });
-        if let Ok(Some(total)) = total {
+        if let Ok(Some(total)) = bank_total(&self.engine, ACCOUNTS) {
             out.push(Output::Deliver(Note::Audit { total }));
         }
     }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use atomos_core::history::list_append::{self, ListOp, ListTxn, Outcome};
-use atomos_core::{Key, TRef, Tx, TxError};
+use atomos_core::{Engine, Key, TRef, Tx, TxError, TxOptions};
 
 use atomos_seam::NodeId;
 use serde::{Deserialize, Serialize};
@@ -114,6 +114,30 @@ impl ListAppendWorkload {
             ops,
         }
     }
+}
+
+/// Account `i` of the simulations' bank, as an object.
+pub fn bank_account(i: u64) -> TRef<i64> {
+    TRef::new(Key::with_index("acct/", i))
+}
+
+/// The total of accounts `0..accounts` read as one snapshot of `engine` (`None` while the
+/// accounts do not exist yet).
+pub fn bank_total(engine: &Engine, accounts: u64) -> Result<Option<i64>, TxError> {
+    let opts = TxOptions {
+        read_only: true,
+        ..TxOptions::default()
+    };
+    engine.run(&opts, |tx| {
+        if !tx.exists(&bank_account(0))? {
+            return Ok(None);
+        }
+        let mut sum = 0;
+        for i in 0..accounts {
+            sum += *tx.read(&bank_account(i))?;
+        }
+        Ok(Some(sum))
+    })
 }
 
 /// List `key` of the list-append workload, as an object.

@@ -12,15 +12,16 @@ use std::sync::Arc;
 use atomos_core::history::list_append::ListOp;
 use atomos_core::{
     encode_arguments, Certification, Certifier, CertifyError, Engine, EngineConfig, Invocation,
-    Key, LockOutcome, ProcedureKind, Procedures, SerialExecutor, TRef, Tx, TxError, TxOptions,
-    Verdict,
+    Key, LockOutcome, ProcedureKind, Procedures, SerialExecutor, Tx, TxError, Verdict,
 };
 use atomos_order::{
     decode_log, Client, ClientAction, ClientInput, Delivery, OrderError, OrderMsg, Replica,
     ReplicaConfig, Request,
 };
 use atomos_protocols::replicated::{Answer, Entry, PlantedBug, ReplicatedStore};
-use atomos_sim::workload::{check_list_run, execute_list_ops, ListAppendTxn, ListAppendWorkload};
+use atomos_sim::workload::{
+    bank_total, check_list_run, execute_list_ops, ListAppendTxn, ListAppendWorkload,
+};
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 use parking_lot::Mutex;
 
@@ -30,9 +31,7 @@ const INITIAL: i64 = 100;
 /// Transactions each incarnation of a replica starts at most.
 const TX_PER_RUN: u64 = 30;
 
-fn account(i: u64) -> TRef<i64> {
-    TRef::new(Key::with_index("acct/", i))
-}
+use atomos_sim::workload::bank_account as account;
 
 /// The bank as procedures (the `active` set-up): "open" makes the accounts once, "transfer"
 /// moves money between two of them.
@@ -330,21 +329,7 @@ impl Node {
 
     /// A read-only audit of the whole bank on this replica.
     fn audit(&self, out: &mut Vec<Output<OrderMsg, Note>>) {
-        let opts = TxOptions {
-            read_only: true,
-            ..TxOptions::default()
-        };
-        let total = self.engine.run(&opts, |tx| {
-            if !tx.exists(&account(0))? {
-                return Ok(None);
-            }
-            let mut sum = 0;
-            for i in 0..ACCOUNTS {
-                sum += *tx.read(&account(i))?;
-            }
-            Ok::<_, TxError>(Some(sum))
-        });
-        match total {
+        match bank_total(&self.engine, ACCOUNTS) {
             Ok(Some(total)) => out.push(Output::Deliver(Note::Audit { total })),
             Ok(None) => {}
             Err(e) => out.push(Output::Deliver(Note::Audit {
