@@ -502,3 +502,39 @@ impl<T> AnswerSlot<T> {
 pub(crate) type AnswerSlots<T> = std::sync::Arc<
     parking_lot::Mutex<std::collections::HashMap<u64, std::sync::Arc<AnswerSlot<T>>>>,
 >;
+
+/// Where a hosted machine's disk thread reports, once the host exists.
+pub(crate) type DiskHost<M> = std::sync::Arc<std::sync::OnceLock<std::sync::Weak<Shared<M>>>>;
+
+/// Opens a hosted machine's log at `wal` (if any), reads it back, and starts its disk
+/// thread `name`, which reports to the host set in the returned slot later (the machine,
+/// and so its host, are made from the records read). Without `wal` nothing is kept.
+#[allow(clippy::type_complexity)]
+pub(crate) fn open_hosted_log<M>(
+    name: String,
+    wal: Option<&(std::path::PathBuf, FsyncPolicy)>,
+    queue: usize,
+) -> Result<(Vec<Vec<u8>>, Option<DiskWorker>, DiskHost<M>), String>
+where
+    M: Machine + Send + 'static,
+    M::Msg: Send,
+    M::Delivery: Send,
+{
+    let host: DiskHost<M> = std::sync::Arc::default();
+    let Some((path, policy)) = wal else {
+        return Ok((Vec::new(), None, host));
+    };
+    let (file, log) = FileDisk::open(path, *policy).map_err(|e| e.to_string())?;
+    let reports = host.clone();
+    let worker = DiskWorker::spawn(name, file, queue, move |event| {
+        let Some(shared) = reports.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        match event {
+            crate::disk::DiskEvent::Durable { through, .. } => shared.durable(through),
+            crate::disk::DiskEvent::Failed(e) => shared.disk_failed(e.to_string()),
+        }
+    })
+    .map_err(|e| format!("cannot start the disk thread: {e}"))?;
+    Ok((log, Some(worker), host))
+}

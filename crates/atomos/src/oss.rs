@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atomos_core::{Certification, Certifier, CertifyError, Engine, LockOutcome, Verdict};
@@ -14,8 +14,8 @@ use atomos_protocols::oss::{
 };
 use atomos_seam::Input;
 
-use crate::disk::{DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
-use crate::driver::{AnswerSlot, AnswerSlots, Runner, Shared};
+use crate::disk::FsyncPolicy;
+use crate::driver::{open_hosted_log, AnswerSlot, AnswerSlots, Runner, Shared};
 use crate::health::Health;
 
 /// How often the protocol's timer runs: its time unit.
@@ -32,7 +32,7 @@ pub(crate) type SendFn = Box<dyn Fn(u64, OssMsg) + Send + Sync>;
 
 /// An OSS node driven by the runtime.
 pub struct OssDriver {
-    node: Shared<OssNode>,
+    node: Arc<Shared<OssNode>>,
     waiters: Waiters,
     next: AtomicU64,
     /// How long a commit waits for its answer before its outcome is unknown.
@@ -55,34 +55,10 @@ impl OssDriver {
         send: SendFn,
         health: Arc<Health>,
     ) -> Result<Arc<OssDriver>, String> {
-        let (file, log) = match &start.wal {
-            Some((path, policy)) => {
-                let (file, log) = FileDisk::open(path, *policy).map_err(|e| e.to_string())?;
-                (Some(file), log)
-            }
-            None => (None, Vec::new()),
-        };
         let me = start.cfg.id;
+        let (log, disk, host) =
+            open_hosted_log(format!("oss-disk-{me}"), start.wal.as_ref(), DISK_QUEUE)?;
         let node = OssNode::open(start.cfg, start.engine, &log).map_err(|e| e.to_string())?;
-        let slot: Arc<OnceLock<Weak<OssDriver>>> = Arc::default();
-        let disk = match file {
-            Some(file) => {
-                let slot = slot.clone();
-                let worker =
-                    DiskWorker::spawn(format!("oss-disk-{me}"), file, DISK_QUEUE, move |event| {
-                        let Some(driver) = slot.get().and_then(Weak::upgrade) else {
-                            return;
-                        };
-                        match event {
-                            DiskEvent::Durable { through, .. } => driver.node.durable(through),
-                            DiskEvent::Failed(e) => driver.node.disk_failed(e.to_string()),
-                        }
-                    })
-                    .map_err(|e| format!("cannot start the disk thread: {e}"))?;
-                Some(worker)
-            }
-            None => None,
-        };
         let waiters: Waiters = Arc::default();
         let answers = waiters.clone();
         let deliver = Box::new(move |d: OssDelivery| {
@@ -94,13 +70,20 @@ impl OssDriver {
             }
         });
         let runner = Runner::new(node, disk, TICK);
+        let node = Arc::new(Shared::new(
+            runner,
+            send,
+            deliver,
+            health,
+            format!("oss node {me}"),
+        ));
+        let _ = host.set(Arc::downgrade(&node));
         let driver = Arc::new(OssDriver {
-            node: Shared::new(runner, send, deliver, health, format!("oss node {me}")),
+            node,
             waiters,
             next: AtomicU64::new(1),
             limit: start.limit,
         });
-        let _ = slot.set(Arc::downgrade(&driver));
         Ok(driver)
     }
 

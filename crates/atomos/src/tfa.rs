@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atomos_core::{Key, RemoteAttempt, RemoteError, RemoteSource};
@@ -14,8 +14,8 @@ use atomos_protocols::tfa::{
 };
 use atomos_seam::Input;
 
-use crate::disk::{DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
-use crate::driver::{AnswerSlot, AnswerSlots, Runner, Shared};
+use crate::disk::{DiskWorker, FsyncPolicy};
+use crate::driver::{open_hosted_log, AnswerSlot, AnswerSlots, Runner, Shared};
 use crate::health::Health;
 
 /// How often the protocol's timer runs: its time unit.
@@ -32,7 +32,7 @@ pub(crate) type SendFn = Box<dyn Fn(u64, TfaMsg) + Send + Sync>;
 
 /// A TFA node driven by the runtime.
 pub struct TfaDriver {
-    node: Shared<TfaNode>,
+    node: Arc<Shared<TfaNode>>,
     waiters: Waiters,
     next_handle: AtomicU64,
     /// How long an application thread waits for an answer before giving up on the node it
@@ -65,43 +65,18 @@ impl TfaDriver {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() & 0xFFFF_FFFF);
-        let (file, log) = match &start.wal {
-            Some((path, policy)) => {
-                let (file, log) = FileDisk::open(path, *policy).map_err(|e| e.to_string())?;
-                (Some(file), log)
-            }
-            None => (None, Vec::new()),
-        };
+        let (log, disk, host) = open_hosted_log(
+            format!("tfa-disk-{}", start.me),
+            start.wal.as_ref(),
+            DISK_QUEUE,
+        )?;
         let last = TfaNode::last_incarnation(start.me, &log).map_err(|e| e.to_string())?;
         let incarnation = last.map_or(now, |last| now.max(last + 1));
         let node = TfaNode::open(start.me, start.members, incarnation, start.cfg, &log)
             .map_err(|e| e.to_string())?;
-        // The disk thread reports to the driver, which exists only once the disk does.
-        let driver_slot: Arc<OnceLock<Weak<TfaDriver>>> = Arc::default();
-        let disk = match file {
-            Some(file) => {
-                let slot = driver_slot.clone();
-                let worker = DiskWorker::spawn(
-                    format!("tfa-disk-{}", start.me),
-                    file,
-                    DISK_QUEUE,
-                    move |event| {
-                        let Some(driver) = slot.get().and_then(Weak::upgrade) else {
-                            return;
-                        };
-                        match event {
-                            DiskEvent::Durable { through, .. } => driver.node.durable(through),
-                            DiskEvent::Failed(e) => driver.node.disk_failed(e.to_string()),
-                        }
-                    },
-                )
-                .map_err(|e| format!("cannot start the disk thread: {e}"))?;
-                Some(worker)
-            }
-            None => None,
-        };
         let driver = Self::new(node, disk, send, patience, health);
-        let _ = driver_slot.set(Arc::downgrade(&driver));
+        // The disk thread reports to the host, which exists only once the log was read.
+        let _ = host.set(Arc::downgrade(&driver.node));
         Ok(driver)
     }
 
@@ -122,7 +97,7 @@ impl TfaDriver {
         let component = format!("tfa node {}", node.id());
         let runner = Runner::new(node, disk, TICK);
         Arc::new(TfaDriver {
-            node: Shared::new(runner, send, deliver, health, component),
+            node: Arc::new(Shared::new(runner, send, deliver, health, component)),
             waiters,
             next_handle: AtomicU64::new(1),
             patience,
