@@ -70,7 +70,7 @@ fn remote_clients_fail_over_through_kills_and_nothing_runs_twice_or_is_lost() {
     let nodes = 3;
     let dir = std::env::temp_dir().join(format!("atomos-active-clients-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let base_port = 34_000 + (std::process::id() % 4_000) as u16;
+    let base_port = common::free_base_port(nodes);
     let (mut up, mut pids) = cluster_up(
         nodes,
         base_port,

@@ -79,10 +79,10 @@ fn wait_audits(log: &Path, n: usize, what: &str) {
     }
 }
 
-fn run_cluster(protocol: &str, nodes: usize, port_base: u16, name: &str) {
+fn run_cluster(protocol: &str, nodes: usize, name: &str) {
     let dir = std::env::temp_dir().join(format!("atomos-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let base_port = port_base + (std::process::id() % 4_000) as u16;
+    let base_port = common::free_base_port(nodes);
     let (mut up, pids) = cluster_up_with(
         nodes,
         base_port,
@@ -241,12 +241,12 @@ fn run_cluster(protocol: &str, nodes: usize, port_base: u16, name: &str) {
 
 #[test]
 fn three_replicas_lose_nothing_acknowledged_through_kills_and_a_wiped_disk() {
-    run_cluster("certify", 3, 30_000, "certify-3");
+    run_cluster("certify", 3, "certify-3");
 }
 
 #[test]
 fn five_replicas_lose_nothing_acknowledged_through_kills_and_a_wiped_disk() {
-    run_cluster("certify", 5, 51_000, "certify-5");
+    run_cluster("certify", 5, "certify-5");
 }
 
 /// `oss`: four processes; the first epoch's sequencer (the ultra-peer coordinator) is killed
@@ -254,7 +254,7 @@ fn five_replicas_lose_nothing_acknowledged_through_kills_and_a_wiped_disk() {
 /// starts each time the sequencer is lost, and nothing acknowledged is lost.
 #[test]
 fn oss_nodes_lose_nothing_acknowledged_through_kills_of_the_coordinator() {
-    run_cluster("oss", 4, 37_000, "oss-4");
+    run_cluster("oss", 4, "oss-4");
 }
 
 /// `active` runs the same replicated store (with its executor, its digests every 5 s and its
@@ -262,5 +262,5 @@ fn oss_nodes_lose_nothing_acknowledged_through_kills_of_the_coordinator() {
 /// procedures.
 #[test]
 fn active_replicas_lose_nothing_acknowledged_through_kills_and_a_wiped_disk() {
-    run_cluster("active", 3, 26_000, "active-3");
+    run_cluster("active", 3, "active-3");
 }

@@ -54,8 +54,7 @@ fn cluster_survives_kill_9_refuses_a_wrong_secret_and_stops_cleanly() {
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    // A port range unlikely to be in use (21000-28999), chosen by process id.
-    let base_port = 21_000 + (std::process::id() % 8_000) as u16;
+    let base_port = common::free_base_port(3);
     let (mut up, pids) = cluster_up(3, base_port, &dir, &[]);
     let log = |n: usize| dir.join(format!("node-{n}.log"));
 

@@ -42,7 +42,7 @@ fn a_failing_disk_stops_its_node_with_the_cause_and_the_others_go_on() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("disk-failure-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let base_port = 13_000 + (std::process::id() % 6_000) as u16;
+    let base_port = common::free_base_port(3);
     let (mut up, pids) = cluster_up(3, base_port, &dir, &["--order", "--order-load", "8"]);
     wait_for_more_acks(&dir, 1_000);
 

@@ -45,7 +45,7 @@ fn kill_9_of_leader_and_follower_loses_and_duplicates_nothing_acknowledged() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("order-cluster-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let base_port = 29_000 + (std::process::id() % 8_000) as u16;
+    let base_port = common::free_base_port(3);
     let (mut up, pids) = cluster_up(3, base_port, &dir, &["--order", "--order-load", "8"]);
     let mut logs: Vec<(usize, PathBuf)> = (0..3)
         .map(|n| (n, dir.join(format!("node-{}.log", n + 1))))

@@ -43,7 +43,7 @@ fn audits(log: &Path) -> Vec<(i64, u64)> {
 fn money_is_conserved_across_processes_and_a_lost_node_is_named() {
     let dir = std::env::temp_dir().join(format!("atomos-tfa-cluster-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let base_port = 37_000 + (std::process::id() % 8_000) as u16;
+    let base_port = common::free_base_port(4);
     let (mut up, pids) = cluster_up(
         4,
         base_port,
@@ -108,6 +108,14 @@ fn money_is_conserved_across_processes_and_a_lost_node_is_named() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The last lines of a node's log, named, for a failure's message.
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(20);
+    format!("== {}\n{}", log.display(), lines[from..].join("\n"))
+}
+
 /// Whether any of `logs` has a line with every one of `needles`.
 fn logged(logs: &[std::path::PathBuf], needles: &[&str]) -> bool {
     logs.iter().any(|log| {
@@ -122,7 +130,7 @@ fn logged(logs: &[std::path::PathBuf], needles: &[&str]) -> bool {
 fn a_restarted_node_forks_nothing_and_names_what_it_lost() {
     let dir = std::env::temp_dir().join(format!("atomos-tfa-restart-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let base_port = 45_000 + (std::process::id() % 8_000) as u16;
+    let base_port = common::free_base_port(3);
     let (mut up, pids) = cluster_up(
         3,
         base_port,
@@ -135,7 +143,11 @@ fn a_restarted_node_forks_nothing_and_names_what_it_lost() {
     while !(1..=3).all(|n| audits(&log(n)).iter().filter(|(_, t)| *t > 0).count() >= 3) {
         assert!(
             Instant::now() < deadline,
-            "the nodes did not audit a running bank in time"
+            "the nodes did not audit a running bank in time; their logs end:\n{}",
+            (1..=3)
+                .map(|n| tail(&log(n)))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -156,3 +156,29 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// A base port for a cluster of `nodes` whose node ports (`base..base+nodes`) and metrics ports
+/// (`base+100..`) are all free now. Chosen below the kernel's ephemeral range (32768 and up on
+/// Linux), so no outgoing connection of another process takes one between this check and the
+/// nodes' start; each call in a test binary gets its own range, so tests running side by side
+/// never share one.
+pub fn free_base_port(nodes: usize) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000; // up to 32,000 plus the metrics offset
+    const STRIDE: u32 = 211; // more than the metrics offset and any cluster's size
+    let start = std::process::id().wrapping_mul(7_919) % SPAN;
+    for _ in 0..200 {
+        let call = CALLS.fetch_add(1, Ordering::Relaxed);
+        let base = LOW + (start + call * STRIDE) % SPAN;
+        let ports = (0..nodes as u32).flat_map(|i| [base + i, base + 100 + i]);
+        let free = ports
+            .into_iter()
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", p as u16)).is_ok());
+        if free {
+            return base as u16;
+        }
+    }
+    panic!("no free range of ports for {nodes} nodes");
+}
