@@ -13,7 +13,9 @@ use atomos_core::{
     Certification, Certifier, CertifyError, Engine, EngineConfig, Key, LockOutcome, TRef, TxError,
     TxOptions, Verdict,
 };
-use atomos_protocols::oss::{OssConfig, OssDelivery, OssError, OssMsg, OssNode, OssRequest};
+use atomos_protocols::oss::{
+    CommitMode, OssBug, OssConfig, OssDelivery, OssError, OssMsg, OssNode, OssRequest,
+};
 use atomos_sim::workload::{
     bank_total, check_list_run, execute_list_ops_on, list, ListAppendTxn, ListAppendWorkload,
 };
@@ -121,13 +123,12 @@ struct Node {
 }
 
 impl Node {
-    fn boot(
-        seed: u64,
-        bug: Option<atomos_protocols::oss::OssBug>,
-        boot: Boot,
-    ) -> Result<Node, String> {
+    fn boot(seed: u64, mode: CommitMode, bug: Option<OssBug>, boot: Boot) -> Result<Node, String> {
         let members: Vec<u64> = (1..=NODES as u64).collect();
         let mut cfg = OssConfig::new(boot.node, members);
+        cfg.commit = mode;
+        // Lists in domain 0, accounts in a domain of their own.
+        cfg.domains = vec![String::new(), "acct/".into()];
         cfg.replica.seed = seed.wrapping_mul(31).wrapping_add(boot.node) ^ (boot.incarnation << 32);
         cfg.replica.retry_ticks = 5;
         cfg.planted_bug = bug;
@@ -369,13 +370,20 @@ struct Outcome {
     run: Run<Note>,
     /// Each live node: its replicated objects, its local counter and its count of transfers.
     finals: Vec<(NodeId, Vec<atomos_core::SnapshotObject>, u64, u64)>,
+    /// Each live node's applied watermark and digest of what it applied, per domain.
+    digests: Vec<(NodeId, [Option<Digest>; 2])>,
     /// The lists as the first live node ends with them.
     lists: BTreeMap<u64, Vec<u64>>,
     commits: u64,
     epochs: u64,
+    /// Tokens the live nodes passed.
+    passes: u64,
 }
 
-fn simulate(seed: u64, bug: Option<atomos_protocols::oss::OssBug>, faults: Faults) -> Outcome {
+/// A domain's applied watermark and the digest of what was applied through it.
+type Digest = (u64, u64);
+
+fn simulate(seed: u64, mode: CommitMode, bug: Option<OssBug>, faults: Faults) -> Outcome {
     let cfg = SimConfig {
         seed,
         nodes: NODES,
@@ -385,11 +393,13 @@ fn simulate(seed: u64, bug: Option<atomos_protocols::oss::OssBug>, faults: Fault
         settle: 8_000,
         faults,
     };
-    let mut sim = Sim::new(cfg, move |boot| Node::boot(seed, bug, boot));
+    let mut sim = Sim::new(cfg, move |boot| Node::boot(seed, mode, bug, boot));
     let run = sim.run();
     let mut finals = Vec::new();
     let mut lists = BTreeMap::new();
     let (mut commits, mut epochs) = (0, 0);
+    let mut digests = Vec::new();
+    let mut passes = 0;
     for node in 1..=NODES as NodeId {
         if let Some(n) = sim.machine(node) {
             let objects: Vec<_> = n
@@ -437,15 +447,19 @@ fn simulate(seed: u64, bug: Option<atomos_protocols::oss::OssBug>, faults: Fault
             let c = n.oss.counters();
             commits += c.commits + c.local_commits;
             epochs = epochs.max(c.epochs);
+            passes += c.token_passes;
             finals.push((node, objects, count, transfers));
+            digests.push((node, [0, 1].map(|d| n.oss.applied_digest(d))));
         }
     }
     Outcome {
         run,
         finals,
+        digests,
         lists,
         commits,
         epochs,
+        passes,
     }
 }
 
@@ -510,6 +524,20 @@ fn check(o: &Outcome) -> Result<usize, String> {
             }
         }
     }
+    // No commit id was used twice: nodes that applied as far applied the same commits.
+    for (i, (a, da)) in o.digests.iter().enumerate() {
+        for (b, db) in &o.digests[i + 1..] {
+            for (x, y) in da.iter().zip(db) {
+                if let (Some((wa, ha)), Some((wb, hb))) = (x, y) {
+                    if wa == wb && ha != hb {
+                        return Err(format!(
+                            "nodes {a} and {b} applied different commits through id {wa}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
     // The live nodes converged.
     if let Some((first, objects, _, _)) = o.finals.first() {
         for (node, other, _, _) in &o.finals[1..] {
@@ -560,47 +588,57 @@ fn seeds(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-#[test]
-fn failure_free_runs_commit_and_converge() {
+const TOKENS: [CommitMode; 2] = [CommitMode::DistributedToken, CommitMode::CoordinatorToken];
+
+fn failure_free(mode: CommitMode) {
     for seed in 0..5 {
-        let o = simulate(seed, None, Faults::none());
-        let lists = check(&o).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        assert!(o.commits > 20, "seed {seed}: only {} commits", o.commits);
+        let o = simulate(seed, mode, None, Faults::none());
+        let lists = check(&o).unwrap_or_else(|e| panic!("{mode:?} seed {seed}: {e}"));
+        assert!(
+            o.commits > 20,
+            "{mode:?} seed {seed}: only {} commits",
+            o.commits
+        );
         assert!(
             lists > 5,
-            "seed {seed}: {lists} list transactions committed"
+            "{mode:?} seed {seed}: {lists} list transactions committed"
         );
         assert_eq!(o.finals.len(), NODES);
+        if mode != CommitMode::UltraPeer {
+            assert!(
+                o.passes > 10,
+                "{mode:?} seed {seed}: {} token passes",
+                o.passes
+            );
+        }
     }
 }
 
-#[test]
-fn runs_with_every_fault_stay_serializable_and_lose_nothing_acknowledged() {
+fn with_every_fault(mode: CommitMode, default_seeds: u64) {
     let mut epochs = 0;
     let mut commits = 0;
-    for seed in 0..seeds(40) {
-        let o = simulate(seed, None, Faults::harsh());
+    for seed in 0..seeds(default_seeds) {
+        let o = simulate(seed, mode, None, Faults::harsh());
         if let Err(e) = check(&o) {
-            panic!("seed {seed}: {e}");
+            panic!("{mode:?} seed {seed}: {e}");
         }
         epochs = epochs.max(o.epochs);
         commits += o.commits;
     }
-    eprintln!("{commits} commits; at most {epochs} epochs started on a node in one run");
+    eprintln!("{mode:?}: {commits} commits; at most {epochs} epochs started on a node in one run");
     assert!(commits > 100, "only {commits} commits over the seeds");
     assert!(epochs > 1, "no epoch ever changed");
 }
 
-#[test]
-fn a_node_that_lost_its_disk_rejoins_without_losing_anything_acknowledged() {
+fn with_a_wiped_disk(mode: CommitMode, default_seeds: u64) {
     let mut wiped = 0;
-    for seed in 0..seeds(40) {
+    for seed in 0..seeds(default_seeds) {
         let mut faults = Faults::harsh();
         faults.wipe = 0.3;
         faults.max_wiped_nodes = 1;
-        let o = simulate(seed, None, faults);
+        let o = simulate(seed, mode, None, faults);
         if let Err(e) = check(&o) {
-            panic!("seed {seed}: {e}");
+            panic!("{mode:?} seed {seed}: {e}");
         }
         wiped += usize::from(!o.run.wiped.is_empty());
     }
@@ -608,11 +646,48 @@ fn a_node_that_lost_its_disk_rejoins_without_losing_anything_acknowledged() {
 }
 
 #[test]
+fn failure_free_runs_commit_and_converge() {
+    failure_free(CommitMode::UltraPeer);
+}
+
+#[test]
+fn failure_free_runs_commit_and_converge_with_a_token() {
+    for mode in TOKENS {
+        failure_free(mode);
+    }
+}
+
+#[test]
+fn runs_with_every_fault_stay_serializable_and_lose_nothing_acknowledged() {
+    with_every_fault(CommitMode::UltraPeer, 40);
+}
+
+#[test]
+fn token_runs_with_every_fault_stay_serializable_and_lose_nothing_acknowledged() {
+    for mode in TOKENS {
+        with_every_fault(mode, 25);
+    }
+}
+
+#[test]
+fn a_node_that_lost_its_disk_rejoins_without_losing_anything_acknowledged() {
+    with_a_wiped_disk(CommitMode::UltraPeer, 40);
+}
+
+#[test]
+fn a_token_node_that_lost_its_disk_rejoins_without_losing_anything_acknowledged() {
+    for mode in TOKENS {
+        with_a_wiped_disk(mode, 20);
+    }
+}
+
+#[test]
 fn counting_a_write_set_stable_before_a_majority_holds_it_is_caught() {
     let caught = (0..40).find(|&seed| {
         let o = simulate(
             seed,
-            Some(atomos_protocols::oss::OssBug::StableAtOne),
+            CommitMode::UltraPeer,
+            Some(OssBug::StableAtOne),
             Faults::harsh(),
         );
         check(&o).is_err()
@@ -625,10 +700,27 @@ fn a_sequencer_that_skips_validation_is_caught() {
     let caught = (0..20).any(|seed| {
         let o = simulate(
             seed,
-            Some(atomos_protocols::oss::OssBug::SkipValidation),
+            CommitMode::UltraPeer,
+            Some(OssBug::SkipValidation),
             Faults::none(),
         );
         check(&o).is_err()
     });
     assert!(caught, "the planted bug went unnoticed");
+}
+
+#[test]
+fn a_token_taken_twice_is_caught() {
+    let caught = (0..40).find(|&seed| {
+        let o = simulate(
+            seed,
+            CommitMode::DistributedToken,
+            Some(OssBug::TokenTakenTwice),
+            Faults::harsh(),
+        );
+        check(&o)
+            .map_err(|e| eprintln!("seed {seed}: {e}"))
+            .is_err()
+    });
+    assert!(caught.is_some(), "the planted bug went unnoticed");
 }

@@ -201,7 +201,14 @@ impl OssNode {
         p.sent_at = ticks;
         let (domain, epoch, request, sequencer) =
             (p.domain, p.epoch, p.request.clone(), d.state.sequencer);
-        if sequencer == me {
+        if self.token_mode() {
+            // Numbered here with the token, once it is here and usable.
+            if d.sequencer.is_some() {
+                self.sequence(me, domain, epoch, request, out);
+            } else {
+                self.request_token(domain, out);
+            }
+        } else if sequencer == me {
             self.sequence(me, domain, epoch, request, out);
         } else {
             out.push(Output::Send {
@@ -312,6 +319,10 @@ impl OssNode {
                 self.engine.apply_certified(self.position, &[], writes);
                 for (k, _) in &ws.writes {
                     self.key_cid.insert(k.clone(), ws.cid);
+                }
+                let d = &mut self.domains[i];
+                for v in [ws.cid, ws.tx.node, ws.tx.run, ws.tx.n] {
+                    d.digest = super::node::mix(d.digest, v);
                 }
                 self.counters.applied += 1;
                 if let Some(caller) = mine.and_then(|p| p.caller) {

@@ -51,10 +51,12 @@ pub struct DomainLog {
     held: CommitId,
     /// Each other member's latest reported held watermark in the current epoch.
     peers: BTreeMap<u64, CommitId>,
-    /// Every id through this is held by a majority (or decided).
+    /// Every id through this is held by a majority.
     stable: CommitId,
     /// Every id through this was handed out for applying.
     applied: CommitId,
+    /// Ids through this exist in the current epoch (see [`DomainLog::expect`]).
+    expected: CommitId,
     /// The latest applied write sets, for others who missed them.
     history: VecDeque<Arc<WriteSet>>,
     history_max: usize,
@@ -76,6 +78,7 @@ impl DomainLog {
             peers: BTreeMap::new(),
             stable: 0,
             applied: 0,
+            expected: 0,
             history: VecDeque::new(),
             history_max,
         }
@@ -111,6 +114,22 @@ impl DomainLog {
         self.received
             .last_key_value()
             .map_or(self.applied, |(c, _)| *c)
+    }
+
+    /// Every id through this is here, applied or received (durable or not): a token holder
+    /// numbering from the id after it validates against every commit before.
+    pub fn received_through(&self) -> CommitId {
+        let mut through = self.applied;
+        while self.received.contains_key(&(through + 1)) {
+            through += 1;
+        }
+        through
+    }
+
+    /// Ids through `cid` exist in the current epoch (a token numbered after them arrived):
+    /// [`DomainLog::missing`] counts them until they are here.
+    pub fn expect(&mut self, cid: CommitId) {
+        self.expected = self.expected.max(cid);
     }
 
     /// The epoch that owns commit id `cid` (0 if none does yet).
@@ -178,10 +197,10 @@ impl DomainLog {
         }
         marks.sort_unstable_by(|a, b| b.cmp(a));
         let majority_holds = marks.get(self.majority - 1).copied().unwrap_or(0);
-        self.stable = self
-            .stable
-            .max(majority_holds)
-            .max(self.decided.saturating_sub(1));
+        // Ids an epoch start decided are committed, but count as stable (installed and
+        // acknowledged) only once a majority holds them too: the reporter that had them may
+        // be the only one, and lose its disk.
+        self.stable = self.stable.max(majority_holds);
     }
 
     /// The write sets now committed and durable here, in commit-id order, each handed out
@@ -209,7 +228,8 @@ impl DomainLog {
         let known = self
             .highest_received()
             .max(self.peers.values().copied().max().unwrap_or(0))
-            .max(self.decided.saturating_sub(1));
+            .max(self.decided.saturating_sub(1))
+            .max(self.expected);
         let mut gaps = Vec::new();
         let mut next = self.applied + 1;
         for &cid in self.received.keys() {
@@ -283,6 +303,7 @@ impl DomainLog {
         self.counting = true;
         self.decided = self.decided.max(first);
         self.held = self.held.min(first - 1);
+        self.expected = self.expected.min(first - 1);
         self.peers.clear();
         self.restabilize();
         dropped
@@ -376,6 +397,9 @@ mod tests {
             ]
         );
         assert_eq!(log.held(), 2);
+        // Committed, but installed only once a majority holds them in the new epoch.
+        assert_eq!(log.stable(), 0);
+        log.peer_held(2, 2, 2);
         assert_eq!(log.stable(), 2);
         assert_eq!(cids(&log.take_applicable()), vec![1, 2]);
         // Epoch 1's id 3 is refused; epoch 2's is taken.
@@ -399,8 +423,9 @@ mod tests {
             "what epoch 2's start decided is reported"
         );
         log.start(3, 8);
-        assert_eq!(log.stable(), 7);
+        assert_eq!(log.stable(), 0, "stable once a majority holds them");
         assert_eq!(log.missing(), vec![(1, 7)]);
+        log.peer_held(2, 3, 7);
         assert_eq!(
             log.offer(ws(2, 5), 1),
             Offer::Refused,

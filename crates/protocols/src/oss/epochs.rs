@@ -203,6 +203,9 @@ impl OssNode {
         };
         d.state.suspected = true;
         d.sequencer = None;
+        // A token of the suspected epoch is dead.
+        d.token.held = None;
+        d.token.passed = None;
         d.waiting.clear();
         d.outbox.clear();
         self.persist(vec![OssRecord::Fenced { domain, epoch }], out);
@@ -249,6 +252,7 @@ impl OssNode {
             *mark = (*mark).min(state.first - 1);
         }
         self.persist(vec![OssRecord::Started { domain, state }], out);
+        self.token_started(domain, state.sequencer, state.first, out);
         // Commits sent in an earlier epoch: committed if their write set is among the ids the
         // start kept, else sent again in this epoch (once this node applied that far).
         let me = self.cfg.id;
@@ -365,7 +369,14 @@ impl OssNode {
                 .values()
                 .any(|p| p.domain == domain && self.ticks >= p.since + self.cfg.suspect_after);
             // A sequencer that restarted never resumes its epoch: the next one starts fresh.
-            let orphaned = d.state.sequencer == self.cfg.id && d.orphaned;
+            // In a token mode, nor does a node that may have held the token (once it no
+            // longer rejoins).
+            let orphaned = d.orphaned
+                && if self.token_mode() {
+                    !self.rejoining
+                } else {
+                    d.state.sequencer == self.cfg.id
+                };
             if due && ((stalled && waiting) || orphaned) {
                 let epoch = d.state.epoch;
                 self.domains[i].proposed_at = Some(self.ticks);

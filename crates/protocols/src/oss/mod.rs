@@ -13,6 +13,8 @@
 //!   `sequencing`, `epochs` hold its parts).
 //! - [`sequencer`]: numbering one domain's commits with backward validation, as the token
 //!   holder and the ultra-peer coordinator both do.
+//! - `token`: peer-to-peer commit, the token passed between nodes (distributed or through a
+//!   coordinator).
 
 mod commit;
 pub mod control;
@@ -22,11 +24,12 @@ pub mod msg;
 pub mod node;
 pub mod sequencer;
 mod sequencing;
+mod token;
 pub mod write_set;
 
 pub use control::{Control, ControlEntry, ControlEvent, DomainState};
 pub use domain_log::{DomainLog, Offer};
-pub use msg::{AbortReason, OssDelivery, OssMsg, OssRecord};
-pub use node::{OssBug, OssConfig, OssCounters, OssError, OssNode, OssRequest};
+pub use msg::{AbortReason, OssDelivery, OssMsg, OssRecord, Token};
+pub use node::{CommitMode, OssBug, OssConfig, OssCounters, OssError, OssNode, OssRequest};
 pub use sequencer::{CommitRequest, Conflict, Sequencer};
 pub use write_set::{CommitId, DomainId, Epoch, TxId, WriteSet};

@@ -79,6 +79,47 @@ pub enum OssMsg {
         /// The sender's mark.
         mark: CommitId,
     },
+    /// The commit token of `domain` in `epoch`, passed to the receiver (token modes).
+    Token(Token),
+    /// The receiver of a token says it has it (or had it): the sender stops sending it.
+    TokenAck {
+        /// The domain.
+        domain: DomainId,
+        /// The token's epoch.
+        epoch: Epoch,
+        /// The token's hop.
+        hop: u64,
+    },
+    /// Node `node` wants the token of `domain` in `epoch` (token modes).
+    TokenRequest {
+        /// The domain.
+        domain: DomainId,
+        /// The epoch the requester is in.
+        epoch: Epoch,
+        /// The node that wants it (the sender may be forwarding).
+        node: u64,
+        /// How many times it was forwarded already (0: the requester sent it; `None`: sent
+        /// to every node, never to be forwarded).
+        forwarded: Option<u8>,
+    },
+}
+
+/// The commit token of one domain in one epoch: whoever holds it numbers its own commits
+/// from `next` on. Each pass increments `hop`; a node takes a token only with a hop above
+/// every one it took or passed in that epoch (and logs it first), so a token duplicated or
+/// sent again by the network is never used twice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Token {
+    /// The domain.
+    pub domain: DomainId,
+    /// The epoch it belongs to.
+    pub epoch: Epoch,
+    /// Passes since the epoch started (0: the epoch's start made it).
+    pub hop: u64,
+    /// The id the next commit numbered with it gets.
+    pub next: CommitId,
+    /// The nodes waiting for it, in the order they get it (OSS IV-A, the in-token list).
+    pub requests: Vec<u64>,
 }
 
 /// A record of a node's write-ahead log.
@@ -135,6 +176,16 @@ pub enum OssRecord {
     /// The node lost its log and rejoins: it reports no mark until it holds what the others
     /// hold (`true`), or it got there (`false`).
     Rejoining(bool),
+    /// The node took the token of `domain` in `epoch` at hop `hop` (it takes none at that
+    /// hop or below again, and uses it only once this record is durable).
+    TokenTaken {
+        /// The domain.
+        domain: DomainId,
+        /// The epoch.
+        epoch: Epoch,
+        /// The token's hop.
+        hop: u64,
+    },
 }
 
 impl OssRecord {

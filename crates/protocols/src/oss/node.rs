@@ -14,6 +14,7 @@ use super::control::{Control, DomainState};
 use super::domain_log::DomainLog;
 use super::msg::{OssDelivery, OssMsg, OssRecord};
 use super::sequencer::{CommitRequest, Sequencer};
+use super::token::TokenState;
 use super::write_set::{CommitId, DomainId, TxId};
 
 /// Settings of an OSS node.
@@ -42,6 +43,8 @@ pub struct OssConfig {
     /// members'). Its seed also tells this run's transaction ids from other runs': draw it
     /// anew at each start.
     pub replica: ReplicaConfig,
+    /// How commits are numbered: by an ultra-peer, or by whoever holds the token.
+    pub commit: CommitMode,
     /// A bug planted on purpose, to show the simulation catches it (tests only).
     pub planted_bug: Option<OssBug>,
     /// This node lost its log (a wiped disk): until it holds every write set the others
@@ -51,6 +54,46 @@ pub struct OssConfig {
     pub rejoin: bool,
 }
 
+/// How a domain's commits are numbered (OSS III, IV). Epochs, recovery and installing
+/// write sets are the same in every mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CommitMode {
+    /// Ultra-peer commit: the epoch's named node numbers every node's commits (figure 3).
+    #[default]
+    UltraPeer,
+    /// Peer-to-peer commit with distributed token passing: the token goes to whoever asks,
+    /// requests follow the predicted holder and travel inside the token (figure 4).
+    DistributedToken,
+    /// Peer-to-peer commit with coordinator-based token passing: requests go to the epoch's
+    /// named node, which hands the token out; it returns there when nobody waits (figure 5).
+    CoordinatorToken,
+}
+
+impl CommitMode {
+    /// Every mode, by its name in configurations and on the command line.
+    pub const NAMES: [(&'static str, CommitMode); 3] = [
+        ("ultra-peer", CommitMode::UltraPeer),
+        ("distributed-token", CommitMode::DistributedToken),
+        ("coordinator-token", CommitMode::CoordinatorToken),
+    ];
+
+    /// The mode named `name`.
+    pub fn parse(name: &str) -> Option<CommitMode> {
+        CommitMode::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, m)| *m)
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        CommitMode::NAMES
+            .iter()
+            .find(|(_, m)| *m == self)
+            .map_or("ultra-peer", |(n, _)| n)
+    }
+}
+
 /// Bugs the simulation must catch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OssBug {
@@ -58,6 +101,8 @@ pub enum OssBug {
     SkipValidation,
     /// A write set counts as stable once one node holds it (no majority awaited).
     StableAtOne,
+    /// A node takes a token again when the network delivers it twice (no hop check).
+    TokenTakenTwice,
 }
 
 impl OssConfig {
@@ -78,6 +123,7 @@ impl OssConfig {
             suspect_after: 40,
             held_every: 5,
             replica,
+            commit: CommitMode::UltraPeer,
             planted_bug: None,
             rejoin: false,
         }
@@ -150,8 +196,14 @@ pub(super) struct DomainNode {
     /// The tick this node last ordered a suspicion or a start for the domain.
     pub(super) proposed_at: Option<u64>,
     /// This node sequenced the current epoch before it restarted: it does not resume (it
-    /// lost which requests it numbered), and has the epoch suspected.
+    /// lost which requests it numbered), and has the epoch suspected. In a token mode: it
+    /// may have held the token (or lost which hops it took), so it takes none in this
+    /// epoch, and has it suspected.
     pub(super) orphaned: bool,
+    /// The domain's token here (token modes).
+    pub(super) token: TokenState,
+    /// A digest of the commits applied (see [`OssNode::applied_digest`]).
+    pub(super) digest: u64,
 }
 
 /// A commit of this node's application waiting for its outcome.
@@ -249,15 +301,21 @@ pub struct OssCounters {
     pub suspicions: u64,
     /// Epochs started here.
     pub epochs: u64,
+    /// Tokens passed to another node.
+    pub token_passes: u64,
 }
 
 /// What a step appends.
 pub type OssOutput = Output<OssMsg, OssDelivery>;
 
-/// A run's id, mixed from the configuration's seed and the incarnation (SplitMix64's
-/// finalizer).
+/// A run's id, mixed from the configuration's seed and the incarnation.
 fn run_id(seed: u64, incarnation: u64) -> u64 {
-    let mut z = seed ^ incarnation.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    mix(seed, incarnation)
+}
+
+/// Mixes `v` into `h` (SplitMix64's finalizer): deterministic on every machine.
+pub(super) fn mix(h: u64, v: u64) -> u64 {
+    let mut z = h ^ v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -328,6 +386,8 @@ impl OssNode {
                 progress_at: 0,
                 proposed_at: None,
                 orphaned: false,
+                token: TokenState::default(),
+                digest: 0,
             })
             .collect();
         let run = run_id(cfg.replica.seed, incarnation);
@@ -419,6 +479,14 @@ impl OssNode {
                     if let Some(d) = self.domains.get_mut(domain as usize) {
                         d.log.start(state.epoch, state.first);
                         d.state = state;
+                        d.token = TokenState::new(state.sequencer);
+                    }
+                }
+                OssRecord::TokenTaken { domain, epoch, hop } => {
+                    if let Some(d) = self.domains.get_mut(domain as usize) {
+                        if d.state.epoch == epoch {
+                            d.token.taken = d.token.taken.max(Some(hop));
+                        }
                     }
                 }
                 OssRecord::Refused(tx) => {
@@ -432,9 +500,13 @@ impl OssNode {
             }
         }
         let me = self.cfg.id;
+        let token_mode = self.token_mode();
         for d in &mut self.domains {
             d.log.durable(0);
-            d.orphaned = d.state.epoch > 0 && d.state.sequencer == me && !d.state.suspected;
+            // It may have held the token when it stopped (the epoch's start gives it to the
+            // named node).
+            let held_role = d.state.sequencer == me || (token_mode && d.token.taken.is_some());
+            d.orphaned = d.state.epoch > 0 && held_role && !d.state.suspected;
         }
         // Replayed commits sent in an earlier epoch learn their fate as after a start.
         for p in self.pending.values_mut() {
@@ -473,6 +545,14 @@ impl OssNode {
         self.domains
             .get(d as usize)
             .map(|x| (x.log.epoch(), x.log.held(), x.log.stable(), x.log.applied()))
+    }
+
+    /// Domain `d`'s applied watermark with a digest of every (commit id, transaction) applied
+    /// through it, in order: two nodes at the same watermark with different digests applied
+    /// different commits under one id.
+    pub fn applied_digest(&self, d: DomainId) -> Option<(CommitId, u64)> {
+        let x = self.domains.get(d as usize)?;
+        Some((x.log.applied(), x.digest))
     }
 
     /// Whether this node still installs what its log held before it restarted.

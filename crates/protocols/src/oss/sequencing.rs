@@ -72,6 +72,14 @@ impl OssNode {
                 epoch,
                 mark,
             } => self.on_report(from, domain, epoch, mark, out)?,
+            OssMsg::Token(token) => self.on_token(from, token, out),
+            OssMsg::TokenAck { domain, epoch, hop } => self.on_token_ack(domain, epoch, hop),
+            OssMsg::TokenRequest {
+                domain,
+                epoch,
+                node,
+                forwarded,
+            } => self.on_token_request(domain, epoch, node, forwarded, out),
             OssMsg::RejoinProbe { run } => out.push(Output::Send {
                 to: from,
                 msg: OssMsg::RejoinAnswer {
@@ -106,12 +114,19 @@ impl OssNode {
         out: &mut Vec<OssOutput>,
     ) {
         let me = self.cfg.id;
+        let token_mode = self.token_mode();
         let Some(d) = self.domains.get_mut(domain as usize) else {
             return;
         };
-        let current = d.state.epoch == epoch && d.state.sequencer == me && !d.state.suspected;
+        // In a token mode a node numbers its own commits alone, with the token.
+        let numbers_here = if token_mode {
+            from == me && d.token.held.is_some()
+        } else {
+            d.state.sequencer == me
+        };
+        let current = d.state.epoch == epoch && numbers_here && !d.state.suspected;
         if !current || d.orphaned {
-            if from != me && !d.state.suspected {
+            if from != me && !d.state.suspected && !token_mode {
                 out.push(Output::Send {
                     to: from,
                     msg: OssMsg::Refused {
@@ -128,7 +143,9 @@ impl OssNode {
             return;
         }
         let Some(seq) = d.sequencer.as_mut() else {
-            d.waiting.push((from, request));
+            if !token_mode {
+                d.waiting.push((from, request));
+            }
             return;
         };
         let key_cid = &self.key_cid;
@@ -159,6 +176,9 @@ impl OssNode {
     /// Becomes the sequencer of `domain`'s epoch once this node applied every id below its
     /// first, then numbers the requests that waited.
     pub(super) fn ready_sequencer(&mut self, domain: DomainId, out: &mut Vec<OssOutput>) {
+        if self.token_mode() {
+            return self.ready_token(domain, out);
+        }
         let me = self.cfg.id;
         let Some(d) = self.domains.get_mut(domain as usize) else {
             return;
@@ -192,6 +212,10 @@ impl OssNode {
             let Some(d) = self.domains.get_mut(ws.domain as usize) else {
                 continue;
             };
+            // Owner prediction: the newest commit's node had the token last.
+            if d.token.held.is_none() && ws.cid > d.log.highest_received() {
+                d.token.hint = ws.tx.node;
+            }
             let record = OssRecord::WriteSet(ws.clone());
             if d.log.offer(ws, write) == Offer::Persist {
                 records.push(record);
@@ -213,6 +237,7 @@ impl OssNode {
             self.take_write_sets(numbered.clone(), out);
             self.broadcast(OssMsg::WriteSets(numbered), out);
         }
+        self.release_tokens(out);
         Ok(())
     }
 
@@ -275,6 +300,7 @@ impl OssNode {
         for tx in late {
             self.send_commit(tx, out);
         }
+        self.token_tick(out);
         self.epoch_tick(out)
     }
 }
