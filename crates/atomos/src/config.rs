@@ -19,6 +19,8 @@
 //! bank_load_threads = 0     # threads moving money between shared accounts (tests, demos)
 //! commit_timeout_ms = 10000 # certify: a commit without a verdict by then is OutcomeUnknown
 //! order_rejoin = false      # this node's data directory was lost: rejoin (vote once caught up)
+//! oss_commit = "ultra-peer" # oss: ultra-peer | distributed-token | coordinator-token
+//! oss_domains = []          # oss: key prefixes of consistency domains beside domain 0
 //!
 //! [[peers]]
 //! id = 2
@@ -29,9 +31,9 @@
 //! `ATOMOS_DATA_DIR`, `ATOMOS_SECRET`, `ATOMOS_PROTOCOL`, `ATOMOS_CONTENTION`,
 //! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, `ATOMOS_ORDER`,
 //! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, `ATOMOS_ORDER_SNAPSHOT_EVERY`,
-//! `ATOMOS_BANK_LOAD_THREADS`, `ATOMOS_COMMIT_TIMEOUT_MS`, `ATOMOS_ORDER_REJOIN`, and
-//! `ATOMOS_PEERS` as
-//! `id=address,id=address`.
+//! `ATOMOS_BANK_LOAD_THREADS`, `ATOMOS_COMMIT_TIMEOUT_MS`, `ATOMOS_ORDER_REJOIN`,
+//! `ATOMOS_OSS_COMMIT`, `ATOMOS_OSS_DOMAINS` (prefixes separated by commas), and
+//! `ATOMOS_PEERS` as `id=address,id=address`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -42,6 +44,7 @@ use std::str::FromStr;
 use crate::disk::FsyncPolicy;
 use atomos_core::ContentionPolicy;
 use atomos_net::transport::is_client;
+use atomos_protocols::oss::CommitMode;
 use serde::Deserialize;
 
 use crate::node::Protocol;
@@ -105,6 +108,8 @@ struct FileConfig {
     bank_load_threads: Option<usize>,
     commit_timeout_ms: Option<u64>,
     order_rejoin: Option<bool>,
+    oss_commit: Option<String>,
+    oss_domains: Option<Vec<String>>,
     peers: Option<Vec<FilePeer>>,
 }
 
@@ -189,6 +194,12 @@ pub struct NodeSettings {
     /// same, so only an operator can say so). Its log remembers that it rejoins and, later,
     /// that it caught up, so the setting may stay on.
     pub order_rejoin: bool,
+    /// Under `oss`: how commits are numbered (every member must agree).
+    pub oss_commit: CommitMode,
+    /// Under `oss`: the key prefixes of the consistency domains beside domain 0 (which holds
+    /// every other key); each domain has its own sequencer or token. Every member must list
+    /// the same, in the same order.
+    pub oss_domains: Vec<String>,
     /// The other members, by id.
     pub peers: Vec<Peer>,
 }
@@ -443,6 +454,24 @@ pub fn load(
         "order_rejoin",
         file.order_rejoin.map(|b| b.to_string()),
     ))?;
+    let oss_commit = match pick("ATOMOS_OSS_COMMIT", "oss_commit", file.oss_commit) {
+        Some((key, v)) => CommitMode::parse(v.trim()).ok_or_else(|| {
+            let names: Vec<&str> = CommitMode::NAMES.iter().map(|(n, _)| *n).collect();
+            invalid(
+                &key,
+                format!("{v:?} is not a commit mode ({})", names.join(", ")),
+            )
+        })?,
+        None => CommitMode::default(),
+    };
+    let (domains_key, oss_domains) = match env("ATOMOS_OSS_DOMAINS") {
+        Some(list) => (
+            "ATOMOS_OSS_DOMAINS",
+            list.split(',').map(|p| p.trim().to_string()).collect(),
+        ),
+        None => ("oss_domains", file.oss_domains.unwrap_or_default()),
+    };
+    check_domains(domains_key, &oss_domains)?;
     if (order || protocol.is_replicated()) && node_id == 0 {
         return Err(invalid(
             "node_id",
@@ -494,8 +523,27 @@ pub fn load(
         bank_load_threads,
         commit_limit,
         order_rejoin,
+        oss_commit,
+        oss_domains,
         peers,
     })
+}
+
+/// Consistency domains' prefixes: none empty (domain 0 takes every key no prefix names), none
+/// twice.
+fn check_domains(key: &str, prefixes: &[String]) -> Result<(), ConfigError> {
+    for (i, p) in prefixes.iter().enumerate() {
+        if p.is_empty() {
+            return Err(invalid(
+                key,
+                "a domain's prefix must not be empty (domain 0 holds every key no prefix names)",
+            ));
+        }
+        if prefixes[..i].contains(p) {
+            return Err(invalid(key, format!("the prefix {p:?} is listed twice")));
+        }
+    }
+    Ok(())
 }
 
 fn parse_peer_list(list: &str) -> Result<Vec<Peer>, ConfigError> {

@@ -193,6 +193,8 @@ impl NodeRuntime {
             })?;
             let mut cfg = OssConfig::new(settings.node_id, members);
             cfg.replica.seed = rand::random();
+            cfg.commit = settings.oss_commit;
+            cfg.domains.extend(settings.oss_domains.iter().cloned());
             // A node whose data directory was lost is told so by its operator.
             cfg.rejoin = settings.order_rejoin;
             cfg.replica.rejoin = settings.order_rejoin;
@@ -437,6 +439,7 @@ impl NodeRuntime {
             let _ = rpc.send(to, NodeMsg::Oss(msg));
         });
         let members = cfg.members.clone();
+        let (commit, domains) = (cfg.commit, cfg.domains.clone());
         let start = OssStart {
             cfg,
             engine: self.node.engine().clone(),
@@ -464,14 +467,32 @@ impl NodeRuntime {
                 "another protocol already commits on this node".into(),
             ));
         }
-        self.every("oss timer", OSS_TICK, move || driver.tick());
-        info!(node = self.id, members = ?members, "oss started");
+        let node = self.id.to_string();
+        let mut ticks = 0u64;
+        self.every("oss timer", OSS_TICK, move || {
+            driver.tick();
+            // The counters as metrics, once a second.
+            ticks += 1;
+            if ticks.is_multiple_of(100) {
+                for (name, value) in driver.counters().named() {
+                    metrics::counter!(format!("atomos_oss_{name}_total"), "node" => node.clone())
+                        .absolute(value);
+                }
+            }
+        });
+        info!(
+            node = self.id,
+            members = ?members,
+            commit = commit.name(),
+            domains = ?domains,
+            "oss started"
+        );
         Ok(())
     }
 
     /// Runs `tick` every `period` until the node stops; a panic in it (a protocol machine
     /// stepped there) stops the node, reported as `name`'s.
-    fn every(&self, name: &str, period: Duration, tick: impl Fn() + Send + 'static) {
+    fn every(&self, name: &str, period: Duration, mut tick: impl FnMut() + Send + 'static) {
         let stop = self.stop.clone();
         self.health.supervise(name.into(), async move {
             let mut timer = tokio::time::interval(period);

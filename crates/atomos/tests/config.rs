@@ -94,6 +94,39 @@ address = "127.0.0.1:7402"
 }
 
 #[test]
+fn oss_commit_modes_and_domains_are_read() {
+    let path = file(
+        "oss.toml",
+        "protocol = \"oss\"\nnode_id = 1\noss_commit = \"coordinator-token\"\noss_domains = [\"acct/\", \"list/\"]\n",
+    );
+    let s = load(Some(&path), env(&[])).unwrap();
+    assert_eq!(
+        s.oss_commit,
+        atomos::protocols::oss::CommitMode::CoordinatorToken
+    );
+    assert_eq!(
+        s.oss_domains,
+        vec!["acct/".to_string(), "list/".to_string()]
+    );
+    let s = load(
+        Some(&path),
+        env(&[
+            ("ATOMOS_OSS_COMMIT", "distributed-token"),
+            ("ATOMOS_OSS_DOMAINS", "x/"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        s.oss_commit,
+        atomos::protocols::oss::CommitMode::DistributedToken
+    );
+    assert_eq!(s.oss_domains, vec!["x/".to_string()]);
+    let s = load(None, env(&[])).unwrap();
+    assert_eq!(s.oss_commit, atomos::protocols::oss::CommitMode::UltraPeer);
+    assert!(s.oss_domains.is_empty());
+}
+
+#[test]
 fn bad_values_name_their_key() {
     assert_eq!(
         key_of(load(None, env(&[("ATOMOS_LISTEN", "nowhere")])).unwrap_err()),
@@ -133,6 +166,19 @@ fn bad_values_name_their_key() {
     assert_eq!(
         key_of(load(None, env(&[("ATOMOS_CONTENTION", "polite")])).unwrap_err()),
         "ATOMOS_CONTENTION"
+    );
+    assert_eq!(
+        key_of(load(None, env(&[("ATOMOS_OSS_COMMIT", "lottery")])).unwrap_err()),
+        "ATOMOS_OSS_COMMIT"
+    );
+    assert_eq!(
+        key_of(load(None, env(&[("ATOMOS_OSS_DOMAINS", "acct/,,x/")])).unwrap_err()),
+        "ATOMOS_OSS_DOMAINS"
+    );
+    let path = file("dup-domains.toml", "oss_domains = [\"a/\", \"a/\"]\n");
+    assert_eq!(
+        key_of(load(Some(&path), env(&[])).unwrap_err()),
+        "oss_domains"
     );
     let path = file("bad-listen.toml", "listen = \"localhost\"\n");
     let err = load(Some(&path), env(&[])).unwrap_err();

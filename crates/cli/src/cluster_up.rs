@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use atomos::protocols::oss::CommitMode;
 use atomos::Protocol;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -23,6 +24,8 @@ pub struct UpArgs {
     pub order_load: usize,
     /// Generated bank load: transfer threads per node.
     pub bank_load: usize,
+    /// Under `oss`: how commits are numbered.
+    pub oss_commit: String,
 }
 
 struct Member {
@@ -51,6 +54,14 @@ pub fn run(args: UpArgs) -> Result<bool, String> {
     let protocol: Protocol = args.protocol.parse()?;
     if args.nodes == 0 {
         return Err("--nodes must be at least 1".into());
+    }
+    if CommitMode::parse(&args.oss_commit).is_none() {
+        let names: Vec<&str> = CommitMode::NAMES.iter().map(|(n, _)| *n).collect();
+        return Err(format!(
+            "--oss-commit {:?} is not a commit mode ({})",
+            args.oss_commit,
+            names.join(", ")
+        ));
     }
     let last = args.base_port as usize + args.nodes - 1 + METRICS_OFFSET as usize;
     if args.base_port == 0 || last > u16::MAX as usize {
@@ -141,6 +152,9 @@ fn write_config(
     }
     if args.bank_load > 0 {
         let _ = writeln!(text, "bank_load_threads = {}", args.bank_load);
+    }
+    if protocol == Protocol::Oss {
+        let _ = writeln!(text, "oss_commit = \"{}\"", args.oss_commit);
     }
     for n in 1..=args.nodes {
         let _ = writeln!(

@@ -98,6 +98,10 @@ enum ClusterCommand {
         /// logs a "bank audit" of the total each second (use with --protocol tfa).
         #[arg(long, default_value_t = 0)]
         bank_load: usize,
+        /// With --protocol oss: how commits are numbered: ultra-peer, distributed-token or
+        /// coordinator-token.
+        #[arg(long, default_value = "ultra-peer")]
+        oss_commit: String,
     },
 }
 
@@ -249,6 +253,7 @@ fn main() -> ExitCode {
             order,
             order_load,
             bank_load,
+            oss_commit,
         }) => cluster_up::run(cluster_up::UpArgs {
             nodes,
             protocol,
@@ -257,6 +262,7 @@ fn main() -> ExitCode {
             order,
             order_load,
             bank_load,
+            oss_commit,
         }),
     };
     match result {

@@ -61,6 +61,10 @@ const BAD: &[(&str, &str)] = &[
     ("node --config /nonexistent/node.toml", "/nonexistent"),
     ("cluster up --nodes 0", "--nodes"),
     ("cluster up --nodes 3 --base-port 65534", "--base-port"),
+    (
+        "cluster up --protocol oss --oss-commit lottery",
+        "--oss-commit",
+    ),
     ("nosuch", "nosuch"),
 ];
 

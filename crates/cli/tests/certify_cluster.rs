@@ -79,15 +79,17 @@ fn wait_audits(log: &Path, n: usize, what: &str) {
     }
 }
 
-fn run_cluster(protocol: &str, nodes: usize, name: &str) {
+fn run_cluster(protocol: &str, nodes: usize, name: &str, extra: &[&str]) {
     let dir = std::env::temp_dir().join(format!("atomos-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let base_port = common::free_base_port(nodes);
+    let mut args = vec!["--protocol", protocol, "--bank-load", "2"];
+    args.extend_from_slice(extra);
     let (mut up, pids) = cluster_up_with(
         nodes,
         base_port,
         &dir,
-        &["--protocol", protocol, "--bank-load", "2"],
+        &args,
         &[("ATOMOS_ORDER_SNAPSHOT_EVERY", "200")],
     );
     let mut cleanup = KillOnDrop(pids.iter().copied().chain([up.id()]).collect());
@@ -230,6 +232,24 @@ fn run_cluster(protocol: &str, nodes: usize, name: &str) {
         }
     }
 
+    if protocol == "oss" {
+        // Commits went through the protocol as configured (metrics are published each second).
+        std::thread::sleep(Duration::from_millis(1_100));
+        let metrics: Vec<String> = (0..nodes)
+            .map(|n| common::http_get(base_port + n as u16 + 100, "/metrics"))
+            .collect();
+        let sum = |name: &str| -> f64 { metrics.iter().map(|m| common::metric_sum(m, name)).sum() };
+        assert!(
+            sum("atomos_oss_commits_total") > 0.0,
+            "no oss commits counted"
+        );
+        let passes = sum("atomos_oss_token_passes_total");
+        if extra.contains(&"distributed-token") {
+            assert!(passes > 0.0, "the token never moved");
+        } else {
+            assert_eq!(passes, 0.0, "a token moved under the ultra-peer");
+        }
+    }
     for mut child in restarted {
         signal(child.id(), libc::SIGTERM);
         assert!(wait_exit(&mut child, Duration::from_secs(30)).success());
@@ -241,12 +261,12 @@ fn run_cluster(protocol: &str, nodes: usize, name: &str) {
 
 #[test]
 fn three_replicas_lose_nothing_acknowledged_through_kills_and_a_wiped_disk() {
-    run_cluster("certify", 3, "certify-3");
+    run_cluster("certify", 3, "certify-3", &[]);
 }
 
 #[test]
 fn five_replicas_lose_nothing_acknowledged_through_kills_and_a_wiped_disk() {
-    run_cluster("certify", 5, "certify-5");
+    run_cluster("certify", 5, "certify-5", &[]);
 }
 
 /// `oss`: four processes; the first epoch's sequencer (the ultra-peer coordinator) is killed
@@ -254,7 +274,21 @@ fn five_replicas_lose_nothing_acknowledged_through_kills_and_a_wiped_disk() {
 /// starts each time the sequencer is lost, and nothing acknowledged is lost.
 #[test]
 fn oss_nodes_lose_nothing_acknowledged_through_kills_of_the_coordinator() {
-    run_cluster("oss", 4, "oss-4");
+    run_cluster("oss", 4, "oss-4", &[]);
+}
+
+/// `oss` with distributed token passing: the token moves between the four processes with
+/// every transfer, so each SIGKILL takes a node that holds it, waits for it or has just
+/// passed it; a node that took it in the current epoch has that epoch replaced when it
+/// restarts, and nothing acknowledged is lost.
+#[test]
+fn oss_token_nodes_lose_nothing_acknowledged_through_kills_of_token_holders() {
+    run_cluster(
+        "oss",
+        4,
+        "oss-token-4",
+        &["--oss-commit", "distributed-token"],
+    );
 }
 
 /// `active` runs the same replicated store (with its executor, its digests every 5 s and its
@@ -262,5 +296,5 @@ fn oss_nodes_lose_nothing_acknowledged_through_kills_of_the_coordinator() {
 /// procedures.
 #[test]
 fn active_replicas_lose_nothing_acknowledged_through_kills_and_a_wiped_disk() {
-    run_cluster("active", 3, "active-3");
+    run_cluster("active", 3, "active-3", &[]);
 }

@@ -305,6 +305,23 @@ pub struct OssCounters {
     pub token_passes: u64,
 }
 
+impl OssCounters {
+    /// Each counter with its name (for metrics: `atomos_oss_<name>_total`).
+    pub fn named(&self) -> [(&'static str, u64); 9] {
+        [
+            ("local_commits", self.local_commits),
+            ("commits", self.commits),
+            ("aborts", self.aborts),
+            ("numbered", self.numbered),
+            ("applied", self.applied),
+            ("fetches", self.fetches),
+            ("suspicions", self.suspicions),
+            ("epochs", self.epochs),
+            ("token_passes", self.token_passes),
+        ]
+    }
+}
+
 /// What a step appends.
 pub type OssOutput = Output<OssMsg, OssDelivery>;
 
