@@ -76,7 +76,8 @@ fn wal_dir_of(wal_dir: &mut Option<std::path::PathBuf>) -> Result<std::path::Pat
 
 impl BenchNodes {
     /// Starts `nodes` nodes running `protocol`, linked by `transport` with every link delayed
-    /// by `link_delay`. `Protocol::Local` gives one node and no links.
+    /// by `link_delay` (`oss` numbering commits as `oss_commit` says). `Protocol::Local`
+    /// gives one node and no links.
     pub fn start(
         protocol: Protocol,
         nodes: usize,
@@ -84,6 +85,7 @@ impl BenchNodes {
         link_delay: Duration,
         contention: ContentionPolicy,
         fsync: FsyncPolicy,
+        oss_commit: atomos::protocols::oss::CommitMode,
     ) -> Result<BenchNodes, String> {
         let config = NodeConfig {
             protocol,
@@ -134,6 +136,7 @@ impl BenchNodes {
                 Protocol::Oss => {
                     let mut cfg = atomos::protocols::oss::OssConfig::new(m.id(), ids.clone());
                     cfg.replica.seed = rand::random();
+                    cfg.commit = oss_commit;
                     let dir = wal_dir_of(&mut wal_dir)?;
                     let wal = Some((dir.join(format!("oss-{}.wal", m.id())), fsync));
                     m.start_oss(cfg, wal, atomos::DEFAULT_COMMIT_LIMIT)

@@ -7,6 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use atomos::disk::FsyncPolicy;
+use atomos::protocols::oss::CommitMode;
 use atomos::{ContentionPolicy, Protocol, Stats, TxError};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
@@ -68,6 +69,12 @@ pub struct BenchConfig {
     pub progress: bool,
     /// `certify`: when the replicas' write-ahead logs (in a temporary directory) are fsynced.
     pub fsync: FsyncPolicy,
+    /// `oss`: how commits are numbered.
+    pub oss_commit: CommitMode,
+    /// Counters: how long each transaction works after its increment.
+    pub work: Duration,
+    /// Each worker pauses this long between two operations (not counted in their latency).
+    pub pause: Duration,
 }
 
 impl Default for BenchConfig {
@@ -95,6 +102,9 @@ impl Default for BenchConfig {
             seed: 1,
             progress: false,
             fsync: FsyncPolicy::Never,
+            oss_commit: CommitMode::UltraPeer,
+            work: Duration::ZERO,
+            pause: Duration::ZERO,
         }
     }
 }
@@ -175,6 +185,14 @@ pub struct BenchReport {
     pub contention: String,
     /// `certify`: when the replicas' logs were fsynced (empty for other protocols).
     pub fsync: String,
+    /// `oss`: how commits were numbered (`null` for other protocols).
+    pub oss_commit: Option<String>,
+    /// Every link between nodes waited this long before sending.
+    pub link_delay_ms: f64,
+    /// Counters: milliseconds each transaction worked after its increment.
+    pub work_ms: f64,
+    /// Milliseconds each worker paused between two operations.
+    pub pause_ms: f64,
     /// Measured seconds.
     pub duration_s: f64,
     /// Committed transactions (one per operation).
@@ -247,6 +265,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         cfg.link_delay,
         cfg.contention,
         cfg.fsync,
+        cfg.oss_commit,
     )
     .map_err(BenchError::Config)?;
     let nodes = cluster.nodes();
@@ -263,6 +282,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         warehouses,
         mix: cfg.mix,
         scale: cfg.scale,
+        work: cfg.work,
     };
     let workload: Arc<dyn crate::Workload> =
         Arc::from(cfg.workload.build(&params).map_err(BenchError::Config)?);
@@ -294,6 +314,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 done_ops.clone(),
             );
             let seed = cfg.seed.wrapping_add(t as u64 * 0x9e37_79b9);
+            let pause = cfg.pause;
             thread::spawn(move || -> Result<Vec<Tally>, TxError> {
                 let mut rng = SmallRng::seed_from_u64(seed);
                 let mut tallies: Vec<Tally> =
@@ -310,6 +331,9 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                         tallies[workload.op(&node, t, &mut rng)?].ops += 1;
                     }
                     ops += 1;
+                    if !pause.is_zero() {
+                        thread::sleep(pause);
+                    }
                     if ops.is_multiple_of(PUBLISH_EVERY) {
                         done_ops.fetch_add(PUBLISH_EVERY, Ordering::Relaxed);
                     }
@@ -389,6 +413,10 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         } else {
             String::new()
         },
+        oss_commit: (cfg.protocol == Protocol::Oss).then(|| cfg.oss_commit.name().to_string()),
+        link_delay_ms: cfg.link_delay.as_secs_f64() * 1000.0,
+        work_ms: cfg.work.as_secs_f64() * 1000.0,
+        pause_ms: cfg.pause.as_secs_f64() * 1000.0,
         duration_s: elapsed,
         committed,
         aborted,
@@ -580,6 +608,33 @@ mod tests {
     #[test]
     fn every_workload_runs_on_active_across_replicas() {
         every_workload_runs_across_nodes(Protocol::Active);
+    }
+
+    /// Under `oss` every workload's commits go through the ultra-peer; the counters through
+    /// each commit mode.
+    #[test]
+    fn every_workload_runs_on_oss_across_nodes() {
+        every_workload_runs_across_nodes(Protocol::Oss);
+        for oss_commit in [CommitMode::DistributedToken, CommitMode::CoordinatorToken] {
+            for workload in [WorkloadKind::SharedCounter, WorkloadKind::PrivateCounters] {
+                let r = run(&BenchConfig {
+                    workload,
+                    protocol: Protocol::Oss,
+                    nodes: 3,
+                    threads: 2,
+                    duration: Duration::from_millis(300),
+                    work: Duration::from_millis(1),
+                    pause: Duration::from_millis(1),
+                    oss_commit,
+                    ..BenchConfig::default()
+                })
+                .unwrap();
+                let what = format!("{workload} with {oss_commit:?}");
+                assert!(r.invariant_ok, "{what}: {}", r.invariant);
+                assert!(r.committed > 0, "{what} committed nothing");
+                assert_eq!(r.oss_commit.as_deref(), Some(oss_commit.name()));
+            }
+        }
     }
 
     fn every_workload_runs_across_nodes(protocol: Protocol) {

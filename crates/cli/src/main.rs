@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use atomos::protocols::oss::CommitMode;
 use atomos::{ContentionPolicy, Protocol};
 use atomos_bench::{BenchConfig, WorkloadKind};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -124,7 +125,8 @@ impl From<Contention> for ContentionPolicy {
 
 #[derive(Clone, clap::Args)]
 struct BenchArgs {
-    /// bank, linkedlist, skiplist, bst, hashtable, loan, vacation, tpcc; footprint (memory of
+    /// bank, linkedlist, skiplist, bst, hashtable, loan, vacation, tpcc, shared-counter,
+    /// private-counters (OSS's micro-benchmarks); footprint (memory of
     /// --objects objects); net (round trips and one-way throughput between two nodes on
     /// loopback); order (the order layer's throughput and latency); or executor (the
     /// speculative serial executor alone: bank transfers as procedures over --objects
@@ -188,7 +190,8 @@ struct BenchArgs {
     #[arg(long)]
     json: Option<PathBuf>,
     /// Run once per value: PARAM=V1,V2,... (threads, nodes, read-ratio, objects, inner,
-    /// queries, warehouses, balance-k, protocol, transport, nesting, mix, scale, contention).
+    /// queries, warehouses, balance-k, protocol, transport, nesting, mix, scale, contention, oss-commit,
+    /// link-delay-ms).
     /// Repeat it to run every combination. Each run's JSON goes next to --json's path with the
     /// settings in its name (bank.json -> bank-threads-2.json).
     #[arg(long)]
@@ -196,7 +199,8 @@ struct BenchArgs {
     /// No progress line.
     #[arg(long)]
     quiet: bool,
-    /// Delay every link of the benchmarked cluster by this many milliseconds.
+    /// Delay every link of the benchmarked cluster by this many milliseconds (one node has
+    /// none).
     #[arg(long, default_value_t = 0.0)]
     link_delay_ms: f64,
     /// Net: payload bytes per message.
@@ -215,6 +219,17 @@ struct BenchArgs {
     /// Order: closed-loop clients per replica.
     #[arg(long, default_value_t = 256)]
     clients: usize,
+    /// Oss: how commits are numbered: ultra-peer, distributed-token or coordinator-token.
+    #[arg(long, default_value = "ultra-peer")]
+    oss_commit: String,
+    /// Counters: milliseconds each transaction works (sleeps) after its increment (default
+    /// 50, as in OSS's experiments).
+    #[arg(long)]
+    work_ms: Option<f64>,
+    /// Milliseconds each worker pauses between two operations (default: 10 for the counters,
+    /// as in OSS's experiments; 0 otherwise).
+    #[arg(long)]
+    pause_ms: Option<f64>,
     /// Order: requests per batch at most. Executor: invocations speculated before the first
     /// of them is finalized.
     #[arg(long, default_value_t = 256)]
@@ -479,6 +494,8 @@ fn set_swept(args: &mut BenchArgs, param: &str, value: &str) -> Result<(), Strin
         "nesting" => args.nesting = value.to_string(),
         "mix" => args.mix = value.to_string(),
         "scale" => args.scale = value.to_string(),
+        "oss-commit" => args.oss_commit = value.to_string(),
+        "link-delay-ms" => args.link_delay_ms = num(param, value)?,
         "contention" => {
             args.contention =
                 Contention::from_str(value, true).map_err(|e| format!("--sweep contention: {e}"))?
@@ -510,13 +527,41 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
         ));
     }
     let nodes = args.nodes.unwrap_or(1);
-    if !link_delay.is_zero() && nodes < 2 {
+    // One node has no links to delay: a sweep over nodes may start at one.
+    let protocol: Protocol = args.protocol.parse()?;
+    let oss_commit = CommitMode::parse(&args.oss_commit).ok_or_else(|| {
+        let names: Vec<&str> = CommitMode::NAMES.iter().map(|(n, _)| *n).collect();
+        format!(
+            "--oss-commit {:?} is not a commit mode ({})",
+            args.oss_commit,
+            names.join(", ")
+        )
+    })?;
+    let counters = matches!(
+        workload,
+        WorkloadKind::SharedCounter | WorkloadKind::PrivateCounters
+    );
+    if !counters && args.work_ms.is_some() {
         return Err(format!(
-            "--link-delay-ms delays the links between nodes; protocol {} with {} node has none",
-            args.protocol, nodes
+            "--work-ms is a counters setting; {workload} has none"
         ));
     }
-    let protocol: Protocol = args.protocol.parse()?;
+    let millis = |value: Option<f64>, default: f64, flag: &str| -> Result<Duration, String> {
+        let ms = value.unwrap_or(default);
+        if ms.is_finite() && (0.0..=60_000.0).contains(&ms) {
+            Ok(Duration::from_secs_f64(ms / 1000.0))
+        } else {
+            Err(format!(
+                "{flag} must be a number of milliseconds from 0 to 60000, not {ms}"
+            ))
+        }
+    };
+    let work = millis(args.work_ms, if counters { 50.0 } else { 0.0 }, "--work-ms")?;
+    let pause = millis(
+        args.pause_ms,
+        if counters { 10.0 } else { 0.0 },
+        "--pause-ms",
+    )?;
     let cfg = BenchConfig {
         workload,
         protocol,
@@ -538,6 +583,9 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
         seed: args.seed,
         progress: !args.quiet,
         fsync: args.fsync.parse().map_err(|e| format!("--fsync: {e}"))?,
+        oss_commit,
+        work,
+        pause,
     };
     atomos_bench::run(&cfg).map_err(|e| e.to_string())
 }

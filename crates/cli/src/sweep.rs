@@ -13,7 +13,7 @@ pub struct Sweep {
 }
 
 /// Flags a sweep can vary.
-pub const SWEEPABLE: [&str; 14] = [
+pub const SWEEPABLE: [&str; 16] = [
     "threads",
     "nodes",
     "read-ratio",
@@ -28,6 +28,8 @@ pub const SWEEPABLE: [&str; 14] = [
     "mix",
     "scale",
     "contention",
+    "oss-commit",
+    "link-delay-ms",
 ];
 
 impl std::str::FromStr for Sweep {

@@ -56,6 +56,12 @@ pub struct Point {
     /// Contention manager.
     #[serde(default)]
     pub contention: String,
+    /// `oss`: how commits were numbered.
+    #[serde(default)]
+    pub oss_commit: Option<String>,
+    /// Delay of every link between nodes.
+    #[serde(default)]
+    pub link_delay_ms: f64,
     /// Committed transactions per second.
     pub throughput_tps: f64,
     /// Aborted attempts per attempt.

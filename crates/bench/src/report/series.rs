@@ -71,14 +71,17 @@ impl Axis {
 /// Reads a setting that is not a number.
 type Setting = fn(&Point) -> String;
 
-/// Settings that are not numbers: protocol, transport, nesting, mix, scale, contention.
-const CATEGORIES: [Setting; 6] = [
+/// Settings that are not drawn as an axis: protocol, transport, nesting, mix, scale,
+/// contention, OSS commit mode, link delay.
+const CATEGORIES: [Setting; 8] = [
     |p| p.protocol.clone(),
     |p| p.transport.clone(),
     |p| p.nesting.clone(),
     |p| p.mix.clone().unwrap_or_default(),
     |p| p.scale.clone().unwrap_or_default(),
     |p| p.contention.clone(),
+    |p| p.oss_commit.clone().unwrap_or_default(),
+    |p| format!("link {} ms", p.link_delay_ms),
 ];
 
 /// One line of a figure: (x, y) points in increasing x.

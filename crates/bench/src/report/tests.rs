@@ -26,6 +26,8 @@ fn point(protocol: &str, threads: usize, tps: f64) -> Point {
         mix: Some("standard".into()),
         scale: Some("small".into()),
         contention: "Backoff".into(),
+        oss_commit: None,
+        link_delay_ms: 0.0,
         throughput_tps: tps,
         abort_rate: 0.01 * threads as f64,
         latency_us: latency(10.0),

@@ -4,12 +4,14 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use atomos::{Node, TxError};
 use rand::rngs::SmallRng;
 
 mod bank;
 mod bst;
+mod counters;
 mod hashtable;
 mod linkedlist;
 mod loan;
@@ -21,6 +23,7 @@ mod vacation;
 
 pub use bank::Bank;
 pub use bst::Bst;
+pub use counters::Counters;
 pub use hashtable::HashTable;
 pub use linkedlist::LinkedList;
 pub use loan::Loan;
@@ -85,6 +88,8 @@ pub struct WorkloadParams {
     pub mix: TpccMix,
     /// TPC-C: the population per warehouse.
     pub scale: TpccScale,
+    /// Counters: how long each transaction works (sleeps) after its increment.
+    pub work: Duration,
 }
 
 impl Default for WorkloadParams {
@@ -102,6 +107,7 @@ impl Default for WorkloadParams {
             warehouses: 1,
             mix: TpccMix::Standard,
             scale: TpccScale::SMALL,
+            work: Duration::ZERO,
         }
     }
 }
@@ -125,11 +131,15 @@ pub enum WorkloadKind {
     Vacation,
     /// TPC-C's five transaction profiles over warehouses, districts, customers, orders, stock.
     Tpcc,
+    /// One counter every worker of every node increments (OSS VI-A: always in conflict).
+    SharedCounter,
+    /// One replicated counter per worker (OSS VI-A: never in conflict, every commit remote).
+    PrivateCounters,
 }
 
 impl WorkloadKind {
     /// Every workload.
-    pub const ALL: [WorkloadKind; 8] = [
+    pub const ALL: [WorkloadKind; 10] = [
         WorkloadKind::Bank,
         WorkloadKind::LinkedList,
         WorkloadKind::SkipList,
@@ -138,6 +148,8 @@ impl WorkloadKind {
         WorkloadKind::Loan,
         WorkloadKind::Vacation,
         WorkloadKind::Tpcc,
+        WorkloadKind::SharedCounter,
+        WorkloadKind::PrivateCounters,
     ];
 
     /// The name used on the command line and in reports.
@@ -151,6 +163,8 @@ impl WorkloadKind {
             WorkloadKind::Loan => "loan",
             WorkloadKind::Vacation => "vacation",
             WorkloadKind::Tpcc => "tpcc",
+            WorkloadKind::SharedCounter => "shared-counter",
+            WorkloadKind::PrivateCounters => "private-counters",
         }
     }
 
@@ -167,6 +181,8 @@ impl WorkloadKind {
             WorkloadKind::Loan => 10_000,
             WorkloadKind::Vacation => 1_000,
             WorkloadKind::Tpcc => 1,
+            // Sized by the threads instead.
+            WorkloadKind::SharedCounter | WorkloadKind::PrivateCounters => 1,
         }
     }
 
@@ -177,6 +193,8 @@ impl WorkloadKind {
             WorkloadKind::Loan => Box::new(Loan::new(p)),
             WorkloadKind::Vacation => Box::new(Vacation::new(p)),
             WorkloadKind::Tpcc => Box::new(Tpcc::new(p)?),
+            WorkloadKind::SharedCounter => Box::new(Counters::new(p, true)),
+            WorkloadKind::PrivateCounters => Box::new(Counters::new(p, false)),
             WorkloadKind::LinkedList => Box::new(SetWorkload::new(LinkedList::new("ll"), p)),
             WorkloadKind::SkipList => {
                 Box::new(SetWorkload::new(SkipList::new("sl", p.objects * 2), p))
