@@ -159,6 +159,13 @@ impl Node {
         self.protocol
     }
 
+    /// A chain of linked transactions on this node (OSS III-C): each transaction runs while
+    /// the commits of the chain's earlier ones are still being decided, at most `queue` (at
+    /// least 1) of them at once. See [`Linked`](crate::Linked).
+    pub fn linked(&self, queue: usize) -> crate::Linked {
+        crate::Linked::new(self.engine().clone(), queue)
+    }
+
     /// The engine behind this node.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine

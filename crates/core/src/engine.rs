@@ -326,7 +326,7 @@ impl Engine {
         opts: &TxOptions,
         f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
     ) -> Result<R, E> {
-        match self.run_as(opts, 0, false, f) {
+        match self.run_as(opts, 0, false, None, f) {
             Ok((r, _)) => Ok(r),
             Err(RunError::User(e)) => Err(e),
             Err(RunError::Tx(e)) => Err(E::from(e)),
@@ -340,6 +340,10 @@ impl Engine {
         opts: &TxOptions,
         owner: u64,
         open_nested: bool,
+        mut link: Option<(
+            &crate::linked::LinkBase,
+            &mut Option<crate::linked::Deferred>,
+        )>,
         mut f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
     ) -> Result<(R, Option<ForParent>), RunError<E>> {
         if let Some(source) = self.remote.get() {
@@ -352,6 +356,11 @@ impl Engine {
         let mut attempts = Attempts::new(self, &mut st, opts, owner, open_nested);
         loop {
             attempts.begin(self, &mut st);
+            if let Some((base, _)) = &link {
+                // It sees its base through its write set: never a snapshot attempt.
+                st.mode = Mode::Update;
+                st.seed_link(self, base);
+            }
             let mut tx = Tx::new(self, st);
             let out = catch_unwind(AssertUnwindSafe(|| f(&mut tx)));
             st = tx.into_state();
@@ -366,6 +375,9 @@ impl Engine {
                 Ok(r) => match st.abort.take() {
                     None => match st.commit(self) {
                         Ok(()) => {
+                            if let Some((_, out)) = link.as_mut() {
+                                **out = st.link.take().and_then(|l| l.result);
+                            }
                             st.after_commit(self);
                             // `finish` handles this case too; checking here keeps the common
                             // path inline (measured: ~5% on the hash table benchmark).

@@ -16,6 +16,7 @@ mod engine;
 mod error;
 pub mod history;
 mod key;
+mod linked;
 mod nesting;
 mod open;
 mod ordered;
@@ -36,6 +37,7 @@ pub use contention::ContentionPolicy;
 pub use engine::{Engine, EngineConfig, TxOptions};
 pub use error::{Message, TxError};
 pub use key::Key;
+pub use linked::{Deferred, LinkBase};
 pub use nesting::Step;
 pub use ordered::{Certification, Certifier, CertifyError, LockOutcome, SnapshotObject, Verdict};
 pub use procedure::{

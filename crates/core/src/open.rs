@@ -151,7 +151,7 @@ impl<'e> Tx<'e> {
             ..TxOptions::default()
         };
         let engine = self.engine;
-        match engine.run_as(&opts, owner, true, f) {
+        match engine.run_as(&opts, owner, true, None, f) {
             Ok((r, handed)) => {
                 if let Some(p) = handed {
                     let st = self.st();

@@ -188,6 +188,8 @@ pub(crate) struct TxState {
     pub(crate) wants_write: bool,
     /// This transaction's claim on being urgent (0: none; see `urgent`).
     pub(crate) urgent: u64,
+    /// A linked attempt's base (see `linked`).
+    pub(crate) link: Option<Box<crate::linked::LinkState>>,
     commits_since_horizon: u32,
     /// Set while the attempt runs under a distributed protocol (see `remote`).
     pub(crate) remote: Option<Box<RemoteState>>,
@@ -223,6 +225,7 @@ impl TxState {
             open_nested: false,
             wants_write: false,
             urgent: 0,
+            link: None,
             commits_since_horizon: 0,
             remote: None,
         }
@@ -251,6 +254,7 @@ impl TxState {
         self.writes.clear();
         self.write_index.clear();
         self.write_filter = 0;
+        self.link = None;
         self.undo.clear();
         self.undo_floor = 0;
         self.retired.clear();
@@ -294,7 +298,7 @@ impl TxState {
         }
     }
 
-    fn push_write(&mut self, cell: *const Cell, node: OwnedVersion) {
+    pub(crate) fn push_write(&mut self, cell: *const Cell, node: OwnedVersion) {
         let idx = self.writes.len();
         self.writes.push(WriteEntry {
             cell,
@@ -470,6 +474,9 @@ impl TxState {
     /// On failure every lock is released and the read and write sets are kept (a checkpointed
     /// transaction may resume from them).
     pub(crate) fn commit(&mut self, engine: &Engine) -> Result<(), CommitFailure> {
+        if self.link.is_some() {
+            return self.commit_linked(engine);
+        }
         if self.mode == Mode::ReadOnly || self.writes.is_empty() {
             if let Some(h) = &engine.history {
                 h.record(self.record(engine, None));
@@ -780,6 +787,7 @@ impl<'e> Tx<'e> {
         }
         st.check_live()?;
         if let Some(i) = st.find_write(cell) {
+            st.note_link_touch(i);
             return Ok(seen_of(
                 st.writes[i]
                     .node
@@ -832,7 +840,10 @@ impl<'e> Tx<'e> {
     fn buffer(&self, cell: &Cell, node: OwnedVersion) -> Result<(), TxError> {
         let st = self.st();
         match st.find_write(cell) {
-            Some(i) => st.replace_write(i, node),
+            Some(i) => {
+                st.note_link_touch(i);
+                st.replace_write(i, node)
+            }
             None => st.push_write(cell, node),
         }
         Ok(())

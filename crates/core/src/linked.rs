@@ -1,0 +1,196 @@
+//! Linked transactions (OSS III-C): a transaction that runs before the commits of its thread's
+//! earlier transactions are decided. It sees their writes (its *base*) as if they had
+//! committed, and ends without committing: what it read and wrote becomes a [`Deferred`]
+//! certification, sent once the earlier commits are decided (the caller, `atomos::Linked`,
+//! orders that). If one of them fails, every later one that touched its writes re-runs.
+
+use crate::engine::Engine;
+use crate::error::TxError;
+use crate::key::Key;
+use crate::ordered::{Certification, Verdict};
+use crate::stats::AbortCause;
+use crate::tx::{CommitFailure, Tx, TxState};
+use crate::version::{OwnedVersion, Version};
+
+/// Writes of earlier linked transactions whose commits are not decided yet: each key once
+/// (later writes replace earlier ones), the value as tagged bytes or `None` for a deletion.
+pub type LinkBase = [(Key, Option<Vec<u8>>)];
+
+/// What a linked transaction leaves to certify once the commits it built on are decided.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Deferred {
+    /// Its reads (the committed versions it read) and its own writes.
+    pub certification: Certification,
+    /// Keys of its base it read or wrote: it saw the earlier transactions' values there, so
+    /// it reads them at the version their commit gets (added to the certification then).
+    pub inherited: Vec<Key>,
+}
+
+/// A linked attempt's base on the transaction state: the first `seeded` writes came from it.
+#[derive(Debug, Default)]
+pub(crate) struct LinkState {
+    pub(crate) seeded: usize,
+    /// Each seeded write's version as seeded (a replaced one was written again).
+    seeded_nodes: Vec<*const Version>,
+    /// Whether the attempt read or wrote each seeded key.
+    touched: Vec<bool>,
+    /// Set by the commit: what to certify (`None`: nothing, it neither wrote nor saw its base).
+    pub(crate) result: Option<Deferred>,
+}
+
+// SAFETY: the pointers identify versions owned by the same transaction state, which moves
+// between threads only as a whole and never while an attempt runs elsewhere.
+unsafe impl Send for LinkState {}
+
+impl TxState {
+    /// Seeds the attempt's write set with `base` (at the start of an attempt).
+    pub(crate) fn seed_link(&mut self, engine: &Engine, base: &LinkBase) {
+        let mut link = LinkState::default();
+        for (key, bytes) in base {
+            let cell = engine.store.cell(key);
+            let node = OwnedVersion::from_bytes(bytes.clone());
+            link.seeded_nodes.push(node.as_ptr());
+            self.push_write(cell, node);
+        }
+        link.seeded = base.len();
+        link.touched = vec![false; base.len()];
+        self.link = Some(Box::new(link));
+    }
+
+    /// The attempt read or wrote its write set's entry `i`.
+    #[inline]
+    pub(crate) fn note_link_touch(&mut self, i: usize) {
+        if let Some(link) = self.link.as_deref_mut() {
+            if let Some(t) = link.touched.get_mut(i) {
+                *t = true;
+            }
+        }
+    }
+
+    /// A linked attempt's commit: nothing is installed or sent; its reads are checked as a
+    /// certified commit checks them, and what to certify is kept in the link state.
+    pub(crate) fn commit_linked(&mut self, engine: &Engine) -> Result<(), CommitFailure> {
+        if !self.handlers.is_empty() || !self.abstract_locks.is_empty() {
+            return Err(CommitFailure::Fatal(TxError::abort(
+                "a linked transaction cannot register handlers or take abstract locks",
+            )));
+        }
+        if !self.reads_valid(self.reads.len()) {
+            return Err(AbortCause::CommitValidation.into());
+        }
+        let Some(link) = self.link.as_deref() else {
+            return Ok(());
+        };
+        let unnamed = || {
+            CommitFailure::Fatal(TxError::abort(
+                "a replicated engine found a cell without its key",
+            ))
+        };
+        let mut inherited = Vec::new();
+        for (i, touched) in link.touched.iter().enumerate() {
+            if *touched {
+                let cell = self.writes[i].cell;
+                inherited.push(engine.store.name_of(cell).ok_or_else(unnamed)?);
+            }
+        }
+        let mut reads = Vec::with_capacity(self.reads.len());
+        for r in &self.reads {
+            reads.push((engine.store.name_of(r.cell).ok_or_else(unnamed)?, r.version));
+        }
+        let mut writes = Vec::new();
+        for (i, w) in self.writes.iter().enumerate() {
+            let node = w
+                .node
+                .as_ref()
+                .map_or(std::ptr::null(), OwnedVersion::as_ptr);
+            if i < link.seeded && std::ptr::eq(node, link.seeded_nodes[i]) {
+                // The base's write, not written again: the earlier transaction commits it.
+                continue;
+            }
+            let key = engine.store.name_of(w.cell).ok_or_else(unnamed)?;
+            // SAFETY: buffered nodes are owned by this write set.
+            let bytes = match unsafe { node.as_ref() }.map(Version::encode) {
+                Some(Ok(bytes)) => bytes,
+                Some(Err(e)) => {
+                    return Err(CommitFailure::Fatal(TxError::abort(format!(
+                        "cannot encode {key}: {e}"
+                    ))))
+                }
+                None => None,
+            };
+            writes.push((key, bytes));
+        }
+        let result = (!writes.is_empty() || !inherited.is_empty()).then_some(Deferred {
+            certification: Certification { reads, writes },
+            inherited,
+        });
+        if let Some(link) = self.link.as_deref_mut() {
+            link.result = result;
+        }
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// Whether update transactions commit through a certifier (a replicated protocol).
+    pub fn has_certifier(&self) -> bool {
+        self.certifier().is_some()
+    }
+
+    /// Runs `f` as a linked transaction over `base` (the writes of this thread's earlier
+    /// transactions whose commits are not decided yet), re-running it on conflicts as
+    /// [`Engine::atomically`] does, and returns its result with what must be certified for it
+    /// to commit (`None`: nothing; it only read committed objects, and is done). It installs
+    /// nothing: the caller certifies the [`Deferred`] with [`Engine::certify_deferred`] once
+    /// the earlier commits are decided, and throws the result away (re-running `f`) if one of
+    /// them fails. Needs a certifier (the replicated protocols).
+    pub fn run_linked<R>(
+        &self,
+        base: &LinkBase,
+        f: impl FnMut(&mut Tx<'_>) -> Result<R, TxError>,
+    ) -> Result<(R, Option<Deferred>), TxError> {
+        if self.certifier().is_none() {
+            return Err(TxError::Refused {
+                reason: "linked transactions need a protocol that certifies commits (certify, \
+                         active or oss)"
+                    .into(),
+            });
+        }
+        let mut out = None;
+        let opts = self.config().default_options.clone();
+        match self.run_as(&opts, 0, false, Some((base, &mut out)), f) {
+            Ok((r, _)) => Ok((r, out)),
+            Err(crate::engine::RunError::User(e)) | Err(crate::engine::RunError::Tx(e)) => Err(e),
+        }
+    }
+
+    /// Certifies a linked transaction's `certification` (its inherited reads completed by the
+    /// caller) and waits until this replica applied it: the version its writes got.
+    /// [`TxError::Conflict`] if something it read changed first (it re-runs).
+    pub fn certify_deferred(&self, certification: Certification) -> Result<u64, TxError> {
+        let Some(certifier) = self.certifier() else {
+            return Err(TxError::Refused {
+                reason: "no certifier".into(),
+            });
+        };
+        if certification
+            .reads
+            .iter()
+            .any(|(k, v)| self.version_of(k) != *v)
+        {
+            return Err(TxError::Conflict);
+        }
+        match certifier.certify(certification) {
+            Ok(Verdict::Committed { version }) => {
+                let limit = std::time::Instant::now() + crate::ordered::APPLY_WAIT;
+                self.wait_applied(version, Some(limit));
+                Ok(version)
+            }
+            Ok(Verdict::Conflict) => Err(TxError::Conflict),
+            Err(crate::ordered::CertifyError::OutcomeUnknown(reason)) => {
+                Err(TxError::OutcomeUnknown { reason })
+            }
+            Err(crate::ordered::CertifyError::Refused(reason)) => Err(TxError::Refused { reason }),
+        }
+    }
+}
