@@ -384,6 +384,16 @@ struct Outcome {
 type Digest = (u64, u64);
 
 fn simulate(seed: u64, mode: CommitMode, bug: Option<OssBug>, faults: Faults) -> Outcome {
+    simulate_modes(seed, [mode; NODES], bug, faults)
+}
+
+/// [`simulate`] with each node configured with its own commit mode.
+fn simulate_modes(
+    seed: u64,
+    modes: [CommitMode; NODES],
+    bug: Option<OssBug>,
+    faults: Faults,
+) -> Outcome {
     let cfg = SimConfig {
         seed,
         nodes: NODES,
@@ -393,7 +403,10 @@ fn simulate(seed: u64, mode: CommitMode, bug: Option<OssBug>, faults: Faults) ->
         settle: 8_000,
         faults,
     };
-    let mut sim = Sim::new(cfg, move |boot| Node::boot(seed, mode, bug, boot));
+    let mut sim = Sim::new(cfg, move |boot| {
+        let mode = modes[(boot.node as usize - 1) % NODES];
+        Node::boot(seed, mode, bug, boot)
+    });
     let run = sim.run();
     let mut finals = Vec::new();
     let mut lists = BTreeMap::new();
@@ -723,4 +736,24 @@ fn a_token_taken_twice_is_caught() {
             .is_err()
     });
     assert!(caught.is_some(), "the planted bug went unnoticed");
+}
+
+/// Nodes configured with different commit modes follow the one the first epoch's start
+/// carried: they commit and converge with faults as a cluster configured alike does.
+#[test]
+fn nodes_configured_differently_follow_the_mode_the_log_decided() {
+    let modes = [
+        CommitMode::UltraPeer,
+        CommitMode::DistributedToken,
+        CommitMode::CoordinatorToken,
+    ];
+    let mut commits = 0;
+    for seed in 0..seeds(10) {
+        let o = simulate_modes(seed, modes, None, Faults::harsh());
+        if let Err(e) = check(&o) {
+            panic!("seed {seed}: {e}");
+        }
+        commits += o.commits;
+    }
+    assert!(commits > 100, "only {commits} commits");
 }

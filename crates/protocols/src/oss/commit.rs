@@ -201,7 +201,7 @@ impl OssNode {
         p.sent_at = ticks;
         let (domain, epoch, request, sequencer) =
             (p.domain, p.epoch, p.request.clone(), d.state.sequencer);
-        if self.token_mode() {
+        if self.token_mode(domain) {
             // Numbered here with the token, once it is here and usable.
             if d.sequencer.is_some() {
                 self.sequence(me, domain, epoch, request, out);

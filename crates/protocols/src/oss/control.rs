@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use atomos_order::{Request, StateMachine};
 use serde::{Deserialize, Serialize};
 
+use super::node::CommitMode;
 use super::write_set::{CommitId, DomainId, Epoch};
 
 /// An entry of the control log.
@@ -33,6 +34,8 @@ pub enum ControlEntry {
         sequencer: u64,
         /// Its first commit id.
         first: CommitId,
+        /// How its commits are numbered (the first epoch's decides for every later one).
+        mode: CommitMode,
     },
 }
 
@@ -54,6 +57,9 @@ pub struct DomainState {
     pub first: CommitId,
     /// Whether it was suspected (the next start may come).
     pub suspected: bool,
+    /// How its commits are numbered: the same on every node, whatever each was configured
+    /// with (the first start's proposer decided).
+    pub mode: CommitMode,
 }
 
 /// What applying an entry changed, for the node to act on.
@@ -95,6 +101,7 @@ impl Control {
             sequencer: 0,
             first: 1,
             suspected: false,
+            mode: CommitMode::UltraPeer,
         })
     }
 
@@ -120,6 +127,7 @@ impl Control {
                 epoch,
                 sequencer,
                 first,
+                mode,
             } => {
                 let current = self.domain(domain);
                 let follows =
@@ -132,6 +140,11 @@ impl Control {
                     sequencer,
                     first,
                     suspected: false,
+                    mode: if current.epoch == 0 {
+                        mode
+                    } else {
+                        current.mode
+                    },
                 };
                 self.domains.insert(domain, state);
                 self.events.push(ControlEvent::Started { domain, state });
@@ -191,11 +204,17 @@ mod tests {
     #[test]
     fn epochs_follow_one_another_through_suspicions_and_the_first_start_wins() {
         let mut c = Control::new();
+        // Proposers configured differently: the first start's mode holds.
         let start = |epoch, sequencer, first| ControlEntry::Start {
             domain: 0,
             epoch,
             sequencer,
             first,
+            mode: if epoch == 1 {
+                CommitMode::CoordinatorToken
+            } else {
+                CommitMode::UltraPeer
+            },
         };
         assert!(!apply(
             &mut c,
@@ -225,6 +244,7 @@ mod tests {
         assert!(!apply(&mut c, start(3, 1, 9)));
         assert_eq!(c.domain(0).sequencer, 3);
         assert_eq!(c.domain(0).first, 5);
+        assert_eq!(c.domain(0).mode, CommitMode::CoordinatorToken);
         assert_eq!(c.domain(7).epoch, 0, "domains are independent");
         assert_eq!(c.take_events().len(), 3);
         let r = Request {

@@ -252,6 +252,14 @@ impl OssNode {
             *mark = (*mark).min(state.first - 1);
         }
         self.persist(vec![OssRecord::Started { domain, state }], out);
+        if state.epoch == 1 && state.mode != self.cfg.commit {
+            out.push(Output::Warn(format!(
+                "domain {domain} numbers its commits {} as the cluster agreed, not {} as this \
+                 node is configured",
+                state.mode.name(),
+                self.cfg.commit.name()
+            )));
+        }
         self.token_started(domain, state.sequencer, state.first, out);
         // Commits sent in an earlier epoch: committed if their write set is among the ids the
         // start kept, else sent again in this epoch (once this node applied that far).
@@ -305,12 +313,14 @@ impl OssNode {
             return Ok(());
         }
         d.proposed_at = Some(self.ticks);
+        let mode = d.state.mode;
         self.propose(
             ControlEntry::Start {
                 domain,
                 epoch: epoch + 1,
                 sequencer,
                 first: max + 1,
+                mode,
             },
             out,
         )
@@ -341,6 +351,7 @@ impl OssNode {
                             epoch: 1,
                             sequencer: first_sequencer,
                             first: 1,
+                            mode: self.cfg.commit,
                         },
                         out,
                     )?;
@@ -372,7 +383,7 @@ impl OssNode {
             // In a token mode, nor does a node that may have held the token (once it no
             // longer rejoins).
             let orphaned = d.orphaned
-                && if self.token_mode() {
+                && if self.token_mode(domain) {
                     !self.rejoining
                 } else {
                     d.state.sequencer == self.cfg.id

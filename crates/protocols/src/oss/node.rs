@@ -56,7 +56,7 @@ pub struct OssConfig {
 
 /// How a domain's commits are numbered (OSS III, IV). Epochs, recovery and installing
 /// write sets are the same in every mode.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CommitMode {
     /// Ultra-peer commit: the epoch's named node numbers every node's commits (figure 3).
     #[default]
@@ -393,6 +393,7 @@ impl OssNode {
                     sequencer: 0,
                     first: 1,
                     suspected: false,
+                    mode: CommitMode::UltraPeer,
                 },
                 sequencer: None,
                 waiting: Vec::new(),
@@ -497,6 +498,9 @@ impl OssNode {
                         d.log.start(state.epoch, state.first);
                         d.state = state;
                         d.token = TokenState::new(state.sequencer);
+                        // As when it started live: an epoch that started while the node
+                        // rejoined is never resumed (it lost what it did in it before).
+                        d.orphaned = self.rejoining;
                     }
                 }
                 OssRecord::TokenTaken { domain, epoch, hop } => {
@@ -517,13 +521,14 @@ impl OssNode {
             }
         }
         let me = self.cfg.id;
-        let token_mode = self.token_mode();
         for d in &mut self.domains {
             d.log.durable(0);
             // It may have held the token when it stopped (the epoch's start gives it to the
             // named node).
+            let token_mode = d.state.mode != CommitMode::UltraPeer;
             let held_role = d.state.sequencer == me || (token_mode && d.token.taken.is_some());
-            d.orphaned = d.state.epoch > 0 && held_role && !d.state.suspected;
+            // (Or the epoch started while it rejoined: then it knows nothing of its tokens.)
+            d.orphaned |= d.state.epoch > 0 && held_role && !d.state.suspected;
         }
         // Replayed commits sent in an earlier epoch learn their fate as after a start.
         for p in self.pending.values_mut() {
@@ -606,7 +611,8 @@ impl OssNode {
             // numbered then is gone): it has the epoch suspected instead of resuming it.
             let me = self.cfg.id;
             for d in &mut self.domains {
-                if d.state.epoch > 0 && d.state.sequencer == me {
+                let token_mode = d.state.mode != CommitMode::UltraPeer;
+                if d.state.epoch > 0 && (d.state.sequencer == me || token_mode) {
                     d.orphaned = true;
                 }
             }

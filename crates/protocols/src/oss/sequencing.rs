@@ -114,7 +114,7 @@ impl OssNode {
         out: &mut Vec<OssOutput>,
     ) {
         let me = self.cfg.id;
-        let token_mode = self.token_mode();
+        let token_mode = self.token_mode(domain);
         let Some(d) = self.domains.get_mut(domain as usize) else {
             return;
         };
@@ -176,7 +176,7 @@ impl OssNode {
     /// Becomes the sequencer of `domain`'s epoch once this node applied every id below its
     /// first, then numbers the requests that waited.
     pub(super) fn ready_sequencer(&mut self, domain: DomainId, out: &mut Vec<OssOutput>) {
-        if self.token_mode() {
+        if self.token_mode(domain) {
             return self.ready_token(domain, out);
         }
         let me = self.cfg.id;

@@ -27,8 +27,11 @@ pub(super) struct HeldToken {
     pub(super) next: CommitId,
     /// Nodes waiting for it, in order.
     pub(super) requests: VecDeque<u64>,
-    /// The write that logs taking it: neither used nor passed before it is durable.
+    /// The write that logs taking it: neither used, passed nor acknowledged before it is
+    /// durable (a node that crashed before would take it again).
     pub(super) write: u64,
+    /// The node that passed it, acknowledged once the write is durable.
+    pub(super) ack_to: Option<u64>,
 }
 
 /// A token passed and not acknowledged yet: sent again until it is.
@@ -82,9 +85,16 @@ fn forward_limit(members: usize) -> u8 {
 }
 
 impl OssNode {
-    /// Whether this node runs a token mode.
-    pub(super) fn token_mode(&self) -> bool {
-        self.cfg.commit != CommitMode::UltraPeer
+    /// How `domain`'s commits are numbered, as the control log decided.
+    pub(super) fn mode_of(&self, domain: DomainId) -> CommitMode {
+        self.domains
+            .get(domain as usize)
+            .map_or(CommitMode::UltraPeer, |d| d.state.mode)
+    }
+
+    /// Whether `domain` numbers its commits with a token.
+    pub(super) fn token_mode(&self, domain: DomainId) -> bool {
+        self.mode_of(domain) != CommitMode::UltraPeer
     }
 
     /// The epoch of `domain` started and named `named`: in a token mode, that node makes the
@@ -102,7 +112,7 @@ impl OssNode {
             return;
         };
         d.token = TokenState::new(named);
-        if self.cfg.commit == CommitMode::UltraPeer || named != me || d.orphaned {
+        if d.state.mode == CommitMode::UltraPeer || named != me || d.orphaned {
             return;
         }
         let epoch = d.state.epoch;
@@ -114,12 +124,13 @@ impl OssNode {
                 next: first,
                 requests: Vec::new(),
             },
+            me,
             out,
         );
     }
 
     /// Takes `token`: logs its hop, then holds it (the caller checked the hop is new).
-    fn take_token(&mut self, token: Token, out: &mut Vec<OssOutput>) {
+    fn take_token(&mut self, token: Token, from: u64, out: &mut Vec<OssOutput>) {
         let domain = token.domain as usize;
         let record = OssRecord::TokenTaken {
             domain: token.domain,
@@ -144,6 +155,7 @@ impl OssNode {
             next: token.next,
             requests,
             write,
+            ack_to: (from != me).then_some(from),
         });
         d.log.expect(token.next - 1);
     }
@@ -154,7 +166,7 @@ impl OssNode {
             return;
         };
         let s = d.state;
-        if !self.token_mode()
+        if !self.token_mode(token.domain)
             || s.epoch != token.epoch
             || s.suspected
             || d.orphaned
@@ -171,11 +183,18 @@ impl OssNode {
         };
         let seen = d.token.taken.is_some_and(|t| token.hop <= t);
         if seen && self.cfg.planted_bug != Some(OssBug::TokenTakenTwice) {
-            out.push(Output::Send { to: from, msg: ack });
+            // Acknowledged once durable if it is the one held now (see `release_tokens`).
+            let logging = d
+                .token
+                .held
+                .as_ref()
+                .is_some_and(|h| h.hop == token.hop && h.write > self.durable);
+            if !logging {
+                out.push(Output::Send { to: from, msg: ack });
+            }
             return;
         }
-        self.take_token(token, out);
-        out.push(Output::Send { to: from, msg: ack });
+        self.take_token(token, from, out);
     }
 
     /// Node `from` acknowledged a token this node passed.
@@ -198,7 +217,7 @@ impl OssNode {
         out: &mut Vec<OssOutput>,
     ) {
         let me = self.cfg.id;
-        let mode = self.cfg.commit;
+        let mode = self.mode_of(domain);
         let limit = forward_limit(self.cfg.members.len());
         let Some(d) = self.domains.get_mut(domain as usize) else {
             return;
@@ -249,13 +268,16 @@ impl OssNode {
     pub(super) fn request_token(&mut self, domain: DomainId, out: &mut Vec<OssOutput>) {
         let me = self.cfg.id;
         let ticks = self.ticks;
-        let mode = self.cfg.commit;
+        let mode = self.mode_of(domain);
         let resend_after = self.cfg.resend_after;
+        let rejoining = self.rejoining;
         let Some(d) = self.domains.get_mut(domain as usize) else {
             return;
         };
+        // A rejoining node takes no token (see `on_token`): it asks for none.
         if d.token.held.is_some()
             || d.orphaned
+            || rejoining
             || d.token
                 .requested_at
                 .is_some_and(|at| ticks < at + resend_after)
@@ -329,14 +351,14 @@ impl OssNode {
     /// (or back to the coordinator when nobody waits), with the id after what this node
     /// numbered. A holder whose own commits wait numbers them first.
     pub(super) fn release_tokens(&mut self, out: &mut Vec<OssOutput>) {
-        if !self.token_mode() {
-            return;
-        }
         let me = self.cfg.id;
         let ticks = self.ticks;
         let durable = self.durable;
-        let mode = self.cfg.commit;
         for i in 0..self.domains.len() {
+            let mode = self.domains[i].state.mode;
+            if mode == CommitMode::UltraPeer {
+                continue;
+            }
             let waiting_here = self.pending.values().any(|p| {
                 p.domain == i as DomainId
                     && p.decided_through.is_none()
@@ -346,6 +368,18 @@ impl OssNode {
             let Some(h) = d.token.held.as_mut() else {
                 continue;
             };
+            if h.write <= durable {
+                if let Some(to) = h.ack_to.take() {
+                    out.push(Output::Send {
+                        to,
+                        msg: OssMsg::TokenAck {
+                            domain: i as DomainId,
+                            epoch: d.state.epoch,
+                            hop: h.hop,
+                        },
+                    });
+                }
+            }
             if h.write > durable || (waiting_here && d.sequencer.is_none() && !d.orphaned) {
                 continue;
             }
