@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use atomos_core::{
-    decode_result, encode_arguments, ContentionPolicy, Engine, EngineConfig, Outcome,
+    decode_result, encode_arguments, ContentionPolicy, Engine, EngineConfig, Key, Outcome,
     ProcedureKind, Procedures, RegisterError, Stats, Step, Tx, TxError, TxOptions,
 };
 use serde::de::DeserializeOwned;
@@ -98,6 +98,9 @@ pub struct NodeConfig {
     pub default_options: TxOptions,
     /// Record committed transactions for the serializability checker (tests only: slow).
     pub record_history: bool,
+    /// Name the objects in conflict counts ([`Node::hot_spots`]) under every protocol (the
+    /// replicated ones always do): one table entry per object.
+    pub monitor_conflicts: bool,
 }
 
 /// A node: owns the transactional engine and runs transactions on it. Cloning a `Node` gives
@@ -140,6 +143,7 @@ impl Node {
             record_history: config.record_history,
             default_options: config.default_options,
             replicated: config.protocol.is_replicated(),
+            monitor_conflicts: config.monitor_conflicts,
         });
         Node {
             engine: Arc::new(engine),
@@ -152,6 +156,13 @@ impl Node {
     /// Orders this node's update procedures through `invoker` from now on (once).
     pub(crate) fn set_invoker(&self, invoker: Arc<dyn Invoker>) -> bool {
         self.invoker.set(invoker).is_ok()
+    }
+
+    /// The `n` objects that made this node's transactions abort most often, most first, with
+    /// their conflict counts (OSS's monitoring facility: where an application's hot spots
+    /// are). See [`NodeConfig::monitor_conflicts`].
+    pub fn hot_spots(&self, n: usize) -> Vec<(Key, u64)> {
+        self.engine.hot_spots(n)
     }
 
     /// The node's protocol.

@@ -553,6 +553,7 @@ impl NodeRuntime {
             stop.clone(),
         ));
         tokio::spawn(probe(id, rpc.clone(), peers.clone(), stop.clone()));
+        tokio::spawn(publish_hot_spots(id, node.clone(), stop.clone()));
         NodeRuntime {
             id,
             node,
@@ -677,6 +678,31 @@ async fn serve(
                 warn!(node = id, from, ?msg, "unexpected message ignored");
             }
             Inbound::Link { .. } => {}
+        }
+    }
+}
+
+/// How many of a node's hot spots its metrics show.
+const HOT_SPOTS_SHOWN: usize = 10;
+
+/// Publishes the node's hot spots (objects by conflicts) as metrics once a second:
+/// `atomos_hot_spot_conflicts_total{node, key}` for the ten objects with the most conflicts
+/// (an object that left the ten keeps its last count).
+async fn publish_hot_spots(id: NodeId, node: Node, stop: CancellationToken) {
+    let mut timer = tokio::time::interval(Duration::from_secs(1));
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = timer.tick() => {}
+        }
+        for (key, conflicts) in node.hot_spots(HOT_SPOTS_SHOWN) {
+            metrics::counter!(
+                "atomos_hot_spot_conflicts_total",
+                "node" => id.to_string(),
+                "key" => key.to_string()
+            )
+            .absolute(conflicts);
         }
     }
 }

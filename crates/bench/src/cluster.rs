@@ -90,6 +90,8 @@ impl BenchNodes {
         let config = NodeConfig {
             protocol,
             contention,
+            // Hot spots are part of every report.
+            monitor_conflicts: true,
             ..NodeConfig::default()
         };
         if protocol == Protocol::Local {

@@ -75,6 +75,9 @@ pub struct BenchConfig {
     pub work: Duration,
     /// Each worker pauses this long between two operations (not counted in their latency).
     pub pause: Duration,
+    /// Run each worker's operations as linked transactions with this many commits
+    /// outstanding (0: plain transactions, each committed before the next starts).
+    pub linked: usize,
 }
 
 impl Default for BenchConfig {
@@ -105,6 +108,7 @@ impl Default for BenchConfig {
             oss_commit: CommitMode::UltraPeer,
             work: Duration::ZERO,
             pause: Duration::ZERO,
+            linked: 0,
         }
     }
 }
@@ -193,6 +197,8 @@ pub struct BenchReport {
     pub work_ms: f64,
     /// Milliseconds each worker paused between two operations.
     pub pause_ms: f64,
+    /// Linked transactions: commits outstanding per worker (0: none).
+    pub linked: usize,
     /// Measured seconds.
     pub duration_s: f64,
     /// Committed transactions (one per operation).
@@ -213,6 +219,41 @@ pub struct BenchReport {
     pub invariant: String,
     /// Engine counters over the measured run.
     pub stats: Stats,
+    /// The objects that caused the most conflicts (every node's counts summed), most first.
+    pub hot_spots: Vec<HotSpot>,
+}
+
+/// An object and how many conflicts it caused.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HotSpot {
+    /// The object's key.
+    pub key: String,
+    /// Its conflicts.
+    pub conflicts: u64,
+}
+
+/// How many hot spots a report lists.
+const HOT_SPOTS: usize = 5;
+
+/// The hot spots of `nodes` together: each node's counts summed per object.
+fn hot_spots(nodes: &[atomos::Node]) -> Vec<HotSpot> {
+    let mut sums: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for n in nodes {
+        for (key, c) in n.hot_spots(HOT_SPOTS * 4) {
+            *sums.entry(key.to_string()).or_default() += c;
+        }
+    }
+    let mut all: Vec<HotSpot> = sums
+        .into_iter()
+        .map(|(key, conflicts)| HotSpot { key, conflicts })
+        .collect();
+    all.sort_by(|a, b| {
+        b.conflicts
+            .cmp(&a.conflicts)
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    all.truncate(HOT_SPOTS);
+    all
 }
 
 impl BenchConfig {
@@ -246,6 +287,12 @@ impl BenchConfig {
             return bad(format!(
                 "protocol local runs on one node, not {}",
                 self.nodes
+            ));
+        }
+        if self.linked > 0 && !self.workload.links() {
+            return bad(format!(
+                "--linked: {} has no linked form (the counters do)",
+                self.workload
             ));
         }
         if self.balance_k == Some(0) {
@@ -315,20 +362,30 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
             );
             let seed = cfg.seed.wrapping_add(t as u64 * 0x9e37_79b9);
             let pause = cfg.pause;
+            let linked = cfg.linked;
             thread::spawn(move || -> Result<Vec<Tally>, TxError> {
                 let mut rng = SmallRng::seed_from_u64(seed);
                 let mut tallies: Vec<Tally> =
                     workload.profiles().iter().map(|_| Tally::new()).collect();
                 let mut ops = 0u64;
+                let mut chain = (linked > 0).then(|| node.linked(linked));
+                let mut op = |rng: &mut SmallRng| match chain.as_mut() {
+                    Some(chain) => workload.op_linked(chain, t, rng).unwrap_or_else(|| {
+                        Err(TxError::Refused {
+                            reason: "the workload has no linked form".into(),
+                        })
+                    }),
+                    None => workload.op(&node, t, rng),
+                };
                 while !stop.load(Ordering::Relaxed) {
                     if ops.is_multiple_of(SAMPLE_EVERY) {
                         let t0 = Instant::now();
-                        let kind = workload.op(&node, t, &mut rng)?;
+                        let kind = op(&mut rng)?;
                         let tally = &mut tallies[kind];
                         tally.hist.saturating_record(t0.elapsed().as_nanos() as u64);
                         tally.ops += 1;
                     } else {
-                        tallies[workload.op(&node, t, &mut rng)?].ops += 1;
+                        tallies[op(&mut rng)?].ops += 1;
                     }
                     ops += 1;
                     if !pause.is_zero() {
@@ -337,6 +394,9 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                     if ops.is_multiple_of(PUBLISH_EVERY) {
                         done_ops.fetch_add(PUBLISH_EVERY, Ordering::Relaxed);
                     }
+                }
+                if let Some(chain) = chain.as_mut() {
+                    chain.finish()?;
                 }
                 Ok(tallies)
             })
@@ -417,6 +477,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         link_delay_ms: cfg.link_delay.as_secs_f64() * 1000.0,
         work_ms: cfg.work.as_secs_f64() * 1000.0,
         pause_ms: cfg.pause.as_secs_f64() * 1000.0,
+        linked: cfg.linked,
         duration_s: elapsed,
         committed,
         aborted,
@@ -445,6 +506,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         invariant_ok: check.ok,
         invariant: check.detail,
         stats,
+        hot_spots: hot_spots(nodes),
     })
 }
 
@@ -551,6 +613,14 @@ impl BenchReport {
                 p.latency_us.p99
             ));
         }
+        if !self.hot_spots.is_empty() {
+            let spots: Vec<String> = self
+                .hot_spots
+                .iter()
+                .map(|h| format!("{} ({})", h.key, h.conflicts))
+                .collect();
+            text.push_str(&format!("\n  hot spots (conflicts): {}", spots.join(", ")));
+        }
         text
     }
 }
@@ -633,6 +703,34 @@ mod tests {
                 assert!(r.invariant_ok, "{what}: {}", r.invariant);
                 assert!(r.committed > 0, "{what} committed nothing");
                 assert_eq!(r.oss_commit.as_deref(), Some(oss_commit.name()));
+            }
+        }
+    }
+
+    /// The counters as linked transactions keep their sum, and the shared counter is the hot
+    /// spot its conflicts name.
+    #[test]
+    fn linked_counters_keep_their_sum_and_name_their_hot_spot() {
+        for workload in [WorkloadKind::PrivateCounters, WorkloadKind::SharedCounter] {
+            let r = run(&BenchConfig {
+                workload,
+                protocol: Protocol::Oss,
+                nodes: 3,
+                threads: 2,
+                duration: Duration::from_millis(400),
+                work: Duration::from_millis(1),
+                linked: 1,
+                ..BenchConfig::default()
+            })
+            .unwrap();
+            assert!(r.invariant_ok, "{workload}: {}", r.invariant);
+            assert!(r.committed > 0, "{workload} committed nothing");
+            if workload == WorkloadKind::SharedCounter && r.aborted > 0 {
+                assert!(
+                    r.hot_spots.iter().any(|h| h.key.contains("counter")),
+                    "{:?}",
+                    r.hot_spots
+                );
             }
         }
     }

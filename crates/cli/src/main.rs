@@ -191,7 +191,7 @@ struct BenchArgs {
     json: Option<PathBuf>,
     /// Run once per value: PARAM=V1,V2,... (threads, nodes, read-ratio, objects, inner,
     /// queries, warehouses, balance-k, protocol, transport, nesting, mix, scale, contention, oss-commit,
-    /// link-delay-ms).
+    /// link-delay-ms, linked).
     /// Repeat it to run every combination. Each run's JSON goes next to --json's path with the
     /// settings in its name (bank.json -> bank-threads-2.json).
     #[arg(long)]
@@ -230,6 +230,10 @@ struct BenchArgs {
     /// as in OSS's experiments; 0 otherwise).
     #[arg(long)]
     pause_ms: Option<f64>,
+    /// Run each worker's operations as linked transactions with this many commits
+    /// outstanding (counters; 0: off).
+    #[arg(long, default_value_t = 0)]
+    linked: usize,
     /// Order: requests per batch at most. Executor: invocations speculated before the first
     /// of them is finalized.
     #[arg(long, default_value_t = 256)]
@@ -496,6 +500,7 @@ fn set_swept(args: &mut BenchArgs, param: &str, value: &str) -> Result<(), Strin
         "scale" => args.scale = value.to_string(),
         "oss-commit" => args.oss_commit = value.to_string(),
         "link-delay-ms" => args.link_delay_ms = num(param, value)?,
+        "linked" => args.linked = num(param, value)?,
         "contention" => {
             args.contention =
                 Contention::from_str(value, true).map_err(|e| format!("--sweep contention: {e}"))?
@@ -586,6 +591,7 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
         oss_commit,
         work,
         pause,
+        linked: args.linked,
     };
     atomos_bench::run(&cfg).map_err(|e| e.to_string())
 }

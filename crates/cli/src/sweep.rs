@@ -13,7 +13,7 @@ pub struct Sweep {
 }
 
 /// Flags a sweep can vary.
-pub const SWEEPABLE: [&str; 16] = [
+pub const SWEEPABLE: [&str; 17] = [
     "threads",
     "nodes",
     "read-ratio",
@@ -30,6 +30,7 @@ pub const SWEEPABLE: [&str; 16] = [
     "contention",
     "oss-commit",
     "link-delay-ms",
+    "linked",
 ];
 
 impl std::str::FromStr for Sweep {

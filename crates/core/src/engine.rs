@@ -36,6 +36,9 @@ pub struct EngineConfig {
     /// cell (certification requests name what they read and wrote), and accepts a
     /// [`Certifier`](crate::Certifier).
     pub replicated: bool,
+    /// Keep every object's key beside its cell (as a replicated engine does) so that conflict
+    /// counts ([`Engine::hot_spots`]) name their objects. Costs one table entry per object.
+    pub monitor_conflicts: bool,
 }
 
 /// Options of one transaction.
@@ -71,6 +74,8 @@ pub struct Engine {
     pub(crate) abstract_locks: AbstractLocks,
     pub(crate) urgent: Urgent,
     pub(crate) history: Option<HistoryLog>,
+    /// Conflicts per object (see `hot_spots`).
+    pub(crate) hot_spots: crate::hot_spots::HotSpots,
     /// The distributed protocol transactions run under, once set.
     remote: OnceLock<Arc<dyn RemoteSource>>,
     /// Where update transactions are certified, once set (see `ordered`).
@@ -101,7 +106,10 @@ impl Engine {
         Engine {
             id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
             clock: CachePadded::new(AtomicU64::new(0)),
-            store: Store::new(config.record_history || config.replicated),
+            store: Store::new(
+                config.record_history || config.replicated || config.monitor_conflicts,
+            ),
+            hot_spots: crate::hot_spots::HotSpots::default(),
             slots: SlotRegistry::new(),
             retry_signal: RetrySignal::new(),
             abstract_locks: AbstractLocks::new(),

@@ -124,8 +124,17 @@ impl fmt::Display for Key {
         match std::str::from_utf8(b) {
             Ok(s) if s.chars().all(|c| !c.is_control()) => write!(f, "{s:?}"),
             _ => {
+                // A readable prefix (as `Key::with_index` makes) stays readable.
+                let readable = b
+                    .iter()
+                    .take_while(|c| c.is_ascii_graphic() || **c == b' ')
+                    .count();
+                let (prefix, rest) = b.split_at(readable);
+                if !prefix.is_empty() {
+                    write!(f, "{:?}+", String::from_utf8_lossy(prefix))?;
+                }
                 write!(f, "0x")?;
-                for byte in b {
+                for byte in rest {
                     write!(f, "{byte:02x}")?;
                 }
                 Ok(())
@@ -205,6 +214,16 @@ impl<'a> arbitrary::Arbitrary<'a> for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_display_readably() {
+        assert_eq!(Key::from("acct/7").to_string(), "\"acct/7\"");
+        assert_eq!(
+            Key::with_index("counter/", 1).to_string(),
+            "\"counter/\"+0x0000000000000001"
+        );
+        assert_eq!(Key::from_bytes(&[0, 255]).to_string(), "0x00ff");
+    }
 
     #[test]
     fn indexed_keys_are_their_prefix_then_the_index_big_endian() {

@@ -15,6 +15,7 @@ mod contention;
 mod engine;
 mod error;
 pub mod history;
+mod hot_spots;
 mod key;
 mod linked;
 mod nesting;

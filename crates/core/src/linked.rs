@@ -76,6 +76,7 @@ impl TxState {
             )));
         }
         if !self.reads_valid(self.reads.len()) {
+            engine.note_conflict_of(None, &self.reads);
             return Err(AbortCause::CommitValidation.into());
         }
         let Some(link) = self.link.as_deref() else {
@@ -173,20 +174,29 @@ impl Engine {
                 reason: "no certifier".into(),
             });
         };
-        if certification
-            .reads
-            .iter()
-            .any(|(k, v)| self.version_of(k) != *v)
-        {
+        let stale = |c: &Certification| {
+            c.reads
+                .iter()
+                .find(|(k, v)| self.version_of(k) != *v)
+                .map(|(k, _)| k.clone())
+        };
+        if let Some(key) = stale(&certification) {
+            self.note_conflict(&key);
             return Err(TxError::Conflict);
         }
+        let reads = certification.clone();
         match certifier.certify(certification) {
             Ok(Verdict::Committed { version }) => {
                 let limit = std::time::Instant::now() + crate::ordered::APPLY_WAIT;
                 self.wait_applied(version, Some(limit));
                 Ok(version)
             }
-            Ok(Verdict::Conflict) => Err(TxError::Conflict),
+            Ok(Verdict::Conflict) => {
+                if let Some(key) = stale(&reads) {
+                    self.note_conflict(&key);
+                }
+                Err(TxError::Conflict)
+            }
             Err(crate::ordered::CertifyError::OutcomeUnknown(reason)) => {
                 Err(TxError::OutcomeUnknown { reason })
             }

@@ -375,6 +375,7 @@ impl TxState {
                         std::hint::spin_loop();
                         continue;
                     }
+                    engine.note_conflict_of(Some(cell), &[]);
                     return Err(self.fail(AbortCause::ReadLocked));
                 }
             };
@@ -389,6 +390,7 @@ impl TxState {
             // unseen (found by `transactions_never_observe_inconsistent_state`).
             self.reads.push(ReadEntry { cell, version });
             if version > self.ub && !self.extend(engine) {
+                engine.note_conflict_of(None, &self.reads);
                 return Err(self.fail(AbortCause::ReadValidation));
             }
             return Ok(seen);
@@ -514,6 +516,7 @@ impl TxState {
                                 == OnLocked::Abort
                         {
                             self.unlock_first(i);
+                            engine.note_conflict_of(Some(self.writes[i].cell), &[]);
                             return Err(AbortCause::LockConflict.into());
                         }
                         std::hint::spin_loop();
@@ -534,6 +537,7 @@ impl TxState {
             };
         if !alone && !self.validate_locked() {
             self.unlock_first(self.writes.len());
+            engine.note_conflict_of(None, &self.reads);
             return Err(AbortCause::CommitValidation.into());
         }
         let horizon = engine.slots.horizon();
@@ -567,6 +571,7 @@ impl TxState {
     ) -> Result<(), CommitFailure> {
         use crate::ordered::{Certification, Verdict};
         if !self.reads_valid(self.reads.len()) {
+            engine.note_conflict_of(None, &self.reads);
             return Err(AbortCause::CommitValidation.into());
         }
         let unnamed = || {
@@ -609,7 +614,10 @@ impl TxState {
                 self.bump(Event::Commit);
                 Ok(())
             }
-            Ok(Verdict::Conflict) => Err(AbortCause::CommitValidation.into()),
+            Ok(Verdict::Conflict) => {
+                engine.note_conflict_of(None, &self.reads);
+                Err(AbortCause::CommitValidation.into())
+            }
             Err(crate::ordered::CertifyError::OutcomeUnknown(reason)) => {
                 Err(CommitFailure::Fatal(TxError::OutcomeUnknown { reason }))
             }

@@ -62,6 +62,9 @@ pub struct Point {
     /// Delay of every link between nodes.
     #[serde(default)]
     pub link_delay_ms: f64,
+    /// Linked transactions: commits outstanding per worker (0: none).
+    #[serde(default)]
+    pub linked: usize,
     /// Committed transactions per second.
     pub throughput_tps: f64,
     /// Aborted attempts per attempt.

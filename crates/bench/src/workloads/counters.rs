@@ -60,6 +60,28 @@ impl Workload for Counters {
         Ok(0)
     }
 
+    fn op_linked(
+        &self,
+        chain: &mut atomos::Linked,
+        thread: usize,
+        _rng: &mut SmallRng,
+    ) -> Option<Result<usize, TxError>> {
+        let counter = self.counters[thread % self.counters.len()].clone();
+        let work = self.work;
+        let run = chain.run(move |tx| {
+            tx.modify(&counter, |v| *v += 1)?;
+            if !work.is_zero() {
+                std::thread::sleep(work);
+            }
+            Ok(())
+        });
+        // Counted once it runs: the chain re-runs it until it commits, or its finish fails.
+        Some(run.map(|_| {
+            self.committed.fetch_add(1, Ordering::Relaxed);
+            0
+        }))
+    }
+
     fn check(&self, node: &Node) -> Result<Check, TxError> {
         let sum: u64 = node.atomically_read(|tx| {
             let mut sum = 0;

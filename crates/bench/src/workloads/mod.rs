@@ -62,6 +62,18 @@ pub trait Workload: Send + Sync {
     fn op(&self, node: &Node, thread: usize, rng: &mut SmallRng) -> Result<usize, TxError>;
     /// Checks the workload's invariant after the run.
     fn check(&self, node: &Node) -> Result<Check, TxError>;
+    /// Runs one operation as the next transaction of `chain` (linked transactions: it
+    /// returns before its commit is decided; the chain's `finish` reports failures). `None`:
+    /// the workload has no linked form.
+    fn op_linked(
+        &self,
+        chain: &mut atomos::Linked,
+        thread: usize,
+        rng: &mut SmallRng,
+    ) -> Option<Result<usize, TxError>> {
+        let _ = (chain, thread, rng);
+        None
+    }
 }
 
 /// Parameters shared by the workloads.
@@ -135,6 +147,16 @@ pub enum WorkloadKind {
     SharedCounter,
     /// One replicated counter per worker (OSS VI-A: never in conflict, every commit remote).
     PrivateCounters,
+}
+
+impl WorkloadKind {
+    /// Whether its operations can run as linked transactions (`--linked`).
+    pub fn links(self) -> bool {
+        matches!(
+            self,
+            WorkloadKind::SharedCounter | WorkloadKind::PrivateCounters
+        )
+    }
 }
 
 impl WorkloadKind {

@@ -1,0 +1,50 @@
+//! Conflict monitoring: an object another transaction changed under a running one is counted
+//! as that one's conflict, by name, most conflicted first.
+
+use std::sync::Arc;
+
+use atomos_core::{Engine, EngineConfig, Key, TRef};
+
+#[test]
+fn the_object_changed_under_a_transaction_is_counted() {
+    let engine = Arc::new(Engine::new(EngineConfig {
+        monitor_conflicts: true,
+        ..EngineConfig::default()
+    }));
+    let hot: TRef<u64> = TRef::new("hot");
+    let calm: TRef<u64> = TRef::new("calm");
+    let out: TRef<u64> = TRef::new("out");
+    engine
+        .atomically(|tx| {
+            tx.create(&hot, 0)?;
+            tx.create(&calm, 0)?;
+            tx.create(&out, 0)
+        })
+        .unwrap();
+    for round in 0..3u64 {
+        let mut first = true;
+        engine
+            .atomically(|tx| {
+                let h = *tx.read(&hot)?;
+                let c = *tx.read(&calm)?;
+                if first {
+                    first = false;
+                    // Another thread commits a change of `hot` now: this attempt conflicts.
+                    let (e, r) = (engine.clone(), hot.clone());
+                    std::thread::spawn(move || e.atomically(|tx| tx.write(&r, round + 100)))
+                        .join()
+                        .unwrap()
+                        .unwrap();
+                }
+                tx.write(&out, h + c)
+            })
+            .unwrap();
+    }
+    let top = engine.hot_spots(5);
+    assert_eq!(top.first().map(|(k, _)| k.clone()), Some(Key::from("hot")));
+    assert!(top[0].1 >= 3, "{top:?}");
+    assert!(
+        top.iter().all(|(k, _)| *k != Key::from("calm")),
+        "an object nobody changed is no hot spot: {top:?}"
+    );
+}
