@@ -9,7 +9,8 @@
 //! for _ in 0..10 {
 //!     // Runs at once, seeing the increments still being committed; returns before its own
 //!     // commit is decided.
-//!     handles.push(chain.run(move |tx| tx.modify(&counter, |v| { *v += 1; *v }))?);
+//!     let c = counter.clone();
+//!     handles.push(chain.run(move |tx| tx.modify(&c, |v| { *v += 1; *v }))?);
 //! }
 //! for h in handles {
 //!     let value = h.wait()?; // the value as committed

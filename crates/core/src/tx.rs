@@ -958,6 +958,28 @@ impl<'e> Tx<'e> {
         Err(TxError::Retry)
     }
 
+    /// Forward validation at a point the application chooses (OSS: an incoming write set
+    /// aborts the running transactions whose reads it meets, first wins): fails with
+    /// [`TxError::Conflict`] now, re-running the transaction, if something this attempt read
+    /// was replaced since by a commit (of this node, or one applied from another), instead of
+    /// finishing work that cannot commit. A long transaction calls it between steps. A
+    /// read-only snapshot never conflicts, and under `tfa` the check waits for the commit.
+    pub fn check(&self) -> Result<(), TxError> {
+        if self.remote().is_some() {
+            return Ok(());
+        }
+        let st = self.st();
+        if st.mode == Mode::ReadOnly {
+            return Ok(());
+        }
+        st.check_live()?;
+        if !st.reads_valid(st.reads.len()) {
+            self.engine.note_conflict_of(None, &st.reads);
+            return Err(st.fail(AbortCause::ReadValidation).into());
+        }
+        Ok(())
+    }
+
     /// Whether this attempt reads a read-only snapshot.
     pub fn is_read_only(&self) -> bool {
         let st = self.st();

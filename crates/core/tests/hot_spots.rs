@@ -48,3 +48,47 @@ fn the_object_changed_under_a_transaction_is_counted() {
         "an object nobody changed is no hot spot: {top:?}"
     );
 }
+
+/// Forward validation: `check` fails as soon as an object the attempt read was replaced, and
+/// passes while nothing it read changed.
+#[test]
+fn a_check_fails_once_something_read_was_replaced() {
+    let engine = Arc::new(Engine::new(EngineConfig::default()));
+    let a: TRef<u64> = TRef::new("a");
+    let b: TRef<u64> = TRef::new("b");
+    engine
+        .atomically(|tx| {
+            tx.create(&a, 0)?;
+            tx.create(&b, 0)
+        })
+        .unwrap();
+    let mut attempts = 0;
+    let mut checks_passed = 0;
+    engine
+        .atomically(|tx| {
+            attempts += 1;
+            let v = *tx.read(&a)?;
+            // Something this attempt did not read changes: it goes on.
+            let (e, r) = (engine.clone(), b.clone());
+            std::thread::spawn(move || e.atomically(|tx| tx.modify(&r, |x| *x += 1)))
+                .join()
+                .unwrap()
+                .unwrap();
+            tx.check()?;
+            checks_passed += 1;
+            if attempts == 1 {
+                // What it read changes: the check fails, and the attempt re-runs.
+                let (e, r) = (engine.clone(), a.clone());
+                std::thread::spawn(move || e.atomically(|tx| tx.write(&r, 7)))
+                    .join()
+                    .unwrap()
+                    .unwrap();
+                tx.check()?;
+                unreachable!("the check passed after a read was replaced");
+            }
+            tx.write(&b, v)
+        })
+        .unwrap();
+    assert_eq!((attempts, checks_passed), (2, 2));
+    assert_eq!(engine.atomically(|tx| Ok(*tx.read(&b)?)).unwrap(), 7);
+}
