@@ -262,7 +262,7 @@ impl BenchConfig {
         if self.threads == 0 {
             return bad("--threads must be at least 1".into());
         }
-        if self.objects < 2 && self.workload != WorkloadKind::Tpcc {
+        if self.objects < 2 && self.workload.sized_by_objects() {
             return bad("--objects must be at least 2".into());
         }
         if self.warehouses == Some(0) {

@@ -126,7 +126,8 @@ impl From<Contention> for ContentionPolicy {
 #[derive(Clone, clap::Args)]
 struct BenchArgs {
     /// bank, linkedlist, skiplist, bst, hashtable, loan, vacation, tpcc, shared-counter,
-    /// private-counters (OSS's micro-benchmarks); footprint (memory of
+    /// private-counters (OSS's micro-benchmarks), wordcount (OSS's MapReduce example: --objects
+    /// distinct words); footprint (memory of
     /// --objects objects); net (round trips and one-way throughput between two nodes on
     /// loopback); order (the order layer's throughput and latency); or executor (the
     /// speculative serial executor alone: bank transfers as procedures over --objects
@@ -146,7 +147,8 @@ struct BenchArgs {
     #[arg(long, default_value_t = 2)]
     threads: usize,
     /// Accounts (bank, loan), initial set size (sets; key range is twice that), customers
-    /// (vacation; three times as many cars, flights and rooms) or objects (footprint).
+    /// (vacation; three times as many cars, flights and rooms), distinct words (wordcount) or
+    /// objects (footprint).
     /// Default: the workload's own (HyflowCPP thesis 6.2).
     #[arg(long)]
     objects: Option<usize>,
@@ -525,6 +527,11 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
     let workload: WorkloadKind = args.workload.parse()?;
     if workload == WorkloadKind::Tpcc && args.objects.is_some() {
         return Err("tpcc is sized by --warehouses and --scale, not --objects".into());
+    }
+    if !workload.sized_by_objects() && args.objects.is_some() {
+        return Err(format!(
+            "{workload} has one counter per worker or one for all, not --objects"
+        ));
     }
     if workload != WorkloadKind::Tpcc && args.warehouses.is_some() {
         return Err(format!(

@@ -63,6 +63,7 @@ impl<M: Send + 'static> MemoryNetwork<M> {
         }
         Arc::new(MemoryTransport {
             id,
+            runtime: tokio::runtime::Handle::try_current().ok(),
             network: self.clone(),
             faults,
         })
@@ -88,11 +89,14 @@ impl<M: Send + 'static> MemoryNetwork<M> {
 }
 
 /// One node's end of a [`MemoryNetwork`]. Delays need a tokio runtime (the message is handed
-/// over by a timer task); everything else works on any thread.
+/// over by a timer task): the sender's, or else the one the node joined from (so threads
+/// outside any runtime, such as a protocol stepped by an application thread, send delayed
+/// messages too); everything else works on any thread.
 pub struct MemoryTransport<M> {
     id: NodeId,
     network: Arc<MemoryNetwork<M>>,
     faults: Arc<FaultRules>,
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl<M: Send + 'static> Transport<M> for MemoryTransport<M> {
@@ -133,8 +137,10 @@ impl<M: Send + 'static> Transport<M> for MemoryTransport<M> {
             Verdict::Pass => receiver.message(self.id, msg),
             Verdict::Delay(d) => {
                 let from = self.id;
-                let handle =
-                    tokio::runtime::Handle::try_current().map_err(|_| SendError::Closed)?;
+                let handle = tokio::runtime::Handle::try_current()
+                    .ok()
+                    .or_else(|| self.runtime.clone())
+                    .ok_or(SendError::Closed)?;
                 handle.spawn(async move {
                     tokio::time::sleep(d).await;
                     receiver.message(from, msg);

@@ -20,6 +20,7 @@ mod set;
 mod skiplist;
 pub mod tpcc;
 mod vacation;
+mod wordcount;
 
 pub use bank::Bank;
 pub use bst::Bst;
@@ -32,6 +33,7 @@ pub use set::{IntSet, SetWorkload};
 pub use skiplist::SkipList;
 pub use tpcc::{Tpcc, TpccMix, TpccScale};
 pub use vacation::Vacation;
+pub use wordcount::WordCount;
 
 /// The outcome of a workload's end-of-run check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,9 +149,20 @@ pub enum WorkloadKind {
     SharedCounter,
     /// One replicated counter per worker (OSS VI-A: never in conflict, every commit remote).
     PrivateCounters,
+    /// Word count (OSS VI-B): each worker counts lines of a text into its own tree of
+    /// counters; a master merges them.
+    WordCount,
 }
 
 impl WorkloadKind {
+    /// Whether `--objects` sizes it (TPC-C is sized by warehouses, the counters by threads).
+    pub fn sized_by_objects(self) -> bool {
+        !matches!(
+            self,
+            WorkloadKind::Tpcc | WorkloadKind::SharedCounter | WorkloadKind::PrivateCounters
+        )
+    }
+
     /// Whether its operations can run as linked transactions (`--linked`).
     pub fn links(self) -> bool {
         matches!(
@@ -161,7 +174,7 @@ impl WorkloadKind {
 
 impl WorkloadKind {
     /// Every workload.
-    pub const ALL: [WorkloadKind; 10] = [
+    pub const ALL: [WorkloadKind; 11] = [
         WorkloadKind::Bank,
         WorkloadKind::LinkedList,
         WorkloadKind::SkipList,
@@ -172,6 +185,7 @@ impl WorkloadKind {
         WorkloadKind::Tpcc,
         WorkloadKind::SharedCounter,
         WorkloadKind::PrivateCounters,
+        WorkloadKind::WordCount,
     ];
 
     /// The name used on the command line and in reports.
@@ -187,6 +201,7 @@ impl WorkloadKind {
             WorkloadKind::Tpcc => "tpcc",
             WorkloadKind::SharedCounter => "shared-counter",
             WorkloadKind::PrivateCounters => "private-counters",
+            WorkloadKind::WordCount => "wordcount",
         }
     }
 
@@ -205,6 +220,8 @@ impl WorkloadKind {
             WorkloadKind::Tpcc => 1,
             // Sized by the threads instead.
             WorkloadKind::SharedCounter | WorkloadKind::PrivateCounters => 1,
+            // Distinct words.
+            WorkloadKind::WordCount => 1_000,
         }
     }
 
@@ -217,6 +234,7 @@ impl WorkloadKind {
             WorkloadKind::Tpcc => Box::new(Tpcc::new(p)?),
             WorkloadKind::SharedCounter => Box::new(Counters::new(p, true)),
             WorkloadKind::PrivateCounters => Box::new(Counters::new(p, false)),
+            WorkloadKind::WordCount => Box::new(WordCount::new(p)),
             WorkloadKind::LinkedList => Box::new(SetWorkload::new(LinkedList::new("ll"), p)),
             WorkloadKind::SkipList => {
                 Box::new(SetWorkload::new(SkipList::new("sl", p.objects * 2), p))
