@@ -678,7 +678,7 @@ fn runs_with_every_fault_stay_serializable_and_lose_nothing_acknowledged() {
 #[test]
 fn token_runs_with_every_fault_stay_serializable_and_lose_nothing_acknowledged() {
     for mode in TOKENS {
-        with_every_fault(mode, 25);
+        with_every_fault(mode, 40);
     }
 }
 
