@@ -9,7 +9,7 @@ use crate::error::TxError;
 use crate::key::Key;
 use crate::ordered::{Certification, Verdict};
 use crate::stats::AbortCause;
-use crate::tx::{CommitFailure, Tx, TxState};
+use crate::tx::{encoded_write, name_of, CommitFailure, Tx, TxState};
 use crate::version::{OwnedVersion, Version};
 
 /// Writes of earlier linked transactions whose commits are not decided yet: each key once
@@ -82,45 +82,25 @@ impl TxState {
         let Some(link) = self.link.as_deref() else {
             return Ok(());
         };
-        let unnamed = || {
-            CommitFailure::Fatal(TxError::abort(
-                "a replicated engine found a cell without its key",
-            ))
-        };
         let mut inherited = Vec::new();
-        for (i, touched) in link.touched.iter().enumerate() {
-            if *touched {
-                let cell = self.writes[i].cell;
-                inherited.push(engine.store.name_of(cell).ok_or_else(unnamed)?);
-            }
-        }
-        let mut reads = Vec::with_capacity(self.reads.len());
-        for r in &self.reads {
-            reads.push((engine.store.name_of(r.cell).ok_or_else(unnamed)?, r.version));
-        }
         let mut writes = Vec::new();
         for (i, w) in self.writes.iter().enumerate() {
-            let node = w
-                .node
-                .as_ref()
-                .map_or(std::ptr::null(), OwnedVersion::as_ptr);
-            if i < link.seeded && std::ptr::eq(node, link.seeded_nodes[i]) {
-                // The base's write, not written again: the earlier transaction commits it.
-                continue;
-            }
-            let key = engine.store.name_of(w.cell).ok_or_else(unnamed)?;
-            // SAFETY: buffered nodes are owned by this write set.
-            let bytes = match unsafe { node.as_ref() }.map(Version::encode) {
-                Some(Ok(bytes)) => bytes,
-                Some(Err(e)) => {
-                    return Err(CommitFailure::Fatal(TxError::abort(format!(
-                        "cannot encode {key}: {e}"
-                    ))))
+            if i < link.seeded {
+                if link.touched[i] {
+                    inherited.push(name_of(engine, w.cell)?);
                 }
-                None => None,
-            };
-            writes.push((key, bytes));
+                let node = w
+                    .node
+                    .as_ref()
+                    .map_or(std::ptr::null(), OwnedVersion::as_ptr);
+                if std::ptr::eq(node, link.seeded_nodes[i]) {
+                    // The base's write, not written again: the earlier transaction commits it.
+                    continue;
+                }
+            }
+            writes.push(encoded_write(engine, w)?);
         }
+        let reads = self.named_reads(engine)?;
         let result = (!writes.is_empty() || !inherited.is_empty()).then_some(Deferred {
             certification: Certification { reads, writes },
             inherited,

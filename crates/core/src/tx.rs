@@ -574,33 +574,10 @@ impl TxState {
             engine.note_conflict_of(None, &self.reads);
             return Err(AbortCause::CommitValidation.into());
         }
-        let unnamed = || {
-            CommitFailure::Fatal(TxError::abort(
-                "a replicated engine found a cell without its key",
-            ))
-        };
-        let mut reads = Vec::with_capacity(self.reads.len());
-        for r in &self.reads {
-            reads.push((engine.store.name_of(r.cell).ok_or_else(unnamed)?, r.version));
-        }
+        let reads = self.named_reads(engine)?;
         let mut writes = Vec::with_capacity(self.writes.len());
         for w in &self.writes {
-            let key = engine.store.name_of(w.cell).ok_or_else(unnamed)?;
-            let node = w
-                .node
-                .as_ref()
-                .map_or(std::ptr::null(), OwnedVersion::as_ptr);
-            // SAFETY: buffered nodes are owned by this write set.
-            let bytes = match unsafe { node.as_ref() }.map(Version::encode) {
-                Some(Ok(bytes)) => bytes,
-                Some(Err(e)) => {
-                    return Err(CommitFailure::Fatal(TxError::abort(format!(
-                        "cannot encode {key}: {e}"
-                    ))))
-                }
-                None => None,
-            };
-            writes.push((key, bytes));
+            writes.push(encoded_write(engine, w)?);
         }
         match certifier.certify(Certification { reads, writes }) {
             Ok(Verdict::Committed { version }) => {
@@ -625,6 +602,14 @@ impl TxState {
                 Err(CommitFailure::Fatal(TxError::Refused { reason }))
             }
         }
+    }
+
+    /// Every read, named by its key, with the version read (a replicated engine keeps keys).
+    pub(crate) fn named_reads(&self, engine: &Engine) -> Result<Vec<(Key, u64)>, CommitFailure> {
+        self.reads
+            .iter()
+            .map(|r| Ok((name_of(engine, r.cell)?, r.version)))
+            .collect()
     }
 
     /// Read-set validation while holding the write set's locks.
@@ -1019,5 +1004,35 @@ impl<'e> Tx<'e> {
             on_commit: false,
             run: Box::new(f),
         });
+    }
+}
+
+/// The key of `cell`, which a replicated engine keeps.
+pub(crate) fn name_of(engine: &Engine, cell: *const Cell) -> Result<Key, CommitFailure> {
+    engine.store.name_of(cell).ok_or_else(|| {
+        CommitFailure::Fatal(TxError::abort(
+            "a replicated engine found a cell without its key",
+        ))
+    })
+}
+
+/// A buffered write as a certification carries it: its key and its value's tagged bytes
+/// (`None`: a deletion).
+pub(crate) fn encoded_write(
+    engine: &Engine,
+    w: &WriteEntry,
+) -> Result<(Key, Option<Vec<u8>>), CommitFailure> {
+    let key = name_of(engine, w.cell)?;
+    let node = w
+        .node
+        .as_ref()
+        .map_or(std::ptr::null(), OwnedVersion::as_ptr);
+    // SAFETY: buffered nodes are owned by this write set.
+    match unsafe { node.as_ref() }.map(Version::encode) {
+        Some(Ok(bytes)) => Ok((key, bytes)),
+        Some(Err(e)) => Err(CommitFailure::Fatal(TxError::abort(format!(
+            "cannot encode {key}: {e}"
+        )))),
+        None => Ok((key, None)),
     }
 }
