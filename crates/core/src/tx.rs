@@ -190,6 +190,11 @@ pub(crate) struct TxState {
     pub(crate) urgent: u64,
     /// A linked attempt's base (see `linked`).
     pub(crate) link: Option<Box<crate::linked::LinkState>>,
+    /// Forward validation (replicated engines): the attempt re-validates its reads at its
+    /// next operation once a commit was applied since it last looked.
+    forward: bool,
+    /// The engine's applied position when the attempt last validated.
+    applied_seen: u64,
     commits_since_horizon: u32,
     /// Set while the attempt runs under a distributed protocol (see `remote`).
     pub(crate) remote: Option<Box<RemoteState>>,
@@ -226,6 +231,8 @@ impl TxState {
             wants_write: false,
             urgent: 0,
             link: None,
+            forward: false,
+            applied_seen: 0,
             commits_since_horizon: 0,
             remote: None,
         }
@@ -241,6 +248,8 @@ impl TxState {
         self.mode = mode;
         self.abort = None;
         self.wants_write = false;
+        self.forward = engine.config().replicated;
+        self.applied_seen = engine.applied.load(Ordering::Acquire);
         // Publishing the start protects every version this attempt reaches (see `slots`), and
         // is the snapshot of a read-only attempt.
         self.ub = self.slot.begin(&engine.slots, &engine.clock);
@@ -604,6 +613,23 @@ impl TxState {
         }
     }
 
+    /// Forward validation (OSS: an incoming write set aborts the running transactions whose
+    /// reads it meets, first wins): once a commit was applied since this attempt last looked,
+    /// it checks that nothing it read was replaced, and fails at once if something was.
+    #[inline]
+    fn validate_forward(&mut self, engine: &Engine) -> Result<(), Signal> {
+        let applied = engine.applied.load(Ordering::Acquire);
+        if applied == self.applied_seen {
+            return Ok(());
+        }
+        self.applied_seen = applied;
+        if self.reads_valid(self.reads.len()) {
+            return Ok(());
+        }
+        engine.note_conflict_of(None, &self.reads);
+        Err(self.fail(AbortCause::ReadValidation))
+    }
+
     /// Every read, named by its key, with the version read (a replicated engine keeps keys).
     pub(crate) fn named_reads(&self, engine: &Engine) -> Result<Vec<(Key, u64)>, CommitFailure> {
         self.reads
@@ -779,6 +805,9 @@ impl<'e> Tx<'e> {
             return Ok(st.read_snapshot(self.engine, cell));
         }
         st.check_live()?;
+        if st.forward {
+            st.validate_forward(self.engine)?;
+        }
         if let Some(i) = st.find_write(cell) {
             st.note_link_touch(i);
             return Ok(seen_of(

@@ -92,3 +92,68 @@ fn a_check_fails_once_something_read_was_replaced() {
     assert_eq!((attempts, checks_passed), (2, 2));
     assert_eq!(engine.atomically(|tx| Ok(*tx.read(&b)?)).unwrap(), 7);
 }
+
+/// Automatic forward validation in a replicated engine: a write set applied from elsewhere
+/// aborts, at its next operation, the running transaction that read what it wrote, and only
+/// that one.
+#[test]
+fn an_applied_commit_dooms_the_transactions_that_read_what_it_wrote() {
+    let engine = Arc::new(Engine::new(EngineConfig {
+        replicated: true,
+        ..EngineConfig::default()
+    }));
+    let encoded = |v: u64| {
+        let e = Engine::new(EngineConfig {
+            replicated: true,
+            ..EngineConfig::default()
+        });
+        e.atomically(|tx| tx.create(&TRef::<u64>::new("x"), v))
+            .unwrap();
+        e.snapshot_objects().unwrap().remove(0).2
+    };
+    engine.apply_certified(
+        1,
+        &[],
+        vec![(Key::from("a"), encoded(1)), (Key::from("b"), encoded(1))],
+    );
+    let (a, b): (TRef<u64>, TRef<u64>) = (TRef::new("a"), TRef::new("b"));
+    let mut attempts = 0;
+    let seen = engine
+        .atomically(|tx| {
+            attempts += 1;
+            let x = *tx.read(&a)?;
+            if attempts == 1 {
+                // A commit of `b`, which it has not read: it goes on, and reads the new `b`.
+                engine.apply_certified(2, &[], vec![(Key::from("b"), encoded(2))]);
+            }
+            Ok(x + *tx.read(&b)?)
+        })
+        .unwrap();
+    assert_eq!(
+        (seen, attempts),
+        (3, 1),
+        "a commit of what it did not read dooms nothing"
+    );
+    // An update transaction that read `a` is doomed by a commit of `a` at its next operation.
+    let mut attempts = 0;
+    let mut failed_at_next_read = false;
+    engine
+        .atomically(|tx| {
+            attempts += 1;
+            let x = *tx.read(&a)?;
+            if attempts == 1 {
+                engine.apply_certified(3, &[], vec![(Key::from("a"), encoded(5))]);
+                let r = tx.read(&b).copied();
+                failed_at_next_read = matches!(r, Err(atomos_core::TxError::Conflict));
+                r?;
+            }
+            Ok(x)
+        })
+        .map(|x| assert_eq!(x, 5))
+        .unwrap();
+    assert!(
+        failed_at_next_read,
+        "the read after the commit did not fail"
+    );
+    assert_eq!(attempts, 2);
+}
