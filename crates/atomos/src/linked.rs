@@ -12,6 +12,7 @@
 //!     let c = counter.clone();
 //!     handles.push(chain.run(move |tx| tx.modify(&c, |v| { *v += 1; *v }))?);
 //! }
+//! chain.finish()?; // commits that conflicted run again here
 //! for h in handles {
 //!     let value = h.wait()?; // the value as committed
 //! }
@@ -28,6 +29,13 @@
 //!   cascading abort); a handle's value is always the one of the run that committed.
 //! - Transactions that saw nothing of each other may commit in either order when `queue` is
 //!   above 1 (both orders are serializable); with a queue of 1 they commit in program order.
+//! - A transaction never sees the chain's writes next to values newer than what those writes
+//!   were computed from (opacity): when something an outstanding commit read is replaced, the
+//!   transactions built on it stop, wait for that commit (which re-runs) and run again.
+//! - Every handle gets an outcome: its value as committed, or the error that ended it. A commit
+//!   that conflicted is run again by the chain (at its next `run`, `finish`, or when it is
+//!   dropped): wait on a handle after one of those.
+//! - Inside a linked transaction, `tx.retry()` and open nesting are refused (`TxError::Refused`).
 //! - Where commits are not certified (`local`, `tfa`: nothing to hide) each transaction commits
 //!   before `run` returns.
 
@@ -35,15 +43,21 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use atomos_core::{Deferred, Engine, Key, Tx, TxError};
+use atomos_core::{Certification, Deferred, Engine, Key, LinkBase, Tx, TxError};
 use parking_lot::{Condvar, Mutex};
 
 /// A transaction body kept to run again after a cascading abort.
 type Body = Box<dyn FnMut(&mut Tx<'_>) -> Result<Box<dyn Settle>, TxError> + Send>;
 
+/// Ends a handle with an error (when its body cannot produce a value any more).
+type Fail = Arc<dyn Fn(TxError) + Send + Sync>;
+
 /// The type-erased result of one run of a body, delivered to its handle when it commits.
 trait Settle: Send {
-    fn settle(self: Box<Self>, outcome: Result<(), TxError>);
+    /// The run committed: its value goes to the handle.
+    fn settle(self: Box<Self>);
+    /// The run conflicted and will run again: its value is thrown away.
+    fn discard(self: Box<Self>);
 }
 
 /// The value a handle waits for.
@@ -66,16 +80,32 @@ impl<T> Slot<T> {
     }
 }
 
-/// One run's value, waiting for its commit's outcome.
+/// One run's value, waiting for its commit's outcome. Dropped unsettled (a thread that
+/// panicked), it ends the handle with an error.
 struct Pending<T> {
-    value: T,
+    value: Option<T>,
     slot: Arc<Slot<T>>,
 }
 
 impl<T: Send> Settle for Pending<T> {
-    fn settle(self: Box<Self>, outcome: Result<(), TxError>) {
-        let Pending { value, slot } = *self;
-        slot.put(outcome.map(|()| value));
+    fn settle(mut self: Box<Self>) {
+        if let Some(v) = self.value.take() {
+            self.slot.put(Ok(v));
+        }
+    }
+
+    fn discard(mut self: Box<Self>) {
+        self.value = None;
+    }
+}
+
+impl<T> Drop for Pending<T> {
+    fn drop(&mut self) {
+        if self.value.take().is_some() {
+            self.slot.put(Err(TxError::OutcomeUnknown {
+                reason: "the linked commit was abandoned before its outcome was known".into(),
+            }));
+        }
     }
 }
 
@@ -85,9 +115,9 @@ pub struct LinkedHandle<T> {
 }
 
 impl<T> LinkedHandle<T> {
-    /// Waits until the transaction committed and returns its value as it committed, or why it
-    /// did not. A commit that conflicted is run again by its chain (at its next `run` or
-    /// `finish`, or when it is dropped): wait after one of those, not before.
+    /// Waits until the transaction committed and returns its value as it committed, or the
+    /// error that ended it. A commit that conflicted is run again by its chain (at its next
+    /// `run` or `finish`, or when it is dropped): wait after one of those, not before.
     pub fn wait(self) -> Result<T, TxError> {
         let mut v = self.slot.value.lock();
         loop {
@@ -98,9 +128,9 @@ impl<T> LinkedHandle<T> {
         }
     }
 
-    /// The outcome, if it is decided already.
-    pub fn try_take(&self) -> Option<Result<T, TxError>> {
-        self.slot.value.lock().take()
+    /// Whether the outcome is known already (`wait` then returns at once).
+    pub fn is_ready(&self) -> bool {
+        self.slot.value.lock().is_some()
     }
 }
 
@@ -109,7 +139,9 @@ impl<T> LinkedHandle<T> {
 struct InFlight {
     commit: JoinHandle<Result<u64, TxError>>,
     writes: Vec<(Key, Option<Vec<u8>>)>,
+    reads: Vec<(Key, u64)>,
     body: Body,
+    fail: Fail,
 }
 
 /// A thread's chain of linked transactions (see the module's documentation). Dropping it
@@ -125,6 +157,13 @@ pub struct Linked {
     /// Cascading aborts so far: a transaction that saw writes of a commit that failed runs
     /// again.
     cascades: u64,
+}
+
+/// The error the chain reports for a transaction whose earlier commit failed.
+fn earlier_failed(e: &TxError) -> TxError {
+    TxError::OutcomeUnknown {
+        reason: format!("an earlier linked commit failed: {e}"),
+    }
 }
 
 impl Linked {
@@ -155,14 +194,16 @@ impl Linked {
             slot.put(self.engine.atomically(f));
             return Ok(handle);
         }
+        let failing = slot.clone();
+        let fail: Fail = Arc::new(move |e| failing.put(Err(e)));
         let body: Body = Box::new(move |tx| {
             let value = f(tx)?;
             Ok(Box::new(Pending {
-                value,
+                value: Some(value),
                 slot: slot.clone(),
             }) as Box<dyn Settle>)
         });
-        self.push(body)?;
+        self.push(body, fail)?;
         Ok(handle)
     }
 
@@ -174,62 +215,84 @@ impl Linked {
         Ok(())
     }
 
-    /// The writes of the outstanding commits, each key once (the latest value).
-    fn base(&self) -> Vec<(Key, Option<Vec<u8>>)> {
-        let mut base: Vec<(Key, Option<Vec<u8>>)> = Vec::new();
+    /// What the outstanding commits wrote (each key once, the latest value) and read.
+    fn base(&self) -> LinkBase {
+        let mut writes: Vec<(Key, Option<Vec<u8>>)> = Vec::new();
+        let mut index: HashMap<Key, usize> = HashMap::new();
         for (key, value) in self.flying.iter().flat_map(|f| f.writes.iter()) {
-            match base.iter_mut().find(|(k, _)| k == key) {
-                Some(entry) => entry.1 = value.clone(),
-                None => base.push((key.clone(), value.clone())),
+            match index.get(key) {
+                Some(&i) => writes[i].1 = value.clone(),
+                None => {
+                    index.insert(key.clone(), writes.len());
+                    writes.push((key.clone(), value.clone()));
+                }
             }
         }
-        base
+        let reads = self
+            .flying
+            .iter()
+            .flat_map(|f| f.reads.iter().cloned())
+            .collect();
+        LinkBase { writes, reads }
     }
 
-    /// Runs `body` over the outstanding writes and sends its commit when the chain allows.
-    fn push(&mut self, mut body: Body) -> Result<(), TxError> {
+    /// Runs `body` over the outstanding commits and sends its commit when the chain allows.
+    fn push(&mut self, mut body: Body, fail: Fail) -> Result<(), TxError> {
         if self.flying.is_empty() {
             self.committed.clear();
         }
         loop {
-            let (settle, deferred) = self.engine.run_linked(&self.base(), &mut body)?;
+            let (settle, deferred) = match self.engine.run_linked(&self.base(), &mut body) {
+                Ok(ran) => ran,
+                Err(TxError::Conflict) => {
+                    // What the outstanding commits read was replaced: wait for them (they
+                    // run again) and run over what they came to.
+                    self.finish_or_fail(&fail)?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let Some(deferred) = deferred else {
                 // It read committed objects only: done.
-                settle.settle(Ok(()));
+                settle.settle();
                 return Ok(());
             };
             if !deferred.inherited.is_empty() {
                 // It saw writes not committed yet: it goes once they did. If one of them
                 // failed and ran again, what this one saw is gone: it runs again too.
                 let cascades = self.cascades;
-                if let Err(e) = self.finish() {
-                    let reason = e.to_string();
-                    settle.settle(Err(e));
-                    return Err(TxError::OutcomeUnknown {
-                        reason: format!("an earlier linked commit failed: {reason}"),
-                    });
+                if let Err(e) = self.finish_or_fail(&fail) {
+                    settle.discard();
+                    return Err(e);
                 }
                 if self.cascades != cascades {
+                    settle.discard();
                     continue;
                 }
             }
             while self.flying.len() >= self.queue {
                 if let Err(e) = self.settle_oldest() {
-                    let reason = e.to_string();
-                    settle.settle(Err(e));
-                    return Err(TxError::OutcomeUnknown {
-                        reason: format!("an earlier linked commit failed: {reason}"),
-                    });
+                    settle.discard();
+                    fail(earlier_failed(&e));
+                    return Err(earlier_failed(&e));
                 }
             }
-            self.send(body, settle, deferred);
+            self.send(body, fail, settle, deferred);
             return Ok(());
         }
     }
 
+    /// [`Linked::finish`], ending the handle of `fail` if an earlier commit failed.
+    fn finish_or_fail(&mut self, fail: &Fail) -> Result<(), TxError> {
+        self.finish().map_err(|e| {
+            fail(earlier_failed(&e));
+            earlier_failed(&e)
+        })
+    }
+
     /// Starts certifying `deferred` on a thread of its own, which hands the value to its
     /// handle once it committed.
-    fn send(&mut self, body: Body, settle: Box<dyn Settle>, deferred: Deferred) {
+    fn send(&mut self, body: Body, fail: Fail, settle: Box<dyn Settle>, deferred: Deferred) {
         let Deferred {
             mut certification,
             inherited,
@@ -240,12 +303,16 @@ impl Linked {
             certification.reads.push((key, version));
         }
         let writes = certification.writes.clone();
+        let reads = certification.reads.clone();
         let engine = self.engine.clone();
-        let commit = std::thread::spawn(move || certify(&engine, certification, settle));
+        let failing = fail.clone();
+        let commit = std::thread::spawn(move || certify(&engine, certification, settle, &*failing));
         self.flying.push_back(InFlight {
             commit,
             writes,
+            reads,
             body,
+            fail,
         });
     }
 
@@ -256,6 +323,8 @@ impl Linked {
             commit,
             writes,
             mut body,
+            fail,
+            ..
         }) = self.flying.pop_front()
         else {
             return Ok(());
@@ -272,22 +341,31 @@ impl Linked {
             }
             Err(TxError::Conflict) => {
                 self.cascades += 1;
-                self.rerun_alone(&mut body)
+                self.rerun_alone(&mut body, &fail)
             }
             Err(e) => Err(e),
         }
     }
 
-    /// Runs `body` until it commits, over what is committed.
-    fn rerun_alone(&mut self, body: &mut Body) -> Result<(), TxError> {
+    /// Runs `body` until it commits, over what is committed; its handle gets the error that
+    /// stops it otherwise.
+    fn rerun_alone(&mut self, body: &mut Body, fail: &Fail) -> Result<(), TxError> {
         loop {
-            let (settle, deferred) = self.engine.run_linked(&[], &mut *body)?;
+            let (settle, deferred) = match self.engine.run_linked(&LinkBase::default(), &mut *body)
+            {
+                Ok(ran) => ran,
+                Err(e) => {
+                    let reason = e.to_string();
+                    fail(e);
+                    return Err(TxError::OutcomeUnknown { reason });
+                }
+            };
             let Some(deferred) = deferred else {
-                settle.settle(Ok(()));
+                settle.settle();
                 return Ok(());
             };
             let writes = deferred.certification.writes.clone();
-            match certify(&self.engine, deferred.certification, settle) {
+            match certify(&self.engine, deferred.certification, settle, &**fail) {
                 Ok(version) => {
                     self.note_committed(&writes, version);
                     return Ok(());
@@ -300,36 +378,54 @@ impl Linked {
 
     fn note_committed(&mut self, writes: &[(Key, Option<Vec<u8>>)], version: u64) {
         for (k, _) in writes {
-            self.committed.insert(k.clone(), version);
+            let v = self.committed.entry(k.clone()).or_default();
+            *v = (*v).max(version);
         }
     }
 }
 
-/// Certifies a linked transaction's commit and settles its handle unless it conflicted (then
-/// it runs again). Errors other than a conflict are the handle's; the chain gets a copy.
+/// Certifies a linked transaction's commit: its handle gets the value once it committed, or
+/// the error (but a conflict: the chain runs it again). The chain gets a copy of the error.
 fn certify(
     engine: &Engine,
-    certification: atomos_core::Certification,
+    certification: Certification,
     settle: Box<dyn Settle>,
+    fail: &(dyn Fn(TxError) + Send + Sync),
 ) -> Result<u64, TxError> {
     match engine.certify_deferred(certification) {
         Ok(version) => {
-            settle.settle(Ok(()));
+            settle.settle();
             Ok(version)
         }
-        Err(TxError::Conflict) => Err(TxError::Conflict),
+        Err(TxError::Conflict) => {
+            settle.discard();
+            Err(TxError::Conflict)
+        }
         Err(e) => {
-            let reason = e.to_string();
-            settle.settle(Err(e));
-            Err(TxError::OutcomeUnknown {
-                reason: format!("an earlier linked commit failed: {reason}"),
-            })
+            settle.discard();
+            let copy = earlier_failed(&e);
+            fail(e);
+            Err(copy)
         }
     }
 }
 
 impl Drop for Linked {
+    /// Waits for every outstanding commit; those that conflicted run again (unless the
+    /// thread is unwinding from a panic: their handles then get an error).
     fn drop(&mut self) {
-        let _ = self.finish();
+        while let Some(front) = self.flying.front() {
+            if std::thread::panicking() {
+                let fail = front.fail.clone();
+                let done = self.flying.pop_front().map(|f| f.commit.join());
+                if !matches!(done, Some(Ok(Ok(_)))) {
+                    fail(TxError::OutcomeUnknown {
+                        reason: "the chain was dropped while its thread panicked".into(),
+                    });
+                }
+                continue;
+            }
+            let _ = self.settle_oldest();
+        }
     }
 }

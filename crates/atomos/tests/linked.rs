@@ -164,9 +164,88 @@ fn local_commits_run_as_plain_transactions() {
             })
         })
         .unwrap();
-    assert_eq!(h.try_take().map(|r| r.unwrap()), Some(5));
+    assert!(h.is_ready());
+    assert_eq!(h.wait().unwrap(), 5);
     // An error of the body is the caller's, at once.
     let missing = chain.run(|tx| tx.modify(&counter("nothing"), |v| *v += 1));
     let err = missing.and_then(|h| h.wait());
     assert!(matches!(err, Err(TxError::NotFound { .. })), "{err:?}");
+}
+
+/// Opacity across the chain: a linked transaction never sees an outstanding commit's write
+/// next to a newer value of what that commit read. Node 1's chain keeps setting `x` to `y`;
+/// node 2 keeps lowering `y` (and `x` with it, so that `x <= y` always holds). A transaction
+/// of the chain that saw the chain's `x` beside node 2's newer `y` would find `x > y`.
+#[test]
+fn a_chain_never_sees_its_writes_beside_newer_values_of_what_they_read() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let c = Cluster::in_process(2, Protocol::Oss).expect("cluster starts");
+    let n1 = c.node(1).unwrap().clone();
+    n1.atomically(|tx| {
+        tx.create(&counter("x"), 0)?;
+        tx.create(&counter("y"), 1_000_000)
+    })
+    .unwrap();
+    for id in c.ids() {
+        c.node(id).unwrap().sync().unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let lowered = Arc::new(AtomicU64::new(0));
+    let lowering = {
+        let (n2, stop, lowered) = (c.node(2).unwrap().clone(), stop.clone(), lowered.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                n2.atomically(|tx| {
+                    let y = *tx.read(&counter("y"))? - 1;
+                    let x = (*tx.read(&counter("x"))?).min(y);
+                    tx.write(&counter("y"), y)?;
+                    tx.write(&counter("x"), x)
+                })
+                .unwrap();
+                lowered.fetch_add(1, Ordering::Relaxed);
+                // Room for the chain's commits, which conflict with these.
+                std::thread::sleep(std::time::Duration::from_millis(3));
+            }
+        })
+    };
+    let inconsistent = Arc::new(AtomicU64::new(0));
+    let mut chain = n1.linked(1);
+    for _ in 0..60 {
+        let seen = inconsistent.clone();
+        chain
+            .run(move |tx| {
+                let x = *tx.read(&counter("x"))?;
+                let y = *tx.read(&counter("y"))?;
+                if x > y {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                }
+                tx.write(&counter("x"), y)
+            })
+            .unwrap();
+        // Another transaction that reads both, over the chain's write of `x`.
+        let seen = inconsistent.clone();
+        chain
+            .run(move |tx| {
+                let x = *tx.read(&counter("x"))?;
+                let y = *tx.read(&counter("y"))?;
+                if x > y {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    chain.finish().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    lowering.join().unwrap();
+    assert!(
+        lowered.load(Ordering::Relaxed) > 0,
+        "node 2 never committed"
+    );
+    assert_eq!(
+        inconsistent.load(Ordering::Relaxed),
+        0,
+        "a linked transaction saw x > y"
+    );
 }

@@ -80,8 +80,9 @@ pub struct Engine {
     remote: OnceLock<Arc<dyn RemoteSource>>,
     /// Where update transactions are certified, once set (see `ordered`).
     pub(crate) certifier: OnceLock<Arc<dyn Certifier>>,
-    /// The log position applied so far, under a certifier.
-    pub(crate) applied: AtomicU64,
+    /// The log position applied so far, under a certifier (read by every operation of a
+    /// replicated engine's transactions: a line of its own).
+    pub(crate) applied: CachePadded<AtomicU64>,
     /// Tells this engine's anonymous objects from other engines' (random per engine).
     anon_origin: u64,
     anon_next: AtomicU64,
@@ -117,7 +118,7 @@ impl Engine {
             history: config.record_history.then(HistoryLog::new),
             remote: OnceLock::new(),
             certifier: OnceLock::new(),
-            applied: AtomicU64::new(0),
+            applied: CachePadded::new(AtomicU64::new(0)),
             anon_origin: {
                 use std::hash::{BuildHasher, Hasher};
                 let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -411,6 +412,12 @@ impl Engine {
                     }
                 },
             };
+            if st.link.as_ref().is_some_and(|l| l.doomed) {
+                // What its base read was replaced: its caller waits for the base's commits
+                // and runs it again over what they came to.
+                self.end_undecided(st);
+                return Err(RunError::Tx(TxError::Conflict));
+            }
             if let Err(e) = attempts.aborted(self, &mut st, cause) {
                 self.finish(st, false).run(self);
                 return Err(RunError::Tx(e));

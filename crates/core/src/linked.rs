@@ -9,12 +9,22 @@ use crate::error::TxError;
 use crate::key::Key;
 use crate::ordered::{Certification, Verdict};
 use crate::stats::AbortCause;
-use crate::tx::{encoded_write, name_of, CommitFailure, Tx, TxState};
+use crate::tx::{encoded_write, name_of, CommitFailure, ReadEntry, Tx, TxState};
 use crate::version::{OwnedVersion, Version};
 
-/// Writes of earlier linked transactions whose commits are not decided yet: each key once
-/// (later writes replace earlier ones), the value as tagged bytes or `None` for a deletion.
-pub type LinkBase = [(Key, Option<Vec<u8>>)];
+/// What a linked transaction builds on: the earlier transactions of its chain whose commits
+/// are not decided yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinkBase {
+    /// Their writes, each key once (later writes replace earlier ones): the value as tagged
+    /// bytes, `None` for a deletion. The linked transaction sees them as committed.
+    pub writes: Vec<(Key, Option<Vec<u8>>)>,
+    /// What they read, with the versions read. Once one is replaced, one of them will fail to
+    /// commit and what they wrote is not a state any serial order produces next to the newer
+    /// values: the linked transaction stops at once (opacity), and `run_linked` returns
+    /// [`TxError::Conflict`] for its caller to wait for them and run it again.
+    pub reads: Vec<(Key, u64)>,
+}
 
 /// What a linked transaction leaves to certify once the commits it built on are decided.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -34,6 +44,10 @@ pub(crate) struct LinkState {
     seeded_nodes: Vec<*const Version>,
     /// Whether the attempt read or wrote each seeded key.
     touched: Vec<bool>,
+    /// The base's reads (but of keys it writes): each must stay current.
+    guards: Vec<ReadEntry>,
+    /// A guard was found replaced: the base is doomed, the attempt is not re-run here.
+    pub(crate) doomed: bool,
     /// Set by the commit: what to certify (`None`: nothing, it neither wrote nor saw its base).
     pub(crate) result: Option<Deferred>,
 }
@@ -46,15 +60,39 @@ impl TxState {
     /// Seeds the attempt's write set with `base` (at the start of an attempt).
     pub(crate) fn seed_link(&mut self, engine: &Engine, base: &LinkBase) {
         let mut link = LinkState::default();
-        for (key, bytes) in base {
+        for (key, bytes) in &base.writes {
             let cell = engine.store.cell(key);
             let node = OwnedVersion::from_bytes(bytes.clone());
             link.seeded_nodes.push(node.as_ptr());
             self.push_write(cell, node);
         }
-        link.seeded = base.len();
-        link.touched = vec![false; base.len()];
+        for (key, version) in &base.reads {
+            if base.writes.iter().all(|(k, _)| k != key) {
+                link.guards.push(ReadEntry {
+                    cell: engine.store.cell(key),
+                    version: *version,
+                });
+            }
+        }
+        link.seeded = base.writes.len();
+        link.touched = vec![false; base.writes.len()];
         self.link = Some(Box::new(link));
+        if !self.link_guards_hold() {
+            self.abort = Some(AbortCause::ReadValidation);
+        }
+    }
+
+    /// Whether nothing the base read was replaced (true outside a linked attempt); marks the
+    /// base doomed otherwise.
+    pub(crate) fn link_guards_hold(&mut self) -> bool {
+        let Some(link) = self.link.as_deref_mut() else {
+            return true;
+        };
+        if link.guards.iter().all(ReadEntry::is_current) {
+            return true;
+        }
+        link.doomed = true;
+        false
     }
 
     /// The attempt read or wrote its write set's entry `i`.
@@ -75,7 +113,7 @@ impl TxState {
                 "a linked transaction cannot register handlers or take abstract locks",
             )));
         }
-        if !self.reads_valid(self.reads.len()) {
+        if !self.reads_valid(self.reads.len()) || !self.link_guards_hold() {
             engine.note_conflict_of(None, &self.reads);
             return Err(AbortCause::CommitValidation.into());
         }
@@ -130,6 +168,7 @@ impl Engine {
         base: &LinkBase,
         f: impl FnMut(&mut Tx<'_>) -> Result<R, TxError>,
     ) -> Result<(R, Option<Deferred>), TxError> {
+        // (A base whose reads were replaced ends the call with `TxError::Conflict`.)
         if self.certifier().is_none() {
             return Err(TxError::Refused {
                 reason: "linked transactions need a protocol that certifies commits (certify, \

@@ -145,6 +145,12 @@ impl<'e> Tx<'e> {
         if st.abort.is_some() {
             return Err(TxError::Conflict);
         }
+        if st.link.is_some() {
+            // It would commit at once, without the chain's writes it builds on.
+            return Err(TxError::Refused {
+                reason: "open nesting inside a linked transaction".into(),
+            });
+        }
         let opts = TxOptions {
             priority: st.priority,
             contention: Some(st.policy),

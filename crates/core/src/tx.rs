@@ -36,7 +36,7 @@ pub(crate) enum Mode {
 }
 
 /// A read of a committed version.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct ReadEntry {
     pub(crate) cell: *const Cell,
     pub(crate) version: u64,
@@ -420,7 +420,7 @@ impl TxState {
     /// dropped by a partial rollback).
     pub(crate) fn extend_prefix(&mut self, engine: &Engine, upto: usize) -> bool {
         let now = engine.clock.load(Ordering::Acquire);
-        if self.reads_valid(upto) {
+        if self.reads_valid(upto) && self.link_guards_hold() {
             self.ub = now;
             self.bump(Event::SnapshotExtension);
             true
@@ -623,7 +623,7 @@ impl TxState {
             return Ok(());
         }
         self.applied_seen = applied;
-        if self.reads_valid(self.reads.len()) {
+        if self.reads_valid(self.reads.len()) && self.link_guards_hold() {
             return Ok(());
         }
         engine.note_conflict_of(None, &self.reads);
@@ -968,6 +968,14 @@ impl<'e> Tx<'e> {
         }
         let st = self.st();
         st.check_live()?;
+        if st.link.is_some() {
+            // It would wait over a base that cannot change while it waits.
+            return Err(TxError::Refused {
+                reason: "retry() inside a linked transaction (finish the chain, then retry in \
+                         a plain transaction)"
+                    .into(),
+            });
+        }
         st.abort = Some(AbortCause::ExplicitRetry);
         Err(TxError::Retry)
     }
