@@ -29,18 +29,15 @@ fn read(node: &Node, name: &str) -> u64 {
         .unwrap()
 }
 
-/// One chain incrementing one counter: each transaction sees the increments still being
-/// committed, and the handles give 1, 2, 3, ... as committed.
-fn a_chain_sees_its_own_outstanding_writes(protocol: Protocol) {
-    let c = Cluster::in_process(3, protocol).expect("cluster starts");
-    let node = c.node(2).unwrap().clone();
-    create(&c, &node, &["c"]);
+/// A chain of `n` increments of counter `name` on `node` (a queue of one): the values the
+/// increments committed with.
+fn increments(node: &Node, name: &'static str, n: u64) -> Vec<u64> {
     let mut chain = node.linked(1);
-    let handles: Vec<_> = (0..40)
+    let handles: Vec<_> = (0..n)
         .map(|_| {
             chain
-                .run(|tx| {
-                    tx.modify(&counter("c"), |v| {
+                .run(move |tx| {
+                    tx.modify(&counter(name), |v| {
                         *v += 1;
                         *v
                     })
@@ -49,7 +46,16 @@ fn a_chain_sees_its_own_outstanding_writes(protocol: Protocol) {
         })
         .collect();
     chain.finish().unwrap();
-    let values: Vec<u64> = handles.into_iter().map(|h| h.wait().unwrap()).collect();
+    handles.into_iter().map(|h| h.wait().unwrap()).collect()
+}
+
+/// One chain incrementing one counter: each transaction sees the increments still being
+/// committed, and the handles give 1, 2, 3, ... as committed.
+fn a_chain_sees_its_own_outstanding_writes(protocol: Protocol) {
+    let c = Cluster::in_process(3, protocol).expect("cluster starts");
+    let node = c.node(2).unwrap().clone();
+    create(&c, &node, &["c"]);
+    let values = increments(&node, "c", 40);
     assert_eq!(values, (1..=40).collect::<Vec<u64>>(), "{protocol}");
     for id in c.ids() {
         assert_eq!(read(c.node(id).unwrap(), "c"), 40, "{protocol} node {id}");
@@ -79,26 +85,7 @@ fn conflicting_chains_lose_no_update() {
         .into_iter()
         .map(|id| {
             let node = c.node(id).unwrap().clone();
-            std::thread::spawn(move || {
-                let mut chain = node.linked(1);
-                let handles: Vec<_> = (0..per_chain)
-                    .map(|_| {
-                        chain
-                            .run(|tx| {
-                                tx.modify(&counter("shared"), |v| {
-                                    *v += 1;
-                                    *v
-                                })
-                            })
-                            .unwrap()
-                    })
-                    .collect();
-                chain.finish().unwrap();
-                handles
-                    .into_iter()
-                    .map(|h| h.wait().unwrap())
-                    .collect::<Vec<u64>>()
-            })
+            std::thread::spawn(move || increments(&node, "shared", per_chain))
         })
         .collect();
     let mut all = Vec::new();
