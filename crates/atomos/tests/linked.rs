@@ -197,16 +197,21 @@ fn a_chain_never_sees_its_writes_beside_newer_values_of_what_they_read() {
         })
     };
     let inconsistent = Arc::new(AtomicU64::new(0));
+    // Reads `x` and `y`, counting a view where `x > y`; returns `y`.
+    let look = |seen: &AtomicU64, tx: &mut atomos::Tx<'_>| -> Result<u64, TxError> {
+        let x = *tx.read(&counter("x"))?;
+        let y = *tx.read(&counter("y"))?;
+        if x > y {
+            seen.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(y)
+    };
     let mut chain = n1.linked(1);
     for _ in 0..60 {
         let seen = inconsistent.clone();
         chain
             .run(move |tx| {
-                let x = *tx.read(&counter("x"))?;
-                let y = *tx.read(&counter("y"))?;
-                if x > y {
-                    seen.fetch_add(1, Ordering::Relaxed);
-                }
+                let y = look(&seen, tx)?;
                 tx.write(&counter("x"), y)
             })
             .unwrap();
@@ -214,11 +219,7 @@ fn a_chain_never_sees_its_writes_beside_newer_values_of_what_they_read() {
         let seen = inconsistent.clone();
         chain
             .run(move |tx| {
-                let x = *tx.read(&counter("x"))?;
-                let y = *tx.read(&counter("y"))?;
-                if x > y {
-                    seen.fetch_add(1, Ordering::Relaxed);
-                }
+                look(&seen, tx)?;
                 Ok(())
             })
             .unwrap();

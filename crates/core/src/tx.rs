@@ -623,6 +623,11 @@ impl TxState {
             return Ok(());
         }
         self.applied_seen = applied;
+        self.validate_now(engine)
+    }
+
+    /// Fails the attempt if something it read (or its linked base read) was replaced.
+    fn validate_now(&mut self, engine: &Engine) -> Result<(), Signal> {
         if self.reads_valid(self.reads.len()) && self.link_guards_hold() {
             return Ok(());
         }
@@ -995,11 +1000,7 @@ impl<'e> Tx<'e> {
             return Ok(());
         }
         st.check_live()?;
-        if !st.reads_valid(st.reads.len()) {
-            self.engine.note_conflict_of(None, &st.reads);
-            return Err(st.fail(AbortCause::ReadValidation).into());
-        }
-        Ok(())
+        Ok(st.validate_now(self.engine)?)
     }
 
     /// Whether this attempt reads a read-only snapshot.
