@@ -41,6 +41,7 @@ mod node;
 pub mod ordering;
 mod oss;
 pub mod runtime;
+pub mod service;
 mod tfa;
 
 /// The README's examples, compiled and run as doctests.
@@ -69,4 +70,5 @@ pub use linked::{Linked, LinkedHandle};
 pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};
 pub use oss::OssDriver;
 pub use runtime::{NodeMsg, NodeRuntime, PeerState, RuntimeError};
+pub use service::TxService;
 pub use tfa::TfaDriver;

@@ -275,27 +275,31 @@ impl Node {
         A: Serialize + 'static,
         R: DeserializeOwned + 'static,
     {
+        self.procedures.get(name)?.check_types::<A, R>()?;
+        let result = self.invoke_encoded(name, &encode_arguments(name, args)?)?;
+        decode_result(name, &result)
+    }
+
+    /// Invokes the procedure registered under `name` with encoded arguments and returns its
+    /// encoded result (see [`Node::invoke`]; a remote client's request, whose types the node
+    /// cannot check).
+    pub fn invoke_encoded(&self, name: &str, bytes: &[u8]) -> Result<Vec<u8>, TxError> {
         let procedure = self.procedures.get(name)?;
-        procedure.check_types::<A, R>()?;
-        let bytes = encode_arguments(name, args)?;
-        let result = match (procedure.kind(), self.invoker.get()) {
+        match (procedure.kind(), self.invoker.get()) {
             (ProcedureKind::Update, Some(invoker)) => {
-                let (position, outcome) = invoker.invoke(name, bytes)?;
+                let (position, outcome) = invoker.invoke(name, bytes.to_vec())?;
                 // The answer may come from another replica (after a re-send): read your writes
                 // here once this replica has applied it too (or after the usual wait).
                 self.engine
                     .wait_applied(position, Some(Instant::now() + APPLIED_WAIT));
                 match outcome {
-                    Outcome::Returned(result) => result,
-                    Outcome::Failed(why) => return Err(TxError::abort(why)),
+                    Outcome::Returned(result) => Ok(result),
+                    Outcome::Failed(why) => Err(TxError::abort(why)),
                 }
             }
-            (ProcedureKind::Update, None) => self.atomically(|tx| procedure.call(tx, &bytes))?,
-            (ProcedureKind::ReadOnly, _) => {
-                self.atomically_read(|tx| procedure.call(tx, &bytes))?
-            }
-        };
-        decode_result(name, &result)
+            (ProcedureKind::Update, None) => self.atomically(|tx| procedure.call(tx, bytes)),
+            (ProcedureKind::ReadOnly, _) => self.atomically_read(|tx| procedure.call(tx, bytes)),
+        }
     }
 
     /// The node's registered procedures.

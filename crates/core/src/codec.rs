@@ -16,7 +16,9 @@ thread_local! {
 }
 
 /// Called by a `TRef` being serialized: notes its key if a value's references are being
-/// collected.
+/// collected. (This module's thread-local accesses are never inlined: transactions may move
+/// between threads at safe points, see `atomos_sched::task`.)
+#[inline(never)]
 pub(crate) fn note_ref(key: &Key) {
     let _ = REFS.try_with(|r| {
         if let Some(refs) = r.borrow_mut().as_mut() {
@@ -37,11 +39,17 @@ pub(crate) fn type_tag<T>() -> [u8; 8] {
         .to_le_bytes()
 }
 
+/// Replaces this thread's collected references, returning the previous ones.
+#[inline(never)]
+fn swap_refs(refs: Option<Vec<Key>>) -> Option<Vec<Key>> {
+    REFS.with(|r| r.replace(refs))
+}
+
 /// `value` as tagged bytes, with the keys it references.
 pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
-    let outer = REFS.with(|r| r.replace(Some(Vec::new())));
+    let outer = swap_refs(Some(Vec::new()));
     let payload = postcard::to_stdvec(value);
-    let mut refs = REFS.with(|r| r.replace(outer)).unwrap_or_default();
+    let mut refs = swap_refs(outer).unwrap_or_default();
     let payload = payload?;
     refs.sort_unstable();
     refs.dedup();

@@ -264,6 +264,10 @@ impl Engine {
         self.abstract_locks.is_held(name)
     }
 
+    // Never inlined, like every thread-local access of code that runs inside transactions: a
+    // transaction suspended at a safe point may resume on another thread, and an inlined
+    // access could reuse the old thread's address (see `atomos_sched::task`).
+    #[inline(never)]
     pub(crate) fn take_state(&self) -> Box<TxState> {
         let hot = HOT_STATE
             .try_with(|h| match h.take() {
@@ -297,6 +301,7 @@ impl Engine {
         self.put_state(st);
     }
 
+    #[inline(never)]
     pub(crate) fn put_state(&self, mut st: Box<TxState>) {
         // The transaction has ended: it is urgent no more.
         if st.urgent != 0 {

@@ -64,7 +64,9 @@ impl Store {
     }
 
     /// The cell for `key`, made empty (absent object) if there was none. The pointer is valid
-    /// for the store's lifetime.
+    /// for the store's lifetime. Never inlined: it reads a thread-local, and transactions may
+    /// move between threads (see `atomos_sched::task`).
+    #[inline(never)]
     pub(crate) fn cell(&self, key: &Key) -> *const Cell {
         let slot = (FxBuildHasher.hash_one(key) as usize) & (RECENT_SLOTS - 1);
         let hit = RECENT.with(|recent| match recent.borrow().get(slot) {

@@ -750,6 +750,8 @@ impl Drop for TxState {
 pub struct Tx<'e> {
     pub(crate) engine: &'e Engine,
     pub(crate) state: UnsafeCell<Box<TxState>>,
+    /// The scheduled task this transaction runs in, if any: its operations are safe points.
+    task: Option<atomos_sched::TaskHandle>,
 }
 
 impl<'e> Tx<'e> {
@@ -757,6 +759,7 @@ impl<'e> Tx<'e> {
         Tx {
             engine,
             state: UnsafeCell::new(state),
+            task: atomos_sched::current(),
         }
     }
 
@@ -773,6 +776,24 @@ impl<'e> Tx<'e> {
     #[inline]
     pub(crate) fn st(&self) -> &mut TxState {
         unsafe { &mut *self.state.get() }
+    }
+
+    /// A safe point: in a scheduled task (see `atomos_sched`), the transaction is suspended
+    /// here if a more urgent request waits for its worker. Every operation starts with one,
+    /// before it touches anything, so an operation itself is never interrupted.
+    #[inline]
+    fn safe_point(&self) {
+        if let Some(task) = &self.task {
+            task.safe_point();
+        }
+    }
+
+    /// An explicit safe point between operations (for a long computation that reads nothing):
+    /// under a transaction service with preemption, a more urgent request may take the worker
+    /// here; the transaction resumes later, perhaps on another worker, with its snapshot
+    /// intact. Does nothing outside the service.
+    pub fn yield_now(&self) {
+        self.safe_point();
     }
 
     /// The engine this transaction runs on.
@@ -846,6 +867,7 @@ impl<'e> Tx<'e> {
     /// The object's value, shared (not copied).
     #[inline]
     pub fn read<T: Object>(&self, r: &TRef<T>) -> Result<&T, TxError> {
+        self.safe_point();
         if let Some(rs) = self.remote() {
             return rs.read(r.key());
         }
@@ -856,6 +878,7 @@ impl<'e> Tx<'e> {
 
     /// Whether the object exists.
     pub fn exists<T: Object>(&self, r: &TRef<T>) -> Result<bool, TxError> {
+        self.safe_point();
         if let Some(rs) = self.remote() {
             return rs.exists::<T>(r.key());
         }
@@ -893,6 +916,7 @@ impl<'e> Tx<'e> {
 
     /// Replaces the value of an existing object.
     pub fn write<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
+        self.safe_point();
         if let Some(rs) = self.remote() {
             return rs.write(r.key(), value);
         }
@@ -910,6 +934,7 @@ impl<'e> Tx<'e> {
         r: &TRef<T>,
         f: impl FnOnce(&mut T) -> R,
     ) -> Result<R, TxError> {
+        self.safe_point();
         if let Some(rs) = self.remote() {
             return rs.modify(r.key(), f);
         }
@@ -924,6 +949,7 @@ impl<'e> Tx<'e> {
 
     /// Creates (publishes) a new object; fails with [`TxError::AlreadyExists`] if it exists.
     pub fn create<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
+        self.safe_point();
         if let Some(rs) = self.remote() {
             return rs.create(r.key(), value);
         }
@@ -953,6 +979,7 @@ impl<'e> Tx<'e> {
 
     /// Deletes an existing object; later reads find it missing.
     pub fn delete<T: Object>(&self, r: &TRef<T>) -> Result<(), TxError> {
+        self.safe_point();
         if let Some(rs) = self.remote() {
             return rs.delete::<T>(r.key());
         }
@@ -992,6 +1019,7 @@ impl<'e> Tx<'e> {
     /// finishing work that cannot commit. A long transaction calls it between steps. A
     /// read-only snapshot never conflicts, and under `tfa` the check waits for the commit.
     pub fn check(&self) -> Result<(), TxError> {
+        self.safe_point();
         if self.remote().is_some() {
             return Ok(());
         }

@@ -141,6 +141,32 @@ fn pool_class(layout: Layout) -> Option<(usize, Layout)> {
     }))
 }
 
+// The pool is a thread-local: these two are never inlined, because a transaction suspended at
+// a safe point may resume on another thread (see `atomos_sched::task`).
+
+/// A free block of size class `class` from this thread's pool.
+#[inline(never)]
+fn pool_pop(class: usize) -> Option<NonNull<u8>> {
+    POOL.try_with(|p| p.borrow_mut().0[class].pop())
+        .ok()
+        .flatten()
+}
+
+/// Keeps a free block of size class `class` in this thread's pool; `false` if the pool is full.
+#[inline(never)]
+fn pool_push(class: usize, block: NonNull<u8>) -> bool {
+    POOL.try_with(|pool| {
+        let mut pool = pool.borrow_mut();
+        if pool.0[class].len() < POOL_CAP {
+            pool.0[class].push(block);
+            true
+        } else {
+            false
+        }
+    })
+    .unwrap_or(false)
+}
+
 /// A block for a value of `layout`.
 #[inline]
 fn acquire_block(layout: Layout) -> *mut u8 {
@@ -148,11 +174,7 @@ fn acquire_block(layout: Layout) -> *mut u8 {
         // SAFETY: version nodes have a non-zero size.
         return unsafe { std::alloc::alloc(layout) };
     };
-    let recycled = POOL
-        .try_with(|p| p.borrow_mut().0[class].pop())
-        .ok()
-        .flatten();
-    match recycled {
+    match pool_pop(class) {
         Some(b) => b.as_ptr(),
         // SAFETY: non-zero size.
         None => unsafe { std::alloc::alloc(block) },
@@ -166,18 +188,7 @@ unsafe fn release_block(p: *mut u8, layout: Layout) {
         std::alloc::dealloc(p, layout);
         return;
     };
-    let kept = POOL
-        .try_with(|pool| {
-            let mut pool = pool.borrow_mut();
-            if pool.0[class].len() < POOL_CAP {
-                pool.0[class].push(NonNull::new_unchecked(p));
-                true
-            } else {
-                false
-            }
-        })
-        .unwrap_or(false);
-    if !kept {
+    if !pool_push(class, NonNull::new_unchecked(p)) {
         std::alloc::dealloc(p, block);
     }
 }

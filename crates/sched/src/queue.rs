@@ -128,6 +128,21 @@ impl<T> PriorityQueue<T> {
         Some((level, taken))
     }
 
+    /// Takes the preempted transaction of the highest level that has one (when no new
+    /// request can start: every context is in use).
+    pub fn take_active(&mut self) -> Option<(Level, T)> {
+        if self.active_bits == 0 {
+            return None;
+        }
+        let level = (64 - self.active_bits.leading_zeros()) as Level;
+        let i = level as usize - 1;
+        let t = self.active[i].pop_front()?;
+        if self.active[i].is_empty() {
+            self.active_bits &= !(1 << i);
+        }
+        Some((level, t))
+    }
+
     /// Everything waiting, preempted or not.
     pub fn len(&self) -> usize {
         self.active
