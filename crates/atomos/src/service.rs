@@ -63,6 +63,18 @@ impl TxService {
         })
     }
 
+    /// Runs `f` at priority `level` on a worker, as a suspendable task: `f` may run any
+    /// transactions on the node (each of their operations is a safe point). The ticket gives
+    /// what `f` returned.
+    pub fn spawn<R: Send + 'static>(
+        &self,
+        level: Level,
+        f: impl FnOnce(&Node) -> R + Send + 'static,
+    ) -> Result<Ticket<R>, ServiceError> {
+        let node = self.node.clone();
+        self.service.submit(level, move || f(&node))
+    }
+
     /// Invokes the registered procedure `name` with encoded `arguments` at priority `level`
     /// (the request of a remote client); the ticket gives its encoded result.
     pub fn submit_procedure(

@@ -78,6 +78,14 @@ pub struct BenchConfig {
     /// Run each worker's operations as linked transactions with this many commits
     /// outstanding (0: plain transactions, each committed before the next starts).
     pub linked: usize,
+    /// Open loop: requests arrive as a Poisson process at this rate (per second, over the
+    /// cluster) and run on each node's transaction service with `threads` workers (`None`:
+    /// closed loop, each worker running operations back to back).
+    pub arrival_rate: Option<f64>,
+    /// Open loop: the transaction service's policy.
+    pub sched: atomos::service::Policy,
+    /// Open loop: the transaction service's context pool per node.
+    pub contexts: usize,
 }
 
 impl Default for BenchConfig {
@@ -109,6 +117,9 @@ impl Default for BenchConfig {
             work: Duration::ZERO,
             pause: Duration::ZERO,
             linked: 0,
+            arrival_rate: None,
+            sched: atomos::service::Policy::None,
+            contexts: 64,
         }
     }
 }
@@ -221,6 +232,10 @@ pub struct BenchReport {
     pub stats: Stats,
     /// The objects that caused the most conflicts (every node's counts summed), most first.
     pub hot_spots: Vec<HotSpot>,
+    /// Open-loop runs (`--arrival-rate`): the transaction service's policy, turnaround and
+    /// reaction times per priority. Flattened: `turnaround_us.<priority>.mean` and so on.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub sched: Option<crate::open_loop::SchedReport>,
 }
 
 /// An object and how many conflicts it caused.
@@ -277,6 +292,23 @@ impl BenchConfig {
         if self.duration.is_zero() {
             return bad("--duration must be positive".into());
         }
+        if let Some(rate) = self.arrival_rate {
+            if !(rate.is_finite() && rate > 0.0 && rate <= 10_000_000.0) {
+                return bad(format!(
+                    "--arrival-rate must be a positive number of requests per second (at most \
+                     10,000,000), not {rate}"
+                ));
+            }
+            if self.linked > 0 {
+                return bad("--arrival-rate and --linked do not go together".into());
+            }
+            if self.contexts < self.threads || self.contexts > 65_536 {
+                return bad(format!(
+                    "--contexts must be from --threads ({}) to 65536, not {}",
+                    self.threads, self.contexts
+                ));
+            }
+        }
         if self.nodes == 0 || self.nodes > MAX_NODES {
             return bad(format!(
                 "--nodes must be from 1 to {MAX_NODES} (nodes run in this process), not {}",
@@ -317,12 +349,17 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     .map_err(BenchError::Config)?;
     let nodes = cluster.nodes();
     let threads = cfg.threads * nodes.len();
+    // Open loop: a request runs with a slot of its own (one per context) as its "thread".
+    let slots = match cfg.arrival_rate {
+        Some(_) => cfg.contexts * nodes.len(),
+        None => threads,
+    };
     let warehouses = cfg.warehouses.unwrap_or(nodes.len());
     let params = WorkloadParams {
         objects: cfg.objects,
         read_ratio: cfg.read_ratio,
         balance_k: cfg.balance_k,
-        threads,
+        threads: slots,
         nesting: cfg.nesting,
         inner: cfg.inner,
         queries: cfg.queries,
@@ -343,8 +380,6 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     cluster.sync().map_err(BenchError::Config)?;
     let profiles = workload.profiles();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let done_ops = Arc::new(AtomicU64::new(0));
     let stats_now = || {
         nodes
             .iter()
@@ -352,6 +387,98 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     };
     let before = stats_now();
     let start = Instant::now();
+    let (per_kind, open) = match cfg.arrival_rate {
+        Some(rate) => {
+            let (tallies, report) = crate::open_loop::run(cfg, rate, nodes, &workload)?;
+            (tallies, Some(report))
+        }
+        None => (closed_loop(cfg, nodes, &workload, threads)?, None),
+    };
+    let mut all = Tally::new();
+    for t in &per_kind {
+        all.add(t);
+    }
+    let committed = all.ops;
+    let elapsed = start.elapsed().as_secs_f64();
+    let stats = stats_now().since(&before);
+    let aborted = stats.aborts.total();
+    let check = check_replicas(cfg.protocol, nodes, &*workload)?;
+    let tpcc = cfg.workload == WorkloadKind::Tpcc;
+    Ok(BenchReport {
+        workload: cfg.workload.name().to_string(),
+        protocol: cfg.protocol.to_string(),
+        nodes: nodes.len(),
+        transport: if cfg.protocol == Protocol::Local {
+            "none".to_string()
+        } else {
+            cfg.transport.to_string()
+        },
+        threads: cfg.threads,
+        objects: cfg.objects,
+        read_ratio: cfg.read_ratio,
+        balance_k: cfg.balance_k,
+        nesting: cfg.nesting.to_string(),
+        inner: cfg.inner.max(1),
+        queries: (cfg.workload == WorkloadKind::Vacation).then_some(cfg.queries),
+        warehouses: tpcc.then_some(warehouses),
+        mix: tpcc.then(|| cfg.mix.to_string()),
+        scale: tpcc.then(|| cfg.scale.to_string()),
+        contention: format!("{:?}", cfg.contention),
+        fsync: if cfg.protocol.is_replicated() {
+            cfg.fsync.to_string()
+        } else {
+            String::new()
+        },
+        oss_commit: (cfg.protocol == Protocol::Oss).then(|| cfg.oss_commit.name().to_string()),
+        link_delay_ms: cfg.link_delay.as_secs_f64() * 1000.0,
+        work_ms: cfg.work.as_secs_f64() * 1000.0,
+        pause_ms: cfg.pause.as_secs_f64() * 1000.0,
+        linked: cfg.linked,
+        duration_s: elapsed,
+        committed,
+        aborted,
+        throughput_tps: committed as f64 / elapsed,
+        abort_rate: if committed + aborted == 0 {
+            0.0
+        } else {
+            aborted as f64 / (committed + aborted) as f64
+        },
+        latency_us: all.latency(),
+        profiles: profiles
+            .iter()
+            .zip(&per_kind)
+            .map(|(name, t)| ProfileReport {
+                name: name.to_string(),
+                committed: t.ops,
+                share: if committed == 0 {
+                    0.0
+                } else {
+                    t.ops as f64 / committed as f64
+                },
+                throughput_tps: t.ops as f64 / elapsed,
+                latency_us: t.latency(),
+            })
+            .collect(),
+        invariant_ok: check.ok,
+        invariant: check.detail,
+        stats,
+        hot_spots: hot_spots(nodes),
+        sched: open,
+    })
+}
+
+/// Runs `threads` workers, each running operations back to back, for the configured time;
+/// returns what each kind of operation measured.
+fn closed_loop(
+    cfg: &BenchConfig,
+    nodes: &[atomos::Node],
+    workload: &Arc<dyn crate::Workload>,
+    threads: usize,
+) -> Result<Vec<Tally>, BenchError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done_ops = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let profiles = workload.profiles();
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let (node, workload, stop, done_ops) = (
@@ -432,82 +559,13 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
             Err(e) => failure = Some(e),
         }
     }
-    let mut all = Tally::new();
-    for t in &per_kind {
-        all.add(t);
-    }
-    let committed = all.ops;
-    let elapsed = start.elapsed().as_secs_f64();
     if cfg.progress {
         eprintln!();
     }
-    if let Some(e) = failure {
-        return Err(e.into());
+    match failure {
+        Some(e) => Err(e.into()),
+        None => Ok(per_kind),
     }
-    let stats = stats_now().since(&before);
-    let aborted = stats.aborts.total();
-    let check = check_replicas(cfg.protocol, nodes, &*workload)?;
-    let tpcc = cfg.workload == WorkloadKind::Tpcc;
-    Ok(BenchReport {
-        workload: cfg.workload.name().to_string(),
-        protocol: cfg.protocol.to_string(),
-        nodes: nodes.len(),
-        transport: if cfg.protocol == Protocol::Local {
-            "none".to_string()
-        } else {
-            cfg.transport.to_string()
-        },
-        threads: cfg.threads,
-        objects: cfg.objects,
-        read_ratio: cfg.read_ratio,
-        balance_k: cfg.balance_k,
-        nesting: cfg.nesting.to_string(),
-        inner: cfg.inner.max(1),
-        queries: (cfg.workload == WorkloadKind::Vacation).then_some(cfg.queries),
-        warehouses: tpcc.then_some(warehouses),
-        mix: tpcc.then(|| cfg.mix.to_string()),
-        scale: tpcc.then(|| cfg.scale.to_string()),
-        contention: format!("{:?}", cfg.contention),
-        fsync: if cfg.protocol.is_replicated() {
-            cfg.fsync.to_string()
-        } else {
-            String::new()
-        },
-        oss_commit: (cfg.protocol == Protocol::Oss).then(|| cfg.oss_commit.name().to_string()),
-        link_delay_ms: cfg.link_delay.as_secs_f64() * 1000.0,
-        work_ms: cfg.work.as_secs_f64() * 1000.0,
-        pause_ms: cfg.pause.as_secs_f64() * 1000.0,
-        linked: cfg.linked,
-        duration_s: elapsed,
-        committed,
-        aborted,
-        throughput_tps: committed as f64 / elapsed,
-        abort_rate: if committed + aborted == 0 {
-            0.0
-        } else {
-            aborted as f64 / (committed + aborted) as f64
-        },
-        latency_us: all.latency(),
-        profiles: profiles
-            .iter()
-            .zip(&per_kind)
-            .map(|(name, t)| ProfileReport {
-                name: name.to_string(),
-                committed: t.ops,
-                share: if committed == 0 {
-                    0.0
-                } else {
-                    t.ops as f64 / committed as f64
-                },
-                throughput_tps: t.ops as f64 / elapsed,
-                latency_us: t.latency(),
-            })
-            .collect(),
-        invariant_ok: check.ok,
-        invariant: check.detail,
-        stats,
-        hot_spots: hot_spots(nodes),
-    })
 }
 
 /// The workload's invariant: on the first node, or under a replicated protocol on every
@@ -540,20 +598,20 @@ fn check_replicas(
 }
 
 /// Operations of one kind a worker completed, and a sample of their latencies.
-struct Tally {
-    ops: u64,
-    hist: Histogram<u64>,
+pub(crate) struct Tally {
+    pub(crate) ops: u64,
+    pub(crate) hist: Histogram<u64>,
 }
 
 impl Tally {
-    fn new() -> Tally {
+    pub(crate) fn new() -> Tally {
         Tally {
             ops: 0,
             hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds"),
         }
     }
 
-    fn add(&mut self, other: &Tally) {
+    pub(crate) fn add(&mut self, other: &Tally) {
         self.ops += other.ops;
         self.hist
             .add(&other.hist)
@@ -788,6 +846,65 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn tpcc_runs_open_loop_under_every_policy_with_its_checks_passing() {
+        use atomos::service::Policy;
+        for (protocol, sched) in [
+            (Protocol::Local, Policy::None),
+            (Protocol::Local, Policy::Preemptive),
+            (Protocol::Local, Policy::Cmax(2)),
+            (Protocol::Local, Policy::Lazy),
+            (Protocol::Certify, Policy::Preemptive),
+            (Protocol::Tfa, Policy::Preemptive),
+            (Protocol::Oss, Policy::Preemptive),
+        ] {
+            let r = run(&BenchConfig {
+                workload: WorkloadKind::Tpcc,
+                protocol,
+                nodes: if protocol == Protocol::Local { 1 } else { 2 },
+                scale: TINY,
+                duration: Duration::from_millis(400),
+                arrival_rate: Some(2_000.0),
+                sched,
+                contexts: 16,
+                ..BenchConfig::default()
+            })
+            .unwrap();
+            let what = format!("{sched} on {protocol}");
+            assert!(r.invariant_ok, "{what}: {}", r.invariant);
+            let open = r.sched.as_ref().expect("an open-loop report");
+            assert_eq!(open.sched, sched.name());
+            assert!(open.requests > 200, "{what}: {} requests", open.requests);
+            assert_eq!(r.committed, open.requests, "{what}: every request ended");
+            // Every priority of table 6.1 arrived and has a turnaround.
+            for level in ["1", "2", "3", "4", "5"] {
+                let t = &open.turnaround_us[level];
+                assert!(
+                    t.count > 0 && t.mean > 0.0 && t.p99 >= t.p50,
+                    "{what}: {level}: {t:?}"
+                );
+            }
+        }
+        let refused = |cfg: BenchConfig| run(&cfg).expect_err("refused");
+        assert!(matches!(
+            refused(BenchConfig {
+                workload: WorkloadKind::Bank,
+                arrival_rate: Some(100.0),
+                duration: Duration::from_millis(50),
+                ..BenchConfig::default()
+            }),
+            BenchError::Config(_)
+        ));
+        assert!(matches!(
+            refused(BenchConfig {
+                workload: WorkloadKind::Tpcc,
+                arrival_rate: Some(-1.0),
+                ..BenchConfig::default()
+            }),
+            BenchError::Config(_)
+        ));
     }
 
     #[test]

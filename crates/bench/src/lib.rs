@@ -9,6 +9,7 @@ pub mod executor;
 pub mod footprint;
 pub mod harness;
 pub mod net;
+pub mod open_loop;
 pub mod order;
 pub mod report;
 pub mod workloads;

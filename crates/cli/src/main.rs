@@ -193,7 +193,7 @@ struct BenchArgs {
     json: Option<PathBuf>,
     /// Run once per value: PARAM=V1,V2,... (threads, nodes, read-ratio, objects, inner,
     /// queries, warehouses, balance-k, protocol, transport, nesting, mix, scale, contention, oss-commit,
-    /// link-delay-ms, linked).
+    /// link-delay-ms, linked, sched, arrival-rate, cmax).
     /// Repeat it to run every combination. Each run's JSON goes next to --json's path with the
     /// settings in its name (bank.json -> bank-threads-2.json).
     #[arg(long)]
@@ -240,6 +240,21 @@ struct BenchArgs {
     /// of them is finalized.
     #[arg(long, default_value_t = 256)]
     batch: usize,
+    /// Open loop (tpcc): requests arrive as a Poisson process at this many per second and
+    /// run on each node's transaction service with --threads workers, each at its profile's
+    /// priority; the report gives turnaround_us and reaction_us per priority.
+    #[arg(long)]
+    arrival_rate: Option<f64>,
+    /// Open loop: the transaction service's policy: none (run to completion), preemptive,
+    /// cmax (see --cmax) or lazy.
+    #[arg(long, default_value = "none")]
+    sched: String,
+    /// Open loop, --sched cmax: a transaction preempted this many times is not preempted again.
+    #[arg(long, default_value_t = atomos::service::DEFAULT_CMAX)]
+    cmax: u32,
+    /// Open loop: transactions started and not ended at once, per node (the context pool).
+    #[arg(long, default_value_t = 64)]
+    contexts: usize,
 }
 
 fn main() -> ExitCode {
@@ -503,6 +518,9 @@ fn set_swept(args: &mut BenchArgs, param: &str, value: &str) -> Result<(), Strin
         "oss-commit" => args.oss_commit = value.to_string(),
         "link-delay-ms" => args.link_delay_ms = num(param, value)?,
         "linked" => args.linked = num(param, value)?,
+        "sched" => args.sched = value.to_string(),
+        "arrival-rate" => args.arrival_rate = Some(num(param, value)?),
+        "cmax" => args.cmax = num(param, value)?,
         "contention" => {
             args.contention =
                 Contention::from_str(value, true).map_err(|e| format!("--sweep contention: {e}"))?
@@ -574,6 +592,14 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
         if counters { 10.0 } else { 0.0 },
         "--pause-ms",
     )?;
+    let sched = atomos::service::Policy::parse(&args.sched, args.cmax)
+        .map_err(|e| format!("--sched: {e}"))?;
+    if args.arrival_rate.is_none() && sched != atomos::service::Policy::None {
+        return Err("--sched needs an open-loop run (--arrival-rate)".into());
+    }
+    if sched == atomos::service::Policy::Cmax(0) {
+        return Err("--cmax must be at least 1".into());
+    }
     let cfg = BenchConfig {
         workload,
         protocol,
@@ -599,6 +625,9 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
         work,
         pause,
         linked: args.linked,
+        arrival_rate: args.arrival_rate,
+        sched,
+        contexts: args.contexts,
     };
     atomos_bench::run(&cfg).map_err(|e| e.to_string())
 }

@@ -13,7 +13,7 @@ pub struct Sweep {
 }
 
 /// Flags a sweep can vary.
-pub const SWEEPABLE: [&str; 17] = [
+pub const SWEEPABLE: [&str; 20] = [
     "threads",
     "nodes",
     "read-ratio",
@@ -31,6 +31,9 @@ pub const SWEEPABLE: [&str; 17] = [
     "oss-commit",
     "link-delay-ms",
     "linked",
+    "sched",
+    "arrival-rate",
+    "cmax",
 ];
 
 impl std::str::FromStr for Sweep {

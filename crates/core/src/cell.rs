@@ -45,6 +45,9 @@ pub(crate) fn decode(word: u64) -> LockState {
     }
 }
 
+/// The most versions newer than the horizon a commit walks past to trim a chain.
+const TRIM_WALK: usize = 32;
+
 impl Cell {
     pub(crate) fn new() -> Cell {
         Cell {
@@ -90,12 +93,17 @@ impl Cell {
         self.head.store(new, Ordering::Release);
         // Keep every version newer than the horizon and the newest one at or below it.
         let mut keep = new;
+        let mut walked = 0;
         // SAFETY: versions reachable from the head are unlinked only by the lock holder (us) and
         // freed only once no reader can hold them (see `reclaim`).
         unsafe {
             while (*keep).ts > horizon {
                 let prev = (*keep).prev.load(Ordering::Acquire);
-                if prev.is_null() {
+                walked += 1;
+                if prev.is_null() || walked > TRIM_WALK {
+                    // Nothing to cut, or an old snapshot (a long or preempted transaction)
+                    // holds the horizon back: cut later, once the horizon is near the head
+                    // again, rather than walk the whole chain on every commit.
                     return Retired(std::ptr::null_mut());
                 }
                 keep = prev;

@@ -13,6 +13,10 @@ use crate::key::Key;
 
 /// Slots of each thread's cache of recent lookups (a power of two).
 const RECENT_SLOTS: usize = 4096;
+/// Shards of the key table. A shard grows by rehashing all its keys under its write lock,
+/// which stalls every lookup of that shard: many small shards keep each stall short (a store
+/// of millions of keys rehashes a few thousand at a time, not a few hundred thousand).
+const SHARDS: usize = 256;
 
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -46,8 +50,9 @@ impl Store {
     pub(crate) fn new(record_names: bool) -> Store {
         Store {
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
-            cells: DashMap::with_hasher(FxBuildHasher),
-            names: record_names.then(|| DashMap::with_hasher(FxBuildHasher)),
+            cells: DashMap::with_hasher_and_shard_amount(FxBuildHasher, SHARDS),
+            names: record_names
+                .then(|| DashMap::with_hasher_and_shard_amount(FxBuildHasher, SHARDS)),
         }
     }
 

@@ -168,6 +168,8 @@ pub(crate) struct TxState {
     retired: Vec<OwnedVersion>,
     /// Version chains this thread unlinked, waiting until no attempt can hold them.
     garbage: Garbage,
+    /// Garbage size that triggers the next scan (see `after_commit`).
+    garbage_limit: usize,
     /// Inside an attempt (its start is published in the slot).
     in_attempt: bool,
     /// Set when the attempt must abort; every later operation fails fast.
@@ -218,6 +220,7 @@ impl TxState {
             undo_floor: 0,
             retired: Vec::new(),
             garbage: Vec::new(),
+            garbage_limit: GARBAGE_LIMIT,
             in_attempt: false,
             abort: None,
             priority: 0,
@@ -716,7 +719,7 @@ impl TxState {
     /// garbage no attempt can hold any more.
     pub(crate) fn after_commit(&mut self, engine: &Engine) {
         self.end_attempt();
-        if self.commits_since_horizon >= HORIZON_EVERY || self.garbage.len() >= GARBAGE_LIMIT {
+        if self.commits_since_horizon >= HORIZON_EVERY || self.garbage.len() >= self.garbage_limit {
             self.commits_since_horizon = 0;
             // Stamp what was unlinked since the last scan with a clock value read after the
             // unlinking (behind a fence): any such value is a valid, conservative stamp.
@@ -730,6 +733,9 @@ impl TxState {
             }
             let oldest = engine.slots.scan(&engine.clock);
             self.garbage.retain(|(stamp, _)| *stamp >= oldest);
+            // While an old attempt (a long or preempted transaction) blocks freeing, scan
+            // again only once the garbage has doubled: linear work per commit stays constant.
+            self.garbage_limit = GARBAGE_LIMIT.max(2 * self.garbage.len());
         }
     }
 }

@@ -21,6 +21,10 @@ pub struct Timing {
     pub preemptions: u32,
     /// Times it resumed on another worker than the one it left.
     pub migrations: u32,
+    /// At its arrival every worker ran a less urgent request and nothing of its level or
+    /// above waited: it could start at once only by preempting one (its [`Timing::reaction`]
+    /// is then the service's preemption reaction time).
+    pub needed_preemption: bool,
 }
 
 impl Timing {

@@ -78,6 +78,8 @@ pub struct ServiceStats {
     pub preemptions: u64,
     /// Times a suspended transaction resumed on another worker than the one it left.
     pub migrations: u64,
+    /// Nanoseconds workers spent running requests, summed over workers.
+    pub busy_ns: u64,
 }
 
 /// A transaction (or any task) the service runs; a boxed request before it starts.
@@ -93,6 +95,8 @@ struct Task {
     /// The worker it last ran on.
     worker: Option<usize>,
     migrations: u32,
+    /// See [`Timing::needed_preemption`].
+    needed_preemption: bool,
 }
 
 /// A coroutine with its own stack.
@@ -205,7 +209,7 @@ impl TxService {
         let body: Box<dyn FnOnce() + Send> = Box::new(move || {
             slot.set(catch_unwind(AssertUnwindSafe(f)));
         });
-        let task = Box::new(Task {
+        let mut task = Box::new(Task {
             control: Arc::new(TaskControl::new(level)),
             body: Some(body),
             context: None,
@@ -214,12 +218,19 @@ impl TxService {
             started: None,
             worker: None,
             migrations: 0,
+            needed_preemption: false,
         });
         self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let mut state = self.shared.state.lock();
         if state.closed {
             return Err(ServiceError::Closed);
         }
+        task.needed_preemption = state.idle == 0
+            && state
+                .running
+                .iter()
+                .all(|r| r.as_ref().is_some_and(|t| t.level() < level))
+            && state.queue.highest().is_none_or(|h| h < level);
         state.queue.push_standing(level, task)?;
         state.stats.submitted += 1;
         if state.idle > 0 {
@@ -307,9 +318,12 @@ fn worker(shared: &Shared, me: usize) {
         state.running[me] = Some(task.control.clone());
         drop(state);
 
+        let began = Instant::now();
         let ended = run(&mut task, me, stack, config.stack_bytes);
+        let busy = began.elapsed().as_nanos() as u64;
 
         state = shared.state.lock();
+        state.stats.busy_ns += busy;
         state.running[me] = None;
         match ended {
             Ok(Some(stack)) => {
@@ -376,6 +390,7 @@ fn run(
                 ended: Instant::now(),
                 preemptions: task.control.preemptions.load(Ordering::Relaxed),
                 migrations: task.migrations,
+                needed_preemption: task.needed_preemption,
             });
             Ok(Some(stack))
         }

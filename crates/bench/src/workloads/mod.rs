@@ -62,6 +62,24 @@ pub trait Workload: Send + Sync {
     /// on purpose) and says which of [`Workload::profiles`] it was. `thread` is the calling
     /// worker's index.
     fn op(&self, node: &Node, thread: usize, rng: &mut SmallRng) -> Result<usize, TxError>;
+    /// The next request of an open-loop run: which profile, at which priority (1 lowest, 5
+    /// highest). `None`: the workload has no priorities (no open-loop runs).
+    fn next_request(&self, rng: &mut SmallRng) -> Option<(usize, u8)> {
+        let _ = rng;
+        None
+    }
+    /// Runs one operation of `profile` (as [`Workload::op`] does once it picked one). `thread`
+    /// is the caller's slot: no two operations run with the same slot at once.
+    fn op_profile(
+        &self,
+        node: &Node,
+        thread: usize,
+        profile: usize,
+        rng: &mut SmallRng,
+    ) -> Result<usize, TxError> {
+        let _ = profile;
+        self.op(node, thread, rng)
+    }
     /// Checks the workload's invariant after the run.
     fn check(&self, node: &Node) -> Result<Check, TxError>;
     /// Runs one operation as the next transaction of `chain` (linked transactions: it

@@ -300,6 +300,21 @@ impl Workload for Tpcc {
 
     fn op(&self, node: &Node, thread: usize, rng: &mut SmallRng) -> Result<usize, TxError> {
         let profile = self.mix.pick(rng);
+        self.op_profile(node, thread, profile, rng)
+    }
+
+    fn next_request(&self, rng: &mut SmallRng) -> Option<(usize, u8)> {
+        let profile = self.mix.pick(rng);
+        Some((profile, PRIORITIES[profile] as u8))
+    }
+
+    fn op_profile(
+        &self,
+        node: &Node,
+        thread: usize,
+        profile: usize,
+        rng: &mut SmallRng,
+    ) -> Result<usize, TxError> {
         let w = self.home_warehouse(thread);
         match profile {
             0 => self.new_order(node, w, rng)?,

@@ -1,0 +1,232 @@
+//! Open-loop runs (PRESTO chapter 6): requests arrive as a Poisson process at a set rate, each
+//! at its profile's priority, and run on each node's transaction service; what counts is each
+//! request's turnaround (waiting, running, time preempted and aborted attempts) per priority,
+//! and how soon an urgent request that found every worker busy started (reaction time).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use atomos::service::{Policy, ServiceConfig, Ticket, Timing};
+use atomos::{Node, TxError, TxService};
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::sync::Mutex;
+
+use crate::harness::{BenchConfig, BenchError, Tally};
+use crate::Workload;
+
+/// Priority levels of the service (PRESTO's five).
+const LEVELS: u16 = 5;
+/// Arrivals closer than this to now are submitted at once rather than slept for.
+const SLEEP_SLACK: Duration = Duration::from_micros(100);
+
+/// Turnaround of the requests of one priority, in microseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Turnaround {
+    /// Requests of this priority that ended.
+    pub count: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// What an open-loop run measured of the transaction service.
+#[derive(Clone, Debug, Serialize)]
+pub struct SchedReport {
+    /// The policy (`none`, `preemptive`, `cmax`, `lazy`).
+    pub sched: String,
+    /// C_max, under `cmax`.
+    pub cmax: Option<u32>,
+    /// Requests per second the run offered (over the cluster).
+    pub arrival_rate: f64,
+    /// Contexts per node.
+    pub contexts: usize,
+    /// Requests submitted.
+    pub requests: u64,
+    /// Share of the workers' time spent running requests.
+    pub utilization: f64,
+    /// Turnaround per priority (`"1"` lowest to `"5"`).
+    pub turnaround_us: BTreeMap<String, Turnaround>,
+    /// Reaction time per priority: from the arrival of a request that found every worker
+    /// running less urgent work (and nothing as urgent waiting) until it started.
+    pub reaction_us: BTreeMap<String, Turnaround>,
+    /// Times a running transaction was preempted.
+    pub preemptions: u64,
+    /// Times a preempted transaction resumed on another worker.
+    pub migrations: u64,
+}
+
+/// One submitted request.
+struct Pending {
+    profile: usize,
+    level: u8,
+    ticket: Ticket<Result<usize, TxError>>,
+}
+
+/// Offers requests at `rate` per second for the configured time, waits for all of them, and
+/// returns what each profile measured (its latency is the turnaround) with the service's
+/// report.
+pub(crate) fn run(
+    cfg: &BenchConfig,
+    rate: f64,
+    nodes: &[Node],
+    workload: &Arc<dyn Workload>,
+) -> Result<(Vec<Tally>, SchedReport), BenchError> {
+    let services = nodes
+        .iter()
+        .map(|n| {
+            TxService::start(
+                n,
+                ServiceConfig {
+                    workers: cfg.threads,
+                    levels: LEVELS,
+                    contexts: cfg.contexts,
+                    policy: cfg.sched,
+                    ..ServiceConfig::default()
+                },
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| BenchError::Config(e.to_string()))?;
+    // A request takes a free slot (its workload "thread") while it runs: at most `contexts`
+    // run at once on a node.
+    let slots: Vec<Arc<Mutex<Vec<usize>>>> = (0..nodes.len())
+        .map(|n| {
+            let mine = (n * cfg.contexts..(n + 1) * cfg.contexts).collect();
+            Arc::new(Mutex::new(mine))
+        })
+        .collect();
+    let mut rng = SmallRng::seed_from_u64(cfg.seed);
+    let mut pending = Vec::new();
+    let start = Instant::now();
+    let mut next = Duration::ZERO;
+    let mut i = 0usize;
+    while next < cfg.duration {
+        let now = start.elapsed();
+        if next > now + SLEEP_SLACK {
+            std::thread::sleep(next - now);
+        }
+        let Some((profile, level)) = workload.next_request(&mut rng) else {
+            return Err(BenchError::Config(format!(
+                "--arrival-rate needs a workload whose requests have priorities (tpcc), not {}",
+                cfg.workload.name()
+            )));
+        };
+        let node = i % nodes.len();
+        let (work, slots) = (workload.clone(), slots[node].clone());
+        let seed = rng.random::<u64>();
+        let ticket = services[node]
+            .spawn(level, move |node| {
+                let Some(slot) = slots.lock().ok().and_then(|mut s| s.pop()) else {
+                    return Err(TxError::Refused {
+                        reason: "no free workload slot".into(),
+                    });
+                };
+                let mut rng = SmallRng::seed_from_u64(seed);
+                let out = work.op_profile(node, slot, profile, &mut rng);
+                if let Ok(mut s) = slots.lock() {
+                    s.push(slot);
+                }
+                out
+            })
+            .map_err(|e| BenchError::Config(e.to_string()))?;
+        pending.push(Pending {
+            profile,
+            level,
+            ticket,
+        });
+        i += 1;
+        // Exponential gaps: a Poisson process of the given rate.
+        let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
+        next += Duration::from_secs_f64(-u.ln() / rate);
+        if cfg.progress && i.is_multiple_of(1000) {
+            eprint!(
+                "\r  {:>5.1}s  {i:>10} requests   ",
+                start.elapsed().as_secs_f64()
+            );
+        }
+    }
+    if cfg.progress {
+        eprintln!();
+    }
+    let mut tallies: Vec<Tally> = workload.profiles().iter().map(|_| Tally::new()).collect();
+    let mut turnaround: BTreeMap<u8, Histogram<u64>> = BTreeMap::new();
+    let mut reaction: BTreeMap<u8, Histogram<u64>> = BTreeMap::new();
+    let histogram = || Histogram::new_with_bounds(1, 600_000_000_000, 3).expect("bounds");
+    let requests = pending.len() as u64;
+    let mut failure = None;
+    for p in pending {
+        let (result, timing): (_, Timing) = p
+            .ticket
+            .wait()
+            .map_err(|e| BenchError::Config(e.to_string()))?;
+        if let Err(e) = result {
+            failure.get_or_insert(e);
+            continue;
+        }
+        let ns = |d: Duration| d.as_nanos().max(1) as u64;
+        let tally = &mut tallies[p.profile];
+        tally.ops += 1;
+        tally.hist.saturating_record(ns(timing.turnaround()));
+        turnaround
+            .entry(p.level)
+            .or_insert_with(histogram)
+            .saturating_record(ns(timing.turnaround()));
+        if timing.needed_preemption {
+            reaction
+                .entry(p.level)
+                .or_insert_with(histogram)
+                .saturating_record(ns(timing.reaction()));
+        }
+    }
+    let elapsed = start.elapsed();
+    let stats: Vec<_> = services.iter().map(TxService::stats).collect();
+    drop(services);
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    let busy_ns: u64 = stats.iter().map(|s| s.busy_ns).sum();
+    let capacity_ns = elapsed.as_nanos() as f64 * (cfg.threads * nodes.len()) as f64;
+    Ok((
+        tallies,
+        SchedReport {
+            sched: cfg.sched.name().to_string(),
+            cmax: match cfg.sched {
+                Policy::Cmax(n) => Some(n),
+                _ => None,
+            },
+            arrival_rate: rate,
+            contexts: cfg.contexts,
+            requests,
+            utilization: busy_ns as f64 / capacity_ns.max(1.0),
+            turnaround_us: summarize(&turnaround),
+            reaction_us: summarize(&reaction),
+            preemptions: stats.iter().map(|s| s.preemptions).sum(),
+            migrations: stats.iter().map(|s| s.migrations).sum(),
+        },
+    ))
+}
+
+/// Per level, the mean, median and 99th percentile in microseconds.
+fn summarize(by_level: &BTreeMap<u8, Histogram<u64>>) -> BTreeMap<String, Turnaround> {
+    by_level
+        .iter()
+        .map(|(level, h)| {
+            (
+                level.to_string(),
+                Turnaround {
+                    count: h.len(),
+                    mean: h.mean() / 1000.0,
+                    p50: h.value_at_quantile(0.5) as f64 / 1000.0,
+                    p99: h.value_at_quantile(0.99) as f64 / 1000.0,
+                },
+            )
+        })
+        .collect()
+}
