@@ -278,7 +278,7 @@ fn the_bank_invariant_and_serializability_hold_under_preemption() {
 #[test]
 fn the_bank_invariant_and_serializability_hold_under_cmax_and_lazy() {
     bank_under(Policy::Cmax(2));
-    bank_under(Policy::Lazy);
+    bank_under(Policy::Lazy(2));
 }
 
 #[test]

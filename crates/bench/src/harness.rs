@@ -855,7 +855,7 @@ mod tests {
             (Protocol::Local, Policy::None),
             (Protocol::Local, Policy::Preemptive),
             (Protocol::Local, Policy::Cmax(2)),
-            (Protocol::Local, Policy::Lazy),
+            (Protocol::Local, Policy::Lazy(2)),
             (Protocol::Certify, Policy::Preemptive),
             (Protocol::Tfa, Policy::Preemptive),
             (Protocol::Oss, Policy::Preemptive),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use atomos::service::{Policy, ServiceConfig, Ticket, Timing};
+use atomos::service::{ServiceConfig, Ticket, Timing};
 use atomos::{Node, TxError, TxService};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
@@ -41,7 +41,7 @@ pub struct Turnaround {
 pub struct SchedReport {
     /// The policy (`none`, `preemptive`, `cmax`, `lazy`).
     pub sched: String,
-    /// C_max, under `cmax`.
+    /// C_max, under `cmax` and `lazy`.
     pub cmax: Option<u32>,
     /// Requests per second the run offered (over the cluster).
     pub arrival_rate: f64,
@@ -51,6 +51,9 @@ pub struct SchedReport {
     pub requests: u64,
     /// Share of the workers' time spent running requests.
     pub utilization: f64,
+    /// Share of the context pool in use (started transactions not ended), as arriving
+    /// requests found it.
+    pub context_pool_busy: f64,
     /// Turnaround per priority (`"1"` lowest to `"5"`).
     pub turnaround_us: BTreeMap<String, Turnaround>,
     /// Reaction time per priority: from the arrival of a request that found every worker
@@ -60,6 +63,9 @@ pub struct SchedReport {
     pub preemptions: u64,
     /// Times a preempted transaction resumed on another worker.
     pub migrations: u64,
+    /// Whether transparent huge pages were on (open-loop runs turn them off: see
+    /// `disable_huge_pages`).
+    pub transparent_huge_pages: bool,
 }
 
 /// One submitted request.
@@ -78,6 +84,7 @@ pub(crate) fn run(
     nodes: &[Node],
     workload: &Arc<dyn Workload>,
 ) -> Result<(Vec<Tally>, SchedReport), BenchError> {
+    disable_huge_pages();
     let services = nodes
         .iter()
         .map(|n| {
@@ -197,20 +204,34 @@ pub(crate) fn run(
         tallies,
         SchedReport {
             sched: cfg.sched.name().to_string(),
-            cmax: match cfg.sched {
-                Policy::Cmax(n) => Some(n),
-                _ => None,
-            },
+            cmax: cfg.sched.cmax(),
             arrival_rate: rate,
             contexts: cfg.contexts,
             requests,
             utilization: busy_ns as f64 / capacity_ns.max(1.0),
+            context_pool_busy: stats.iter().map(|s| s.contexts_seen).sum::<u64>() as f64
+                / (requests.max(1) * cfg.contexts as u64) as f64,
             turnaround_us: summarize(&turnaround),
             reaction_us: summarize(&reaction),
             preemptions: stats.iter().map(|s| s.preemptions).sum(),
             migrations: stats.iter().map(|s| s.migrations).sum(),
+            transparent_huge_pages: !cfg!(target_os = "linux"),
         },
     ))
+}
+
+/// Turns transparent huge pages off for this process from now on. A fault on a huge page
+/// may compact memory first, which stalls the faulting transaction for milliseconds (measured
+/// here: TPC-C transactions of 2-70 us had 5-7 ms outliers, gone without huge pages); in a
+/// latency run such stalls, not the scheduling, would decide the turnaround. Throughput runs
+/// keep them (they are faster with huge pages).
+fn disable_huge_pages() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments and changes only this process's
+    // page policy.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
 }
 
 /// Per level, the mean, median and 99th percentile in microseconds.

@@ -246,10 +246,11 @@ struct BenchArgs {
     #[arg(long)]
     arrival_rate: Option<f64>,
     /// Open loop: the transaction service's policy: none (run to completion), preemptive,
-    /// cmax (see --cmax) or lazy.
+    /// cmax (see --cmax) or lazy (cmax, and one level up per preemption).
     #[arg(long, default_value = "none")]
     sched: String,
-    /// Open loop, --sched cmax: a transaction preempted this many times is not preempted again.
+    /// Open loop, --sched cmax or lazy: a transaction preempted this many times moves to the
+    /// highest level (not preempted again).
     #[arg(long, default_value_t = atomos::service::DEFAULT_CMAX)]
     cmax: u32,
     /// Open loop: transactions started and not ended at once, per node (the context pool).
@@ -597,7 +598,7 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
     if args.arrival_rate.is_none() && sched != atomos::service::Policy::None {
         return Err("--sched needs an open-loop run (--arrival-rate)".into());
     }
-    if sched == atomos::service::Policy::Cmax(0) {
+    if sched.cmax() == Some(0) {
         return Err("--cmax must be at least 1".into());
     }
     let cfg = BenchConfig {

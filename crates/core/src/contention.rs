@@ -82,20 +82,40 @@ impl ContentionPolicy {
     }
 }
 
-/// Waits for `d`: spins for short waits, yields the thread for longer ones.
+/// Waits for `d`: spins for short waits, yields the thread for longer ones. In a scheduled
+/// task the wait is also a safe point, checked at least every [`TASK_POLL`]: a transaction
+/// backing off gives its worker to a more urgent request instead of sleeping on it.
 pub(crate) fn pause(d: Duration) {
     if d.is_zero() {
         return;
     }
-    if d < Duration::from_micros(20) {
-        let start = std::time::Instant::now();
-        while start.elapsed() < d {
-            std::hint::spin_loop();
+    let end = std::time::Instant::now() + d;
+    let task = atomos_sched::current();
+    loop {
+        if let Some(task) = &task {
+            task.safe_point();
         }
-    } else {
-        std::thread::sleep(d);
+        let now = std::time::Instant::now();
+        if now >= end {
+            return;
+        }
+        let left = end - now;
+        if left < Duration::from_micros(20) {
+            while std::time::Instant::now() < end {
+                std::hint::spin_loop();
+            }
+            return;
+        }
+        std::thread::sleep(if task.is_some() {
+            left.min(TASK_POLL)
+        } else {
+            left
+        });
     }
 }
+
+/// How often a backing-off transaction in a scheduled task checks for preemption.
+const TASK_POLL: Duration = Duration::from_micros(20);
 
 /// A small, fast generator for back-off jitter (xorshift64*). Not for anything that needs
 /// unpredictability.

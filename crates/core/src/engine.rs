@@ -293,6 +293,18 @@ impl Engine {
         cached.unwrap_or_else(|| Box::new(TxState::new(self)))
     }
 
+    /// Commits `st`. A commit is never suspended; in a scheduled task it is marked as a
+    /// non-preemptable region, which steers preemption to a worker that can yield sooner.
+    #[inline]
+    fn commit_in_task(
+        &self,
+        st: &mut TxState,
+        task: Option<&atomos_sched::TaskHandle>,
+    ) -> Result<(), CommitFailure> {
+        let _commit = task.map(atomos_sched::TaskHandle::non_preemptable);
+        st.commit(self)
+    }
+
     /// Returns the state of a transaction that has ended, forgetting its family identity.
     #[inline]
     fn put_state_reset(&self, mut st: Box<TxState>) {
@@ -368,7 +380,12 @@ impl Engine {
         }
         let mut st = self.take_state();
         let mut attempts = Attempts::new(self, &mut st, opts, owner, open_nested);
+        // Between attempts a transaction holds nothing: a safe point (see `atomos_sched`).
+        let task = atomos_sched::current();
         loop {
+            if let Some(task) = &task {
+                task.safe_point();
+            }
             attempts.begin(self, &mut st);
             if let Some((base, _)) = &link {
                 // It sees its base through its write set: never a snapshot attempt.
@@ -387,7 +404,7 @@ impl Engine {
             };
             let cause = match out {
                 Ok(r) => match st.abort.take() {
-                    None => match st.commit(self) {
+                    None => match self.commit_in_task(&mut st, task.as_ref()) {
                         Ok(()) => {
                             if let Some((_, out)) = link.as_mut() {
                                 **out = st.link.take().and_then(|l| l.result);

@@ -19,6 +19,8 @@ pub struct Timing {
     pub ended: Instant,
     /// Times it was suspended for a more urgent request.
     pub preemptions: u32,
+    /// The level it ended at (above the one it was submitted at if the policy promoted it).
+    pub level: Level,
     /// Times it resumed on another worker than the one it left.
     pub migrations: u32,
     /// At its arrival every worker ran a less urgent request and nothing of its level or

@@ -19,13 +19,12 @@ pub enum Policy {
     /// Preempt the least urgent running transaction below the request's level, as often as
     /// it happens.
     Preemptive,
-    /// Like `Preemptive`, but a transaction preempted `C_max` times is not preempted again:
-    /// it runs to its end once it resumes.
+    /// Like `Preemptive`, but a transaction preempted `C_max` times moves to the highest
+    /// level (PRESTO 5.1): it resumes before anything else and is not preempted again.
     Cmax(u32),
-    /// Like `Preemptive`, but a preempted transaction is promoted one level each time it is
-    /// preempted (up to the highest), so work already done is not left behind forever; it
-    /// runs at its own level again once it ends.
-    Lazy,
+    /// `Cmax` with lazy promotion: each preemption also raises the transaction's level by
+    /// one, so a low-priority transaction gains on the work that keeps preempting it.
+    Lazy(u32),
 }
 
 /// Why a policy name did not parse.
@@ -40,7 +39,15 @@ impl Policy {
             Policy::None => "none",
             Policy::Preemptive => "preemptive",
             Policy::Cmax(_) => "cmax",
-            Policy::Lazy => "lazy",
+            Policy::Lazy(_) => "lazy",
+        }
+    }
+
+    /// Its C_max, if it has one.
+    pub fn cmax(&self) -> Option<u32> {
+        match self {
+            Policy::Cmax(n) | Policy::Lazy(n) => Some(*n),
+            _ => None,
         }
     }
 
@@ -49,13 +56,13 @@ impl Policy {
         *self != Policy::None
     }
 
-    /// The policy named `name`; `cmax` takes its limit from `cmax`.
+    /// The policy named `name`; `cmax` and `lazy` take their limit from `cmax`.
     pub fn parse(name: &str, cmax: u32) -> Result<Policy, PolicyError> {
         match name {
             "none" => Ok(Policy::None),
             "preemptive" => Ok(Policy::Preemptive),
             "cmax" => Ok(Policy::Cmax(cmax)),
-            "lazy" => Ok(Policy::Lazy),
+            "lazy" => Ok(Policy::Lazy(cmax)),
             other => Err(PolicyError(other.to_string())),
         }
     }
@@ -64,17 +71,17 @@ impl Policy {
     /// includes this preemption); returns the level it waits at.
     pub(crate) fn after_preemption(&self, task: &TaskControl, highest: Level) -> Level {
         let count = task.preemptions.load(Ordering::Relaxed);
-        match self {
-            Policy::Cmax(limit) if count >= *limit => {
-                task.preemptable.store(false, Ordering::Relaxed);
-            }
-            Policy::Lazy => {
-                let promoted = task.level().saturating_add(1).min(highest);
-                task.level.store(promoted, Ordering::Relaxed);
-            }
-            _ => {}
+        let level = match self {
+            Policy::Cmax(limit) | Policy::Lazy(limit) if count >= *limit => highest,
+            Policy::Lazy(_) => task.level().saturating_add(1).min(highest),
+            _ => task.level(),
+        };
+        task.level.store(level, Ordering::Relaxed);
+        if level == highest {
+            // Nothing is more urgent than the highest level: never preempted again.
+            task.preemptable.store(false, Ordering::Relaxed);
         }
-        task.level()
+        level
     }
 }
 
@@ -82,6 +89,7 @@ impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Policy::Cmax(n) => write!(f, "cmax({n})"),
+            Policy::Lazy(n) => write!(f, "lazy({n})"),
             other => f.write_str(other.name()),
         }
     }
@@ -90,17 +98,21 @@ impl fmt::Display for Policy {
 impl FromStr for Policy {
     type Err = PolicyError;
 
-    /// `none`, `preemptive`, `lazy`, `cmax` (limit 3) or `cmax:N`.
+    /// `none`, `preemptive`, `cmax` or `lazy` (C_max [`DEFAULT_CMAX`]), or `cmax:N`,
+    /// `lazy:N`.
     fn from_str(s: &str) -> Result<Policy, PolicyError> {
         match s.split_once(':') {
-            Some(("cmax", n)) => n
-                .parse()
-                .map(Policy::Cmax)
-                .map_err(|_| PolicyError(s.to_string())),
-            _ => Policy::parse(s, DEFAULT_CMAX),
+            Some((name, n)) => {
+                let n = n.parse().map_err(|_| PolicyError(s.to_string()))?;
+                match Policy::parse(name, n)? {
+                    p @ (Policy::Cmax(_) | Policy::Lazy(_)) => Ok(p),
+                    _ => Err(PolicyError(s.to_string())),
+                }
+            }
+            None => Policy::parse(s, DEFAULT_CMAX),
         }
     }
 }
 
-/// The C_max limit when none is given.
-pub const DEFAULT_CMAX: u32 = 3;
+/// The C_max limit when none is given (PRESTO's best settings were 4 and 8).
+pub const DEFAULT_CMAX: u32 = 4;

@@ -80,6 +80,9 @@ pub struct ServiceStats {
     pub migrations: u64,
     /// Nanoseconds workers spent running requests, summed over workers.
     pub busy_ns: u64,
+    /// Contexts in use that arriving requests found, summed over arrivals (divided by
+    /// `submitted` and the pool size: how busy the context pool was).
+    pub contexts_seen: u64,
 }
 
 /// A transaction (or any task) the service runs; a boxed request before it starts.
@@ -112,7 +115,10 @@ struct State {
     queue: PriorityQueue<Box<Task>>,
     /// Per worker, the task it runs.
     running: Vec<Option<Arc<TaskControl>>>,
+    /// Workers asleep, waiting for a request.
     idle: usize,
+    /// Workers spinning for a moment before they sleep (see `IDLE_SPIN`).
+    spinning: usize,
     stacks: Vec<DefaultStack>,
     /// Contexts in use (started tasks not ended).
     live: usize,
@@ -125,6 +131,8 @@ struct Shared {
     state: Mutex<State>,
     wake: Condvar,
     next_id: AtomicU64,
+    /// Requests and preempted transactions queued so far: a spinning worker watches it.
+    pushes: AtomicU64,
 }
 
 /// A running transaction service. Dropping it lets everything submitted end, then stops the
@@ -155,7 +163,7 @@ impl TxService {
                 config.stack_bytes
             )));
         }
-        if let Policy::Cmax(0) = config.policy {
+        if config.policy.cmax() == Some(0) {
             return Err(ServiceError::Config("cmax must be at least 1".into()));
         }
         let queue = PriorityQueue::new(config.levels)?;
@@ -164,6 +172,7 @@ impl TxService {
                 queue,
                 running: vec![None; config.workers],
                 idle: 0,
+                spinning: 0,
                 stacks: Vec::new(),
                 live: 0,
                 closed: false,
@@ -171,6 +180,7 @@ impl TxService {
             }),
             wake: Condvar::new(),
             next_id: AtomicU64::new(0),
+            pushes: AtomicU64::new(0),
             config,
         });
         let workers = (0..shared.config.workers)
@@ -225,7 +235,7 @@ impl TxService {
         if state.closed {
             return Err(ServiceError::Closed);
         }
-        task.needed_preemption = state.idle == 0
+        task.needed_preemption = state.idle + state.spinning == 0
             && state
                 .running
                 .iter()
@@ -233,7 +243,11 @@ impl TxService {
             && state.queue.highest().is_none_or(|h| h < level);
         state.queue.push_standing(level, task)?;
         state.stats.submitted += 1;
-        if state.idle > 0 {
+        state.stats.contexts_seen += state.live as u64;
+        self.shared.pushes.fetch_add(1, Ordering::Release);
+        if state.spinning > 0 {
+            // A spinning worker takes it at once.
+        } else if state.idle > 0 {
             self.shared.wake.notify_one();
         } else if self.shared.config.policy.preempts() && state.live < self.shared.config.contexts {
             ask_to_yield(&state, level);
@@ -262,7 +276,9 @@ impl Drop for TxService {
     }
 }
 
-/// Asks the least urgent preemptable running task below `level`, not asked already, to yield.
+/// Asks the least urgent preemptable running task below `level`, not asked already, to yield;
+/// among equals, one outside a non-preemptable region (a commit) first, since it can yield
+/// sooner.
 fn ask_to_yield(state: &State, level: Level) {
     let victim = state
         .running
@@ -273,7 +289,7 @@ fn ask_to_yield(state: &State, level: Level) {
                 && t.preemptable.load(Ordering::Relaxed)
                 && !t.preempt.load(Ordering::Relaxed)
         })
-        .min_by_key(|t| t.level());
+        .min_by_key(|t| (t.level(), t.is_pinned()));
     if let Some(t) = victim {
         t.preempt.store(true, Ordering::Release);
     }
@@ -283,25 +299,46 @@ fn ask_to_yield(state: &State, level: Level) {
 fn worker(shared: &Shared, me: usize) {
     let config = &shared.config;
     let mut state = shared.state.lock();
+    let mut spun = false;
+    // A task that just yielded: it waits only if something else can run now.
+    let mut yielded: Option<Box<Task>> = None;
     loop {
-        let can_start = state.live < config.contexts;
-        let next = if can_start {
-            state.queue.take()
-        } else {
-            state
-                .queue
-                .take_active()
-                .map(|(l, t)| (l, Taken::Resume(t)))
+        let next = take_next(&mut state, config.contexts);
+        let next = match (next, yielded.take()) {
+            (Some(next), Some(task)) => {
+                let level = task.control.level();
+                // The level is one of the queue's: the task was submitted at one, and
+                // promotion stops at the highest.
+                let _ = state.queue.push_active(level, task);
+                shared.pushes.fetch_add(1, Ordering::Release);
+                Some(next)
+            }
+            // What asked it to yield was taken by another worker: it goes on at once.
+            (None, Some(task)) => Some(Taken::Resume(task)),
+            (next, None) => next,
         };
-        let Some((_, taken)) = next else {
+        let Some(taken) = next else {
             if state.closed && state.queue.is_empty() {
                 return;
+            }
+            if !spun {
+                // Spin a moment first: waking a sleeping thread costs tens of microseconds,
+                // more than many transactions take.
+                spun = true;
+                state.spinning += 1;
+                let seen = shared.pushes.load(Ordering::Acquire);
+                drop(state);
+                spin_until_pushed(shared, seen);
+                state = shared.state.lock();
+                state.spinning -= 1;
+                continue;
             }
             state.idle += 1;
             shared.wake.wait(&mut state);
             state.idle -= 1;
             continue;
         };
+        spun = false;
         let mut task = match taken {
             Taken::Resume(task) => task,
             Taken::Start(task) => {
@@ -335,18 +372,46 @@ fn worker(shared: &Shared, me: usize) {
             }
             Ok(None) => {
                 state.stats.preemptions += 1;
-                let level = config
+                config
                     .policy
                     .after_preemption(&task.control, state.queue.levels());
-                // The level is one of the queue's: the task was submitted at one, and
-                // promotion stops at the highest.
-                let _ = state.queue.push_active(level, task);
+                // The request it yielded to runs first, even when the policy promoted it
+                // above that request.
+                yielded = Some(task);
             }
             Err(e) => {
                 state.live -= 1;
                 state.stats.completed += 1;
                 task.outcome.fail(e);
             }
+        }
+    }
+}
+
+/// The most urgent thing a worker may take: a preempted task, or a request if a context is
+/// free for it.
+fn take_next(state: &mut State, contexts: usize) -> Option<Taken<Box<Task>>> {
+    if state.live < contexts {
+        state.queue.take().map(|(_, t)| t)
+    } else {
+        state.queue.take_active().map(|(_, t)| Taken::Resume(t))
+    }
+}
+
+/// How long an idle worker spins before it sleeps.
+const IDLE_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Spins until something is queued after `seen` pushes, or `IDLE_SPIN` passes. Gives the CPU
+/// to other threads now and then (the machine may have fewer cores than threads).
+fn spin_until_pushed(shared: &Shared, seen: u64) {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while shared.pushes.load(Ordering::Acquire) == seen && start.elapsed() < IDLE_SPIN {
+        spins += 1;
+        if spins.is_multiple_of(64) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
         }
     }
 }
@@ -389,6 +454,7 @@ fn run(
                 started: task.started.unwrap_or(task.submitted),
                 ended: Instant::now(),
                 preemptions: task.control.preemptions.load(Ordering::Relaxed),
+                level: task.control.level(),
                 migrations: task.migrations,
                 needed_preemption: task.needed_preemption,
             });

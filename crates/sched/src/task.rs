@@ -67,6 +67,11 @@ impl TaskControl {
         self.level.load(Ordering::Relaxed)
     }
 
+    /// Whether it is inside a non-preemptable region now.
+    pub(crate) fn is_pinned(&self) -> bool {
+        self.pinned.load(Ordering::Relaxed) > 0
+    }
+
     /// Suspends the task if a preemption was requested and it may be preempted now.
     #[cold]
     #[inline(never)]

@@ -150,6 +150,52 @@ fn cmax_stops_preempting_a_task_preempted_cmax_times() {
 }
 
 #[test]
+fn cmax_moves_a_task_to_the_highest_level_where_nothing_preempts_it() {
+    let s = service(1, 4, Policy::Cmax(2));
+    let (running, stop) = (Flag::default(), Flag::default());
+    let low = spinner(&s, 1, &running, &stop);
+    running.wait();
+    for _ in 0..2 {
+        s.submit(3, || ()).expect("submitted").wait().expect("ran");
+        while s.waiting() > 0 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    // At the highest level now: even a level-5 request waits for it.
+    let top = s.submit(5, || ()).expect("submitted");
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(!top.is_done());
+    stop.set();
+    let (_, low_timing) = low.wait().expect("ran");
+    assert_eq!((low_timing.preemptions, low_timing.level), (2, 5));
+    assert!(top.wait().expect("ran").1.started >= low_timing.ended);
+}
+
+#[test]
+fn lazy_promotion_raises_a_task_one_level_per_preemption() {
+    let s = service(1, 4, Policy::Lazy(3));
+    let (running, stop) = (Flag::default(), Flag::default());
+    let low = spinner(&s, 1, &running, &stop);
+    running.wait();
+    for _ in 0..2 {
+        s.submit(4, || ()).expect("submitted").wait().expect("ran");
+        while s.waiting() > 0 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    // Promoted twice, from 1 to 3: a level-3 request no longer preempts it, a level-4 one
+    // does (its third preemption: C_max, so it ends at the highest level).
+    let same = s.submit(3, || ()).expect("submitted");
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(!same.is_done(), "a request of its own level waits");
+    s.submit(4, || ()).expect("submitted").wait().expect("ran");
+    stop.set();
+    let (_, low_timing) = low.wait().expect("ran");
+    same.wait().expect("ran");
+    assert_eq!((low_timing.preemptions, low_timing.level), (3, 5));
+}
+
+#[test]
 fn with_every_context_in_use_an_urgent_request_waits() {
     let s = service(1, 1, Policy::Preemptive);
     let (running, stop) = (Flag::default(), Flag::default());
@@ -241,7 +287,10 @@ fn bad_levels_and_configurations_are_refused() {
         ServiceError::Config(_)
     ));
     assert!("cmax:x".parse::<Policy>().is_err());
+    assert!("preemptive:2".parse::<Policy>().is_err());
+    assert!("fifo".parse::<Policy>().is_err());
     assert_eq!("cmax:4".parse::<Policy>(), Ok(Policy::Cmax(4)));
+    assert_eq!("lazy:8".parse::<Policy>(), Ok(Policy::Lazy(8)));
 }
 
 #[test]
