@@ -319,6 +319,47 @@ impl Client {
         decode_result(name, &bytes).map_err(|e| ClientError::from_tx(name, e))
     }
 
+    /// Runs procedure `name` with `args` at `priority` (1 lowest) on the transaction service
+    /// of one member (the first that answers; see `NodeRuntime::start_service`), under every
+    /// protocol but `active`. The request is sent once: if no answer comes within the
+    /// client's limit it fails with [`ClientError::OutcomeUnknown`] (an update may have run).
+    pub async fn submit<A, R>(&self, name: &str, args: &A, priority: u8) -> Result<R, ClientError>
+    where
+        A: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        if self.stop.is_cancelled() {
+            return Err(ClientError::Closed);
+        }
+        let arguments = encode_arguments(name, args).map_err(|e| ClientError::from_tx(name, e))?;
+        let member = self.cfg.members[self.reference_index()].0;
+        let msg = NodeMsg::Submit {
+            procedure: name.to_string(),
+            arguments,
+            priority,
+        };
+        let bytes = match self.rpc.request(member, msg, self.cfg.limit).await {
+            Ok(NodeMsg::SubmitAnswer(Ok(result))) => result,
+            Ok(NodeMsg::SubmitAnswer(Err(refusal))) => {
+                return Err(ClientError::from_refusal(name, refusal))
+            }
+            Ok(other) => {
+                return Err(ClientError::Refused {
+                    name: name.to_string(),
+                    reason: format!("member {member} answered a submission with {other:?}"),
+                })
+            }
+            Err(_) if self.stop.is_cancelled() => return Err(ClientError::Closed),
+            Err(_) => {
+                return Err(ClientError::OutcomeUnknown {
+                    name: name.to_string(),
+                    limit: self.cfg.limit,
+                })
+            }
+        };
+        decode_result(name, &bytes).map_err(|e| ClientError::from_tx(name, e))
+    }
+
     /// Closes the client's connections; invocations waiting fail with [`ClientError::Closed`].
     pub fn close(&self) {
         self.stop.cancel();

@@ -5,7 +5,9 @@
 //! - read-only procedures, run here from a snapshot ([`NodeMsg::Query`]);
 //! - update procedures under `active`: the client's order-layer request, checked here and
 //!   handed to the node's order replica, which orders it, deduplicates it by the client's id
-//!   and sequence number and answers the client once it is finally delivered.
+//!   and sequence number and answers the client once it is finally delivered;
+//! - procedures with a priority ([`NodeMsg::Submit`]), run on the node's transaction service
+//!   (under the other protocols: their transactions run on the node that serves them).
 //!
 //! Anything else a client sends is dropped and logged; a request that cannot be ordered is
 //! answered at once with [`Answer::Refused`] at position 0 (it was never ordered).
@@ -22,6 +24,7 @@ use tracing::{debug, warn};
 
 use crate::node::{Node, Protocol};
 use crate::runtime::NodeMsg;
+use crate::service::TxService;
 
 /// Why a node did not run a client's procedure, as it travels back to the client.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +53,8 @@ impl From<TxError> for Refusal {
 pub(crate) struct ClientService {
     pub(crate) node: Node,
     pub(crate) rpc: Rpc<NodeMsg>,
+    /// Where prioritized requests run, once the node started a transaction service.
+    pub(crate) service: Arc<std::sync::OnceLock<Arc<TxService>>>,
 }
 
 impl ClientService {
@@ -119,8 +124,9 @@ impl ClientService {
         }
     }
 
-    /// A client's request: what the node offers, or a read-only procedure (run on a blocking
-    /// thread: it may wait for this node to catch up).
+    /// A client's request: what the node offers, a read-only procedure (run on a blocking
+    /// thread: it may wait for this node to catch up), or a procedure with a priority for the
+    /// node's transaction service.
     pub(crate) fn request(&self, from: NodeId, msg: NodeMsg, reply: Reply<NodeMsg>) {
         match msg {
             NodeMsg::Describe => {
@@ -144,6 +150,40 @@ impl ClientService {
                     let answer = query(&node, &procedure, &arguments);
                     let _ = reply.send(NodeMsg::QueryAnswer(answer));
                 });
+            }
+            NodeMsg::Submit {
+                procedure,
+                arguments,
+                priority,
+            } => {
+                let answer = |r| NodeMsg::SubmitAnswer(r);
+                if self.node.protocol() == Protocol::Active {
+                    let _ = reply.send(answer(Err(Refusal::Refused(
+                        "under active, update procedures are ordered: invoke them".into(),
+                    ))));
+                    return;
+                }
+                let Some(service) = self.service.get() else {
+                    let _ = reply.send(answer(Err(Refusal::Refused(
+                        "this node runs no transaction service".into(),
+                    ))));
+                    return;
+                };
+                match service.submit_procedure(priority, &procedure, arguments) {
+                    Err(e) => {
+                        let _ = reply.send(answer(Err(Refusal::Refused(e.to_string()))));
+                    }
+                    Ok(ticket) => {
+                        // The wait may be long (the request waits for its turn).
+                        tokio::task::spawn_blocking(move || {
+                            let result = match ticket.wait() {
+                                Ok((result, _)) => result.map_err(Refusal::from),
+                                Err(e) => Err(Refusal::Refused(e.to_string())),
+                            };
+                            let _ = reply.send(answer(result));
+                        });
+                    }
+                }
             }
             other => debug!(client = from, msg = ?other, "a client's request not served: dropped"),
         }

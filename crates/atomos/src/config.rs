@@ -21,6 +21,9 @@
 //! order_rejoin = false      # this node's data directory was lost: rejoin (vote once caught up)
 //! oss_commit = "ultra-peer" # oss: ultra-peer | distributed-token | coordinator-token
 //! oss_domains = []          # oss: key prefixes of consistency domains beside domain 0
+//! sched = "lazy:4"          # a transaction service for clients' prioritized requests:
+//!                           # none | preemptive | cmax[:N] | lazy[:N] (absent: no service)
+//! sched_workers = 2         # its worker threads (default: the machine's cores)
 //!
 //! [[peers]]
 //! id = 2
@@ -110,6 +113,8 @@ struct FileConfig {
     order_rejoin: Option<bool>,
     oss_commit: Option<String>,
     oss_domains: Option<Vec<String>>,
+    sched: Option<String>,
+    sched_workers: Option<usize>,
     peers: Option<Vec<FilePeer>>,
 }
 
@@ -200,6 +205,11 @@ pub struct NodeSettings {
     /// every other key); each domain has its own sequencer or token. Every member must list
     /// the same, in the same order.
     pub oss_domains: Vec<String>,
+    /// Start a transaction service with this policy: clients' requests with a priority run
+    /// on it (`None`: no service).
+    pub sched: Option<crate::service::Policy>,
+    /// The transaction service's worker threads.
+    pub sched_workers: usize,
     /// The other members, by id.
     pub peers: Vec<Peer>,
 }
@@ -472,6 +482,30 @@ pub fn load(
         None => ("oss_domains", file.oss_domains.unwrap_or_default()),
     };
     check_domains(domains_key, &oss_domains)?;
+    let sched = match pick("ATOMOS_SCHED", "sched", file.sched) {
+        Some((key, v)) => match v.trim().parse::<crate::service::Policy>() {
+            Ok(p) if p.cmax() == Some(0) => return Err(invalid(&key, "C_max must be at least 1")),
+            Ok(p) => Some(p),
+            Err(e) => return Err(invalid(&key, e.to_string())),
+        },
+        None => None,
+    };
+    let sched_workers = match pick(
+        "ATOMOS_SCHED_WORKERS",
+        "sched_workers",
+        file.sched_workers.map(|n| n.to_string()),
+    ) {
+        Some((key, v)) => match v.trim().parse::<usize>() {
+            Ok(n @ 1..=1024) => n,
+            _ => {
+                return Err(invalid(
+                    &key,
+                    format!("{v:?} is not a number of workers from 1 to 1024"),
+                ))
+            }
+        },
+        None => crate::service::ServiceConfig::default().workers,
+    };
     if (order || protocol.is_replicated()) && node_id == 0 {
         return Err(invalid(
             "node_id",
@@ -525,6 +559,8 @@ pub fn load(
         order_rejoin,
         oss_commit,
         oss_domains,
+        sched,
+        sched_workers,
         peers,
     })
 }

@@ -33,6 +33,7 @@ use crate::health::Health;
 use crate::node::{Node, NodeConfig, Protocol};
 use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig, SubmitError};
 use crate::oss::{OssCertifier, OssDriver, OssStart, TICK as OSS_TICK};
+use crate::service::{ServiceConfig, TxService};
 use crate::tfa::{TfaDriver, TfaSource, TfaStart, TICK};
 
 /// Messages of the node runtime itself. Protocols add their own variants as they arrive.
@@ -68,6 +69,19 @@ pub enum NodeMsg {
     QueryAnswer(Result<Vec<u8>, Refusal>),
     /// A message of the OSS protocol.
     Oss(OssMsg),
+    /// A client's procedure, run on the receiver's transaction service at `priority` (under
+    /// every protocol but `active`, whose updates are ordered instead); answered with
+    /// [`NodeMsg::SubmitAnswer`]. Sent to one node and never re-sent: an update may have run.
+    Submit {
+        /// The procedure's name.
+        procedure: String,
+        /// Its encoded arguments.
+        arguments: Vec<u8>,
+        /// Its priority (1 lowest).
+        priority: u8,
+    },
+    /// The encoded result of a [`NodeMsg::Submit`], or why it did not run.
+    SubmitAnswer(Result<Vec<u8>, Refusal>),
 }
 
 /// Why a node could not start.
@@ -93,6 +107,9 @@ pub enum RuntimeError {
     /// The certify protocol could not start.
     #[error("certify: {0}")]
     Certify(String),
+    /// The transaction service could not start.
+    #[error("transaction service: {0}")]
+    Service(String),
     /// The data directory is unusable.
     #[error("data directory {path}: {source}")]
     DataDir {
@@ -127,6 +144,8 @@ pub struct NodeRuntime {
     order_inbox: Arc<OnceLock<Arc<dyn Deliver<OrderMsg>>>>,
     tfa: Arc<OnceLock<Arc<TfaDriver>>>,
     oss: OnceLock<Arc<OssDriver>>,
+    /// The transaction service clients' prioritized requests run on, once started.
+    service: Arc<OnceLock<Arc<TxService>>>,
     health: Arc<Health>,
     stop: CancellationToken,
 }
@@ -235,6 +254,13 @@ impl NodeRuntime {
                 TfaConfig::default(),
                 Some((wal, settings.order_fsync)),
             )?;
+        }
+        if let Some(policy) = settings.sched {
+            runtime.start_service(ServiceConfig {
+                workers: settings.sched_workers,
+                policy,
+                ..ServiceConfig::default()
+            })?;
         }
         Ok(runtime)
     }
@@ -540,9 +566,11 @@ impl NodeRuntime {
         let stop = CancellationToken::new();
         let order_inbox = Arc::new(OnceLock::new());
         let tfa = Arc::new(OnceLock::new());
+        let service = Arc::new(OnceLock::new());
         let clients = ClientService {
             node: node.clone(),
             rpc: rpc.clone(),
+            service: service.clone(),
         };
         tokio::spawn(serve(
             id,
@@ -563,9 +591,33 @@ impl NodeRuntime {
             order_inbox,
             tfa,
             oss: OnceLock::new(),
+            service,
             health: Health::new(),
             stop,
         }
+    }
+
+    /// Starts a transaction service on this node (once): clients' [`NodeMsg::Submit`]
+    /// requests run on it at their priority, and applications may submit to it too.
+    pub fn start_service(&self, config: ServiceConfig) -> Result<Arc<TxService>, RuntimeError> {
+        if self.service.get().is_some() {
+            return Err(RuntimeError::Service(
+                "a transaction service already runs on this node".into(),
+            ));
+        }
+        let service = Arc::new(
+            TxService::start(&self.node, config)
+                .map_err(|e| RuntimeError::Service(e.to_string()))?,
+        );
+        self.service
+            .set(service.clone())
+            .map_err(|_| RuntimeError::Service("started twice".into()))?;
+        Ok(service)
+    }
+
+    /// The node's transaction service, if one was started.
+    pub fn service(&self) -> Option<&Arc<TxService>> {
+        self.service.get()
     }
 
     /// This node's id.
@@ -654,7 +706,7 @@ async fn serve(
             }
             Inbound::Request {
                 from,
-                msg: msg @ (NodeMsg::Describe | NodeMsg::Query { .. }),
+                msg: msg @ (NodeMsg::Describe | NodeMsg::Query { .. } | NodeMsg::Submit { .. }),
                 reply,
             } => clients.request(from, msg, reply),
             Inbound::Message {

@@ -358,3 +358,82 @@ async fn malformed_client_requests_change_nothing() {
         node.shutdown();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_submit_procedures_with_a_priority_to_a_nodes_transaction_service() {
+    use atomos::service::{Policy, ServiceConfig};
+    let (nodes, members) = cluster(3, "certify", "submit").await;
+    let client = Client::connect(client_config(&members, 1)).await.unwrap();
+    // Without a service the node says so, and nothing runs.
+    let refused = client.submit::<_, u64>("count", &"s".to_string(), 3).await;
+    assert!(
+        matches!(&refused, Err(ClientError::Refused { reason, .. }) if reason.contains("no transaction service")),
+        "{refused:?}"
+    );
+    let service = nodes[0]
+        .as_ref()
+        .unwrap()
+        .start_service(ServiceConfig {
+            workers: 2,
+            policy: Policy::Preemptive,
+            ..ServiceConfig::default()
+        })
+        .unwrap();
+    for (expected, priority) in (1..=20).zip([1u8, 3, 5].into_iter().cycle()) {
+        let got: u64 = client
+            .submit("count", &"s".to_string(), priority)
+            .await
+            .unwrap();
+        assert_eq!(got, expected);
+    }
+    assert_eq!(service.stats().completed, 20);
+    // Read-only procedures run there too; a priority outside the levels, an unknown
+    // procedure and a failing one come back as typed errors.
+    let n: u64 = client.submit("read", &"s".to_string(), 2).await.unwrap();
+    assert_eq!(n, 20);
+    let bad = client.submit::<_, u64>("count", &"s".to_string(), 9).await;
+    assert!(matches!(bad, Err(ClientError::Refused { .. })), "{bad:?}");
+    let missing = client.submit::<_, u64>("nope", &"s".to_string(), 2).await;
+    assert!(
+        matches!(missing, Err(ClientError::NoSuchProcedure { .. })),
+        "{missing:?}"
+    );
+    let failed = client.submit::<_, ()>("refuse", &"no".to_string(), 2).await;
+    assert!(
+        matches!(failed, Err(ClientError::Failed { .. })),
+        "{failed:?}"
+    );
+    // Every replica applied the twenty submissions.
+    for node in nodes.iter().flatten() {
+        node.node().sync().unwrap();
+        let n = node
+            .node()
+            .atomically_read(|tx| read(tx, &"s".into()))
+            .unwrap();
+        assert_eq!(n, 20, "node {}", node.id());
+    }
+    for node in nodes.iter().flatten() {
+        node.shutdown();
+    }
+    drop(service);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_active_submissions_are_refused_in_favour_of_ordered_invocations() {
+    use atomos::service::ServiceConfig;
+    let (nodes, members) = cluster(3, "active", "submit-active").await;
+    nodes[0]
+        .as_ref()
+        .unwrap()
+        .start_service(ServiceConfig::default())
+        .unwrap();
+    let client = Client::connect(client_config(&members, 1)).await.unwrap();
+    let refused = client.submit::<_, u64>("count", &"s".to_string(), 3).await;
+    assert!(
+        matches!(&refused, Err(ClientError::Refused { reason, .. }) if reason.contains("ordered")),
+        "{refused:?}"
+    );
+    for node in nodes.iter().flatten() {
+        node.shutdown();
+    }
+}

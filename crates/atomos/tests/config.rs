@@ -127,6 +127,26 @@ fn oss_commit_modes_and_domains_are_read() {
 }
 
 #[test]
+fn a_transaction_service_is_configured_by_its_policy_and_workers() {
+    use atomos::service::Policy;
+    let path = file("sched.toml", "sched = \"lazy:8\"\nsched_workers = 3\n");
+    let s = load(Some(&path), env(&[])).unwrap();
+    assert_eq!((s.sched, s.sched_workers), (Some(Policy::Lazy(8)), 3));
+    let s = load(Some(&path), env(&[("ATOMOS_SCHED", "preemptive")])).unwrap();
+    assert_eq!(s.sched, Some(Policy::Preemptive));
+    assert_eq!(load(None, env(&[])).unwrap().sched, None);
+    for (key, value) in [
+        ("ATOMOS_SCHED", "fifo"),
+        ("ATOMOS_SCHED", "cmax:0"),
+        ("ATOMOS_SCHED", "cmax:-1"),
+        ("ATOMOS_SCHED_WORKERS", "0"),
+        ("ATOMOS_SCHED_WORKERS", "many"),
+    ] {
+        assert_eq!(key_of(load(None, env(&[(key, value)])).unwrap_err()), key);
+    }
+}
+
+#[test]
 fn bad_values_name_their_key() {
     assert_eq!(
         key_of(load(None, env(&[("ATOMOS_LISTEN", "nowhere")])).unwrap_err()),

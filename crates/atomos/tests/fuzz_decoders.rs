@@ -322,7 +322,9 @@ fn deliver(tfa: &mut TfaNode, order: &mut Replica<Register>, now: u64, from: u64
         | NodeMsg::Describe
         | NodeMsg::Catalog { .. }
         | NodeMsg::Query { .. }
-        | NodeMsg::QueryAnswer(_) => {}
+        | NodeMsg::QueryAnswer(_)
+        | NodeMsg::Submit { .. }
+        | NodeMsg::SubmitAnswer(_) => {}
     }
 }
 

@@ -1,11 +1,14 @@
 //! `atomos report`: reads benchmark results (the JSON `atomos bench --json` writes) and draws
 //! them as the seed papers do: throughput and abort rate against the setting that varies
 //! (threads, nodes, read ratio, ...), one line per protocol or other setting, and latency per
-//! kind of operation. Runs repeated with the same settings are drawn as their median.
+//! kind of operation; for open-loop runs, turnaround per priority and scheduling policy. Runs
+//! repeated with the same settings are drawn as their median.
 
 mod plot;
+mod sched;
 mod series;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -76,6 +79,24 @@ pub struct Point {
     pub profiles: Vec<ProfileReport>,
     /// Whether the invariant held.
     pub invariant_ok: bool,
+    /// Open-loop runs: the transaction service's policy.
+    #[serde(default)]
+    pub sched: Option<String>,
+    /// Open-loop runs: C_max, under `cmax` and `lazy`.
+    #[serde(default)]
+    pub cmax: Option<u32>,
+    /// Open-loop runs: turnaround per priority.
+    #[serde(default)]
+    pub turnaround_us: Option<BTreeMap<String, Turnaround>>,
+}
+
+/// A priority's turnaround in an open-loop result, in microseconds.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Turnaround {
+    /// Mean.
+    pub mean: f64,
+    /// 99th percentile.
+    pub p99: f64,
 }
 
 /// Why a report could not be made.
@@ -138,7 +159,10 @@ pub fn render(points: &[Point], out: &Path) -> Result<Vec<PathBuf>, ReportError>
         reason: e.to_string(),
     })?;
     let mut written = Vec::new();
-    for figure in series::figures(points) {
+    for figure in series::figures(points)
+        .into_iter()
+        .chain(sched::figures(points))
+    {
         written.extend(plot::draw(&figure, out)?);
     }
     Ok(written)

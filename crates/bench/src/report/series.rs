@@ -72,8 +72,8 @@ impl Axis {
 type Setting = fn(&Point) -> String;
 
 /// Settings that are not drawn as an axis: protocol, transport, nesting, mix, scale,
-/// contention, OSS commit mode, link delay, linked transactions.
-const CATEGORIES: [Setting; 9] = [
+/// contention, OSS commit mode, link delay, linked transactions, scheduling policy.
+const CATEGORIES: [Setting; 10] = [
     |p| p.protocol.clone(),
     |p| p.transport.clone(),
     |p| p.nesting.clone(),
@@ -83,6 +83,7 @@ const CATEGORIES: [Setting; 9] = [
     |p| p.oss_commit.clone().unwrap_or_default(),
     |p| format!("link {} ms", p.link_delay_ms),
     |p| format!("linked {}", p.linked),
+    |p| p.sched.clone().unwrap_or_default(),
 ];
 
 /// One line of a figure: (x, y) points in increasing x.

@@ -44,6 +44,9 @@ fn point(protocol: &str, threads: usize, tps: f64) -> Point {
             })
             .collect(),
         invariant_ok: true,
+        sched: None,
+        cmax: None,
+        turnaround_us: None,
     }
 }
 
@@ -125,4 +128,52 @@ fn bad_files_get_clear_errors() {
     ));
     assert!(matches!(load(&[]), Err(ReportError::Empty)));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn open_loop_runs_draw_turnaround_per_priority_and_the_speedup_over_none() {
+    let run = |sched: &str, cmax: Option<u32>, scale: f64| {
+        let mut p = point("local", 1, 1000.0);
+        p.sched = Some(sched.into());
+        p.cmax = cmax;
+        p.turnaround_us = Some(
+            (1..=5u8)
+                .map(|l| {
+                    let mean = scale * f64::from(10 - l);
+                    (
+                        l.to_string(),
+                        Turnaround {
+                            mean,
+                            p99: mean * 4.0,
+                        },
+                    )
+                })
+                .collect(),
+        );
+        p
+    };
+    let points = vec![
+        run("none", None, 10.0),
+        run("preemptive", None, 5.0),
+        run("preemptive", None, 4.0),
+        run("preemptive", None, 6.0),
+        run("cmax", Some(4), 2.0),
+    ];
+    let figures = sched::figures(&points);
+    assert_eq!(figures.len(), 2);
+    let Figure::Lines { lines, xs, .. } = &figures[0] else {
+        panic!("lines expected");
+    };
+    assert_eq!(xs, &vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+    let labels: Vec<&str> = lines.iter().map(|l| l.label.as_str()).collect();
+    assert_eq!(labels, ["none", "preemptive", "cmax (C_max 4)"]);
+    // Priority 5: none 50, preemptive the median of 25, 20 and 30.
+    assert_eq!(lines[1].points[4], (5.0, 25.0));
+    let Figure::Lines { lines, .. } = &figures[1] else {
+        panic!("lines expected");
+    };
+    assert_eq!(lines[0].points[4], (5.0, 2.0));
+    assert_eq!(lines[1].points[0], (1.0, 5.0));
+    // Closed-loop results draw no such figure.
+    assert!(sched::figures(&[point("local", 1, 1.0)]).is_empty());
 }
