@@ -139,7 +139,7 @@ fn a_preempted_transaction_never_sees_what_committed_while_it_waited_mixed_with_
             low_read_x.set();
             let deadline = Instant::now() + Duration::from_secs(10);
             while !urgent_done.is_set() && Instant::now() < deadline {
-                tx.yield_now();
+                tx.yield_now()?;
             }
             let seen_y = *tx.read(&y)?;
             if seen_x != seen_y {
@@ -204,6 +204,34 @@ fn bank_under(policy: Policy) -> atomos::service::ServiceStats {
     .expect("created");
     let s = service(&node, 2, policy);
     let accounts = Arc::new(accounts);
+    // Two long level-1 audits hold both workers until every transfer is queued: transfers
+    // above level 1 have to preempt them.
+    let release = Flag::default();
+    let blockers: Vec<_> = (0..2)
+        .map(|_| {
+            let (accounts, release, running) = (accounts.clone(), release.clone(), Flag::default());
+            let ticket = s
+                .submit(1, {
+                    let running = running.clone();
+                    move |tx| {
+                        running.set();
+                        let deadline = Instant::now() + Duration::from_secs(10);
+                        loop {
+                            let mut total = 0;
+                            for a in accounts.iter() {
+                                total += *tx.read(a)?;
+                            }
+                            if release.is_set() || Instant::now() > deadline {
+                                return Ok(total);
+                            }
+                        }
+                    }
+                })
+                .expect("submitted");
+            running.wait();
+            ticket
+        })
+        .collect();
     let mut rng = SmallRng::seed_from_u64(17);
     let mut transfers = Vec::new();
     let mut audits = Vec::new();
@@ -228,6 +256,12 @@ fn bank_under(policy: Policy) -> atomos::service::ServiceStats {
             })
             .expect("submitted"),
         );
+    }
+    // Released before anything of the top level arrives (promoted blockers could hold the
+    // workers against it).
+    release.set();
+    for b in blockers {
+        audits.push(b.wait().expect("ran").0);
     }
     // Audits arrive one at a time while the workers are busy with transfers.
     for _ in 0..30 {
@@ -271,7 +305,7 @@ fn the_bank_invariant_and_serializability_hold_under_preemption() {
     let stats = bank_under(Policy::Preemptive);
     assert!(
         stats.preemptions > 0,
-        "audits preempted transfers ({stats:?})"
+        "transfers preempted the blockers ({stats:?})"
     );
 }
 

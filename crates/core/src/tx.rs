@@ -787,19 +787,37 @@ impl<'e> Tx<'e> {
     /// A safe point: in a scheduled task (see `atomos_sched`), the transaction is suspended
     /// here if a more urgent request waits for its worker. Every operation starts with one,
     /// before it touches anything, so an operation itself is never interrupted.
+    /// After a suspension it checks what it read (as [`Tx::check`] does): an attempt whose
+    /// reads were replaced meanwhile stops here rather than finish work that cannot commit.
     #[inline]
-    fn safe_point(&self) {
-        if let Some(task) = &self.task {
-            task.safe_point();
+    fn safe_point(&self) -> Result<(), TxError> {
+        match &self.task {
+            Some(task) if task.safe_point() => self.validate_reads(),
+            _ => Ok(()),
         }
     }
 
     /// An explicit safe point between operations (for a long computation that reads nothing):
     /// under a transaction service with preemption, a more urgent request may take the worker
     /// here; the transaction resumes later, perhaps on another worker, with its snapshot
-    /// intact. Does nothing outside the service.
-    pub fn yield_now(&self) {
-        self.safe_point();
+    /// intact, and fails with [`TxError::Conflict`] (re-running it) if something it read was
+    /// replaced while it waited. Does nothing outside the service.
+    pub fn yield_now(&self) -> Result<(), TxError> {
+        self.safe_point()
+    }
+
+    /// Validates the reads so far (a snapshot and a remote attempt have nothing to check here).
+    #[cold]
+    fn validate_reads(&self) -> Result<(), TxError> {
+        if self.remote().is_some() {
+            return Ok(());
+        }
+        let st = self.st();
+        if st.mode == Mode::ReadOnly {
+            return Ok(());
+        }
+        st.check_live()?;
+        Ok(st.validate_now(self.engine)?)
     }
 
     /// The engine this transaction runs on.
@@ -873,7 +891,7 @@ impl<'e> Tx<'e> {
     /// The object's value, shared (not copied).
     #[inline]
     pub fn read<T: Object>(&self, r: &TRef<T>) -> Result<&T, TxError> {
-        self.safe_point();
+        self.safe_point()?;
         if let Some(rs) = self.remote() {
             return rs.read(r.key());
         }
@@ -884,7 +902,7 @@ impl<'e> Tx<'e> {
 
     /// Whether the object exists.
     pub fn exists<T: Object>(&self, r: &TRef<T>) -> Result<bool, TxError> {
-        self.safe_point();
+        self.safe_point()?;
         if let Some(rs) = self.remote() {
             return rs.exists::<T>(r.key());
         }
@@ -922,7 +940,7 @@ impl<'e> Tx<'e> {
 
     /// Replaces the value of an existing object.
     pub fn write<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
-        self.safe_point();
+        self.safe_point()?;
         if let Some(rs) = self.remote() {
             return rs.write(r.key(), value);
         }
@@ -940,7 +958,7 @@ impl<'e> Tx<'e> {
         r: &TRef<T>,
         f: impl FnOnce(&mut T) -> R,
     ) -> Result<R, TxError> {
-        self.safe_point();
+        self.safe_point()?;
         if let Some(rs) = self.remote() {
             return rs.modify(r.key(), f);
         }
@@ -955,7 +973,7 @@ impl<'e> Tx<'e> {
 
     /// Creates (publishes) a new object; fails with [`TxError::AlreadyExists`] if it exists.
     pub fn create<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
-        self.safe_point();
+        self.safe_point()?;
         if let Some(rs) = self.remote() {
             return rs.create(r.key(), value);
         }
@@ -985,7 +1003,7 @@ impl<'e> Tx<'e> {
 
     /// Deletes an existing object; later reads find it missing.
     pub fn delete<T: Object>(&self, r: &TRef<T>) -> Result<(), TxError> {
-        self.safe_point();
+        self.safe_point()?;
         if let Some(rs) = self.remote() {
             return rs.delete::<T>(r.key());
         }
@@ -1025,16 +1043,8 @@ impl<'e> Tx<'e> {
     /// finishing work that cannot commit. A long transaction calls it between steps. A
     /// read-only snapshot never conflicts, and under `tfa` the check waits for the commit.
     pub fn check(&self) -> Result<(), TxError> {
-        self.safe_point();
-        if self.remote().is_some() {
-            return Ok(());
-        }
-        let st = self.st();
-        if st.mode == Mode::ReadOnly {
-            return Ok(());
-        }
-        st.check_live()?;
-        Ok(st.validate_now(self.engine)?)
+        self.safe_point()?;
+        self.validate_reads()
     }
 
     /// Whether this attempt reads a read-only snapshot.

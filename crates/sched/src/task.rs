@@ -72,23 +72,25 @@ impl TaskControl {
         self.pinned.load(Ordering::Relaxed) > 0
     }
 
-    /// Suspends the task if a preemption was requested and it may be preempted now.
+    /// Suspends the task if a preemption was requested and it may be preempted now; answers
+    /// whether it was suspended (and has resumed since).
     #[cold]
     #[inline(never)]
-    fn yield_if_asked(&self) {
+    fn yield_if_asked(&self) -> bool {
         if !self.preempt.load(Ordering::Acquire)
             || self.pinned.load(Ordering::Relaxed) > 0
             || !self.preemptable.load(Ordering::Relaxed)
         {
-            return;
+            return false;
         }
         let yielder = self.yielder.get();
         if yielder.is_null() {
-            return;
+            return false;
         }
         self.preemptions.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the yielder belongs to the coroutine running this code, which outlives it.
         unsafe { (*yielder).suspend(()) };
+        true
     }
 }
 
@@ -128,14 +130,13 @@ impl TaskHandle {
         unsafe { self.0.as_ref() }
     }
 
-    /// A safe point: suspends the task here if a more urgent request asked for its worker.
-    /// Costs one load when nothing waits.
+    /// A safe point: suspends the task here if a more urgent request asked for its worker,
+    /// and answers whether it did (the world may have changed meanwhile). Costs one load when
+    /// nothing waits.
     #[inline]
-    pub fn safe_point(&self) {
+    pub fn safe_point(&self) -> bool {
         let control = self.control();
-        if control.preempt.load(Ordering::Relaxed) {
-            control.yield_if_asked();
-        }
+        control.preempt.load(Ordering::Relaxed) && control.yield_if_asked()
     }
 
     /// The task's current priority level.
@@ -167,11 +168,9 @@ impl Drop for NonPreemptable {
 }
 
 /// An explicit safe point: if the caller runs in a task and a more urgent request waits, the
-/// task is suspended here and resumed later (perhaps on another worker thread). Does nothing
-/// outside tasks.
+/// task is suspended here and resumed later (perhaps on another worker thread); answers whether
+/// it was. Does nothing outside tasks.
 #[inline(never)]
-pub fn yield_now() {
-    if let Some(task) = current() {
-        task.safe_point();
-    }
+pub fn yield_now() -> bool {
+    current().is_some_and(|task| task.safe_point())
 }

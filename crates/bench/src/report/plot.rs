@@ -60,8 +60,9 @@ where
             y_label,
             xs,
             lines,
+            log_y,
             ..
-        } => draw_lines(&root, title, x_label, y_label, xs, lines)?,
+        } => draw_lines(&root, title, x_label, y_label, xs, lines, *log_y)?,
         Figure::Bars {
             title,
             groups,
@@ -167,11 +168,33 @@ fn draw_lines<DB: DrawingBackend>(
     y_label: &str,
     xs: &[f64],
     lines: &[Line],
+    log_y: bool,
 ) -> Result<(), String>
 where
     DB::ErrorType: 'static,
 {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    // A log scale draws log10 of each value (positive values only) and labels ticks with the
+    // values themselves.
+    let owned: Vec<Line>;
+    let lines = if log_y {
+        owned = lines
+            .iter()
+            .map(|l| Line {
+                label: l.label.clone(),
+                points: l
+                    .points
+                    .iter()
+                    .filter(|p| p.1 > 0.0)
+                    .map(|&(x, y)| (x, y.log10()))
+                    .collect(),
+            })
+            .collect();
+        &owned[..]
+    } else {
+        lines
+    };
+    let y_of = |v: f64| if log_y { 10f64.powf(v) } else { v };
     let (x_min, x_max) = match (xs.first(), xs.last()) {
         (Some(&a), Some(&b)) if b > a => (a, b),
         (Some(&a), _) => (a - 1.0, a + 1.0),
@@ -182,7 +205,13 @@ where
         .iter()
         .flat_map(|l| l.points.iter().map(|p| p.1))
         .fold(0.0f64, f64::max);
-    let y_top = if y_top > 0.0 { y_top * 1.15 } else { 1.0 };
+    let y_top = if log_y {
+        y_top + 0.3
+    } else if y_top > 0.0 {
+        y_top * 1.15
+    } else {
+        1.0
+    };
     let mut chart = ChartBuilder::on(root)
         .caption(title, (FAMILY, 26))
         .margin(16)
@@ -198,7 +227,7 @@ where
         .x_desc(x_label)
         .y_desc(y_label)
         .x_label_formatter(&|v| short(*v))
-        .y_label_formatter(&|v| short(*v))
+        .y_label_formatter(&|v| short(y_of(*v)))
         .label_style((FAMILY, 15))
         .axis_desc_style((FAMILY, 17))
         .light_line_style(WHITE.mix(0.0))

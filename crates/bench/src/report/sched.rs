@@ -81,7 +81,7 @@ pub(super) fn figures(points: &[Point]) -> Vec<Figure> {
             name: format!("{workload}-turnaround"),
             title: format!("{workload}: mean turnaround per priority (PRESTO fig. 6.1)"),
             x_label: "priority (1 lowest)".into(),
-            y_label: "mean turnaround (us)".into(),
+            y_label: "mean turnaround (us, log scale)".into(),
             xs: xs.clone(),
             lines: policies
                 .iter()
@@ -90,6 +90,7 @@ pub(super) fn figures(points: &[Point]) -> Vec<Figure> {
                     points: m.iter().map(|(l, t)| (f64::from(*l), *t)).collect(),
                 })
                 .collect(),
+            log_y: true,
         });
         let Some((_, baseline)) = policies.iter().find(|(p, _)| p == "none") else {
             continue;
@@ -118,6 +119,7 @@ pub(super) fn figures(points: &[Point]) -> Vec<Figure> {
                 y_label: "speed-up over none".into(),
                 xs,
                 lines: speedups,
+                log_y: false,
             });
         }
     }

@@ -121,6 +121,8 @@ pub enum Figure {
         xs: Vec<f64>,
         /// The lines.
         lines: Vec<Line>,
+        /// Draw y on a logarithmic scale (for values spanning orders of magnitude).
+        log_y: bool,
     },
     /// Latency per kind of operation.
     Bars {
@@ -230,6 +232,7 @@ fn workload_figures(workload: &str, runs: &[&Point]) -> Vec<Figure> {
             y_label: "committed transactions per second".to_string(),
             xs: xs.clone(),
             lines: lines_of(&|p| p.throughput_tps),
+            log_y: false,
         },
         Figure::Lines {
             name: format!("{workload}-aborts"),
@@ -238,6 +241,7 @@ fn workload_figures(workload: &str, runs: &[&Point]) -> Vec<Figure> {
             y_label: "aborted attempts per attempt".to_string(),
             xs: xs.clone(),
             lines: lines_of(&|p| p.abort_rate),
+            log_y: false,
         },
     ];
     let groups: Vec<String> = runs
