@@ -308,10 +308,7 @@ impl Client {
         A: Serialize + ?Sized,
         R: DeserializeOwned,
     {
-        if self.stop.is_cancelled() {
-            return Err(ClientError::Closed);
-        }
-        let arguments = encode_arguments(name, args).map_err(|e| ClientError::from_tx(name, e))?;
+        let arguments = self.arguments(name, args)?;
         let bytes = match self.kind_of(name).await? {
             ProcedureKind::Update => self.update(name, arguments).await?,
             ProcedureKind::ReadOnly => self.query(name, arguments).await?,
@@ -319,8 +316,20 @@ impl Client {
         decode_result(name, &bytes).map_err(|e| ClientError::from_tx(name, e))
     }
 
+    /// `args` encoded for procedure `name`, unless the client is closed.
+    fn arguments<A: Serialize + ?Sized>(
+        &self,
+        name: &str,
+        args: &A,
+    ) -> Result<Vec<u8>, ClientError> {
+        if self.stop.is_cancelled() {
+            return Err(ClientError::Closed);
+        }
+        encode_arguments(name, args).map_err(|e| ClientError::from_tx(name, e))
+    }
+
     /// Runs procedure `name` with `args` at `priority` (1 lowest) on the transaction service
-    /// of one member (the first that answers; see `NodeRuntime::start_service`), under every
+    /// of the client's reference member (see `NodeRuntime::start_service`), under every
     /// protocol but `active`. The request is sent once: if no answer comes within the
     /// client's limit it fails with [`ClientError::OutcomeUnknown`] (an update may have run).
     pub async fn submit<A, R>(&self, name: &str, args: &A, priority: u8) -> Result<R, ClientError>
@@ -328,10 +337,7 @@ impl Client {
         A: Serialize + ?Sized,
         R: DeserializeOwned,
     {
-        if self.stop.is_cancelled() {
-            return Err(ClientError::Closed);
-        }
-        let arguments = encode_arguments(name, args).map_err(|e| ClientError::from_tx(name, e))?;
+        let arguments = self.arguments(name, args)?;
         let member = self.cfg.members[self.reference_index()].0;
         let msg = NodeMsg::Submit {
             procedure: name.to_string(),
