@@ -82,40 +82,41 @@ impl ContentionPolicy {
     }
 }
 
-/// Waits for `d`: spins for short waits, yields the thread for longer ones. In a scheduled
-/// task the wait is also a safe point, checked at least every [`TASK_POLL`]: a transaction
-/// backing off gives its worker to a more urgent request instead of sleeping on it.
+/// Waits for `d`: spins for short waits, sleeps for longer ones. In a scheduled task the wait
+/// is a safe point checked all along: the task spins and gives the CPU to other threads
+/// between checks instead of sleeping (a sleep overshoots by tens of microseconds, the timer
+/// slack), so a backing-off transaction hands its worker to a more urgent request at once.
 pub(crate) fn pause(d: Duration) {
     if d.is_zero() {
         return;
     }
     let end = std::time::Instant::now() + d;
-    let task = atomos_sched::current();
-    loop {
-        if let Some(task) = &task {
-            task.safe_point();
-        }
-        let now = std::time::Instant::now();
-        if now >= end {
-            return;
-        }
-        let left = end - now;
-        if left < Duration::from_micros(20) {
-            while std::time::Instant::now() < end {
+    if let Some(task) = atomos_sched::current() {
+        let mut spins = 0u32;
+        while std::time::Instant::now() < end {
+            if task.safe_point() {
+                // It gave way to a more urgent request and resumed later: its back-off is
+                // long over.
+                return;
+            }
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                std::thread::yield_now();
+            } else {
                 std::hint::spin_loop();
             }
-            return;
         }
-        std::thread::sleep(if task.is_some() {
-            left.min(TASK_POLL)
-        } else {
-            left
-        });
+        return;
     }
+    let left = end - std::time::Instant::now();
+    if left < Duration::from_micros(20) {
+        while std::time::Instant::now() < end {
+            std::hint::spin_loop();
+        }
+        return;
+    }
+    std::thread::sleep(left);
 }
-
-/// How often a backing-off transaction in a scheduled task checks for preemption.
-const TASK_POLL: Duration = Duration::from_micros(20);
 
 /// A small, fast generator for back-off jitter (xorshift64*). Not for anything that needs
 /// unpredictability.

@@ -14,6 +14,7 @@ pub mod policy;
 pub mod queue;
 pub mod service;
 pub mod task;
+mod worker;
 
 pub use outcome::{Ticket, TicketError, Timing};
 pub use policy::{Policy, PolicyError, DEFAULT_CMAX};

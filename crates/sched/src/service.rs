@@ -7,21 +7,28 @@
 //! arrives and no worker is idle, the policy may ask the least urgent running transaction below
 //! the request's level to yield; it suspends at its next safe point, its context goes to its
 //! level's active list, and its worker takes the request. Any worker resumes it later.
+//!
+//! Submission takes no lock that a worker holds for long: a request goes into a lock-free
+//! inbox that workers move into the queue, a sleeping worker is woken by its own parking
+//! token, and the running transactions are read from per-worker slots. (A submitter that
+//! waits for a busy lock may be put to sleep by the OS, and its wake-up alone costs more than
+//! the reaction time this service aims at.)
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::{JoinHandle, Thread};
 use std::time::Instant;
 
 use corosensei::stack::DefaultStack;
-use corosensei::{Coroutine, CoroutineResult};
-use parking_lot::{Condvar, Mutex};
+use crossbeam_queue::SegQueue;
+use parking_lot::Mutex;
 
-use crate::outcome::{Outcome, Ticket, Timing};
+use crate::outcome::Ticket;
 use crate::policy::Policy;
-use crate::queue::{Level, PriorityQueue, QueueError, Taken};
-use crate::task::{set_current, TaskControl};
+use crate::queue::{Level, PriorityQueue, QueueError};
+use crate::task::TaskControl;
+use crate::worker::{worker, Task};
 
 /// How a transaction service is set up.
 #[derive(Clone, Debug)]
@@ -85,54 +92,69 @@ pub struct ServiceStats {
     pub contexts_seen: u64,
 }
 
-/// A transaction (or any task) the service runs; a boxed request before it starts.
-struct Task {
-    control: Arc<TaskControl>,
-    /// The request, until it starts.
-    body: Option<Box<dyn FnOnce() + Send>>,
-    /// Its context, once started.
-    context: Option<Context>,
-    outcome: Arc<dyn Outcome>,
-    submitted: Instant,
-    started: Option<Instant>,
-    /// The worker it last ran on.
-    worker: Option<usize>,
-    migrations: u32,
-    /// See [`Timing::needed_preemption`].
-    needed_preemption: bool,
+/// What workers share under one lock: only workers take it, so a submission never waits on it.
+pub(crate) struct State {
+    pub(crate) queue: PriorityQueue<Box<Task>>,
+    pub(crate) stacks: Vec<DefaultStack>,
+    /// What workers counted (`submitted` and `contexts_seen` live in [`Shared`]).
+    pub(crate) stats: ServiceStats,
 }
 
-/// A coroutine with its own stack.
-struct Context(Coroutine<(), (), (), DefaultStack>);
-
-// SAFETY: a context is resumed by one worker at a time (it is owned by the task, which is in
-// the queue or on one worker); its closure is `Send`, and code inside tasks reads thread-locals
-// only through functions that are never inlined (see `task`), so nothing it holds is tied to
-// the thread it last ran on.
-unsafe impl Send for Context {}
-
-struct State {
-    queue: PriorityQueue<Box<Task>>,
-    /// Per worker, the task it runs.
-    running: Vec<Option<Arc<TaskControl>>>,
-    /// Workers asleep, waiting for a request.
-    idle: usize,
-    /// Workers spinning for a moment before they sleep (see `IDLE_SPIN`).
-    spinning: usize,
-    stacks: Vec<DefaultStack>,
-    /// Contexts in use (started tasks not ended).
-    live: usize,
-    closed: bool,
-    stats: ServiceStats,
+/// One worker's place: the task it runs and how to wake it.
+pub(crate) struct WorkerSlot {
+    /// The task it runs. Held only for a moment, by the worker and by submitters choosing
+    /// whom to preempt.
+    pub(crate) running: Mutex<Option<Arc<TaskControl>>>,
+    /// It is parked (or about to park), waiting for work.
+    pub(crate) parked: AtomicBool,
+    /// Its thread, to unpark it.
+    pub(crate) thread: OnceLock<Thread>,
 }
 
-struct Shared {
-    config: ServiceConfig,
-    state: Mutex<State>,
-    wake: Condvar,
-    next_id: AtomicU64,
+pub(crate) struct Shared {
+    pub(crate) config: ServiceConfig,
+    pub(crate) state: Mutex<State>,
+    /// Requests submitted and not yet moved into the queue.
+    pub(crate) inbox: SegQueue<Box<Task>>,
+    pub(crate) slots: Vec<WorkerSlot>,
+    /// Per level (index `level - 1`), requests and preempted transactions waiting there,
+    /// in the inbox or the queue.
+    pub(crate) waiting: Vec<AtomicU32>,
+    /// Contexts in use (started tasks not ended). Changed by workers under the state lock.
+    pub(crate) live: AtomicUsize,
+    /// Workers spinning for a moment before they park (see `worker::IDLE_SPIN`).
+    pub(crate) spinning: AtomicUsize,
     /// Requests and preempted transactions queued so far: a spinning worker watches it.
-    pushes: AtomicU64,
+    pub(crate) pushes: AtomicU64,
+    pub(crate) closed: AtomicBool,
+    submitted: AtomicU64,
+    contexts_seen: AtomicU64,
+}
+
+impl Shared {
+    /// Wakes one parked worker, if one is parked; answers whether it woke one.
+    pub(crate) fn unpark_one(&self) -> bool {
+        for slot in &self.slots {
+            if slot.parked.load(Ordering::Relaxed) && slot.parked.swap(false, Ordering::AcqRel) {
+                if let Some(t) = slot.thread.get() {
+                    t.unpark();
+                }
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Counts a request or preempted transaction waiting at `level` (or one fewer).
+    pub(crate) fn count_waiting(&self, level: Level, more: bool) {
+        if let Some(w) = self.waiting.get(usize::from(level).wrapping_sub(1)) {
+            if more {
+                w.fetch_add(1, Ordering::Relaxed);
+            } else {
+                w.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// A running transaction service. Dropping it lets everything submitted end, then stops the
@@ -170,17 +192,24 @@ impl TxService {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 queue,
-                running: vec![None; config.workers],
-                idle: 0,
-                spinning: 0,
                 stacks: Vec::new(),
-                live: 0,
-                closed: false,
                 stats: ServiceStats::default(),
             }),
-            wake: Condvar::new(),
-            next_id: AtomicU64::new(0),
+            inbox: SegQueue::new(),
+            slots: (0..config.workers)
+                .map(|_| WorkerSlot {
+                    running: Mutex::new(None),
+                    parked: AtomicBool::new(false),
+                    thread: OnceLock::new(),
+                })
+                .collect(),
+            waiting: (0..config.levels).map(|_| AtomicU32::new(0)).collect(),
+            live: AtomicUsize::new(0),
+            spinning: AtomicUsize::new(0),
             pushes: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            submitted: AtomicU64::new(0),
+            contexts_seen: AtomicU64::new(0),
             config,
         });
         let workers = (0..shared.config.workers)
@@ -202,263 +231,115 @@ impl TxService {
 
     /// Runs `f` at priority `level` (1 lowest) on a worker, as a suspendable task: code in it
     /// may be suspended at safe points (see [`crate::yield_now`]) and resumed on any worker.
-    /// The ticket gives its result.
+    /// The ticket gives its result. Never waits for a lock a worker holds for long.
     pub fn submit<R: Send + 'static>(
         &self,
         level: Level,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<Ticket<R>, ServiceError> {
-        if level == 0 || u16::from(level) > self.shared.config.levels {
+        let shared = &*self.shared;
+        if level == 0 || u16::from(level) > shared.config.levels {
             return Err(QueueError::NoSuchLevel {
                 level,
-                levels: self.shared.config.levels.min(255) as Level,
+                levels: shared.config.levels.min(255) as Level,
             }
             .into());
+        }
+        if shared.closed.load(Ordering::Acquire) {
+            return Err(ServiceError::Closed);
         }
         let (ticket, slot, outcome) = Ticket::new(level);
         let body: Box<dyn FnOnce() + Send> = Box::new(move || {
             slot.set(catch_unwind(AssertUnwindSafe(f)));
         });
-        let mut task = Box::new(Task {
-            control: Arc::new(TaskControl::new(level)),
-            body: Some(body),
-            context: None,
-            outcome,
-            submitted: Instant::now(),
-            started: None,
-            worker: None,
-            migrations: 0,
-            needed_preemption: false,
-        });
-        self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut state = self.shared.state.lock();
-        if state.closed {
-            return Err(ServiceError::Closed);
-        }
-        task.needed_preemption = state.idle + state.spinning == 0
-            && state
-                .running
-                .iter()
-                .all(|r| r.as_ref().is_some_and(|t| t.level() < level))
-            && state.queue.highest().is_none_or(|h| h < level);
-        state.queue.push_standing(level, task)?;
-        state.stats.submitted += 1;
-        state.stats.contexts_seen += state.live as u64;
-        self.shared.pushes.fetch_add(1, Ordering::Release);
-        if state.spinning > 0 {
-            // A spinning worker takes it at once.
-        } else if state.idle > 0 {
-            self.shared.wake.notify_one();
-        } else if self.shared.config.policy.preempts() && state.live < self.shared.config.contexts {
-            ask_to_yield(&state, level);
+        let submitted = Instant::now();
+        let needed_preemption = needs_preemption(shared, level);
+        let task = Task::new(level, body, outcome, submitted, needed_preemption);
+        shared.count_waiting(level, true);
+        shared.inbox.push(task);
+        shared.submitted.fetch_add(1, Ordering::Relaxed);
+        let live = shared.live.load(Ordering::Relaxed);
+        shared
+            .contexts_seen
+            .fetch_add(live as u64, Ordering::Relaxed);
+        shared.pushes.fetch_add(1, Ordering::Release);
+        // Pairs with the fence of a worker that marks itself parked and then looks at the
+        // inbox: either it sees this request or this sees it parked.
+        fence(Ordering::SeqCst);
+        if shared.spinning.load(Ordering::Relaxed) > 0 || shared.unpark_one() {
+            // A spinning worker takes it at once, or a woken one does.
+        } else if shared.config.policy.preempts() && live < shared.config.contexts {
+            ask_to_yield(shared, level);
         }
         Ok(ticket)
     }
 
     /// What the service did so far.
     pub fn stats(&self) -> ServiceStats {
-        self.shared.state.lock().stats.clone()
+        let mut stats = self.shared.state.lock().stats.clone();
+        stats.submitted = self.shared.submitted.load(Ordering::Relaxed);
+        stats.contexts_seen = self.shared.contexts_seen.load(Ordering::Relaxed);
+        stats
     }
 
     /// Requests waiting (standing or preempted).
     pub fn waiting(&self) -> usize {
-        self.shared.state.lock().queue.len()
+        self.shared
+            .waiting
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed) as usize)
+            .sum()
     }
 }
 
 impl Drop for TxService {
     fn drop(&mut self) {
-        self.shared.state.lock().closed = true;
-        self.shared.wake.notify_all();
+        self.shared.closed.store(true, Ordering::SeqCst);
+        for slot in &self.shared.slots {
+            slot.parked.store(false, Ordering::Relaxed);
+            if let Some(t) = slot.thread.get() {
+                t.unpark();
+            }
+        }
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
     }
 }
 
+/// Whether a request at `level` arriving now can start at once only by preempting: every
+/// worker runs something less urgent and nothing of its level or above waits.
+fn needs_preemption(shared: &Shared, level: Level) -> bool {
+    shared.spinning.load(Ordering::Relaxed) == 0
+        && shared.waiting[usize::from(level) - 1..]
+            .iter()
+            .all(|w| w.load(Ordering::Relaxed) == 0)
+        && shared.slots.iter().all(|s| {
+            !s.parked.load(Ordering::Relaxed)
+                && s.running.lock().as_ref().is_some_and(|t| t.level() < level)
+        })
+}
+
 /// Asks the least urgent preemptable running task below `level`, not asked already, to yield;
 /// among equals, one outside a non-preemptable region (a commit) first, since it can yield
 /// sooner.
-fn ask_to_yield(state: &State, level: Level) {
-    let victim = state
-        .running
-        .iter()
-        .flatten()
-        .filter(|t| {
-            t.level() < level
-                && t.preemptable.load(Ordering::Relaxed)
-                && !t.preempt.load(Ordering::Relaxed)
-        })
-        .min_by_key(|t| (t.level(), t.is_pinned()));
-    if let Some(t) = victim {
-        t.preempt.store(true, Ordering::Release);
-    }
-}
-
-/// A worker: takes the most urgent thing waiting, runs it until it ends or yields, repeats.
-fn worker(shared: &Shared, me: usize) {
-    let config = &shared.config;
-    let mut state = shared.state.lock();
-    let mut spun = false;
-    // A task that just yielded: it waits only if something else can run now.
-    let mut yielded: Option<Box<Task>> = None;
-    loop {
-        let next = take_next(&mut state, config.contexts);
-        let next = match (next, yielded.take()) {
-            (Some(next), Some(task)) => {
-                let level = task.control.level();
-                // The level is one of the queue's: the task was submitted at one, and
-                // promotion stops at the highest.
-                let _ = state.queue.push_active(level, task);
-                shared.pushes.fetch_add(1, Ordering::Release);
-                Some(next)
-            }
-            // What asked it to yield was taken by another worker: it goes on at once.
-            (None, Some(task)) => Some(Taken::Resume(task)),
-            (next, None) => next,
-        };
-        let Some(taken) = next else {
-            if state.closed && state.queue.is_empty() {
-                return;
-            }
-            if !spun {
-                // Spin a moment first: waking a sleeping thread costs tens of microseconds,
-                // more than many transactions take.
-                spun = true;
-                state.spinning += 1;
-                let seen = shared.pushes.load(Ordering::Acquire);
-                drop(state);
-                spin_until_pushed(shared, seen);
-                state = shared.state.lock();
-                state.spinning -= 1;
-                continue;
-            }
-            state.idle += 1;
-            shared.wake.wait(&mut state);
-            state.idle -= 1;
+fn ask_to_yield(shared: &Shared, level: Level) {
+    let mut victim: Option<(Level, bool, Arc<TaskControl>)> = None;
+    for slot in &shared.slots {
+        let running = slot.running.lock();
+        let Some(t) = running.as_ref() else { continue };
+        if t.level() >= level
+            || !t.preemptable.load(Ordering::Relaxed)
+            || t.preempt.load(Ordering::Relaxed)
+        {
             continue;
-        };
-        spun = false;
-        let mut task = match taken {
-            Taken::Resume(task) => task,
-            Taken::Start(task) => {
-                state.live += 1;
-                task
-            }
-        };
-        let stack = task.context.is_none().then(|| state.stacks.pop());
-        if task.worker.is_some_and(|w| w != me) {
-            task.migrations += 1;
-            state.stats.migrations += 1;
         }
-        task.control.preempt.store(false, Ordering::Relaxed);
-        state.running[me] = Some(task.control.clone());
-        drop(state);
-
-        let began = Instant::now();
-        let ended = run(&mut task, me, stack, config.stack_bytes);
-        let busy = began.elapsed().as_nanos() as u64;
-
-        state = shared.state.lock();
-        state.stats.busy_ns += busy;
-        state.running[me] = None;
-        match ended {
-            Ok(Some(stack)) => {
-                state.live -= 1;
-                state.stats.completed += 1;
-                if let Some(stack) = stack.filter(|_| state.stacks.len() < config.contexts) {
-                    state.stacks.push(stack);
-                }
-            }
-            Ok(None) => {
-                state.stats.preemptions += 1;
-                config
-                    .policy
-                    .after_preemption(&task.control, state.queue.levels());
-                // The request it yielded to runs first, even when the policy promoted it
-                // above that request.
-                yielded = Some(task);
-            }
-            Err(e) => {
-                state.live -= 1;
-                state.stats.completed += 1;
-                task.outcome.fail(e);
-            }
+        let key = (t.level(), t.is_pinned());
+        if victim.as_ref().is_none_or(|(l, p, _)| key < (*l, *p)) {
+            victim = Some((key.0, key.1, t.clone()));
         }
     }
-}
-
-/// The most urgent thing a worker may take: a preempted task, or a request if a context is
-/// free for it.
-fn take_next(state: &mut State, contexts: usize) -> Option<Taken<Box<Task>>> {
-    if state.live < contexts {
-        state.queue.take().map(|(_, t)| t)
-    } else {
-        state.queue.take_active().map(|(_, t)| Taken::Resume(t))
-    }
-}
-
-/// How long an idle worker spins before it sleeps.
-const IDLE_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
-
-/// Spins until something is queued after `seen` pushes, or `IDLE_SPIN` passes. Gives the CPU
-/// to other threads now and then (the machine may have fewer cores than threads).
-fn spin_until_pushed(shared: &Shared, seen: u64) {
-    let start = Instant::now();
-    let mut spins = 0u32;
-    while shared.pushes.load(Ordering::Acquire) == seen && start.elapsed() < IDLE_SPIN {
-        spins += 1;
-        if spins.is_multiple_of(64) {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
-/// Runs (or resumes) `task` on this worker until it ends (`Ok(Some(stack))`, its stack back
-/// for the pool if it had one) or yields (`Ok(None)`).
-fn run(
-    task: &mut Task,
-    me: usize,
-    pooled: Option<Option<DefaultStack>>,
-    stack_bytes: usize,
-) -> Result<Option<Option<DefaultStack>>, std::io::Error> {
-    if let Some(pooled) = pooled {
-        let stack = match pooled {
-            Some(s) => s,
-            None => DefaultStack::new(stack_bytes)?,
-        };
-        let body = task.body.take().unwrap_or_else(|| Box::new(|| {}));
-        let control = task.control.clone();
-        let coroutine = Coroutine::with_stack(stack, move |yielder, ()| {
-            control.set_yielder(yielder);
-            body();
-        });
-        task.context = Some(Context(coroutine));
-        task.started = Some(Instant::now());
-    }
-    let Some(context) = task.context.as_mut() else {
-        return Err(std::io::Error::other("a task without a context"));
-    };
-    task.worker = Some(me);
-    set_current(Arc::as_ptr(&task.control));
-    let result = context.0.resume(());
-    set_current(std::ptr::null());
-    match result {
-        CoroutineResult::Yield(()) => Ok(None),
-        CoroutineResult::Return(()) => {
-            let stack = task.context.take().map(|c| c.0.into_stack());
-            task.outcome.complete(Timing {
-                submitted: task.submitted,
-                started: task.started.unwrap_or(task.submitted),
-                ended: Instant::now(),
-                preemptions: task.control.preemptions.load(Ordering::Relaxed),
-                level: task.control.level(),
-                migrations: task.migrations,
-                needed_preemption: task.needed_preemption,
-            });
-            Ok(Some(stack))
-        }
+    if let Some((_, _, t)) = victim {
+        t.preempt.store(true, Ordering::Release);
     }
 }
