@@ -145,6 +145,13 @@ impl Shared {
         false
     }
 
+    /// Whether a request or preempted transaction above `level` waits.
+    pub(crate) fn waits_above(&self, level: Level) -> bool {
+        self.waiting
+            .get(usize::from(level)..)
+            .is_some_and(|above| above.iter().any(|w| w.load(Ordering::Relaxed) > 0))
+    }
+
     /// Counts a request or preempted transaction waiting at `level` (or one fewer).
     pub(crate) fn count_waiting(&self, level: Level, more: bool) {
         if let Some(w) = self.waiting.get(usize::from(level).wrapping_sub(1)) {

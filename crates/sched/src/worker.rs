@@ -131,6 +131,15 @@ pub(crate) fn worker(shared: &Shared, me: usize) {
         }
         task.control.preempt.store(false, Ordering::Relaxed);
         *slot.running.lock() = Some(task.control.clone());
+        if config.policy.preempts()
+            && shared.pushes.load(Ordering::Acquire) != seen + u64::from(requeued)
+            && shared.live.load(Ordering::Relaxed) < config.contexts
+            && shared.waits_above(task.control.level())
+        {
+            // A more urgent request arrived while this worker was between tasks and found
+            // no task here to ask: this one yields at its first safe point.
+            task.control.preempt.store(true, Ordering::Relaxed);
+        }
 
         let began = Instant::now();
         let ended = run(&mut task, me, stack, config.stack_bytes);
