@@ -20,6 +20,7 @@ fn service(node: &Node, workers: usize, policy: Policy) -> TxService {
             contexts: 64,
             stack_bytes: 256 * 1024,
             policy,
+            ..ServiceConfig::default()
         },
     )
     .expect("a valid configuration")

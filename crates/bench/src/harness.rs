@@ -878,12 +878,18 @@ mod tests {
             assert_eq!(open.sched, sched.name());
             assert!(open.requests > 200, "{what}: {} requests", open.requests);
             assert_eq!(r.committed, open.requests, "{what}: every request ended");
-            // Every priority of table 6.1 arrived and has a turnaround.
+            // Every priority of table 6.1 arrived and has a turnaround, of which its
+            // execution (start to end) is a part.
             for level in ["1", "2", "3", "4", "5"] {
                 let t = &open.turnaround_us[level];
                 assert!(
                     t.count > 0 && t.mean > 0.0 && t.p99 >= t.p50,
                     "{what}: {level}: {t:?}"
+                );
+                let e = &open.execution_us[level];
+                assert!(
+                    e.count == t.count && e.mean > 0.0 && e.mean <= t.mean,
+                    "{what}: {level}: execution {e:?}, turnaround {t:?}"
                 );
             }
         }

@@ -56,6 +56,10 @@ pub struct SchedReport {
     pub context_pool_busy: f64,
     /// Turnaround per priority (`"1"` lowest to `"5"`).
     pub turnaround_us: BTreeMap<String, Turnaround>,
+    /// Start to end per priority: running, aborted attempts and time preempted, not the wait
+    /// to start (for the highest priority, never preempted, its own execution: no policy can
+    /// bring its turnaround below this).
+    pub execution_us: BTreeMap<String, Turnaround>,
     /// Reaction time per priority: from the arrival of a request that found every worker
     /// running less urgent work (and nothing as urgent waiting) until it started.
     pub reaction_us: BTreeMap<String, Turnaround>,
@@ -165,6 +169,7 @@ pub(crate) fn run(
     let mut tallies: Vec<Tally> = workload.profiles().iter().map(|_| Tally::new()).collect();
     let mut turnaround: BTreeMap<u8, Histogram<u64>> = BTreeMap::new();
     let mut reaction: BTreeMap<u8, Histogram<u64>> = BTreeMap::new();
+    let mut execution: BTreeMap<u8, Histogram<u64>> = BTreeMap::new();
     let histogram = || Histogram::new_with_bounds(1, 600_000_000_000, 3).expect("bounds");
     let requests = pending.len() as u64;
     let mut failure = None;
@@ -185,6 +190,10 @@ pub(crate) fn run(
             .entry(p.level)
             .or_insert_with(histogram)
             .saturating_record(ns(timing.turnaround()));
+        execution
+            .entry(p.level)
+            .or_insert_with(histogram)
+            .saturating_record(ns(timing.ended.duration_since(timing.started)));
         if timing.needed_preemption {
             reaction
                 .entry(p.level)
@@ -212,6 +221,7 @@ pub(crate) fn run(
             context_pool_busy: stats.iter().map(|s| s.contexts_seen).sum::<u64>() as f64
                 / (requests.max(1) * cfg.contexts as u64) as f64,
             turnaround_us: summarize(&turnaround),
+            execution_us: summarize(&execution),
             reaction_us: summarize(&reaction),
             preemptions: stats.iter().map(|s| s.preemptions).sum(),
             migrations: stats.iter().map(|s| s.migrations).sum(),

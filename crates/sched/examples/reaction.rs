@@ -31,6 +31,7 @@ fn main() {
         contexts: 1024,
         stack_bytes: 64 * 1024,
         policy: Policy::Preemptive,
+        ..ServiceConfig::default()
     }) {
         Ok(s) => s,
         Err(e) => {

@@ -18,7 +18,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, Thread};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use corosensei::stack::DefaultStack;
 use crossbeam_queue::SegQueue;
@@ -43,6 +43,10 @@ pub struct ServiceConfig {
     pub stack_bytes: usize,
     /// When running transactions give way to more urgent requests.
     pub policy: Policy,
+    /// How long a worker with nothing to do spins, watching for requests, before it parks.
+    /// A parked worker takes tens of microseconds to wake, more than most transactions take:
+    /// spinning longer trades idle CPU for the latency of requests that arrive after a lull.
+    pub idle_spin: Duration,
 }
 
 impl Default for ServiceConfig {
@@ -53,6 +57,7 @@ impl Default for ServiceConfig {
             contexts: 256,
             stack_bytes: 256 * 1024,
             policy: Policy::None,
+            idle_spin: Duration::from_millis(1),
         }
     }
 }
@@ -122,7 +127,7 @@ pub(crate) struct Shared {
     pub(crate) waiting: Vec<AtomicU32>,
     /// Contexts in use (started tasks not ended). Changed by workers under the state lock.
     pub(crate) live: AtomicUsize,
-    /// Workers spinning for a moment before they park (see `worker::IDLE_SPIN`).
+    /// Workers spinning for a moment before they park (see [`ServiceConfig::idle_spin`]).
     pub(crate) spinning: AtomicUsize,
     /// Requests and preempted transactions queued so far: a spinning worker watches it.
     pub(crate) pushes: AtomicU64,
@@ -190,6 +195,12 @@ impl TxService {
             return Err(ServiceError::Config(format!(
                 "a context's stack must be 16 KiB to 64 MiB, not {} bytes",
                 config.stack_bytes
+            )));
+        }
+        if config.idle_spin > Duration::from_secs(1) {
+            return Err(ServiceError::Config(format!(
+                "idle_spin must be at most 1 s, not {:?}",
+                config.idle_spin
             )));
         }
         if config.policy.cmax() == Some(0) {

@@ -212,15 +212,14 @@ fn park(shared: &Shared, slot: &WorkerSlot, seen: u64) {
     }
 }
 
-/// How long an idle worker spins before it sleeps.
-const IDLE_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
-
-/// Spins until something is queued after `seen` pushes, or `IDLE_SPIN` passes. Gives the CPU
-/// to other threads now and then (the machine may have fewer cores than threads).
+/// Spins until something is queued after `seen` pushes, or the service's idle spin passes.
+/// Gives the CPU to other threads now and then (the machine may have fewer cores than
+/// threads).
 fn spin_until_pushed(shared: &Shared, seen: u64) {
     let start = Instant::now();
     let mut spins = 0u32;
-    while shared.pushes.load(Ordering::Acquire) == seen && start.elapsed() < IDLE_SPIN {
+    while shared.pushes.load(Ordering::Acquire) == seen && start.elapsed() < shared.config.idle_spin
+    {
         spins += 1;
         if spins.is_multiple_of(64) {
             std::thread::yield_now();

@@ -14,6 +14,7 @@ fn service(workers: usize, contexts: usize, policy: Policy) -> TxService {
         contexts,
         stack_bytes: 128 * 1024,
         policy,
+        ..ServiceConfig::default()
     })
     .expect("a valid configuration")
 }
@@ -275,6 +276,13 @@ fn bad_levels_and_configurations_are_refused() {
     assert!(matches!(
         bad(ServiceConfig {
             stack_bytes: 10,
+            ..ok.clone()
+        }),
+        ServiceError::Config(_)
+    ));
+    assert!(matches!(
+        bad(ServiceConfig {
+            idle_spin: Duration::from_secs(2),
             ..ok.clone()
         }),
         ServiceError::Config(_)
