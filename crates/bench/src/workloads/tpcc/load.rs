@@ -93,9 +93,9 @@ pub(super) fn load(t: &Tpcc, node: &Node) -> Result<(), TxError> {
             k.warehouse(w),
             Warehouse {
                 tax_bp: rng.random_range(0..=2000),
-                ytd: district_ytd * i64::from(DISTRICTS),
             },
         )?;
+        l.create(k.warehouse_ytd(w), district_ytd * i64::from(DISTRICTS))?;
         for i in 1..=s.items {
             let stock = Stock {
                 quantity: rng.random_range(10..=100),
@@ -111,10 +111,10 @@ pub(super) fn load(t: &Tpcc, node: &Node) -> Result<(), TxError> {
                 k.district(w, d),
                 District {
                     tax_bp: rng.random_range(0..=2000),
-                    ytd: district_ytd,
                     next_o_id: s.orders + 1,
                 },
             )?;
+            l.create(k.district_ytd(w, d), district_ytd)?;
             l.create(k.delivery_cursor(w, d), first_new)?;
             for c in 1..=s.customers {
                 let customer = Customer {

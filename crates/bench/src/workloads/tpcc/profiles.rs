@@ -144,8 +144,8 @@ fn payment_body(tx: &mut Tx<'_>, a: &PaymentArgs) -> Result<(), TxError> {
         worker,
         seq,
     } = *a;
-    tx.modify(&k.warehouse(w), |row| row.ytd += amount)?;
-    tx.modify(&k.district(w, d), |row| row.ytd += amount)?;
+    tx.modify(&k.warehouse_ytd(w), |ytd| *ytd += amount)?;
+    tx.modify(&k.district_ytd(w, d), |ytd| *ytd += amount)?;
     tx.modify(&k.customer(c_w, c_d, c), |row| {
         row.balance -= amount;
         row.ytd_payment += amount;
