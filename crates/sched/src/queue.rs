@@ -104,8 +104,12 @@ impl<T> PriorityQueue<T> {
         (bits != 0).then(|| (64 - bits.leading_zeros()) as Level)
     }
 
-    /// Whether something above `level` waits (a transaction running at `level` should yield
-    /// at its next safe point).
+    /// The highest level with a preempted transaction waiting.
+    pub fn highest_active(&self) -> Option<Level> {
+        (self.active_bits != 0).then(|| (64 - self.active_bits.leading_zeros()) as Level)
+    }
+
+    /// Whether something above `level` waits.
     pub fn waits_above(&self, level: Level) -> bool {
         self.highest().is_some_and(|h| h > level)
     }
@@ -172,6 +176,7 @@ mod tests {
         q.push_active(3, "mid-preempted").unwrap();
         assert_eq!(q.highest(), Some(5));
         assert!(q.waits_above(4) && !q.waits_above(5));
+        assert_eq!(q.highest_active(), Some(3));
         assert_eq!(q.take(), Some((5, Taken::Start("urgent"))));
         assert_eq!(q.take(), Some((3, Taken::Resume("mid-preempted"))));
         assert_eq!(q.take(), Some((3, Taken::Start("mid-new"))));

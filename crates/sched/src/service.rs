@@ -132,6 +132,10 @@ pub(crate) struct Shared {
     /// Requests and preempted transactions queued so far: a spinning worker watches it.
     pub(crate) pushes: AtomicU64,
     pub(crate) closed: AtomicBool,
+    /// Requests that, when they arrived, found no worker idle and no task to ask to yield
+    /// (every worker was between tasks, or its task already asked): the next worker to start
+    /// a less urgent task has it yield at once, for one of them.
+    pub(crate) unserved: AtomicUsize,
     submitted: AtomicU64,
     contexts_seen: AtomicU64,
 }
@@ -148,6 +152,13 @@ impl Shared {
             }
         }
         false
+    }
+
+    /// Takes one unserved request to serve (see `unserved`), if one is left.
+    pub(crate) fn claim_unserved(&self) -> bool {
+        self.unserved
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// Whether a request or preempted transaction above `level` waits.
@@ -226,6 +237,7 @@ impl TxService {
             spinning: AtomicUsize::new(0),
             pushes: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            unserved: AtomicUsize::new(0),
             submitted: AtomicU64::new(0),
             contexts_seen: AtomicU64::new(0),
             config,
@@ -287,7 +299,12 @@ impl TxService {
         if shared.spinning.load(Ordering::Relaxed) > 0 || shared.unpark_one() {
             // A spinning worker takes it at once, or a woken one does.
         } else if shared.config.policy.preempts() && live < shared.config.contexts {
-            ask_to_yield(shared, level);
+            // Counted before the running tasks are read: a worker that starts one after this
+            // looked at its slot sees the count (the slot's lock orders the two).
+            shared.unserved.fetch_add(1, Ordering::SeqCst);
+            if ask_to_yield(shared, level) {
+                shared.claim_unserved();
+            }
         }
         Ok(ticket)
     }
@@ -313,8 +330,10 @@ impl TxService {
 impl Drop for TxService {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::SeqCst);
+        // Ends every idle spin now, and pairs with the fence of a worker going to park.
+        self.shared.pushes.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         for slot in &self.shared.slots {
-            slot.parked.store(false, Ordering::Relaxed);
             if let Some(t) = slot.thread.get() {
                 t.unpark();
             }
@@ -340,8 +359,8 @@ fn needs_preemption(shared: &Shared, level: Level) -> bool {
 
 /// Asks the least urgent preemptable running task below `level`, not asked already, to yield;
 /// among equals, one outside a non-preemptable region (a commit) first, since it can yield
-/// sooner.
-fn ask_to_yield(shared: &Shared, level: Level) {
+/// sooner. Answers whether it asked one.
+fn ask_to_yield(shared: &Shared, level: Level) -> bool {
     let mut victim: Option<(Level, bool, Arc<TaskControl>)> = None;
     for slot in &shared.slots {
         let running = slot.running.lock();
@@ -359,5 +378,7 @@ fn ask_to_yield(shared: &Shared, level: Level) {
     }
     if let Some((_, _, t)) = victim {
         t.preempt.store(true, Ordering::Release);
+        return true;
     }
+    false
 }

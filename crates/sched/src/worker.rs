@@ -68,26 +68,36 @@ pub(crate) fn worker(shared: &Shared, me: usize) {
     let slot = &shared.slots[me];
     let _ = slot.thread.set(std::thread::current());
     let mut spun = false;
-    // A task that just yielded: it waits only if something else can run now.
+    // A task that just yielded: it waits only if something more urgent can run now.
     let mut yielded: Option<Box<Task>> = None;
     loop {
         let mut state = shared.state.lock();
         let seen = shared.pushes.load(Ordering::Acquire);
         drain_inbox(shared, &mut state);
         let mut requeued = false;
-        let next = match (take_next(shared, &mut state), yielded.take()) {
-            (Some(next), Some(task)) => {
-                let level = task.control.level();
+        let next = match yielded.take() {
+            Some(task) if more_urgent_waits(shared, &state, task.control.level()) => {
+                // The request it yielded to runs first, even when the policy promotes it
+                // above that request: take that one, then put this one back.
+                let next = take_next(shared, &mut state);
+                state.stats.preemptions += 1;
+                let level = config
+                    .policy
+                    .after_preemption(&task.control, state.queue.levels());
                 // The level is one of the queue's: the task was submitted at one, and
                 // promotion stops at the highest.
                 let _ = state.queue.push_active(level, task);
                 shared.count_waiting(level, true);
                 requeued = true;
-                Some(next)
+                next
             }
-            // What asked it to yield was taken by another worker: it goes on at once.
-            (None, Some(task)) => Some(Taken::Resume(task)),
-            (next, None) => next,
+            Some(task) => {
+                // What asked it to yield was taken by another worker: it goes on at once,
+                // and that was no preemption.
+                task.control.preemptions.fetch_sub(1, Ordering::Relaxed);
+                Some(Taken::Resume(task))
+            }
+            None => take_next(shared, &mut state),
         };
         let Some(taken) = next else {
             let done = shared.closed.load(Ordering::Acquire)
@@ -122,19 +132,24 @@ pub(crate) fn worker(shared: &Shared, me: usize) {
             task.migrations += 1;
             state.stats.migrations += 1;
         }
+        let more_waits = !state.queue.is_empty();
         drop(state);
         if requeued {
-            // An idle worker may resume the transaction put back.
             shared.pushes.fetch_add(1, Ordering::Release);
+        }
+        if requeued || more_waits {
+            // An idle worker may take what is left (a submitter that found a worker
+            // spinning woke nobody, and that worker took only one request).
             fence(Ordering::SeqCst);
             shared.unpark_one();
         }
         task.control.preempt.store(false, Ordering::Relaxed);
         *slot.running.lock() = Some(task.control.clone());
         if config.policy.preempts()
-            && shared.pushes.load(Ordering::Acquire) != seen + u64::from(requeued)
+            && shared.unserved.load(Ordering::SeqCst) > 0
             && shared.live.load(Ordering::Relaxed) < config.contexts
             && shared.waits_above(task.control.level())
+            && shared.claim_unserved()
         {
             // A more urgent request arrived while this worker was between tasks and found
             // no task here to ask: this one yields at its first safe point.
@@ -156,15 +171,7 @@ pub(crate) fn worker(shared: &Shared, me: usize) {
                     state.stacks.push(stack);
                 }
             }
-            Ok(None) => {
-                state.stats.preemptions += 1;
-                config
-                    .policy
-                    .after_preemption(&task.control, state.queue.levels());
-                // The request it yielded to runs first, even when the policy promoted it
-                // above that request.
-                yielded = Some(task);
-            }
+            Ok(None) => yielded = Some(task),
             Err(e) => {
                 shared.live.fetch_sub(1, Ordering::Relaxed);
                 state.stats.completed += 1;
@@ -172,6 +179,17 @@ pub(crate) fn worker(shared: &Shared, me: usize) {
             }
         }
     }
+}
+
+/// Whether the queue holds something above `level` that this worker may take now (a request
+/// needs a free context).
+fn more_urgent_waits(shared: &Shared, state: &State, level: Level) -> bool {
+    let highest = if shared.live.load(Ordering::Relaxed) < shared.config.contexts {
+        state.queue.highest()
+    } else {
+        state.queue.highest_active()
+    };
+    highest.is_some_and(|h| h > level)
 }
 
 /// Moves submitted requests into the queue's standing lists.
@@ -201,15 +219,17 @@ fn take_next(shared: &Shared, state: &mut State) -> Option<Taken<Box<Task>>> {
 /// after `seen` pushes.
 fn park(shared: &Shared, slot: &WorkerSlot, seen: u64) {
     slot.parked.store(true, Ordering::Relaxed);
-    // Pairs with the fence of whoever queues something and then looks for a parked worker.
+    // Pairs with the fence of whoever queues something (or closes the service) and then looks
+    // for a parked worker.
     fence(Ordering::SeqCst);
     if shared.pushes.load(Ordering::Relaxed) != seen || shared.closed.load(Ordering::Relaxed) {
         slot.parked.store(false, Ordering::Relaxed);
         return;
     }
-    while slot.parked.load(Ordering::Acquire) {
+    while slot.parked.load(Ordering::Acquire) && !shared.closed.load(Ordering::Acquire) {
         std::thread::park();
     }
+    slot.parked.store(false, Ordering::Relaxed);
 }
 
 /// Spins until something is queued after `seen` pushes, or the service's idle spin passes.
