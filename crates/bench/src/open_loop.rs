@@ -20,8 +20,10 @@ use crate::Workload;
 
 /// Priority levels of the service (PRESTO's five).
 const LEVELS: u16 = 5;
-/// Arrivals closer than this to now are submitted at once rather than slept for.
-const SLEEP_SLACK: Duration = Duration::from_micros(100);
+/// The arrival thread sleeps until this long before an arrival, then spins to its time
+/// (yielding its core to any thread that wants it): a sleep overshoots by the timer slack
+/// (tens of microseconds), which would bunch arrivals into bursts.
+const SLEEP_SLACK: Duration = Duration::from_micros(200);
 
 /// Turnaround of the requests of one priority, in microseconds.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -121,7 +123,11 @@ pub(crate) fn run(
     while next < cfg.duration {
         let now = start.elapsed();
         if next > now + SLEEP_SLACK {
-            std::thread::sleep(next - now);
+            std::thread::sleep(next - now - SLEEP_SLACK);
+        }
+        while start.elapsed() < next {
+            // Other threads (the worker's, the runtime's) may need this core meanwhile.
+            std::thread::yield_now();
         }
         let Some((profile, level)) = workload.next_request(&mut rng) else {
             return Err(BenchError::Config(format!(
