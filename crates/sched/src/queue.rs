@@ -4,7 +4,7 @@
 //! from the highest non-empty level, the active list first (a preempted transaction holds a
 //! context and has done work already). Two bitmaps, one bit per level, find that level with
 //! one leading-zeros count, so a worker can also ask at once whether anything more urgent than
-//! what it runs is waiting (its cue to preempt).
+//! a transaction that just yielded is waiting (whether it goes back or carries on).
 
 use std::collections::VecDeque;
 

@@ -46,6 +46,7 @@ pub struct ServiceConfig {
     /// How long a worker with nothing to do spins, watching for requests, before it parks.
     /// A parked worker takes tens of microseconds to wake, more than most transactions take:
     /// spinning longer trades idle CPU for the latency of requests that arrive after a lull.
+    /// At most 1 s.
     pub idle_spin: Duration,
 }
 
@@ -129,7 +130,8 @@ pub(crate) struct Shared {
     pub(crate) live: AtomicUsize,
     /// Workers spinning for a moment before they park (see [`ServiceConfig::idle_spin`]).
     pub(crate) spinning: AtomicUsize,
-    /// Requests and preempted transactions queued so far: a spinning worker watches it.
+    /// Requests and preempted transactions queued so far (and one more at shutdown): spinning
+    /// and parking workers watch it for work queued since they last looked.
     pub(crate) pushes: AtomicU64,
     pub(crate) closed: AtomicBool,
     /// Requests that, when they arrived, found no worker idle and no task to ask to yield

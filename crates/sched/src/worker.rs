@@ -132,12 +132,13 @@ pub(crate) fn worker(shared: &Shared, me: usize) {
             task.migrations += 1;
             state.stats.migrations += 1;
         }
+        // (A transaction put back is in the queue too.)
         let more_waits = !state.queue.is_empty();
         drop(state);
         if requeued {
             shared.pushes.fetch_add(1, Ordering::Release);
         }
-        if requeued || more_waits {
+        if more_waits {
             // An idle worker may take what is left (a submitter that found a worker
             // spinning woke nobody, and that worker took only one request).
             fence(Ordering::SeqCst);
