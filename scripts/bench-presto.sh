@@ -4,7 +4,7 @@
 # priority (table 6.1), on one worker (the arrivals take the machine's other core); RUNS times
 # (default 3) each policy, the policies interleaved. Prints a Markdown table of medians for
 # docs/BENCHMARKS.md with the targets, and draws the figures into docs/figures/presto.
-# Usage: scripts/bench-presto.sh [RUNS] [RATE]
+# Usage: [KEEP=DIR] scripts/bench-presto.sh [RUNS] [RATE] (KEEP: where to copy the runs' JSON)
 runs=${1:-3}
 rate=${2:-40000}
 # shellcheck source=scripts/lib.sh
@@ -29,8 +29,8 @@ levels = ["1", "2", "3", "4", "5"]
 def m(n, f):
     return med(f(r) for r in rs[n])
 print(f"`atomos bench {common.replace(' --quiet', '')} --sched ...`, medians of {runs} runs:\n")
-print("| policy | mean turnaround per priority 1 / 2 / 3 / 4 / 5 (us) | p99 turnaround 1 / 2 / 3 / 4 / 5 (us) | mean execution 4 / 5 (us) | reaction p50 / p99 at priority 5 (us) | preemptions | workers busy | context pool busy | checks |")
-print("| --- | --- | --- | --- | --- | ---: | ---: | ---: | --- |")
+print("| policy | mean turnaround per priority 1 / 2 / 3 / 4 / 5 (us) | p99 turnaround 1 / 2 / 3 / 4 / 5 (us) | mean execution 4 / 5 (us) | mean running 1 / 2 / 3 / 4 / 5 (us) | reaction p50 / p99 at priority 5 (us) | preemptions | workers busy | context pool busy | checks |")
+print("| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | --- |")
 for n in names:
     mean = " / ".join(f"{m(n, lambda r: r['turnaround_us'][l]['mean']):,.0f}" for l in levels)
     p99 = " / ".join(f"{m(n, lambda r: r['turnaround_us'][l]['p99']):,.0f}" for l in levels)
@@ -38,7 +38,8 @@ for n in names:
     ok = "ok" if all(r["invariant_ok"] for r in rs[n]) else "VIOLATED"
     label = n if n in ("none", "preemptive") else f"{n} (C_max 4)"
     execution = " / ".join(f"{m(n, lambda r: r['execution_us'][l]['mean']):,.1f}" for l in ["4", "5"])
-    print(f"| {label} | {mean} | {p99} | {execution} | {react} | {m(n, lambda r: r['preemptions']):,.0f} | "
+    running = " / ".join(f"{m(n, lambda r: r['running_us'][l]['mean']):,.1f}" for l in levels)
+    print(f"| {label} | {mean} | {p99} | {execution} | {running} | {react} | {m(n, lambda r: r['preemptions']):,.0f} | "
           f"{m(n, lambda r: r['utilization']):.2f} | {m(n, lambda r: r['context_pool_busy']):.3f} | {ok} |")
 print()
 base = {l: m("none", lambda r: r["turnaround_us"][l]["mean"]) for l in levels}
@@ -51,5 +52,6 @@ for n in names[1:]:
         f"execution bounds its saving at {100 * (m(n, lambda r: r['execution_us']['5']['mean']) / base['5'] - 1):+.0f}%")
 PY
 mkdir -p docs/figures/presto
+if [ -n "${KEEP:-}" ]; then cp "$out"/*.json "$KEEP"/; fi
 $bin report "$out"/*.json --out docs/figures/presto >/dev/null
 echo "figures: docs/figures/presto"

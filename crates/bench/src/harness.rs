@@ -891,6 +891,11 @@ mod tests {
                     e.count == t.count && e.mean > 0.0 && e.mean <= t.mean,
                     "{what}: {level}: execution {e:?}, turnaround {t:?}"
                 );
+                let running = &open.running_us[level];
+                assert!(
+                    running.count == t.count && running.mean > 0.0 && running.mean <= e.mean,
+                    "{what}: {level}: running {running:?}, execution {e:?}"
+                );
             }
         }
         let refused = |cfg: BenchConfig| run(&cfg).expect_err("refused");

@@ -62,6 +62,9 @@ pub struct SchedReport {
     /// to start (for the highest priority, never preempted, its own execution: no policy can
     /// bring its turnaround below this).
     pub execution_us: BTreeMap<String, Turnaround>,
+    /// Time on a worker per priority, over all of a request's runs (its execution without
+    /// the time it spent preempted): against `none`, what preemption added to the work itself.
+    pub running_us: BTreeMap<String, Turnaround>,
     /// Reaction time per priority: from the arrival of a request that found every worker
     /// running less urgent work (and nothing as urgent waiting) until it started.
     pub reaction_us: BTreeMap<String, Turnaround>,
@@ -176,6 +179,7 @@ pub(crate) fn run(
     let mut turnaround: BTreeMap<u8, Histogram<u64>> = BTreeMap::new();
     let mut reaction: BTreeMap<u8, Histogram<u64>> = BTreeMap::new();
     let mut execution: BTreeMap<u8, Histogram<u64>> = BTreeMap::new();
+    let mut running: BTreeMap<u8, Histogram<u64>> = BTreeMap::new();
     let histogram = || Histogram::new_with_bounds(1, 600_000_000_000, 3).expect("bounds");
     let requests = pending.len() as u64;
     let mut failure = None;
@@ -200,6 +204,10 @@ pub(crate) fn run(
             .entry(p.level)
             .or_insert_with(histogram)
             .saturating_record(ns(timing.ended.duration_since(timing.started)));
+        running
+            .entry(p.level)
+            .or_insert_with(histogram)
+            .saturating_record(ns(timing.running));
         if timing.needed_preemption {
             reaction
                 .entry(p.level)
@@ -228,6 +236,7 @@ pub(crate) fn run(
                 / (requests.max(1) * cfg.contexts as u64) as f64,
             turnaround_us: summarize(&turnaround),
             execution_us: summarize(&execution),
+            running_us: summarize(&running),
             reaction_us: summarize(&reaction),
             preemptions: stats.iter().map(|s| s.preemptions).sum(),
             migrations: stats.iter().map(|s| s.migrations).sum(),

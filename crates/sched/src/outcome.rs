@@ -17,6 +17,9 @@ pub struct Timing {
     pub started: Instant,
     /// When it ended.
     pub ended: Instant,
+    /// Time it spent running on a worker, over all its runs: its execution without the time
+    /// it spent preempted.
+    pub running: Duration,
     /// Times it was suspended for a more urgent request.
     pub preemptions: u32,
     /// The level it ended at (above the one it was submitted at if the policy promoted it).

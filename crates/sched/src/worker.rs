@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult};
@@ -23,6 +23,8 @@ pub(crate) struct Task {
     outcome: Arc<dyn Outcome>,
     submitted: Instant,
     started: Option<Instant>,
+    /// Time it has run on workers so far.
+    running: Duration,
     /// The worker it last ran on.
     worker: Option<usize>,
     migrations: u32,
@@ -55,6 +57,7 @@ impl Task {
             outcome,
             submitted,
             started: None,
+            running: Duration::ZERO,
             worker: None,
             migrations: 0,
             needed_preemption,
@@ -277,7 +280,10 @@ fn run(
     };
     task.worker = Some(me);
     set_current(Arc::as_ptr(&task.control));
+    let resumed = Instant::now();
     let result = context.0.resume(());
+    let ended = Instant::now();
+    task.running += ended.duration_since(resumed);
     set_current(std::ptr::null());
     match result {
         CoroutineResult::Yield(()) => Ok(None),
@@ -286,7 +292,8 @@ fn run(
             task.outcome.complete(Timing {
                 submitted: task.submitted,
                 started: task.started.unwrap_or(task.submitted),
-                ended: Instant::now(),
+                ended,
+                running: task.running,
                 preemptions: task.control.preemptions.load(Ordering::Relaxed),
                 level: task.control.level(),
                 migrations: task.migrations,

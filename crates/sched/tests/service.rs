@@ -67,9 +67,16 @@ fn a_long_low_priority_task_is_preempted_by_an_urgent_one_and_ends_later() {
     let (running, stop) = (Flag::default(), Flag::default());
     let low = spinner(&s, 1, &running, &stop);
     running.wait();
-    let urgent = s.submit(5, || 42).expect("submitted");
+    let pause = Duration::from_millis(5);
+    let urgent = s
+        .submit(5, move || {
+            std::thread::sleep(pause);
+            42
+        })
+        .expect("submitted");
     let (answer, urgent_timing) = urgent.wait().expect("ran");
     assert_eq!(answer, 42);
+    assert!(urgent_timing.running >= pause);
     assert!(
         !low.is_done(),
         "the low task was still running when the urgent one ended"
@@ -78,6 +85,9 @@ fn a_long_low_priority_task_is_preempted_by_an_urgent_one_and_ends_later() {
     let (_, low_timing) = low.wait().expect("ran");
     assert_eq!(low_timing.preemptions, 1);
     assert!(urgent_timing.ended < low_timing.ended);
+    // Its time on the worker leaves out the time it spent preempted.
+    let execution = low_timing.ended.duration_since(low_timing.started);
+    assert!(low_timing.running + pause <= execution);
     assert_eq!(s.stats().preemptions, 1);
 }
 
