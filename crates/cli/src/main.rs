@@ -242,7 +242,8 @@ struct BenchArgs {
     batch: usize,
     /// Open loop (tpcc): requests arrive as a Poisson process at this many per second and
     /// run on each node's transaction service with --threads workers, each at its profile's
-    /// priority; the report gives turnaround_us, execution_us and reaction_us per priority.
+    /// priority; the report gives turnaround_us, execution_us, running_us and reaction_us per
+    /// priority.
     #[arg(long)]
     arrival_rate: Option<f64>,
     /// Open loop: the transaction service's policy: none (run to completion), preemptive,
