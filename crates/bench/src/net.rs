@@ -1,10 +1,12 @@
 //! `atomos bench net`: the cost of the network layer between two nodes on loopback.
 //!
-//! Three phases, each a third of the duration, in one process on one tokio runtime:
-//! 1. a plain TCP ping-pong of `message_bytes` (no framing, no handshake): the floor;
-//! 2. request/response round trips through the TCP transport and the request layer, one
+//! Four phases, each a quarter of the duration, in one process:
+//! 1. a blocking TCP ping-pong of `message_bytes` (`std::net`, `TCP_NODELAY`, one thread each
+//!    side, no runtime): the limit a round trip through a runtime can approach;
+//! 2. the same ping-pong on plain tokio sockets (no framing, no handshake);
+//! 3. request/response round trips through the TCP transport and the request layer, one
 //!    request outstanding;
-//! 3. one-way messages of `message_bytes` payload, sent as fast as the sender can, counted as
+//! 4. one-way messages of `message_bytes` payload, sent as fast as the sender can, counted as
 //!    they reach the receiver's inbox.
 
 use std::net::SocketAddr;
@@ -24,7 +26,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// Settings of a network benchmark.
 #[derive(Clone, Debug)]
 pub struct NetBenchConfig {
-    /// Total time; each of the three phases gets a third.
+    /// Total time; each of the four phases gets a quarter.
     pub duration: Duration,
     /// Payload bytes per message.
     pub message_bytes: usize,
@@ -49,9 +51,15 @@ pub struct NetReport {
     pub rtt_p99_us: f64,
     /// Round trips measured.
     pub rtt_samples: u64,
-    /// Plain TCP ping-pong round trip, median.
+    /// Blocking-socket TCP ping-pong round trip (one thread each side, no runtime), median.
+    pub blocking_tcp_rtt_p50_us: f64,
+    /// Blocking-socket TCP ping-pong round trip, 99th percentile.
+    pub blocking_tcp_rtt_p99_us: f64,
+    /// Request/response median over the blocking ping-pong's median.
+    pub rtt_over_blocking: f64,
+    /// Plain tokio TCP ping-pong round trip, median.
     pub raw_tcp_rtt_p50_us: f64,
-    /// Plain TCP ping-pong round trip, 99th percentile.
+    /// Plain tokio TCP ping-pong round trip, 99th percentile.
     pub raw_tcp_rtt_p99_us: f64,
     /// One-way messages received per second.
     pub oneway_msgs_per_s: f64,
@@ -63,10 +71,13 @@ impl NetReport {
     /// One line for people.
     pub fn summary(&self) -> String {
         format!(
-            "net: request/response p50 {:.1} us, p99 {:.1} us ({} round trips); raw TCP p50 {:.1} us, p99 {:.1} us; one-way {:.0} msgs/s of {} bytes",
+            "net: request/response p50 {:.1} us, p99 {:.1} us ({} round trips), {:.1}x the blocking-socket p50 of {:.1} us (p99 {:.1} us); tokio TCP p50 {:.1} us, p99 {:.1} us; one-way {:.0} msgs/s of {} bytes",
             self.rtt_p50_us,
             self.rtt_p99_us,
             self.rtt_samples,
+            self.rtt_over_blocking,
+            self.blocking_tcp_rtt_p50_us,
+            self.blocking_tcp_rtt_p99_us,
             self.raw_tcp_rtt_p50_us,
             self.raw_tcp_rtt_p99_us,
             self.oneway_msgs_per_s,
@@ -98,11 +109,17 @@ pub fn run(cfg: &NetBenchConfig) -> Result<NetReport, String> {
             cfg.message_bytes
         ));
     }
-    crate::network_runtime()?.block_on(run_phases(cfg))
+    let phase = cfg.duration / 4;
+    let blocking = blocking_tcp_ping_pong(phase, cfg.message_bytes)
+        .map_err(|e| format!("blocking TCP phase: {e}"))?;
+    crate::network_runtime()?.block_on(run_phases(cfg, phase, blocking))
 }
 
-async fn run_phases(cfg: &NetBenchConfig) -> Result<NetReport, String> {
-    let phase = cfg.duration / 3;
+async fn run_phases(
+    cfg: &NetBenchConfig,
+    phase: Duration,
+    blocking: Histogram<u64>,
+) -> Result<NetReport, String> {
     let raw = raw_tcp_ping_pong(phase, cfg.message_bytes)
         .await
         .map_err(|e| format!("raw TCP phase: {e}"))?;
@@ -128,6 +145,9 @@ async fn run_phases(cfg: &NetBenchConfig) -> Result<NetReport, String> {
         rtt_p50_us: us(&rtt, 0.5),
         rtt_p99_us: us(&rtt, 0.99),
         rtt_samples: rtt.len(),
+        blocking_tcp_rtt_p50_us: us(&blocking, 0.5),
+        blocking_tcp_rtt_p99_us: us(&blocking, 0.99),
+        rtt_over_blocking: us(&rtt, 0.5) / us(&blocking, 0.5).max(0.001),
         raw_tcp_rtt_p50_us: us(&raw, 0.5),
         raw_tcp_rtt_p99_us: us(&raw, 0.99),
         oneway_msgs_per_s: oneway,
@@ -138,6 +158,39 @@ async fn run_phases(cfg: &NetBenchConfig) -> Result<NetReport, String> {
 fn histogram() -> Histogram<u64> {
     // Nanoseconds, up to 100 s, 3 significant digits.
     Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Ping-pong on blocking sockets: the echo side on a thread of its own, the timing side on the
+/// calling thread. Each side sleeps in the kernel until its data arrives, so this is the round
+/// trip of the loopback stack and two thread wake-ups, with no runtime in between.
+fn blocking_tcp_ping_pong(phase: Duration, size: usize) -> std::io::Result<Histogram<u64>> {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; size];
+        while s.read_exact(&mut buf).is_ok() {
+            s.write_all(&buf)?;
+        }
+        Ok(())
+    });
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    let mut buf = vec![7u8; size];
+    let mut h = histogram();
+    let end = Instant::now() + phase;
+    while Instant::now() < end {
+        let t = Instant::now();
+        s.write_all(&buf)?;
+        s.read_exact(&mut buf)?;
+        let _ = h.record(t.elapsed().as_nanos() as u64);
+    }
+    drop(s);
+    echo.join()
+        .map_err(|_| std::io::Error::other("the echo thread panicked"))??;
+    Ok(h)
 }
 
 async fn raw_tcp_ping_pong(phase: Duration, size: usize) -> std::io::Result<Histogram<u64>> {
@@ -295,4 +348,42 @@ async fn one_way(
         (end_count - start_count) as f64 / elapsed.as_secs_f64(),
         waits,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_phase_measures_and_bad_settings_are_refused() {
+        let cfg = NetBenchConfig {
+            duration: Duration::from_millis(400),
+            message_bytes: 64,
+            link_delay: Duration::ZERO,
+        };
+        let r = run(&cfg).expect("ran");
+        assert!(
+            r.blocking_tcp_rtt_p50_us > 0.0
+                && r.blocking_tcp_rtt_p99_us >= r.blocking_tcp_rtt_p50_us
+        );
+        assert!(r.raw_tcp_rtt_p50_us > 0.0 && r.rtt_p50_us > 0.0 && r.rtt_samples > 0);
+        assert!((r.rtt_over_blocking - r.rtt_p50_us / r.blocking_tcp_rtt_p50_us).abs() < 1e-9);
+        assert!(r.oneway_msgs_per_s > 0.0);
+        for bad in [
+            NetBenchConfig {
+                duration: Duration::ZERO,
+                ..cfg.clone()
+            },
+            NetBenchConfig {
+                message_bytes: 0,
+                ..cfg.clone()
+            },
+            NetBenchConfig {
+                message_bytes: MAX_MESSAGE_BYTES + 1,
+                ..cfg
+            },
+        ] {
+            assert!(run(&bad).is_err());
+        }
+    }
 }
