@@ -12,6 +12,7 @@
 //! log_level = "info"        # error | warn | info | debug | trace
 //! metrics = "9401"         # off unless set; a port alone is 127.0.0.1
 //! max_frame_bytes = 16777216
+//! busy_poll_us = 200        # after network activity, keep a worker awake this long (0: never)
 //! order = false             # run an order-layer replica among all members
 //! order_fsync = "batch"     # batch | never | 10ms
 //! order_load_clients = 0    # generated order load (tests, demos)
@@ -32,7 +33,8 @@
 //!
 //! Environment variables: `ATOMOS_CLUSTER`, `ATOMOS_NODE_ID`, `ATOMOS_LISTEN`,
 //! `ATOMOS_DATA_DIR`, `ATOMOS_SECRET`, `ATOMOS_PROTOCOL`, `ATOMOS_CONTENTION`,
-//! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, `ATOMOS_ORDER`,
+//! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, `ATOMOS_BUSY_POLL_US`,
+//! `ATOMOS_ORDER`,
 //! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, `ATOMOS_ORDER_SNAPSHOT_EVERY`,
 //! `ATOMOS_BANK_LOAD_THREADS`, `ATOMOS_COMMIT_TIMEOUT_MS`, `ATOMOS_ORDER_REJOIN`,
 //! `ATOMOS_OSS_COMMIT`, `ATOMOS_OSS_DOMAINS` (prefixes separated by commas), and
@@ -43,6 +45,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::time::Duration;
 
 use crate::disk::FsyncPolicy;
 use atomos_core::ContentionPolicy;
@@ -104,6 +107,7 @@ struct FileConfig {
     log_level: Option<String>,
     metrics: Option<String>,
     max_frame_bytes: Option<usize>,
+    busy_poll_us: Option<u64>,
     order: Option<bool>,
     order_fsync: Option<String>,
     order_load_clients: Option<usize>,
@@ -174,6 +178,9 @@ pub struct NodeSettings {
     pub metrics: Option<SocketAddr>,
     /// Largest frame accepted from a peer.
     pub max_frame_bytes: usize,
+    /// How long the transport busy-polls after network activity (see
+    /// `atomos_net::tcp::TcpConfig::busy_poll`); zero: never.
+    pub busy_poll: Duration,
     /// Run an order-layer replica (total order with optimistic delivery) among all members,
     /// its log in `data_dir/order.wal`.
     pub order: bool,
@@ -385,6 +392,22 @@ pub fn load(
         },
         None => 16 << 20,
     };
+    let busy_poll = match pick(
+        "ATOMOS_BUSY_POLL_US",
+        "busy_poll_us",
+        file.busy_poll_us.map(|n| n.to_string()),
+    ) {
+        Some((key, v)) => match v.trim().parse::<u64>() {
+            Ok(n) if n <= 1_000_000 => Duration::from_micros(n),
+            _ => {
+                return Err(invalid(
+                    &key,
+                    format!("{v:?} is not a number of microseconds from 0 to 1000000"),
+                ))
+            }
+        },
+        None => atomos_net::tcp::DEFAULT_BUSY_POLL,
+    };
     // A switch that defaults to off.
     let switch = |picked: Option<(String, String)>| match picked {
         Some((key, v)) => match v.trim() {
@@ -550,6 +573,7 @@ pub fn load(
         log_level,
         metrics,
         max_frame_bytes,
+        busy_poll,
         order,
         order_fsync,
         order_load_clients,

@@ -172,6 +172,7 @@ impl NodeRuntime {
         let members = settings.peers.iter().map(|p| (p.id, p.address)).collect();
         let mut cfg = TcpConfig::new(identity, members);
         cfg.max_frame = settings.max_frame_bytes;
+        cfg.busy_poll = settings.busy_poll;
         let (rpc, inbox) = Rpc::new();
         let transport = TcpTransport::bind(cfg, settings.listen, rpc.deliverer())
             .await

@@ -15,6 +15,7 @@ use tokio::time::{sleep_until, timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::busy_poll::BusyPoll;
 use super::{Link, LinkFrame, Reason, Shared};
 use crate::counters::connection_event;
 use crate::frame::Decoder;
@@ -137,6 +138,7 @@ where
 
     let (rd, wr) = opened.stream.into_split();
     let writer = tokio::spawn(write_loop(
+        shared.busy.clone(),
         link.clone(),
         wr,
         opened.sealer,
@@ -167,6 +169,7 @@ where
 }
 
 async fn write_loop(
+    busy: Arc<BusyPoll>,
     link: Arc<Link>,
     mut wr: OwnedWriteHalf,
     mut sealer: Sealer,
@@ -194,6 +197,7 @@ async fn write_loop(
                 written = wr.write_all(&sealed) => written?,
             }
             link.counters.sent_bytes.increment(sealed.len() as u64);
+            busy.touch();
             batch.clear();
             if batch.capacity() > 4 << 20 {
                 batch = Vec::with_capacity(64 << 10);
@@ -270,6 +274,7 @@ where
                 };
             }
             Ok(Ok(n)) => {
+                shared.busy.touch();
                 link.counters.received_bytes.increment(n as u64);
                 records.push(&buf[..n]);
             }
