@@ -12,7 +12,7 @@
 //! log_level = "info"        # error | warn | info | debug | trace
 //! metrics = "9401"         # off unless set; a port alone is 127.0.0.1
 //! max_frame_bytes = 16777216
-//! busy_poll_us = 200        # after network activity, keep a worker awake this long (0: never)
+//! busy_poll_us = 100        # after network activity, keep a worker awake this long (0: never)
 //! order = false             # run an order-layer replica among all members
 //! order_fsync = "batch"     # batch | never | 10ms
 //! order_load_clients = 0    # generated order load (tests, demos)
