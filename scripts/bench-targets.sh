@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
 # Runs the benchmark targets of the local engine RUNS times each (default 3, 5 s per run) and
-# prints a Markdown table of medians for docs/BENCHMARKS.md. Usage: scripts/bench-targets.sh [RUNS]
+# prints a Markdown table of medians for docs/BENCHMARKS.md. With TINYSTM set to a TinySTM
+# 1.0.5 checkout built with `make` and `make -C test`, each run of a workload is followed by
+# TinySTM's own program for it with the same parameters (2 threads, 5 s), and the table gains
+# TinySTM's median and the ratio. Usage: [TINYSTM=DIR] scripts/bench-targets.sh [RUNS]
 runs=${1:-3}
 # shellcheck source=scripts/lib.sh
 source "$(dirname "$0")/lib.sh"
 
+# name|atomos bench arguments|target tx/s|TinySTM's program and arguments (under test/)
 targets=(
-  "bank-transfers|bank --objects 1024 --read-ratio 0|3000000"
-  "bank-balance-all|bank --objects 1024 --read-ratio 0.2|900000"
-  "hashtable|hashtable --objects 4096 --read-ratio 0.8|6000000"
-  "skiplist|skiplist --objects 4096 --read-ratio 0.8|2000000"
-  "linkedlist|linkedlist --objects 256 --read-ratio 0.8|1000000"
-  "bst|bst --objects 4096 --read-ratio 0.8|2500000"
-  "bank-read-only|bank --objects 1024 --read-ratio 1|"
+  "bank-transfers|bank --objects 1024 --read-ratio 0|3000000|bank/bank -a 1024 -r 0 -w 0"
+  "bank-balance-all|bank --objects 1024 --read-ratio 0.2|900000|bank/bank -a 1024 -r 20 -w 0"
+  "hashtable|hashtable --objects 4096 --read-ratio 0.8|6000000|intset/intset-hs -i 4096 -r 8192 -u 20"
+  "skiplist|skiplist --objects 4096 --read-ratio 0.8|2000000|intset/intset-sl -i 4096 -r 8192 -u 20"
+  "linkedlist|linkedlist --objects 256 --read-ratio 0.8|1000000|intset/intset-ll -i 256 -r 512 -u 20"
+  "bst|bst --objects 4096 --read-ratio 0.8|2500000|intset/intset-rb -i 4096 -r 8192 -u 20"
+  "bank-read-only|bank --objects 1024 --read-ratio 1||"
 )
-run_settings "$runs" "" "--threads 2 --duration 5 --quiet" "${targets[@]}"
+for i in $(seq "$runs"); do
+  for t in "${targets[@]}"; do
+    IFS='|' read -r name args _ tiny <<<"$t"
+    # shellcheck disable=SC2086
+    $bin bench $args --threads 2 --duration 5 --quiet --json "$out/$name-$i.json" >/dev/null
+    if [ -n "${TINYSTM:-}" ] && [ -n "$tiny" ]; then
+      # shellcheck disable=SC2086
+      "$TINYSTM"/test/$tiny -n 2 -d 5000 | sed -n 's/^#txs *: [0-9]* (\([0-9.]*\) \/ s)/\1/p' >"$out/tinystm-$name-$i.txt"
+    fi
+  done
+done
 for i in $(seq "$runs"); do
   $bin bench footprint --objects 1000000 --json "$out/footprint-$i.json" >/dev/null
 done
@@ -24,16 +38,25 @@ import json, statistics, sys
 out, runs, targets = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def load(name):
     return [json.load(open(f"{out}/{name}-{i}.json")) for i in range(1, runs + 1)]
-print("| benchmark | command (`atomos bench ...`, `--threads 2 --duration 5`) | median tx/s | runs | target | abort rate | p50 / p99 latency (us) | read-only aborts | invariant |")
-print("| --- | --- | ---: | --- | ---: | ---: | --- | ---: | --- |")
+import os
+def tinystm(name):
+    files = [f"{out}/tinystm-{name}-{i}.txt" for i in range(1, runs + 1)]
+    if not all(os.path.exists(f) for f in files):
+        return None
+    return [float(open(f).read().split()[0]) for f in files]
+print("| benchmark | command (`atomos bench ...`, `--threads 2 --duration 5`) | median tx/s | runs | target | TinySTM median tx/s | ratio to TinySTM (target 0.8) | abort rate | p50 / p99 latency (us) | read-only aborts | invariant |")
+print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |")
 for t in targets:
-    name, args, target = t.split("|")
+    name, args, target, _ = t.split("|")
     rs = load(name)
     med = statistics.median(r["throughput_tps"] for r in rs)
     runs_s = ", ".join(f"{r['throughput_tps']/1e6:.2f}M" for r in rs)
     tgt = f"{int(target):,}" + (" met" if med >= int(target) else " **not met**") if target else "-"
     ro_aborts = sum(r["aborted"] for r in rs) if "read-ratio 1" in args else "-"
-    print(f"| {name} | `{args}` | {med:,.0f} | {runs_s} | {tgt} | "
+    tiny = tinystm(name)
+    tiny_s = f"{statistics.median(tiny):,.0f}" if tiny else "-"
+    ratio = f"{med / statistics.median(tiny):.2f}x" if tiny else "-"
+    print(f"| {name} | `{args}` | {med:,.0f} | {runs_s} | {tgt} | {tiny_s} | {ratio} | "
           f"{statistics.median(r['abort_rate'] for r in rs):.5f} | "
           f"{statistics.median(r['latency_us']['p50'] for r in rs):.2f} / {statistics.median(r['latency_us']['p99'] for r in rs):.2f} | "
           f"{ro_aborts} | {'ok' if all(r['invariant_ok'] for r in rs) else 'VIOLATED'} |")
