@@ -337,7 +337,7 @@ impl TxState {
     }
 
     /// Multi-version read at the snapshot: waits out a committer, never aborts.
-    #[inline]
+    #[inline(always)]
     fn read_snapshot(&mut self, engine: &Engine, cell: &Cell) -> Seen {
         let mut spins = 0u32;
         // A committer that holds the lock may be installing a version at or below our snapshot
@@ -847,7 +847,7 @@ impl<'e> Tx<'e> {
     }
 
     /// What the transaction sees of `cell`: its own buffered write, else the committed state.
-    #[inline]
+    #[inline(always)]
     fn see(&self, cell: &Cell) -> Result<Seen, Signal> {
         let st = self.st();
         if st.mode == Mode::ReadOnly {
