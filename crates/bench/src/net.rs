@@ -2,7 +2,8 @@
 //!
 //! Four phases, each a quarter of the duration, in one process:
 //! 1. a blocking TCP ping-pong of `message_bytes` (`std::net`, `TCP_NODELAY`, one thread each
-//!    side, no runtime): the limit a round trip through a runtime can approach;
+//!    side, no runtime): the baseline (on a machine where waking a sleeping thread is costly,
+//!    a transport that busy-polls goes below it);
 //! 2. the same ping-pong on plain tokio sockets (no framing, no handshake);
 //! 3. request/response round trips through the TCP transport and the request layer, one
 //!    request outstanding;
@@ -30,7 +31,7 @@ pub struct NetBenchConfig {
     pub duration: Duration,
     /// Payload bytes per message.
     pub message_bytes: usize,
-    /// Delay applied to every link of the two nodes (not to the raw TCP floor).
+    /// Delay applied to every link of the two nodes (not to the plain ping-pongs).
     pub link_delay: Duration,
 }
 
@@ -95,13 +96,19 @@ enum NetMsg {
 
 type Node = (Rpc<NetMsg>, Arc<TcpTransport<Envelope<NetMsg>>>);
 
+/// The shortest run: each phase needs time for some round trips.
+const MIN_DURATION: Duration = Duration::from_millis(40);
+
 /// The largest message the benchmark sends: well inside the transport's default frame limit.
 const MAX_MESSAGE_BYTES: usize = 8 << 20;
 
-/// Runs the three phases.
+/// Runs the four phases.
 pub fn run(cfg: &NetBenchConfig) -> Result<NetReport, String> {
-    if cfg.duration.is_zero() {
-        return Err("--duration must be positive".into());
+    if cfg.duration < MIN_DURATION {
+        return Err(format!(
+            "--duration must be at least {} ms",
+            MIN_DURATION.as_millis()
+        ));
     }
     if !(1..=MAX_MESSAGE_BYTES).contains(&cfg.message_bytes) {
         return Err(format!(
@@ -166,17 +173,18 @@ fn histogram() -> Histogram<u64> {
 fn blocking_tcp_ping_pong(phase: Duration, size: usize) -> std::io::Result<Histogram<u64>> {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?;
+    let mut s = std::net::TcpStream::connect(listener.local_addr()?)?;
+    // Accepted here, so that no thread is left waiting when connecting fails.
+    let (mut echoing, _) = listener.accept()?;
+    echoing.set_nodelay(true)?;
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
-        let (mut s, _) = listener.accept()?;
-        s.set_nodelay(true)?;
+        let s = &mut echoing;
         let mut buf = vec![0u8; size];
         while s.read_exact(&mut buf).is_ok() {
             s.write_all(&buf)?;
         }
         Ok(())
     });
-    let mut s = std::net::TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     let mut buf = vec![7u8; size];
     let mut h = histogram();
@@ -188,6 +196,9 @@ fn blocking_tcp_ping_pong(phase: Duration, size: usize) -> std::io::Result<Histo
         let _ = h.record(t.elapsed().as_nanos() as u64);
     }
     drop(s);
+    if h.is_empty() {
+        return Err(std::io::Error::other("no round trip within the phase"));
+    }
     echo.join()
         .map_err(|_| std::io::Error::other("the echo thread panicked"))??;
     Ok(h)

@@ -4,13 +4,15 @@
 //!
 //! Waking a thread that sleeps in the kernel costs tens of microseconds on a virtual machine
 //! (the idle virtual CPU halts, and the host has to schedule it again): on the machine this
-//! was measured on, a blocking-socket ping-pong took 80 us per round trip and a busy-polling one
-//! 7 us. A task that yields in a loop is never parked by tokio, and a worker with a yielded
-//! task polls the I/O driver without blocking before running it again, so readiness is seen
-//! at once. The window bounds what an idle node burns: the task stops yielding once nothing
-//! was read or written for that long, and waits for the next activity.
+//! was measured on, a blocking-socket ping-pong took about 80 us per round trip and a C
+//! program polling its sockets 7 us (docs/BENCHMARKS.md, "Network layer"). A worker with a
+//! yielded task is never parked by tokio: it polls the I/O driver without blocking (when no
+//! other worker holds the driver, blocked in `epoll_wait`) before running the task again, so
+//! readiness is usually seen by a running thread. The window bounds what an idle node burns:
+//! the task stops yielding once nothing was read or written for that long, and waits for the
+//! next activity.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,6 +55,9 @@ impl BusyPoll {
             return;
         }
         self.last.store(self.now(), Ordering::Relaxed);
+        // Pairs with the fence in `run`: either this sees the flag set, or `run` sees this
+        // activity.
+        fence(Ordering::SeqCst);
         if self.waiting.load(Ordering::Relaxed) && self.waiting.swap(false, Ordering::AcqRel) {
             self.wake.notify_one();
         }
@@ -64,7 +69,7 @@ impl BusyPoll {
 
     fn recent(&self) -> bool {
         let idle = self.now().saturating_sub(self.last.load(Ordering::Relaxed));
-        idle < self.window.as_nanos() as u64
+        idle < u64::try_from(self.window.as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// The spinning task: until `stop`, yields while there was recent activity and otherwise
@@ -80,8 +85,10 @@ impl BusyPoll {
                 }
                 tokio::task::yield_now().await;
             }
-            self.waiting.store(true, Ordering::SeqCst);
-            // Activity between the last check and the flag did not see it set: look again.
+            self.waiting.store(true, Ordering::Relaxed);
+            // Activity between the last check and the flag did not see it set: look again
+            // (pairs with the fence in `touch`).
+            fence(Ordering::SeqCst);
             if self.recent() {
                 self.waiting.store(false, Ordering::SeqCst);
                 continue;
