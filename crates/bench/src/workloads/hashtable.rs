@@ -1,5 +1,7 @@
 //! Bucketed hash table (HyflowCPP thesis 6.2.1.5): each bucket is a shared object.
 
+use std::sync::Arc;
+
 use atomos::{Key, Node, TRef, Tx, TxError};
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -8,10 +10,12 @@ use super::nesting::InnerOp;
 
 use super::set::IntSet;
 
-/// The hash-table set: `buckets` objects, each a small vector of values.
+/// The hash-table set: `buckets` objects, each a small vector of values. Clones share the
+/// buckets' references, and with them the cell each reference caches: a clone with references
+/// of its own would look every bucket up in the node's key table on each use.
 #[derive(Clone)]
 pub struct HashTable {
-    buckets: Vec<TRef<Vec<i64>>>,
+    buckets: Arc<[TRef<Vec<i64>>]>,
 }
 
 impl HashTable {
@@ -118,7 +122,7 @@ impl IntSet for HashTable {
     fn elements(&self, node: &Node) -> Result<Result<Vec<i64>, String>, TxError> {
         node.atomically_read(|tx| {
             let mut out = Vec::new();
-            for b in &self.buckets {
+            for b in self.buckets.iter() {
                 for &v in tx.read(b)? {
                     if !std::ptr::eq(self.bucket(v), b) {
                         return Ok(Err(format!("value {v} is in the wrong bucket")));
