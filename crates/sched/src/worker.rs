@@ -160,9 +160,9 @@ pub(crate) fn worker(shared: &Shared, me: usize) {
             task.control.preempt.store(true, Ordering::Relaxed);
         }
 
-        let began = Instant::now();
+        let ran_before = task.running;
         let ended = run(&mut task, me, stack, config.stack_bytes);
-        let busy = began.elapsed().as_nanos() as u64;
+        let busy = (task.running - ran_before).as_nanos() as u64;
 
         *slot.running.lock() = None;
         let mut state = shared.state.lock();

@@ -23,8 +23,7 @@
 //!   [`TcpConfig::accept_clients`] is off. A client's link lives as long as its connection:
 //!   sending to a client that is not connected fails with [`SendError::UnknownPeer`]. A client
 //!   runs [`TcpTransport::connect`]: it listens nowhere and dials every member.
-//! - **Busy polling**: for [`TcpConfig::busy_poll`] after the transport last sent, read or
-//!   wrote, one task keeps a runtime worker awake (see `busy_poll`), so an answer is picked up
+//! - **Busy polling**: for [`TcpConfig::busy_poll`] after the transport last read or wrote, one task keeps a runtime worker awake (see `busy_poll`), so an answer is picked up
 //!   without waking a sleeping thread.
 
 mod busy_poll;
@@ -91,7 +90,7 @@ pub struct TcpConfig {
     pub max_pending_handshakes: usize,
     /// Whether clients (ids with [`CLIENT_BIT`] set, holding the cluster secret) may connect.
     pub accept_clients: bool,
-    /// For this long after the transport last sent, read or wrote, one task keeps a runtime
+    /// For this long after the transport last read or wrote, one task keeps a runtime
     /// worker from sleeping, so the next message is seen at once (zero: never). This trades a
     /// core's time while messages flow for the cost of waking a sleeping thread per message.
     pub busy_poll: Duration,
@@ -326,7 +325,6 @@ where
         if wake {
             link.wake.notify_one();
         }
-        s.busy.touch();
         Ok(())
     }
 
