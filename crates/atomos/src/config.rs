@@ -13,6 +13,7 @@
 //! metrics = "9401"         # off unless set; a port alone is 127.0.0.1
 //! max_frame_bytes = 16777216
 //! busy_poll_us = 100        # after network activity, keep a worker awake this long (0: never)
+//! answer_poll_us = 500      # a thread waiting for a protocol's answer polls this long (0: never)
 //! order = false             # run an order-layer replica among all members
 //! order_fsync = "batch"     # batch | never | 10ms
 //! order_load_clients = 0    # generated order load (tests, demos)
@@ -34,7 +35,7 @@
 //! Environment variables: `ATOMOS_CLUSTER`, `ATOMOS_NODE_ID`, `ATOMOS_LISTEN`,
 //! `ATOMOS_DATA_DIR`, `ATOMOS_SECRET`, `ATOMOS_PROTOCOL`, `ATOMOS_CONTENTION`,
 //! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, `ATOMOS_BUSY_POLL_US`,
-//! `ATOMOS_ORDER`,
+//! `ATOMOS_ANSWER_POLL_US`, `ATOMOS_ORDER`,
 //! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, `ATOMOS_ORDER_SNAPSHOT_EVERY`,
 //! `ATOMOS_BANK_LOAD_THREADS`, `ATOMOS_COMMIT_TIMEOUT_MS`, `ATOMOS_ORDER_REJOIN`,
 //! `ATOMOS_OSS_COMMIT`, `ATOMOS_OSS_DOMAINS` (prefixes separated by commas), and
@@ -108,6 +109,7 @@ struct FileConfig {
     metrics: Option<String>,
     max_frame_bytes: Option<usize>,
     busy_poll_us: Option<u64>,
+    answer_poll_us: Option<u64>,
     order: Option<bool>,
     order_fsync: Option<String>,
     order_load_clients: Option<usize>,
@@ -181,6 +183,9 @@ pub struct NodeSettings {
     /// How long the transport busy-polls after network activity (see
     /// `atomos_net::tcp::TcpConfig::busy_poll`); zero: never.
     pub busy_poll: Duration,
+    /// How long an application thread waiting for the TFA or `oss` machine's answer polls for
+    /// it before it sleeps (see `atomos::runtime::NodeRuntime::set_answer_poll`); zero: never.
+    pub answer_poll: Duration,
     /// Run an order-layer replica (total order with optimistic delivery) among all members,
     /// its log in `data_dir/order.wal`.
     pub order: bool,
@@ -392,22 +397,33 @@ pub fn load(
         },
         None => 16 << 20,
     };
-    let busy_poll = match pick(
-        "ATOMOS_BUSY_POLL_US",
-        "busy_poll_us",
-        file.busy_poll_us.map(|n| n.to_string()),
-    ) {
+    // A duration in microseconds from 0 to 1 s.
+    let micros = |picked: Option<(String, String)>, default: Duration| match picked {
         Some((key, v)) => match v.trim().parse::<u64>() {
-            Ok(n) if n <= 1_000_000 => Duration::from_micros(n),
-            _ => {
-                return Err(invalid(
-                    &key,
-                    format!("{v:?} is not a number of microseconds from 0 to 1000000"),
-                ))
-            }
+            Ok(n) if n <= 1_000_000 => Ok(Duration::from_micros(n)),
+            _ => Err(invalid(
+                &key,
+                format!("{v:?} is not a number of microseconds from 0 to 1000000"),
+            )),
         },
-        None => atomos_net::tcp::DEFAULT_BUSY_POLL,
+        None => Ok(default),
     };
+    let busy_poll = micros(
+        pick(
+            "ATOMOS_BUSY_POLL_US",
+            "busy_poll_us",
+            file.busy_poll_us.map(|n| n.to_string()),
+        ),
+        atomos_net::tcp::DEFAULT_BUSY_POLL,
+    )?;
+    let answer_poll = micros(
+        pick(
+            "ATOMOS_ANSWER_POLL_US",
+            "answer_poll_us",
+            file.answer_poll_us.map(|n| n.to_string()),
+        ),
+        crate::answer::DEFAULT_ANSWER_POLL,
+    )?;
     // A switch that defaults to off.
     let switch = |picked: Option<(String, String)>| match picked {
         Some((key, v)) => match v.trim() {
@@ -574,6 +590,7 @@ pub fn load(
         metrics,
         max_frame_bytes,
         busy_poll,
+        answer_poll,
         order,
         order_fsync,
         order_load_clients,

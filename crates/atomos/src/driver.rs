@@ -458,51 +458,6 @@ impl<M: Machine> Shared<M> {
     }
 }
 
-/// A slot one application thread waits on for the answer to its request to a protocol
-/// machine; the machine's deliveries fill it from any thread.
-pub(crate) struct AnswerSlot<T> {
-    answer: parking_lot::Mutex<Option<T>>,
-    ready: parking_lot::Condvar,
-}
-
-impl<T> Default for AnswerSlot<T> {
-    fn default() -> Self {
-        AnswerSlot {
-            answer: parking_lot::Mutex::new(None),
-            ready: parking_lot::Condvar::new(),
-        }
-    }
-}
-
-impl<T> AnswerSlot<T> {
-    /// Puts the answer and wakes the waiter.
-    pub(crate) fn put(&self, answer: T) {
-        *self.answer.lock() = Some(answer);
-        self.ready.notify_one();
-    }
-
-    /// The answer if one arrived, without waiting.
-    pub(crate) fn take(&self) -> Option<T> {
-        self.answer.lock().take()
-    }
-
-    /// Waits for the answer until `deadline` (`None` if none came by then).
-    pub(crate) fn wait_until(&self, deadline: Instant) -> Option<T> {
-        let mut slot = self.answer.lock();
-        while slot.is_none() {
-            if self.ready.wait_until(&mut slot, deadline).timed_out() {
-                break;
-            }
-        }
-        slot.take()
-    }
-}
-
-/// Answer slots by request number, shared by a driver and its machine's deliveries.
-pub(crate) type AnswerSlots<T> = std::sync::Arc<
-    parking_lot::Mutex<std::collections::HashMap<u64, std::sync::Arc<AnswerSlot<T>>>>,
->;
-
 /// Where a hosted machine's disk thread reports, once the host exists.
 pub(crate) type DiskHost<M> = std::sync::Arc<std::sync::OnceLock<std::sync::Weak<Shared<M>>>>;
 

@@ -28,6 +28,7 @@
 
 #![deny(missing_docs)]
 
+mod answer;
 mod certify;
 mod client;
 mod client_service;

@@ -14,8 +14,9 @@ use atomos_protocols::oss::{
 };
 use atomos_seam::Input;
 
+use crate::answer::{AnswerSlot, AnswerSlots};
 use crate::disk::FsyncPolicy;
-use crate::driver::{open_hosted_log, AnswerSlot, AnswerSlots, Runner, Shared};
+use crate::driver::{open_hosted_log, Runner, Shared};
 use crate::health::Health;
 
 /// How often the protocol's timer runs: its time unit.
@@ -37,6 +38,8 @@ pub struct OssDriver {
     next: AtomicU64,
     /// How long a commit waits for its answer before its outcome is unknown.
     limit: Duration,
+    /// How long a committing thread polls for its answer before it sleeps.
+    answer_poll: Duration,
 }
 
 /// What an OSS node starts from.
@@ -46,6 +49,8 @@ pub(crate) struct OssStart {
     /// Its log, and how it is synced (`None`: kept nowhere).
     pub(crate) wal: Option<(PathBuf, FsyncPolicy)>,
     pub(crate) limit: Duration,
+    /// How long a committing thread polls for its answer before it sleeps.
+    pub(crate) answer_poll: Duration,
 }
 
 impl OssDriver {
@@ -83,6 +88,7 @@ impl OssDriver {
             waiters,
             next: AtomicU64::new(1),
             limit: start.limit,
+            answer_poll: start.answer_poll,
         });
         Ok(driver)
     }
@@ -114,7 +120,7 @@ impl OssDriver {
         let waiter = Arc::new(AnswerSlot::default());
         self.waiters.lock().insert(tx, waiter.clone());
         self.node.step(Input::Request(make(tx)));
-        let answer = waiter.wait_until(Instant::now() + self.limit);
+        let answer = waiter.wait_until(Instant::now() + self.limit, self.answer_poll);
         self.waiters.lock().remove(&tx);
         answer
     }

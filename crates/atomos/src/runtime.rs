@@ -25,6 +25,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+pub use crate::answer::DEFAULT_ANSWER_POLL;
 use crate::certify::{CertifyOptions, CertifySink};
 use crate::client_service::{ClientService, Refusal};
 use crate::config::NodeSettings;
@@ -148,6 +149,8 @@ pub struct NodeRuntime {
     service: Arc<OnceLock<Arc<TxService>>>,
     health: Arc<Health>,
     stop: CancellationToken,
+    /// How long an application thread waiting for a protocol's answer polls before it sleeps.
+    answer_poll: Duration,
 }
 
 impl NodeRuntime {
@@ -198,6 +201,7 @@ impl NodeRuntime {
         );
         let mut runtime =
             NodeRuntime::start(settings.node_id, node, rpc, Arc::new(transport), inbox);
+        runtime.set_answer_poll(settings.answer_poll);
         if settings.order {
             runtime.start_order(order_config(settings)?)?;
         }
@@ -412,6 +416,7 @@ impl NodeRuntime {
             members: members.clone(),
             cfg,
             wal,
+            answer_poll: self.answer_poll,
         };
         let driver = TfaDriver::start(start, send, Duration::from_secs(60), self.health.clone())
             .map_err(RuntimeError::Tfa)?;
@@ -472,6 +477,7 @@ impl NodeRuntime {
             engine: self.node.engine().clone(),
             wal,
             limit,
+            answer_poll: self.answer_poll,
         };
         let driver =
             OssDriver::start(start, send, self.health.clone()).map_err(RuntimeError::Certify)?;
@@ -595,7 +601,15 @@ impl NodeRuntime {
             service,
             health: Health::new(),
             stop,
+            answer_poll: DEFAULT_ANSWER_POLL,
         }
+    }
+
+    /// How long an application thread waiting for the answer of the TFA or `oss` machine polls
+    /// for it, yielding its core between looks, before it sleeps (zero: it sleeps at once).
+    /// Applies to protocols started after the call; the default is [`DEFAULT_ANSWER_POLL`].
+    pub fn set_answer_poll(&mut self, poll: Duration) {
+        self.answer_poll = poll;
     }
 
     /// Starts a transaction service on this node (once): clients' [`NodeMsg::Submit`]

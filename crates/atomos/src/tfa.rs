@@ -14,8 +14,9 @@ use atomos_protocols::tfa::{
 };
 use atomos_seam::Input;
 
+use crate::answer::{AnswerSlot, AnswerSlots};
 use crate::disk::{DiskWorker, FsyncPolicy};
-use crate::driver::{open_hosted_log, AnswerSlot, AnswerSlots, Runner, Shared};
+use crate::driver::{open_hosted_log, Runner, Shared};
 use crate::health::Health;
 
 /// How often the protocol's timer runs: its time unit.
@@ -38,6 +39,8 @@ pub struct TfaDriver {
     /// How long an application thread waits for an answer before giving up on the node it
     /// asked (the protocol answers within its request timeout unless its timer stopped).
     patience: Duration,
+    /// How long a waiting application thread polls for its answer before it sleeps.
+    answer_poll: Duration,
 }
 
 /// What a TFA node starts from.
@@ -47,6 +50,8 @@ pub(crate) struct TfaStart {
     pub(crate) cfg: TfaConfig,
     /// The log of its home records, and how it is synced (`None`: kept nowhere).
     pub(crate) wal: Option<(PathBuf, FsyncPolicy)>,
+    /// How long a waiting application thread polls for its answer before it sleeps.
+    pub(crate) answer_poll: Duration,
 }
 
 /// Writes the log may queue before steps wait (writes are rare: new owners of the keys this
@@ -74,7 +79,7 @@ impl TfaDriver {
         let incarnation = last.map_or(now, |last| now.max(last + 1));
         let node = TfaNode::open(start.me, start.members, incarnation, start.cfg, &log)
             .map_err(|e| e.to_string())?;
-        let driver = Self::new(node, disk, send, patience, health);
+        let driver = Self::new(node, disk, send, (patience, start.answer_poll), health);
         // The disk thread reports to the host, which exists only once the log was read.
         let _ = host.set(Arc::downgrade(&driver.node));
         Ok(driver)
@@ -84,7 +89,7 @@ impl TfaDriver {
         node: TfaNode,
         disk: Option<DiskWorker>,
         send: SendFn,
-        patience: Duration,
+        (patience, answer_poll): (Duration, Duration),
         health: Arc<Health>,
     ) -> Arc<TfaDriver> {
         let waiters: Waiters = Arc::default();
@@ -101,6 +106,7 @@ impl TfaDriver {
             waiters,
             next_handle: AtomicU64::new(1),
             patience,
+            answer_poll,
         })
     }
 
@@ -198,7 +204,7 @@ impl TfaAttempt {
         }
         self.driver.step(Input::Request(request));
         let deadline = Instant::now() + self.driver.patience;
-        match self.waiter.wait_until(deadline) {
+        match self.waiter.wait_until(deadline, self.driver.answer_poll) {
             Some(reply) => Ok(reply),
             None => {
                 self.over = true;

@@ -38,6 +38,7 @@ fn defaults_work_without_a_file() {
     assert_eq!(s.protocol, Protocol::Local);
     assert_eq!(s.max_frame_bytes, 16 << 20);
     assert_eq!(s.busy_poll, atomos::net::tcp::DEFAULT_BUSY_POLL);
+    assert_eq!(s.answer_poll, atomos::runtime::DEFAULT_ANSWER_POLL);
     assert!(s.peers.is_empty() && s.secret.is_none() && s.metrics.is_none());
 }
 
@@ -184,14 +185,15 @@ fn bad_values_name_their_key() {
         key_of(load(None, env(&[("ATOMOS_MAX_FRAME_BYTES", "12")])).unwrap_err()),
         "ATOMOS_MAX_FRAME_BYTES"
     );
-    for bad in ["-1", "2000000", "fast"] {
-        assert_eq!(
-            key_of(load(None, env(&[("ATOMOS_BUSY_POLL_US", bad)])).unwrap_err()),
-            "ATOMOS_BUSY_POLL_US"
-        );
+    for key in ["ATOMOS_BUSY_POLL_US", "ATOMOS_ANSWER_POLL_US"] {
+        for bad in ["-1", "2000000", "fast"] {
+            assert_eq!(key_of(load(None, env(&[(key, bad)])).unwrap_err()), key);
+        }
     }
     let off = load(None, env(&[("ATOMOS_BUSY_POLL_US", "0")])).unwrap();
     assert!(off.busy_poll.is_zero());
+    let off = load(None, env(&[("ATOMOS_ANSWER_POLL_US", "0")])).unwrap();
+    assert!(off.answer_poll.is_zero() && !off.busy_poll.is_zero());
     assert_eq!(
         key_of(load(None, env(&[("ATOMOS_CONTENTION", "polite")])).unwrap_err()),
         "ATOMOS_CONTENTION"

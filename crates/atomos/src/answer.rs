@@ -1,0 +1,148 @@
+//! Where an application thread waits for a protocol machine's answer to its request.
+//!
+//! The answer is usually put by a runtime worker that read it from the network. Waking a
+//! sleeping thread costs tens of microseconds on a busy or virtual machine, and on a machine
+//! with fewer cores than threads the woken thread then waits for a core. So a waiter first
+//! polls for a while, yielding its core between looks (other threads, the runtime's workers
+//! among them, run meanwhile), and only then sleeps on a condition variable.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a waiter polls before it sleeps, by default (see [`AnswerSlot::wait_until`]).
+/// Measured: TFA bank over TCP, 4 nodes × 4 threads in one process on 2 cores, from about
+/// 21k tx/s with a p50 of 550 us (no polling) to 27k tx/s and 250 us.
+pub const DEFAULT_ANSWER_POLL: Duration = Duration::from_micros(500);
+
+/// A slot one application thread waits on for the answer to its request to a protocol
+/// machine; the machine's deliveries fill it from any thread.
+pub(crate) struct AnswerSlot<T> {
+    answer: parking_lot::Mutex<Option<T>>,
+    /// Set once an answer was put (pollers look here without taking the lock).
+    arrived: AtomicBool,
+    ready: parking_lot::Condvar,
+}
+
+impl<T> Default for AnswerSlot<T> {
+    fn default() -> Self {
+        AnswerSlot {
+            answer: parking_lot::Mutex::new(None),
+            arrived: AtomicBool::new(false),
+            ready: parking_lot::Condvar::new(),
+        }
+    }
+}
+
+impl<T> AnswerSlot<T> {
+    /// Puts the answer and wakes the waiter.
+    pub(crate) fn put(&self, answer: T) {
+        let mut slot = self.answer.lock();
+        *slot = Some(answer);
+        // Set and cleared under the lock, so it says whether the slot is full.
+        self.arrived.store(true, Ordering::Release);
+        drop(slot);
+        self.ready.notify_one();
+    }
+
+    /// The answer if one arrived, without waiting.
+    pub(crate) fn take(&self) -> Option<T> {
+        Self::empty(&mut self.answer.lock(), &self.arrived)
+    }
+
+    fn empty(slot: &mut Option<T>, arrived: &AtomicBool) -> Option<T> {
+        arrived.store(false, Ordering::Relaxed);
+        slot.take()
+    }
+
+    /// Waits for the answer until `deadline` (`None` if none came by then): for up to `poll`
+    /// it looks for the answer and yields its core between looks, then it sleeps until the
+    /// answer is put or the deadline passes.
+    pub(crate) fn wait_until(&self, deadline: Instant, poll: Duration) -> Option<T> {
+        if !poll.is_zero() {
+            let start = Instant::now();
+            let until = (start + poll).min(deadline);
+            loop {
+                if self.arrived.load(Ordering::Acquire) {
+                    if let Some(answer) = self.take() {
+                        return Some(answer);
+                    }
+                }
+                if Instant::now() >= until {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+        let mut slot = self.answer.lock();
+        while slot.is_none() {
+            if self.ready.wait_until(&mut slot, deadline).timed_out() {
+                break;
+            }
+        }
+        Self::empty(&mut slot, &self.arrived)
+    }
+}
+
+/// Answer slots by request number, shared by a driver and its machine's deliveries.
+pub(crate) type AnswerSlots<T> = std::sync::Arc<
+    parking_lot::Mutex<std::collections::HashMap<u64, std::sync::Arc<AnswerSlot<T>>>>,
+>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn an_answer_put_while_polling_is_taken() {
+        let slot = Arc::new(AnswerSlot::default());
+        let putter = {
+            let slot = slot.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(2));
+                slot.put(7u32);
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        assert_eq!(slot.wait_until(deadline, Duration::from_secs(5)), Some(7));
+        putter.join().unwrap();
+        // Taken once: the slot is empty again.
+        assert_eq!(slot.take(), None);
+    }
+
+    #[test]
+    fn an_answer_after_the_poll_wakes_the_sleeper() {
+        let slot = Arc::new(AnswerSlot::default());
+        let putter = {
+            let slot = slot.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                slot.put("late");
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        assert_eq!(
+            slot.wait_until(deadline, Duration::from_micros(100)),
+            Some("late")
+        );
+        putter.join().unwrap();
+    }
+
+    #[test]
+    fn no_answer_by_the_deadline_is_none_even_while_polling() {
+        let slot = AnswerSlot::<u8>::default();
+        let start = Instant::now();
+        // The deadline comes before the poll window ends: polling stops there.
+        let got = slot.wait_until(start + Duration::from_millis(5), Duration::from_secs(10));
+        assert_eq!(got, None);
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn an_answer_put_before_waiting_is_taken_at_once() {
+        let slot = AnswerSlot::default();
+        slot.put(1u8);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        assert_eq!(slot.wait_until(deadline, Duration::ZERO), Some(1));
+    }
+}
