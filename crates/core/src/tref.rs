@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -26,59 +26,53 @@ pub struct TRef<T> {
     _type: PhantomData<fn() -> T>,
 }
 
-/// The cell a `TRef` found on one engine, set at most once.
+/// The cell a `TRef` found on one engine, set at most once: one word holding the engine's id
+/// in its top 16 bits and the cell's address in the low 48.
 ///
 /// It holds a plain pointer, not a counted one, so cloning and dropping `TRef`s (which linked
 /// structures do on every update) touches no shared counter. The pointer is used only by a
-/// transaction of the engine whose id is stored next to it: that engine is then alive, and an
-/// engine keeps every cell it made until it is dropped. Engine ids are never reused.
-struct CellCache {
-    /// 0: empty; `SETTING`: being set; else the engine's id.
-    engine: AtomicU64,
-    cell: AtomicPtr<Cell>,
-}
+/// transaction of the engine whose id is stored with it: that engine is then alive, and an
+/// engine keeps every cell it made until it is dropped. Engine ids are never reused; an engine
+/// whose id or a cell whose address does not fit is simply not cached (looked up each time).
+/// One word instead of two keeps `TRef`s, which linked structures store in every node, small.
+struct CellCache(AtomicU64);
 
-const SETTING: u64 = u64::MAX;
+/// Bits of a cached cell's address.
+const ADDRESS_BITS: u32 = 48;
+const ADDRESS_MASK: u64 = (1 << ADDRESS_BITS) - 1;
+/// Engine ids that fit beside the address (0 marks an empty cache).
+const MAX_CACHED_ENGINE: u64 = (1 << (64 - ADDRESS_BITS)) - 1;
 
 impl CellCache {
     const fn empty() -> CellCache {
-        CellCache {
-            engine: AtomicU64::new(0),
-            cell: AtomicPtr::new(std::ptr::null_mut()),
-        }
+        CellCache(AtomicU64::new(0))
     }
 
     #[inline]
     fn get(&self, engine: u64) -> Option<*const Cell> {
-        if self.engine.load(Ordering::Acquire) == engine {
-            Some(self.cell.load(Ordering::Relaxed))
+        let word = self.0.load(Ordering::Acquire);
+        if word >> ADDRESS_BITS == engine {
+            Some((word & ADDRESS_MASK) as usize as *const Cell)
         } else {
             None
         }
     }
 
     fn set(&self, engine: u64, cell: *const Cell) {
-        if self
-            .engine
-            .compare_exchange(0, SETTING, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
-            self.cell.store(cell as *mut Cell, Ordering::Relaxed);
-            self.engine.store(engine, Ordering::Release);
+        let address = cell as usize as u64;
+        if engine == 0 || engine > MAX_CACHED_ENGINE || address > ADDRESS_MASK {
+            return;
         }
+        let word = (engine << ADDRESS_BITS) | address;
+        let _ = self
+            .0
+            .compare_exchange(0, word, Ordering::Release, Ordering::Relaxed);
     }
 }
 
 impl Clone for CellCache {
     fn clone(&self) -> Self {
-        let engine = self.engine.load(Ordering::Acquire);
-        if engine == 0 || engine == SETTING {
-            return CellCache::empty();
-        }
-        CellCache {
-            engine: AtomicU64::new(engine),
-            cell: AtomicPtr::new(self.cell.load(Ordering::Relaxed)),
-        }
+        CellCache(AtomicU64::new(self.0.load(Ordering::Acquire)))
     }
 }
 
@@ -151,5 +145,41 @@ impl<T> Serialize for TRef<T> {
 impl<'de, T> Deserialize<'de> for TRef<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Ok(TRef::new(Key::deserialize(d)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_cell_is_found_only_by_its_engine() {
+        let cell = Cell::new();
+        let r: TRef<u64> = TRef::new("x");
+        assert_eq!(r.cached(3), None);
+        r.remember(3, &cell);
+        assert_eq!(r.cached(3), Some(&cell as *const Cell));
+        assert_eq!(r.cached(4), None);
+        // The first engine wins; clones copy what was remembered.
+        r.remember(4, &cell);
+        assert_eq!(r.cached(4), None);
+        assert_eq!(r.clone().cached(3), Some(&cell as *const Cell));
+    }
+
+    #[test]
+    fn engines_past_the_packed_range_are_not_cached() {
+        let cell = Cell::new();
+        let r: TRef<u64> = TRef::new("x");
+        r.remember(MAX_CACHED_ENGINE + 1, &cell);
+        assert_eq!(r.cached(MAX_CACHED_ENGINE + 1), None);
+        // Its truncated id does not match either.
+        assert_eq!(r.cached(1), None);
+        r.remember(MAX_CACHED_ENGINE, &cell);
+        assert_eq!(r.cached(MAX_CACHED_ENGINE), Some(&cell as *const Cell));
+    }
+
+    #[test]
+    fn a_reference_is_four_words() {
+        assert_eq!(std::mem::size_of::<TRef<u64>>(), 32);
     }
 }
