@@ -13,7 +13,7 @@
 //! metrics = "9401"         # off unless set; a port alone is 127.0.0.1
 //! max_frame_bytes = 16777216
 //! busy_poll_us = 100        # after network activity, keep a worker awake this long (0: never)
-//! answer_poll_us = 500      # a thread waiting for a protocol's answer polls this long (0: never)
+//! answer_poll_us = 500      # a thread waiting for a TFA answer polls this long (0: never)
 //! order = false             # run an order-layer replica among all members
 //! order_fsync = "batch"     # batch | never | 10ms
 //! order_load_clients = 0    # generated order load (tests, demos)
@@ -183,7 +183,7 @@ pub struct NodeSettings {
     /// How long the transport busy-polls after network activity (see
     /// `atomos_net::tcp::TcpConfig::busy_poll`); zero: never.
     pub busy_poll: Duration,
-    /// How long an application thread waiting for the TFA or `oss` machine's answer polls for
+    /// How long an application thread waiting for the TFA machine's answer polls for
     /// it before it sleeps (see `atomos::runtime::NodeRuntime::set_answer_poll`); zero: never.
     pub answer_poll: Duration,
     /// Run an order-layer replica (total order with optimistic delivery) among all members,

@@ -38,8 +38,6 @@ pub struct OssDriver {
     next: AtomicU64,
     /// How long a commit waits for its answer before its outcome is unknown.
     limit: Duration,
-    /// How long a committing thread polls for its answer before it sleeps.
-    answer_poll: Duration,
 }
 
 /// What an OSS node starts from.
@@ -49,8 +47,6 @@ pub(crate) struct OssStart {
     /// Its log, and how it is synced (`None`: kept nowhere).
     pub(crate) wal: Option<(PathBuf, FsyncPolicy)>,
     pub(crate) limit: Duration,
-    /// How long a committing thread polls for its answer before it sleeps.
-    pub(crate) answer_poll: Duration,
 }
 
 impl OssDriver {
@@ -88,7 +84,6 @@ impl OssDriver {
             waiters,
             next: AtomicU64::new(1),
             limit: start.limit,
-            answer_poll: start.answer_poll,
         });
         Ok(driver)
     }
@@ -120,7 +115,10 @@ impl OssDriver {
         let waiter = Arc::new(AnswerSlot::default());
         self.waiters.lock().insert(tx, waiter.clone());
         self.node.step(Input::Request(make(tx)));
-        let answer = waiter.wait_until(Instant::now() + self.limit, self.answer_poll);
+        let answer = // No polling: a commit takes about a millisecond, and polling that long took the CPU
+        // the protocol needs (bank over TCP, 3 nodes x 4 threads: 5.0-5.1k against 4.1-4.7k
+        // tx/s with a 500 us window).
+        waiter.wait_until(Instant::now() + self.limit, Duration::ZERO);
         self.waiters.lock().remove(&tx);
         answer
     }

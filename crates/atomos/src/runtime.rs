@@ -149,7 +149,7 @@ pub struct NodeRuntime {
     service: Arc<OnceLock<Arc<TxService>>>,
     health: Arc<Health>,
     stop: CancellationToken,
-    /// How long an application thread waiting for a protocol's answer polls before it sleeps.
+    /// How long an application thread waiting for TFA's answer polls before it sleeps.
     answer_poll: Duration,
 }
 
@@ -477,7 +477,6 @@ impl NodeRuntime {
             engine: self.node.engine().clone(),
             wal,
             limit,
-            answer_poll: self.answer_poll,
         };
         let driver =
             OssDriver::start(start, send, self.health.clone()).map_err(RuntimeError::Certify)?;
@@ -605,9 +604,10 @@ impl NodeRuntime {
         }
     }
 
-    /// How long an application thread waiting for the answer of the TFA or `oss` machine polls
-    /// for it, yielding its core between looks, before it sleeps (zero: it sleeps at once).
-    /// Applies to protocols started after the call; the default is [`DEFAULT_ANSWER_POLL`].
+    /// How long an application thread waiting for the TFA machine's answer polls for it,
+    /// yielding its core between looks, before it sleeps (zero: it sleeps at once). Applies if
+    /// called before TFA starts; the default is [`DEFAULT_ANSWER_POLL`]. (`oss` commits, about a
+    /// millisecond each, never poll: polling took the CPU the protocol needs.)
     pub fn set_answer_poll(&mut self, poll: Duration) {
         self.answer_poll = poll;
     }

@@ -74,19 +74,40 @@ fn wal_dir_of(wal_dir: &mut Option<std::path::PathBuf>) -> Result<std::path::Pat
     Ok(dir.clone())
 }
 
+/// The cluster a benchmark runs on.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// The protocol every node runs.
+    pub protocol: Protocol,
+    /// How many nodes (`Protocol::Local`: one, whatever this says).
+    pub nodes: usize,
+    /// How the nodes are linked.
+    pub transport: TransportKind,
+    /// Every link waits this long before sending.
+    pub link_delay: Duration,
+    /// The engines' contention manager.
+    pub contention: ContentionPolicy,
+    /// When replicated logs are fsynced.
+    pub fsync: FsyncPolicy,
+    /// `oss`: how commits are numbered.
+    pub oss_commit: atomos::protocols::oss::CommitMode,
+    /// `tfa`: how long a waiting application thread polls for an answer.
+    pub answer_poll: Duration,
+}
+
 impl BenchNodes {
-    /// Starts `nodes` nodes running `protocol`, linked by `transport` with every link delayed
-    /// by `link_delay` (`oss` numbering commits as `oss_commit` says). `Protocol::Local`
-    /// gives one node and no links.
-    pub fn start(
-        protocol: Protocol,
-        nodes: usize,
-        transport: TransportKind,
-        link_delay: Duration,
-        contention: ContentionPolicy,
-        fsync: FsyncPolicy,
-        oss_commit: atomos::protocols::oss::CommitMode,
-    ) -> Result<BenchNodes, String> {
+    /// Starts the nodes `spec` describes. `Protocol::Local` gives one node and no links.
+    pub fn start(spec: &ClusterSpec) -> Result<BenchNodes, String> {
+        let ClusterSpec {
+            protocol,
+            nodes,
+            transport,
+            link_delay,
+            contention,
+            fsync,
+            oss_commit,
+            answer_poll,
+        } = spec.clone();
         let config = NodeConfig {
             protocol,
             contention,
@@ -123,6 +144,7 @@ impl BenchNodes {
         let _guard = runtime.enter();
         let mut wal_dir: Option<std::path::PathBuf> = None;
         for m in &mut members {
+            m.set_answer_poll(answer_poll);
             if !link_delay.is_zero() {
                 if let Ok(t) = m.rpc().transport() {
                     t.faults().set_all(LinkRule {

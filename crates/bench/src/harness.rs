@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// The most nodes a benchmark runs in one process.
 pub const MAX_NODES: usize = 64;
 
-use crate::cluster::{BenchNodes, TransportKind};
+use crate::cluster::{BenchNodes, ClusterSpec, TransportKind};
 use crate::workloads::{Check, NestingModel, TpccMix, TpccScale, WorkloadKind, WorkloadParams};
 
 /// One latency sample is taken every this many operations (timing every one would cost a
@@ -71,6 +71,9 @@ pub struct BenchConfig {
     pub fsync: FsyncPolicy,
     /// `oss`: how commits are numbered.
     pub oss_commit: CommitMode,
+    /// `tfa`: how long an application thread waiting for the protocol's answer polls
+    /// for it before it sleeps (see `NodeRuntime::set_answer_poll`).
+    pub answer_poll: Duration,
     /// Counters: how long each transaction works after its increment.
     pub work: Duration,
     /// Each worker pauses this long between two operations (not counted in their latency).
@@ -114,6 +117,7 @@ impl Default for BenchConfig {
             progress: false,
             fsync: FsyncPolicy::Never,
             oss_commit: CommitMode::UltraPeer,
+            answer_poll: atomos::runtime::DEFAULT_ANSWER_POLL,
             work: Duration::ZERO,
             pause: Duration::ZERO,
             linked: 0,
@@ -202,6 +206,9 @@ pub struct BenchReport {
     pub fsync: String,
     /// `oss`: how commits were numbered (`null` for other protocols).
     pub oss_commit: Option<String>,
+    /// `tfa`: microseconds a waiting application thread polled for an answer before
+    /// it slept (`null` for other protocols).
+    pub answer_poll_us: Option<f64>,
     /// Every link between nodes waited this long before sending.
     pub link_delay_ms: f64,
     /// Counters: milliseconds each transaction worked after its increment.
@@ -337,15 +344,16 @@ impl BenchConfig {
 /// Runs the benchmark.
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     cfg.validate()?;
-    let cluster = BenchNodes::start(
-        cfg.protocol,
-        cfg.nodes,
-        cfg.transport,
-        cfg.link_delay,
-        cfg.contention,
-        cfg.fsync,
-        cfg.oss_commit,
-    )
+    let cluster = BenchNodes::start(&ClusterSpec {
+        protocol: cfg.protocol,
+        nodes: cfg.nodes,
+        transport: cfg.transport,
+        link_delay: cfg.link_delay,
+        contention: cfg.contention,
+        fsync: cfg.fsync,
+        oss_commit: cfg.oss_commit,
+        answer_poll: cfg.answer_poll,
+    })
     .map_err(BenchError::Config)?;
     let nodes = cluster.nodes();
     let threads = cfg.threads * nodes.len();
@@ -430,6 +438,8 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
             String::new()
         },
         oss_commit: (cfg.protocol == Protocol::Oss).then(|| cfg.oss_commit.name().to_string()),
+        answer_poll_us: (cfg.protocol == Protocol::Tfa)
+            .then_some(cfg.answer_poll.as_secs_f64() * 1e6),
         link_delay_ms: cfg.link_delay.as_secs_f64() * 1000.0,
         work_ms: cfg.work.as_secs_f64() * 1000.0,
         pause_ms: cfg.pause.as_secs_f64() * 1000.0,

@@ -14,7 +14,7 @@ pub mod order;
 pub mod report;
 pub mod workloads;
 
-pub use cluster::{BenchNodes, TransportKind};
+pub use cluster::{BenchNodes, ClusterSpec, TransportKind};
 pub use harness::{run, BenchConfig, BenchError, BenchReport, Latency};
 pub use workloads::{NestingModel, Workload, WorkloadKind, WorkloadParams};
 

@@ -193,7 +193,7 @@ struct BenchArgs {
     json: Option<PathBuf>,
     /// Run once per value: PARAM=V1,V2,... (threads, nodes, read-ratio, objects, inner,
     /// queries, warehouses, balance-k, protocol, transport, nesting, mix, scale, contention, oss-commit,
-    /// link-delay-ms, linked, sched, arrival-rate, cmax).
+    /// link-delay-ms, linked, sched, arrival-rate, cmax, answer-poll-us).
     /// Repeat it to run every combination. Each run's JSON goes next to --json's path with the
     /// settings in its name (bank.json -> bank-threads-2.json).
     #[arg(long)]
@@ -224,6 +224,10 @@ struct BenchArgs {
     /// Oss: how commits are numbered: ultra-peer, distributed-token or coordinator-token.
     #[arg(long, default_value = "ultra-peer")]
     oss_commit: String,
+    /// Tfa: microseconds an application thread waiting for the protocol's answer polls
+    /// for it before it sleeps, 0 to 1000000 (default: the node default, 500).
+    #[arg(long)]
+    answer_poll_us: Option<u64>,
     /// Counters: milliseconds each transaction works (sleeps) after its increment (default
     /// 50, as in OSS's experiments).
     #[arg(long)]
@@ -523,6 +527,7 @@ fn set_swept(args: &mut BenchArgs, param: &str, value: &str) -> Result<(), Strin
         "sched" => args.sched = value.to_string(),
         "arrival-rate" => args.arrival_rate = Some(num(param, value)?),
         "cmax" => args.cmax = num(param, value)?,
+        "answer-poll-us" => args.answer_poll_us = Some(num(param, value)?),
         "contention" => {
             args.contention =
                 Contention::from_str(value, true).map_err(|e| format!("--sweep contention: {e}"))?
@@ -602,6 +607,15 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
     if sched.cmax() == Some(0) {
         return Err("--cmax must be at least 1".into());
     }
+    let answer_poll = match args.answer_poll_us {
+        None => atomos::runtime::DEFAULT_ANSWER_POLL,
+        Some(us) if us <= 1_000_000 => Duration::from_micros(us),
+        Some(us) => {
+            return Err(format!(
+                "--answer-poll-us must be a number of microseconds from 0 to 1000000, not {us}"
+            ))
+        }
+    };
     let cfg = BenchConfig {
         workload,
         protocol,
@@ -624,6 +638,7 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
         progress: !args.quiet,
         fsync: args.fsync.parse().map_err(|e| format!("--fsync: {e}"))?,
         oss_commit,
+        answer_poll,
         work,
         pause,
         linked: args.linked,

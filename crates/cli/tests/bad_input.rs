@@ -51,6 +51,14 @@ const BAD: &[(&str, &str)] = &[
         "bogus",
     ),
     ("bench tpcc --warehouses 0 --duration 0.1", "--warehouses"),
+    (
+        "bench bank --protocol tfa --nodes 2 --answer-poll-us 2000000 --duration 0.1",
+        "--answer-poll-us",
+    ),
+    (
+        "bench bank --protocol tfa --nodes 2 --answer-poll-us -1 --duration 0.1",
+        "-1",
+    ),
     ("demo --duration 1e20", "--duration"),
     ("demo --threads 0 --duration 0.1", "--threads"),
     ("report /nonexistent/result.json --out /tmp", "/nonexistent"),

@@ -61,6 +61,9 @@ pub struct TxOptions {
     pub linearizable: bool,
 }
 
+/// Engine ids: never reused, and 0 is reserved (an empty `TRef` cell cache). `TRef`s cache
+/// cells only for the first 65,535 engines of a process (see `tref`); later engines look every
+/// `TRef` up in their key table, which is correct but slower.
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// One node's transactional engine: object cells, the version clock, and the machinery that runs

@@ -29,7 +29,7 @@ pub struct TRef<T> {
 /// The cell a `TRef` found on one engine, set at most once: one word holding the engine's id
 /// in its top 16 bits and the cell's address in the low 48.
 ///
-/// It holds a plain pointer, not a counted one, so cloning and dropping `TRef`s (which linked
+/// It holds an uncounted address, not a counted pointer, so cloning and dropping `TRef`s (which linked
 /// structures do on every update) touches no shared counter. The pointer is used only by a
 /// transaction of the engine whose id is stored with it: that engine is then alive, and an
 /// engine keeps every cell it made until it is dropped. Engine ids are never reused; an engine
@@ -39,6 +39,7 @@ struct CellCache(AtomicU64);
 
 /// Bits of a cached cell's address.
 const ADDRESS_BITS: u32 = 48;
+/// The address part of the cache word.
 const ADDRESS_MASK: u64 = (1 << ADDRESS_BITS) - 1;
 /// Engine ids that fit beside the address (0 marks an empty cache).
 const MAX_CACHED_ENGINE: u64 = (1 << (64 - ADDRESS_BITS)) - 1;
@@ -50,8 +51,12 @@ impl CellCache {
 
     #[inline]
     fn get(&self, engine: u64) -> Option<*const Cell> {
+        // Engine ids start at 1: an empty cache (0) matches no engine.
+        debug_assert!(engine != 0, "engine ids start at 1");
         let word = self.0.load(Ordering::Acquire);
         if word >> ADDRESS_BITS == engine {
+            // The address was exposed by `set` (a pointer cast to an integer), so casting it
+            // back yields a pointer to the same cell.
             Some((word & ADDRESS_MASK) as usize as *const Cell)
         } else {
             None
@@ -170,14 +175,24 @@ mod tests {
     fn engines_past_the_packed_range_are_not_cached() {
         let cell = Cell::new();
         let r: TRef<u64> = TRef::new("x");
-        r.remember(MAX_CACHED_ENGINE + 1, &cell);
-        assert_eq!(r.cached(MAX_CACHED_ENGINE + 1), None);
-        // Its truncated id does not match either.
+        r.remember(MAX_CACHED_ENGINE + 2, &cell);
+        assert_eq!(r.cached(MAX_CACHED_ENGINE + 2), None);
+        // Nor does the id it would truncate to.
         assert_eq!(r.cached(1), None);
         r.remember(MAX_CACHED_ENGINE, &cell);
         assert_eq!(r.cached(MAX_CACHED_ENGINE), Some(&cell as *const Cell));
     }
 
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn an_address_past_48_bits_is_not_cached() {
+        let r: TRef<u64> = TRef::new("x");
+        // Never dereferenced.
+        r.remember(1, (1usize << 48) as *const Cell);
+        assert_eq!(r.cached(1), None);
+    }
+
+    #[cfg(target_pointer_width = "64")]
     #[test]
     fn a_reference_is_four_words() {
         assert_eq!(std::mem::size_of::<TRef<u64>>(), 32);

@@ -65,6 +65,9 @@ pub struct Point {
     /// Delay of every link between nodes.
     #[serde(default)]
     pub link_delay_ms: f64,
+    /// `tfa`: how long a waiting application thread polled for an answer.
+    #[serde(default)]
+    pub answer_poll_us: Option<f64>,
     /// Linked transactions: commits outstanding per worker (0: none).
     #[serde(default)]
     pub linked: usize,

@@ -72,8 +72,9 @@ impl Axis {
 type Setting = fn(&Point) -> String;
 
 /// Settings that are not drawn as an axis: protocol, transport, nesting, mix, scale,
-/// contention, OSS commit mode, link delay, linked transactions, scheduling policy.
-const CATEGORIES: [Setting; 10] = [
+/// contention, OSS commit mode, link delay, linked transactions, scheduling policy, answer
+/// polling.
+const CATEGORIES: [Setting; 11] = [
     |p| p.protocol.clone(),
     |p| p.transport.clone(),
     |p| p.nesting.clone(),
@@ -84,6 +85,11 @@ const CATEGORIES: [Setting; 10] = [
     |p| format!("link {} ms", p.link_delay_ms),
     |p| format!("linked {}", p.linked),
     |p| p.sched.clone().unwrap_or_default(),
+    |p| {
+        p.answer_poll_us
+            .map(|us| format!("answer poll {us} us"))
+            .unwrap_or_default()
+    },
 ];
 
 /// One line of a figure: (x, y) points in increasing x.

@@ -28,6 +28,7 @@ fn point(protocol: &str, threads: usize, tps: f64) -> Point {
         contention: "Backoff".into(),
         oss_commit: None,
         link_delay_ms: 0.0,
+        answer_poll_us: None,
         linked: 0,
         throughput_tps: tps,
         abort_rate: 0.01 * threads as f64,
