@@ -1,0 +1,288 @@
+//! Tests of the harness: runs of every workload, the report, bad configurations.
+
+use super::*;
+
+/// A TPC-C population that loads in milliseconds.
+const TINY: TpccScale = TpccScale {
+    items: 200,
+    customers: 30,
+    orders: 30,
+};
+
+fn quick(kind: WorkloadKind, objects: usize, read_ratio: f64) -> BenchReport {
+    run(&BenchConfig {
+        workload: kind,
+        protocol: Protocol::Local,
+        nodes: 1,
+        threads: 3,
+        objects,
+        read_ratio,
+        duration: Duration::from_millis(300),
+        seed: 7,
+        scale: TINY,
+        ..BenchConfig::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn every_workload_keeps_its_invariant_under_contention() {
+    for kind in WorkloadKind::ALL {
+        // Small structures, mostly updates: many conflicts.
+        let r = quick(kind, 32, 0.2);
+        assert!(r.invariant_ok, "{}: {}", kind, r.invariant);
+        assert!(r.committed > 0, "{kind} committed nothing");
+        assert!(r.latency_us.samples > 0);
+    }
+}
+
+#[test]
+fn every_workload_runs_on_tfa_across_nodes() {
+    every_workload_runs_across_nodes(Protocol::Tfa);
+}
+
+/// Each workload's check runs on every replica (see `check_replicas`).
+#[test]
+fn every_workload_runs_on_certify_across_replicas() {
+    every_workload_runs_across_nodes(Protocol::Certify);
+}
+
+/// Under `active` the workloads' closures are certified between procedures.
+#[test]
+fn every_workload_runs_on_active_across_replicas() {
+    every_workload_runs_across_nodes(Protocol::Active);
+}
+
+/// Under `oss` every workload's commits go through the ultra-peer; the counters through
+/// each commit mode.
+#[test]
+fn every_workload_runs_on_oss_across_nodes() {
+    every_workload_runs_across_nodes(Protocol::Oss);
+    for oss_commit in [CommitMode::DistributedToken, CommitMode::CoordinatorToken] {
+        for workload in [WorkloadKind::SharedCounter, WorkloadKind::PrivateCounters] {
+            let r = run(&BenchConfig {
+                workload,
+                protocol: Protocol::Oss,
+                nodes: 3,
+                threads: 2,
+                duration: Duration::from_millis(300),
+                work: Duration::from_millis(1),
+                pause: Duration::from_millis(1),
+                oss_commit,
+                ..BenchConfig::default()
+            })
+            .unwrap();
+            let what = format!("{workload} with {oss_commit:?}");
+            assert!(r.invariant_ok, "{what}: {}", r.invariant);
+            assert!(r.committed > 0, "{what} committed nothing");
+            assert_eq!(r.oss_commit.as_deref(), Some(oss_commit.name()));
+        }
+    }
+}
+
+/// The counters as linked transactions keep their sum, and the shared counter is the hot
+/// spot its conflicts name.
+#[test]
+fn linked_counters_keep_their_sum_and_name_their_hot_spot() {
+    for workload in [WorkloadKind::PrivateCounters, WorkloadKind::SharedCounter] {
+        let r = run(&BenchConfig {
+            workload,
+            protocol: Protocol::Oss,
+            nodes: 3,
+            threads: 2,
+            duration: Duration::from_millis(400),
+            work: Duration::from_millis(1),
+            linked: 1,
+            ..BenchConfig::default()
+        })
+        .unwrap();
+        assert!(r.invariant_ok, "{workload}: {}", r.invariant);
+        assert!(r.committed > 0, "{workload} committed nothing");
+        if workload == WorkloadKind::SharedCounter && r.aborted > 0 {
+            assert!(
+                r.hot_spots.iter().any(|h| h.key.contains("counter")),
+                "{:?}",
+                r.hot_spots
+            );
+        }
+    }
+}
+
+fn every_workload_runs_across_nodes(protocol: Protocol) {
+    for transport in [TransportKind::Memory, TransportKind::Tcp] {
+        for kind in WorkloadKind::ALL {
+            let r = run(&BenchConfig {
+                workload: kind,
+                protocol,
+                nodes: 3,
+                transport,
+                threads: 2,
+                objects: 32,
+                read_ratio: 0.3,
+                balance_k: Some(4),
+                duration: Duration::from_millis(300),
+                seed: 3,
+                scale: TINY,
+                ..BenchConfig::default()
+            })
+            .unwrap();
+            let what = format!("{kind} on {protocol} over {transport}");
+            assert!(r.invariant_ok, "{what}: {}", r.invariant);
+            assert!(r.committed > 0, "{what} committed nothing");
+            assert_eq!(r.nodes, 3);
+        }
+    }
+}
+
+#[test]
+fn every_nesting_model_keeps_its_invariant_under_contention() {
+    for protocol in [Protocol::Local, Protocol::Tfa, Protocol::Certify] {
+        for kind in [WorkloadKind::Bank, WorkloadKind::HashTable] {
+            for nesting in NestingModel::ALL {
+                let r = run(&BenchConfig {
+                    workload: kind,
+                    protocol,
+                    nodes: if protocol == Protocol::Local { 1 } else { 2 },
+                    threads: 3,
+                    objects: 16,
+                    read_ratio: 0.1,
+                    balance_k: Some(4),
+                    nesting,
+                    inner: 4,
+                    duration: Duration::from_millis(300),
+                    seed: 5,
+                    scale: TINY,
+                    ..BenchConfig::default()
+                })
+                .unwrap();
+                let what = format!("{kind} {nesting} on {protocol}");
+                assert!(r.invariant_ok, "{what}: {}", r.invariant);
+                assert!(r.committed > 0, "{what} committed nothing");
+            }
+        }
+    }
+}
+
+#[test]
+fn tpcc_runs_open_loop_under_every_policy_with_its_checks_passing() {
+    use atomos::service::Policy;
+    for (protocol, sched) in [
+        (Protocol::Local, Policy::None),
+        (Protocol::Local, Policy::Preemptive),
+        (Protocol::Local, Policy::Cmax(2)),
+        (Protocol::Local, Policy::Lazy(2)),
+        (Protocol::Certify, Policy::Preemptive),
+        (Protocol::Tfa, Policy::Preemptive),
+        (Protocol::Oss, Policy::Preemptive),
+    ] {
+        let r = run(&BenchConfig {
+            workload: WorkloadKind::Tpcc,
+            protocol,
+            nodes: if protocol == Protocol::Local { 1 } else { 2 },
+            scale: TINY,
+            duration: Duration::from_millis(400),
+            arrival_rate: Some(2_000.0),
+            sched,
+            contexts: 16,
+            ..BenchConfig::default()
+        })
+        .unwrap();
+        let what = format!("{sched} on {protocol}");
+        assert!(r.invariant_ok, "{what}: {}", r.invariant);
+        let open = r.sched.as_ref().expect("an open-loop report");
+        assert_eq!(open.sched, sched.name());
+        assert!(open.requests > 200, "{what}: {} requests", open.requests);
+        assert_eq!(r.committed, open.requests, "{what}: every request ended");
+        // Every priority of table 6.1 arrived and has a turnaround, of which its
+        // execution (start to end) is a part.
+        for level in ["1", "2", "3", "4", "5"] {
+            let t = &open.turnaround_us[level];
+            assert!(
+                t.count > 0 && t.mean > 0.0 && t.p99 >= t.p50,
+                "{what}: {level}: {t:?}"
+            );
+            let e = &open.execution_us[level];
+            assert!(
+                e.count == t.count && e.mean > 0.0 && e.mean <= t.mean,
+                "{what}: {level}: execution {e:?}, turnaround {t:?}"
+            );
+            let running = &open.running_us[level];
+            assert!(
+                running.count == t.count && running.mean > 0.0 && running.mean <= e.mean,
+                "{what}: {level}: running {running:?}, execution {e:?}"
+            );
+        }
+    }
+    let refused = |cfg: BenchConfig| run(&cfg).expect_err("refused");
+    assert!(matches!(
+        refused(BenchConfig {
+            workload: WorkloadKind::Bank,
+            arrival_rate: Some(100.0),
+            duration: Duration::from_millis(50),
+            ..BenchConfig::default()
+        }),
+        BenchError::Config(_)
+    ));
+    assert!(matches!(
+        refused(BenchConfig {
+            workload: WorkloadKind::Tpcc,
+            arrival_rate: Some(-1.0),
+            ..BenchConfig::default()
+        }),
+        BenchError::Config(_)
+    ));
+}
+
+#[test]
+fn macro_workloads_run_for_seconds_at_their_defaults_with_checks_passing() {
+    for kind in [
+        WorkloadKind::Vacation,
+        WorkloadKind::Loan,
+        WorkloadKind::Tpcc,
+    ] {
+        let r = run(&BenchConfig {
+            workload: kind,
+            objects: kind.default_objects(),
+            duration: Duration::from_secs(2),
+            ..BenchConfig::default()
+        })
+        .unwrap();
+        assert!(r.invariant_ok, "{kind}: {}", r.invariant);
+        assert!(r.duration_s >= 2.0);
+        // Every kind of operation ran and was timed.
+        for p in &r.profiles {
+            assert!(p.committed > 0, "{kind}: no {} ran", p.name);
+        }
+        assert_eq!(
+            r.profiles.iter().map(|p| p.committed).sum::<u64>(),
+            r.committed
+        );
+    }
+}
+
+#[test]
+fn read_only_operations_never_abort() {
+    let r = quick(WorkloadKind::Bank, 64, 1.0);
+    assert_eq!(r.aborted, 0);
+    assert_eq!(r.stats.read_only_commits, r.committed);
+}
+
+#[test]
+fn bad_configuration_is_refused() {
+    let mut cfg = BenchConfig {
+        workload: WorkloadKind::Bank,
+        protocol: Protocol::Local,
+        nodes: 1,
+        threads: 1,
+        objects: 10,
+        read_ratio: 1.5,
+        duration: Duration::from_millis(10),
+        seed: 1,
+        scale: TINY,
+        ..BenchConfig::default()
+    };
+    assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
+    cfg.read_ratio = 0.5;
+    cfg.nodes = 3;
+    assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
+}
