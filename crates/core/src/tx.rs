@@ -889,7 +889,7 @@ impl<'e> Tx<'e> {
     }
 
     /// The object's value, shared (not copied).
-    #[inline]
+    #[inline(always)]
     pub fn read<T: Object>(&self, r: &TRef<T>) -> Result<&T, TxError> {
         self.safe_point()?;
         if let Some(rs) = self.remote() {
