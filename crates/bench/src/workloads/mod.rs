@@ -262,6 +262,10 @@ impl WorkloadKind {
                 let table = HashTable::new("ht", p.objects);
                 let (model, inner, range) =
                     (p.nesting, p.inner.max(1), (p.objects.max(1) * 2) as i64);
+                if model == NestingModel::Flat && inner == 1 {
+                    // One add or remove per transaction: the set's own, as for the other sets.
+                    return Ok(Box::new(SetWorkload::new(table, p)));
+                }
                 let ops = table.clone();
                 Box::new(
                     SetWorkload::new(table, p).with_updates(Box::new(move |node, rng| {
