@@ -216,14 +216,13 @@ impl TfaAttempt {
             }
         }
     }
-}
 
-impl RemoteAttempt for TfaAttempt {
-    fn read(&mut self, key: &Key) -> Result<Option<Vec<u8>>, RemoteError> {
-        let request = TfaRequest::Read {
-            h: self.h,
-            key: key.clone(),
-        };
+    /// Makes the read `request` of `key` and takes its answer.
+    fn read_reply(
+        &mut self,
+        key: &Key,
+        request: TfaRequest,
+    ) -> Result<Option<Vec<u8>>, RemoteError> {
         match self.call(key, request)? {
             Reply::Read(Ok(v)) => Ok(v),
             // The transaction stays open: the engine forgets part of it or aborts it.
@@ -236,6 +235,24 @@ impl RemoteAttempt for TfaAttempt {
                 unreachable!("a read is answered by a read")
             }
         }
+    }
+}
+
+impl RemoteAttempt for TfaAttempt {
+    fn read(&mut self, key: &Key) -> Result<Option<Vec<u8>>, RemoteError> {
+        let request = TfaRequest::Read {
+            h: self.h,
+            key: key.clone(),
+        };
+        self.read_reply(key, request)
+    }
+
+    fn read_for_write(&mut self, key: &Key) -> Result<Option<Vec<u8>>, RemoteError> {
+        let request = TfaRequest::ReadForWrite {
+            h: self.h,
+            key: key.clone(),
+        };
+        self.read_reply(key, request)
     }
 
     fn abstract_lock(&mut self, family: u64, name: &str) -> Result<bool, RemoteError> {

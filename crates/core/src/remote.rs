@@ -50,6 +50,11 @@ pub enum RemoteError {
 pub trait RemoteAttempt: Send {
     /// The committed value of `key` as this attempt sees it (`None`: it does not exist).
     fn read(&mut self, key: &Key) -> Result<Option<Vec<u8>>, RemoteError>;
+    /// Like [`RemoteAttempt::read`], for an object the attempt is about to write (its first
+    /// access to it is a write): a protocol may lock it with the read. Default: a read.
+    fn read_for_write(&mut self, key: &Key) -> Result<Option<Vec<u8>>, RemoteError> {
+        self.read(key)
+    }
     /// Commits the attempt with its writes (`None` deletes), every key once.
     fn commit(&mut self, writes: Vec<(Key, Option<Vec<u8>>)>) -> Result<(), RemoteError>;
     /// Takes the abstract lock `name` for the transaction family `family` (open nesting): `true`
@@ -183,12 +188,18 @@ impl RemoteState {
         }
     }
 
-    /// Fetches `key` if this attempt has not seen it, decoding it as a `T`.
-    fn fetch<T: Object>(&mut self, key: &Key) -> Result<(), TxError> {
+    /// Fetches `key` if this attempt has not seen it, decoding it as a `T` (`for_write`: the
+    /// attempt is about to write it).
+    fn fetch<T: Object>(&mut self, key: &Key, for_write: bool) -> Result<(), TxError> {
         if self.index.contains_key(key) || self.seen.contains_key(key) {
             return Ok(());
         }
-        match self.attempt.read(key) {
+        let read = if for_write {
+            self.attempt.read_for_write(key)
+        } else {
+            self.attempt.read(key)
+        };
+        match read {
             Ok(None) => {
                 self.seen.insert(key.clone(), None);
                 self.read_log.push(key.clone());
@@ -214,10 +225,11 @@ impl RemoteState {
         }
     }
 
-    /// What the attempt sees of `key`: its own latest write, else what it read.
-    fn visible<T: Object>(&mut self, key: &Key) -> Result<&Value, TxError> {
+    /// What the attempt sees of `key`: its own latest write, else what it read
+    /// (`for_write`: the attempt is about to write it).
+    fn visible<T: Object>(&mut self, key: &Key, for_write: bool) -> Result<&Value, TxError> {
         self.live()?;
-        self.fetch::<T>(key)?;
+        self.fetch::<T>(key, for_write)?;
         Ok(match self.index.get(key) {
             Some(&i) => &self.writes[i].1,
             None => &self.seen[key],
@@ -225,12 +237,18 @@ impl RemoteState {
     }
 
     pub(crate) fn read<T: Object>(&mut self, key: &Key) -> Result<&T, TxError> {
-        let v = self.visible::<T>(key)?;
+        let v = self.visible::<T>(key, false)?;
+        typed(key, v)
+    }
+
+    /// What the attempt sees of `key`, which it is about to overwrite.
+    fn read_for_write<T: Object>(&mut self, key: &Key) -> Result<&T, TxError> {
+        let v = self.visible::<T>(key, true)?;
         typed(key, v)
     }
 
     pub(crate) fn exists<T: Object>(&mut self, key: &Key) -> Result<bool, TxError> {
-        Ok(self.visible::<T>(key)?.is_some())
+        Ok(self.visible::<T>(key, false)?.is_some())
     }
 
     /// Buffers a write. Earlier writes of the key stay in the log (a nested block rolled back
@@ -249,7 +267,7 @@ impl RemoteState {
 
     pub(crate) fn write<T: Object>(&mut self, key: &Key, value: T) -> Result<(), TxError> {
         self.writable(key)?;
-        self.read::<T>(key)?;
+        self.read_for_write::<T>(key)?;
         self.buffer(key, Some(Box::new(value)));
         Ok(())
     }
@@ -260,7 +278,7 @@ impl RemoteState {
         f: impl FnOnce(&mut T) -> R,
     ) -> Result<R, TxError> {
         self.writable(key)?;
-        let mut v = self.read::<T>(key)?.clone();
+        let mut v = self.read_for_write::<T>(key)?.clone();
         let out = f(&mut v);
         self.buffer(key, Some(Box::new(v)));
         Ok(out)
@@ -268,7 +286,7 @@ impl RemoteState {
 
     pub(crate) fn create<T: Object>(&mut self, key: &Key, value: T) -> Result<(), TxError> {
         self.writable(key)?;
-        if self.visible::<T>(key)?.is_some() {
+        if self.visible::<T>(key, true)?.is_some() {
             return Err(TxError::AlreadyExists { key: key.clone() });
         }
         self.buffer(key, Some(Box::new(value)));
@@ -277,7 +295,7 @@ impl RemoteState {
 
     pub(crate) fn delete<T: Object>(&mut self, key: &Key) -> Result<(), TxError> {
         self.writable(key)?;
-        self.read::<T>(key)?;
+        self.read_for_write::<T>(key)?;
         self.buffer(key, None);
         Ok(())
     }

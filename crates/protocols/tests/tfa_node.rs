@@ -17,6 +17,8 @@ fn cfg() -> TfaConfig {
         max_hops: 8,
         busy_delay: 1,
         busy_retries: 2,
+        lock_writes_at_read: true,
+        contention_quiet: 0,
         planted_bug: None,
     }
 }
@@ -124,6 +126,21 @@ impl Net {
         self.answer(node, h, |n, now, out| n.read(now, h, key, out))
     }
 
+    /// Runs a read made for a write on `node` to its answer.
+    fn read_for_write(&mut self, node: u64, h: u64, key: &Key) -> Reply {
+        let key = key.clone();
+        self.answer(node, h, |n, now, out| n.read_for_write(now, h, key, out))
+    }
+
+    /// Abandons transaction `h` of `node` and delivers what that sends.
+    fn abort(&mut self, node: u64, h: u64) {
+        let mut acts = Vec::new();
+        let now = self.now;
+        self.node(node).abort(now, h, &mut acts);
+        self.absorb(node, acts);
+        self.settle();
+    }
+
     fn commit(&mut self, node: u64, h: u64, writes: Vec<(Key, Option<Vec<u8>>)>) -> Reply {
         self.answer(node, h, |n, now, out| n.commit(now, h, writes, out))
     }
@@ -160,7 +177,7 @@ fn read_value(net: &mut Net, node: u64, h: u64, key: &Key) -> Option<Vec<u8>> {
     net.node(node).begin(h);
     match net.read(node, h, key) {
         Reply::Read(Ok(v)) => {
-            net.node(node).abort(h);
+            net.abort(node, h);
             v
         }
         other => panic!("read failed: {other:?}"),
@@ -242,7 +259,7 @@ fn a_read_of_a_newer_version_forwards_or_aborts() {
     net.node(3).forget(10, std::slice::from_ref(&a));
     assert_eq!(net.read(3, 10, &b), Reply::Read(Ok(Some(vec![2]))));
     assert_eq!(net.read(3, 10, &a), Reply::Read(Ok(Some(vec![2]))));
-    net.node(3).abort(10);
+    net.abort(3, 10);
     assert_eq!(net.node(3).counters().aborts_forward, 1);
     // A fresh transaction that read something still current is forwarded instead.
     net.node(3).begin(11);
@@ -543,4 +560,133 @@ fn answers_from_anyone_but_the_node_asked_or_for_an_earlier_run_are_ignored() {
             ..
         }) if v == &vec![8]
     )));
+}
+
+/// Counts the queued messages whose body `is`.
+fn queued(net: &Net, is: impl Fn(&Body) -> bool) -> usize {
+    net.queue.iter().filter(|(_, _, m)| is(&m.body)).count()
+}
+
+#[test]
+fn a_read_for_a_write_locks_and_the_commit_asks_no_lock() {
+    let mut net = Net::new(3);
+    let k = Key::from("pre");
+    assert_eq!(
+        net.write_all(2, 1, std::slice::from_ref(&k), 1),
+        Reply::Commit(Ok(()))
+    );
+    net.node(1).begin(2);
+    assert_eq!(net.read_for_write(1, 2, &k), Reply::Read(Ok(Some(vec![1]))));
+    let holder = net.node(2).objects().get(&k).and_then(|h| h.locked_by);
+    assert_eq!(holder.map(|t| t.node), Some(1), "locked with the read");
+    // Another reader waits out its retries and gives up: the object is taken.
+    net.node(3).begin(3);
+    assert_eq!(
+        net.read(3, 3, &k),
+        Reply::Read(Err(Failure::Conflict(AbortCause::ReadLocked)))
+    );
+    // The same transaction reads it again and gets it.
+    assert_eq!(net.read(1, 2, &k), Reply::Read(Ok(Some(vec![1]))));
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(1)
+        .commit(now, 2, vec![(k.clone(), Some(vec![5]))], &mut acts);
+    net.absorb(1, acts);
+    assert_eq!(queued(&net, |b| matches!(b, Body::Lock { .. })), 0);
+    assert_eq!(net.take_reply(1, 2), Some(Reply::Commit(Ok(()))), "at once");
+    net.settle();
+    assert_eq!(net.owners(&k), vec![1]);
+    assert_eq!(read_value(&mut net, 3, 4, &k), Some(vec![5]));
+    assert_eq!(net.locks(), 0);
+}
+
+#[test]
+fn objects_locked_for_writes_that_did_not_happen_are_released_unmoved() {
+    let mut net = Net::new(3);
+    let (a, b) = (Key::from("kept"), Key::from("taken"));
+    assert_eq!(
+        net.write_all(2, 1, &[a.clone(), b.clone()], 1),
+        Reply::Commit(Ok(()))
+    );
+    // A commit that writes b only: a stays with its owner, unlocked and unchanged.
+    net.node(1).begin(2);
+    assert!(matches!(net.read_for_write(1, 2, &a), Reply::Read(Ok(_))));
+    assert!(matches!(net.read_for_write(1, 2, &b), Reply::Read(Ok(_))));
+    assert_eq!(net.locks(), 2);
+    assert_eq!(
+        net.commit(1, 2, vec![(b.clone(), Some(vec![2]))]),
+        Reply::Commit(Ok(()))
+    );
+    net.ticks(2);
+    assert_eq!((net.owners(&a), net.owners(&b)), (vec![2], vec![1]));
+    assert_eq!(read_value(&mut net, 3, 3, &a), Some(vec![1]));
+    assert_eq!(net.locks(), 0);
+    // One that writes nothing, and one abandoned: both release what they locked.
+    net.node(3).begin(4);
+    assert!(matches!(net.read_for_write(3, 4, &a), Reply::Read(Ok(_))));
+    assert_eq!(net.commit(3, 4, vec![]), Reply::Commit(Ok(())));
+    assert_eq!(net.locks(), 0);
+    net.node(3).begin(5);
+    assert!(matches!(net.read_for_write(3, 5, &b), Reply::Read(Ok(_))));
+    assert_eq!(net.locks(), 1);
+    net.abort(3, 5);
+    assert_eq!(net.locks(), 0);
+    assert_eq!((net.owners(&a), net.owners(&b)), (vec![2], vec![1]));
+    net.ticks(2);
+    assert_eq!(
+        net.node(3).in_flight(),
+        (0, 0, 0),
+        "every decision confirmed"
+    );
+}
+
+/// A transaction never waits holding a lock: meeting another's lock, it gives its own up (so
+/// two that each locked one object and want the other's cannot wait for each other) and goes
+/// on as a transaction that took none.
+#[test]
+fn a_transaction_gives_its_locks_up_before_it_waits_for_one() {
+    let mut net = Net::new(3);
+    let (a, b) = (Key::from("left"), Key::from("right"));
+    assert_eq!(
+        net.write_all(3, 1, &[a.clone(), b.clone()], 1),
+        Reply::Commit(Ok(()))
+    );
+    net.node(1).begin(2);
+    net.node(2).begin(3);
+    assert!(matches!(net.read_for_write(1, 2, &a), Reply::Read(Ok(_))));
+    assert!(matches!(net.read_for_write(2, 3, &b), Reply::Read(Ok(_))));
+    // Node 1 wants b: it releases a and waits.
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(1).read_for_write(now, 2, b.clone(), &mut acts);
+    net.absorb(1, acts);
+    net.settle();
+    assert_eq!(net.node(3).objects().get(&a).unwrap().locked_by, None);
+    assert_eq!(net.node(1).counters().locks_given_up, 1);
+    // So node 2 gets a and commits; node 1's wait ends with b changed under it.
+    assert_eq!(net.read_for_write(2, 3, &a), Reply::Read(Ok(Some(vec![1]))));
+    assert_eq!(
+        net.commit(
+            2,
+            3,
+            vec![(a.clone(), Some(vec![7])), (b.clone(), Some(vec![7]))]
+        ),
+        Reply::Commit(Ok(()))
+    );
+    let mut answer = None;
+    for _ in 0..20 {
+        net.ticks(1);
+        if let Some(r) = net.take_reply(1, 2) {
+            answer = Some(r);
+            break;
+        }
+    }
+    assert_eq!(
+        answer,
+        Some(Reply::Read(Err(Failure::Stale(vec![a.clone()]))))
+    );
+    net.abort(1, 2);
+    net.ticks(2);
+    assert_eq!((net.owners(&a), net.owners(&b)), (vec![2], vec![2]));
+    assert_eq!(net.locks(), 0);
 }

@@ -30,6 +30,9 @@ impl TfaNode {
                 wait: Wait::Idle,
                 outstanding: BTreeMap::new(),
                 contacted: BTreeSet::new(),
+                prelocked: BTreeMap::new(),
+                taken: BTreeMap::new(),
+                lock_reads: self.cfg.lock_writes_at_read,
             },
         );
     }
@@ -37,14 +40,33 @@ impl TfaNode {
     /// Reads `key` for transaction `h`; the answer is a [`Reply::Read`] (at once when this node
     /// owns the object). A failed read ends the transaction.
     pub fn read(&mut self, now: u64, h: u64, key: Key, out: &mut Vec<Action>) {
+        self.start_read(now, h, key, false, out);
+    }
+
+    /// Reads `key` for transaction `h`, which is about to write it: like [`TfaNode::read`],
+    /// and with [`TfaConfig::lock_writes_at_read`] the owner locks the object for the
+    /// transaction with the same answer, so its commit asks no lock of that owner. An object
+    /// locked so that the transaction does not write after all is released at its end.
+    pub fn read_for_write(&mut self, now: u64, h: u64, key: Key, out: &mut Vec<Action>) {
+        let quiet = now >= self.contended_until;
+        let lock = quiet && self.active.get(&h).is_some_and(|tx| tx.lock_reads);
+        self.start_read(now, h, key, lock, out);
+    }
+
+    fn start_read(&mut self, now: u64, h: u64, key: Key, lock: bool, out: &mut Vec<Action>) {
         let Some(tx) = self.active.get_mut(&h) else {
             return;
         };
-        let target = self.cache.ask(&key, &self.dir);
+        // An object this transaction holds locked answers only to it: read it again locking.
+        let (target, lock) = match tx.prelocked.get(&key) {
+            Some(p) => (p.owner, true),
+            None => (self.cache.ask(&key, &self.dir), lock),
+        };
         tx.wait = Wait::Fetch {
             key: key.clone(),
             hops: 0,
             busy: 0,
+            lock,
         };
         self.fetch_from(now, h, key, target, out);
     }
@@ -62,9 +84,12 @@ impl TfaNode {
             return;
         };
         if writes.is_empty() {
-            // Read-only: every read was consistent at `rv` when it was made.
+            // Read-only: every read was consistent at `rv` when it was made. Objects locked
+            // for writes that did not happen are released.
+            let (id, contacted) = (tx.id, std::mem::take(&mut tx.contacted));
             self.counters.commits += 1;
             self.finish(h);
+            self.release_locks(now, id, contacted, out);
             out.push(Output::Deliver(Answer {
                 h,
                 reply: Reply::Commit(Ok(())),
@@ -74,15 +99,21 @@ impl TfaNode {
         writes.sort_by(|a, b| a.0.cmp(&b.0));
         writes.dedup_by(|later, earlier| later.0 == earlier.0);
         let mut by_owner: BTreeMap<NodeId, Vec<(Key, Option<u64>)>> = BTreeMap::new();
+        tx.taken.clear();
         for (key, _) in &writes {
-            let (owner, version) = match tx.reads.get(key) {
-                Some(r) => (r.owner, Some(r.version)),
-                None => (self.cache.ask(key, &self.dir), None),
+            let (owner, version, locked) = match (tx.prelocked.get(key), tx.reads.get(key)) {
+                (Some(p), _) => (p.owner, Some(p.version), true),
+                (None, Some(r)) => (r.owner, Some(r.version), false),
+                (None, None) => (self.cache.ask(key, &self.dir), None, false),
             };
-            by_owner
-                .entry(owner)
-                .or_default()
-                .push((key.clone(), version));
+            if owner != self.me {
+                let named = (key.clone(), version);
+                tx.taken.entry(owner).or_default().push(named);
+            }
+            if !locked {
+                let item = (key.clone(), version);
+                by_owner.entry(owner).or_default().push(item);
+            }
         }
         let id = tx.id;
         if let Some(local) = by_owner.remove(&self.me) {
@@ -125,15 +156,17 @@ impl TfaNode {
         }
     }
 
-    /// Abandons transaction `h` before commit (the application gave up). It holds no lock
-    /// before commit, so nothing needs to be told.
-    pub fn abort(&mut self, h: u64) {
-        if let Some(tx) = self.active.get(&h) {
+    /// Abandons transaction `h` before commit (the application gave up): objects it locked
+    /// when reading them for a write are released (their owners are told).
+    pub fn abort(&mut self, now: u64, h: u64, out: &mut Vec<Action>) {
+        if let Some(tx) = self.active.get_mut(&h) {
             if matches!(
                 tx.wait,
                 Wait::Idle | Wait::Fetch { .. } | Wait::Forward { .. } | Wait::Abstract
             ) {
+                let (id, contacted) = (tx.id, std::mem::take(&mut tx.contacted));
                 self.finish(h);
+                self.release_locks(now, id, contacted, out);
             }
         }
     }
@@ -146,13 +179,32 @@ impl TfaNode {
         target: NodeId,
         out: &mut Vec<Action>,
     ) {
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
+        let lock = matches!(tx.wait, Wait::Fetch { lock: true, .. }).then_some(tx.id);
         if target == self.me {
-            let answer = self.lookup(&key);
+            let answer = match lock {
+                Some(id) => self.lookup_locking(now, &key, id, out),
+                None => self.lookup(&key),
+            };
             let clock = self.clock.now();
             return self.fetched(now, h, self.me, clock, answer, out);
         }
         let k = key.clone();
-        self.request(now, h, target, key, |req| Body::Fetch { req, key: k }, out);
+        match lock {
+            Some(tx_id) => {
+                // It may lock whether or not its answer arrives: it must hear the decision.
+                tx.contacted.insert(target);
+                let body = |req| Body::FetchLock {
+                    req,
+                    tx: tx_id,
+                    key: k,
+                };
+                self.request(now, h, target, key, body, out)
+            }
+            None => self.request(now, h, target, key, |req| Body::Fetch { req, key: k }, out),
+        }
     }
 
     pub(super) fn fetched(
@@ -167,22 +219,35 @@ impl TfaNode {
         let Some(tx) = self.active.get_mut(&h) else {
             return;
         };
-        let Wait::Fetch { key, hops, busy } = &tx.wait else {
+        let Wait::Fetch {
+            key,
+            hops,
+            busy,
+            lock,
+        } = &tx.wait
+        else {
             return;
         };
-        let (key, hops, busy) = (key.clone(), *hops, *busy);
+        let (key, hops, busy, lock) = (key.clone(), *hops, *busy, *lock);
         drop_requests(&mut self.requests, &mut tx.outstanding);
         if from != self.me {
             self.counters.remote_reads += 1;
         }
         match answer {
             FetchAnswer::Busy if busy < self.cfg.busy_retries => {
+                self.note_contention(now);
                 // A commit is installing: its lock is short-lived, so ask again after the
-                // busy delay rather than abort at once.
+                // busy delay rather than abort at once. A transaction never waits holding
+                // locks (no cycle of waits can form): it gives them up first.
+                let lock = lock && !self.give_up_locks(now, h, out);
+                let Some(tx) = self.active.get_mut(&h) else {
+                    return;
+                };
                 tx.wait = Wait::Fetch {
                     key: key.clone(),
                     hops,
                     busy: busy + 1,
+                    lock,
                 };
                 let k = key.clone();
                 tx.outstanding.insert(
@@ -197,6 +262,7 @@ impl TfaNode {
                 );
             }
             FetchAnswer::Busy => {
+                self.note_contention(now);
                 self.counters.aborts_busy_read += 1;
                 self.fail(now, h, Failure::Conflict(AbortCause::ReadLocked), out)
             }
@@ -213,12 +279,19 @@ impl TfaNode {
                     key: key.clone(),
                     hops: hops + 1,
                     busy,
+                    lock,
                 };
                 self.fetch_from(now, h, key, next, out)
             }
             FetchAnswer::Found { value, version } => {
                 if from != self.me {
                     self.cache.learn(key.clone(), from);
+                }
+                if lock && value.is_some() {
+                    // The owner locked it (a missing object is locked at commit).
+                    let owner = from;
+                    tx.prelocked
+                        .insert(key.clone(), ReadInfo { version, owner });
                 }
                 if version <= tx.rv {
                     return self.deliver(now, h, key, value, version, from, None, out);
@@ -381,29 +454,12 @@ impl TfaNode {
                 self.counters.migrations_in += 1;
             }
         }
+        // Objects locked here for writes that did not happen are released; the written
+        // ones are replaced, unlocked.
+        self.objects.release(tx.id);
         self.objects.install(tx.id, &writes, version);
-        if !tx.contacted.is_empty() {
-            let decision = Decision::Commit { version };
-            for &owner in &tx.contacted {
-                self.send(
-                    owner,
-                    Body::Decided {
-                        tx: tx.id,
-                        decision,
-                    },
-                    out,
-                );
-            }
-            self.decided.insert(
-                tx.id,
-                Pending {
-                    decision,
-                    waiting: tx.contacted.clone(),
-                    sent: now,
-                    since: now,
-                },
-            );
-        }
+        let decision = Decision::Commit { version };
+        self.announce(now, tx.id, decision, tx.contacted, tx.taken, out);
         for (key, _) in writes {
             self.cache.forget(&key);
             let home = self.dir.home(&key);
@@ -428,28 +484,7 @@ impl TfaNode {
         };
         drop_requests(&mut self.requests, &mut tx.outstanding);
         self.handles.remove(&tx.id);
-        self.objects.release(tx.id);
-        if !tx.contacted.is_empty() {
-            for &owner in &tx.contacted {
-                self.send(
-                    owner,
-                    Body::Decided {
-                        tx: tx.id,
-                        decision: Decision::Abort,
-                    },
-                    out,
-                );
-            }
-            self.decided.insert(
-                tx.id,
-                Pending {
-                    decision: Decision::Abort,
-                    waiting: tx.contacted,
-                    sent: now,
-                    since: now,
-                },
-            );
-        }
+        self.release_locks(now, tx.id, std::mem::take(&mut tx.contacted), out);
         if matches!(failure, Failure::Unavailable { .. }) {
             self.counters.unavailable += 1;
         }
@@ -459,6 +494,33 @@ impl TfaNode {
             Reply::Commit(Err(failure))
         };
         out.push(Output::Deliver(Answer { h, reply }));
+    }
+
+    /// Transaction `h` is about to wait for a lock: if it holds locks taken with reads, it
+    /// gives them up and goes on under a new number (so that a late release of the old one
+    /// never touches the new one's locks), its reads kept, their versions checked at commit
+    /// as plain reads are; it takes no more locks with reads. Returns whether it held any.
+    fn give_up_locks(&mut self, now: u64, h: u64, out: &mut Vec<Action>) -> bool {
+        let Some(tx) = self.active.get_mut(&h) else {
+            return false;
+        };
+        tx.lock_reads = false;
+        if tx.prelocked.is_empty() {
+            return false;
+        }
+        tx.prelocked.clear();
+        let old = tx.id;
+        tx.id = TxId {
+            node: self.me,
+            n: self.next_tx,
+        };
+        self.next_tx += 1;
+        let contacted = std::mem::take(&mut tx.contacted);
+        self.handles.remove(&old);
+        self.handles.insert(tx.id, h);
+        self.counters.locks_given_up += 1;
+        self.release_locks(now, old, contacted, out);
+        true
     }
 
     /// A commit found reads that are no longer current (`keys`): its locks are released (the
@@ -479,24 +541,12 @@ impl TfaNode {
         self.next_tx += 1;
         tx.wait = Wait::Idle;
         let contacted = std::mem::take(&mut tx.contacted);
+        // The locks go with the old number: reads made for writes are plain reads now.
+        tx.prelocked.clear();
+        tx.taken.clear();
         self.handles.remove(&old);
         self.handles.insert(tx.id, h);
-        self.objects.release(old);
-        if !contacted.is_empty() {
-            for &owner in &contacted {
-                let decision = Decision::Abort;
-                self.send(owner, Body::Decided { tx: old, decision }, out);
-            }
-            self.decided.insert(
-                old,
-                Pending {
-                    decision: Decision::Abort,
-                    waiting: contacted,
-                    sent: now,
-                    since: now,
-                },
-            );
-        }
+        self.release_locks(now, old, contacted, out);
         out.push(Output::Deliver(Answer {
             h,
             reply: Reply::Commit(Err(Failure::Stale(keys))),

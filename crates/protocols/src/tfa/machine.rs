@@ -25,6 +25,14 @@ pub enum TfaRequest {
         /// The object.
         key: Key,
     },
+    /// Read `key` to write it; answered by a [`super::Reply::Read`] (see
+    /// [`TfaNode::read_for_write`]).
+    ReadForWrite {
+        /// The transaction.
+        h: u64,
+        /// The object.
+        key: Key,
+    },
     /// Commit with these buffered writes (`None` deletes); answered by a
     /// [`super::Reply::Commit`].
     Commit {
@@ -85,6 +93,7 @@ impl Machine for TfaNode {
             Input::Request(r) => match r {
                 TfaRequest::Begin { h } => self.begin(h),
                 TfaRequest::Read { h, key } => self.read(now, h, key, out),
+                TfaRequest::ReadForWrite { h, key } => self.read_for_write(now, h, key, out),
                 TfaRequest::Commit { h, writes } => self.commit(now, h, writes, out),
                 TfaRequest::Forget { h, keys } => self.forget(h, &keys),
                 TfaRequest::AbstractLock { h, family, name } => {
@@ -93,7 +102,7 @@ impl Machine for TfaNode {
                 TfaRequest::ReleaseAbstract { family, names } => {
                     self.release_abstract(family, names, out)
                 }
-                TfaRequest::Abort { h } => self.abort(h),
+                TfaRequest::Abort { h } => self.abort(now, h, out),
             },
         }
         Ok(())

@@ -30,7 +30,18 @@ pub enum Body {
         /// The object.
         key: Key,
     },
-    /// The answer to a `Fetch`.
+    /// Asks for the committed copy of `key` and its commit lock for `tx`, which read it to
+    /// write it (answered by `Fetched`; a `Found` answer means the lock is held, until the
+    /// decision). Asked again by the same transaction, it answers the same.
+    FetchLock {
+        /// Matches the answer to the request.
+        req: u64,
+        /// The transaction that will write the object.
+        tx: TxId,
+        /// The object.
+        key: Key,
+    },
+    /// The answer to a `Fetch` or a `FetchLock`.
     Fetched {
         /// The request answered.
         req: u64,
@@ -74,8 +85,13 @@ pub enum Body {
     Decided {
         /// The transaction.
         tx: TxId,
-        /// Commit (the locked objects move to the committer) or abort (locks released).
+        /// Commit (the objects named in `taken` move to the committer) or abort (locks
+        /// released).
         decision: Decision,
+        /// With a commit: the receiver's objects the committer wrote, each with the version it
+        /// read (`None`: written unread, any version). The transaction's other locks there
+        /// are released. Empty otherwise.
+        taken: Vec<(Key, Option<u64>)>,
     },
     /// The owner applied the decisions for these transactions (sent in batches, on the
     /// owner's timer).
@@ -176,7 +192,8 @@ pub enum FetchAnswer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Decision {
-    /// Committed at `version`: the objects locked for it move to the committer.
+    /// Committed at `version`: the objects it wrote move to the committer (the others it
+    /// locked are released).
     Commit {
         /// The version the committer wrote.
         version: u64,

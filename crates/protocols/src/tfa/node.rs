@@ -18,10 +18,17 @@
 //!   moves up to the owner's clock, or the transaction aborts. Reads of versions at most `rv`
 //!   need no check: every owner that served a read has seen the reader's clock, so later
 //!   writes of what was read get larger versions.
-//! - Commit locks the write set at its owners (each owner all-or-nothing and without waiting,
-//!   so no deadlock whatever the order), then validates the other reads, then advances the
-//!   clock, installs the writes here (the committer becomes their owner), tells the old owners
-//!   (`Decided`), which hand the objects over, and tells each key's home (`Track`).
+//! - A read made for a write (`read_for_write`: the transaction's first access to the object
+//!   is a write) takes the object's commit lock with the copy, so the commit need not ask for
+//!   it. A transaction never waits holding such locks: before it waits for a locked object it
+//!   gives its locks up (under a new number) and goes on as one that took none, so no cycle of
+//!   waits forms.
+//! - Commit locks the rest of the write set at its owners (each owner all-or-nothing and
+//!   without waiting, so no deadlock whatever the order), then validates the other reads, then
+//!   advances the clock, installs the writes here (the committer becomes their owner), tells
+//!   the old owners (`Decided`, naming the objects written at the versions read), which hand
+//!   those objects over and release the transaction's other locks, and tells each key's home
+//!   (`Track`). A transaction that ends otherwise releases every lock it took.
 //! - A lock is held until the owner hears the decision; an owner asks a silent committer
 //!   (`Ask`) after the lease; a committer asked about an undecided transaction aborts it; one
 //!   that never answers loses its locks after the abandon time.
@@ -59,6 +66,15 @@ pub struct TfaConfig {
     pub busy_delay: u64,
     /// ... this many times, then aborts its transaction.
     pub busy_retries: u32,
+    /// A read made for a write ([`TfaNode::read_for_write`]) takes the object's commit lock
+    /// with its copy: the commit skips that object's lock request, a round trip. The price:
+    /// the object is locked, and in doubt if its committer crashes, from that read on rather
+    /// than from the commit on; under contention, readers would wait for whole transactions.
+    /// So a node takes no locks with reads for `contention_quiet` after one of its
+    /// transactions met a lock.
+    pub lock_writes_at_read: bool,
+    /// How long after meeting a lock a node's reads for writes take no locks.
+    pub contention_quiet: u64,
     /// A deliberate defect, for tests that show the simulation catches it.
     #[doc(hidden)]
     pub planted_bug: Option<PlantedBug>,
@@ -74,11 +90,17 @@ pub enum PlantedBug {
     /// A restarting node ignores its log: its home records are gone (what TFA did before it
     /// kept them).
     ForgetHomeRecords,
+    /// An owner answers a read made for a write without taking the lock.
+    UnlockedWriteRead,
+    /// An owner hands every object a committed transaction locked to the committer, not only
+    /// those the decision names (objects read for a write that did not happen included).
+    SurrenderUnnamed,
 }
 
 impl Default for TfaConfig {
     /// For ticks of 1 ms: lease 0.5 s, abandon 30 s, re-send 0.2 s, request timeout 2 s; a
-    /// locked object is asked again on the next tick, three times.
+    /// locked object is asked again on the next tick, three times; reads for writes lock,
+    /// except for 0.1 s after a transaction met a lock.
     fn default() -> TfaConfig {
         TfaConfig {
             lease: 500,
@@ -88,6 +110,8 @@ impl Default for TfaConfig {
             max_hops: 16,
             busy_delay: 1,
             busy_retries: 3,
+            lock_writes_at_read: true,
+            contention_quiet: 100,
             planted_bug: None,
         }
     }
@@ -177,6 +201,8 @@ pub struct TfaCounters {
     pub marked_lost: u64,
     /// Messages dropped because they came from an earlier run of their sender.
     pub stale_dropped: u64,
+    /// Transactions that gave up the locks they took with reads, to wait for another lock.
+    pub locks_given_up: u64,
 }
 
 /// The outstanding entry of a read waiting to ask again after a "locked" answer.
@@ -201,11 +227,13 @@ pub(super) struct Outstanding {
 #[derive(Debug)]
 pub(super) enum Wait {
     Idle,
-    /// A read is asking for `key` (after `hops` redirects and `busy` answers "locked").
+    /// A read is asking for `key` (after `hops` redirects and `busy` answers "locked"), with
+    /// its commit lock if `lock` (a read for a write).
     Fetch {
         key: Key,
         hops: u32,
         busy: u32,
+        lock: bool,
     },
     /// A read found a newer version; the read set is being validated before forwarding.
     Forward {
@@ -244,12 +272,22 @@ pub(super) struct Active {
     pub(super) outstanding: BTreeMap<u64, Outstanding>,
     /// Owners asked for locks (they must hear the decision).
     pub(super) contacted: BTreeSet<NodeId>,
+    /// Objects locked when read for a write, with the version read and their owner. Kept
+    /// when the read is forgotten: the lock stays until the decision.
+    pub(super) prelocked: BTreeMap<Key, ReadInfo>,
+    /// At commit: the written objects of each other owner, with the version read (what the
+    /// decision names).
+    pub(super) taken: BTreeMap<NodeId, Vec<(Key, Option<u64>)>>,
+    /// Whether reads made for writes still take locks (not after the transaction waited).
+    pub(super) lock_reads: bool,
 }
 
 /// A decision the committer repeats until every owner confirmed it.
 pub(super) struct Pending {
     pub(super) decision: Decision,
     pub(super) waiting: BTreeSet<NodeId>,
+    /// With a commit: what it names to each owner (see [`Body::Decided`]).
+    pub(super) taken: BTreeMap<NodeId, Vec<(Key, Option<u64>)>>,
     pub(super) sent: u64,
     pub(super) since: u64,
 }
@@ -302,6 +340,8 @@ pub struct TfaNode {
     pub(super) logged: usize,
     pub(super) next_tx: u64,
     pub(super) next_req: u64,
+    /// Until when reads for writes take no locks (a transaction here met a lock).
+    pub(super) contended_until: u64,
     pub(super) counters: TfaCounters,
 }
 
@@ -385,6 +425,7 @@ impl TfaNode {
             // Numbers of different runs never meet: an answer to an earlier run's request is
             // never taken for one of this run's.
             next_req: incarnation << 32,
+            contended_until: 0,
             counters: TfaCounters::default(),
         })
     }
@@ -500,6 +541,59 @@ impl TfaNode {
             },
         );
         self.send(to, body, out);
+    }
+
+    /// Tells each of `owners` the decision about `tx` (with a commit, the objects it names to
+    /// each, from `taken`) and repeats it until each confirms.
+    pub(super) fn announce(
+        &mut self,
+        now: u64,
+        tx: TxId,
+        decision: Decision,
+        owners: BTreeSet<NodeId>,
+        mut taken: BTreeMap<NodeId, Vec<(Key, Option<u64>)>>,
+        out: &mut Vec<Action>,
+    ) {
+        if owners.is_empty() {
+            return;
+        }
+        taken.retain(|owner, _| owners.contains(owner));
+        for &owner in &owners {
+            let named = taken.get(&owner).cloned().unwrap_or_default();
+            let body = Body::Decided {
+                tx,
+                decision,
+                taken: named,
+            };
+            self.send(owner, body, out);
+        }
+        self.decided.insert(
+            tx,
+            Pending {
+                decision,
+                waiting: owners,
+                taken,
+                sent: now,
+                since: now,
+            },
+        );
+    }
+
+    /// A transaction here met a lock: reads for writes take none for a while.
+    pub(super) fn note_contention(&mut self, now: u64) {
+        self.contended_until = now.saturating_add(self.cfg.contention_quiet);
+    }
+
+    /// Aborts `tx`'s locks: those here are released, and the owners it asked are told.
+    pub(super) fn release_locks(
+        &mut self,
+        now: u64,
+        tx: TxId,
+        owners: BTreeSet<NodeId>,
+        out: &mut Vec<Action>,
+    ) {
+        self.objects.release(tx);
+        self.announce(now, tx, Decision::Abort, owners, BTreeMap::new(), out);
     }
 
     pub(super) fn finish(&mut self, h: u64) {

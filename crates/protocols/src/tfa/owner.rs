@@ -205,11 +205,31 @@ impl OwnedObjects {
             .is_some_and(|o| o.version == version && o.lock.is_none_or(|l| l.tx == tx))
     }
 
-    /// `tx` committed: it installed its writes at node `to` at `version`; every object it
-    /// locked here leaves this node (forwarding requests to `to`). Returns the keys that left.
-    pub fn surrender(&mut self, tx: TxId, to: NodeId, version: u64) -> Vec<Key> {
+    /// `tx` committed: it installed its writes at node `to` at `version`. Each object it
+    /// locked here that `taken` names, at the version named there (`None`: any), leaves this
+    /// node (forwarding requests to `to`); its other locks here are released (objects locked
+    /// when read for a write that did not happen, or locked again by a late duplicate request
+    /// after the object came back). Returns the keys that left.
+    pub fn surrender(
+        &mut self,
+        tx: TxId,
+        to: NodeId,
+        version: u64,
+        taken: &[(Key, Option<u64>)],
+    ) -> Vec<Key> {
         let mut keys = self.locked.remove(&tx).unwrap_or_default();
         keys.retain(|key| self.locked_by(key) == Some(tx));
+        keys.retain(|key| {
+            let named = taken.iter().any(|(k, v)| {
+                k == key && v.is_none_or(|v| self.objects.get(key).is_some_and(|o| o.version == v))
+            });
+            if !named {
+                if let Some(o) = self.objects.get_mut(key) {
+                    o.lock = None;
+                }
+            }
+            named
+        });
         for key in &keys {
             self.objects.remove(key);
             self.moved.insert(
@@ -222,6 +242,14 @@ impl OwnedObjects {
             );
         }
         keys
+    }
+
+    /// The keys `tx` holds locked here.
+    pub fn locked_keys(&self, tx: TxId) -> impl Iterator<Item = Key> + '_ {
+        let keys = self.locked.get(&tx).map_or(&[][..], Vec::as_slice);
+        keys.iter()
+            .filter(move |k| self.locked_by(k) == Some(tx))
+            .cloned()
     }
 
     fn locked_by(&self, key: &Key) -> Option<TxId> {
@@ -363,7 +391,10 @@ mod tests {
         o.adopt(a.clone(), Some(vec![1]), 3);
         o.adopt(b.clone(), Some(vec![2]), 3);
         o.try_lock(tx(1), &[(a.clone(), Some(3))], 0, 10).unwrap();
-        assert_eq!(o.surrender(tx(1), 7, 9), vec![a.clone()]);
+        assert_eq!(
+            o.surrender(tx(1), 7, 9, &[(a.clone(), Some(3))]),
+            vec![a.clone()]
+        );
         assert!(!o.owns(&a));
         assert_eq!(o.moved_to(&a), Some(7));
         o.try_lock(tx(2), &[(b.clone(), Some(3))], 0, 10).unwrap();
@@ -388,8 +419,32 @@ mod tests {
         // arrives, tx 2 of this node takes the object back from the new owner at version 5.
         o.try_lock(tx(1), &[(a.clone(), Some(3))], 0, 10).unwrap();
         o.install(tx(2), &[(a.clone(), Some(vec![2]))], 5);
-        assert!(o.surrender(tx(1), 1, 4).is_empty());
+        assert!(o.surrender(tx(1), 1, 4, &[(a.clone(), Some(3))]).is_empty());
         assert_eq!(o.get(&a).map(|h| h.version), Some(5));
+        assert_eq!(o.locks_held(), 0);
+    }
+
+    #[test]
+    fn only_what_the_commit_names_at_the_version_read_leaves() {
+        let (a, b, c) = (Key::from("a"), Key::from("b"), Key::from("c"));
+        let mut o = OwnedObjects::new();
+        o.adopt(a.clone(), Some(vec![1]), 3);
+        o.adopt(b.clone(), Some(vec![2]), 3);
+        o.adopt(c.clone(), Some(vec![3]), 8);
+        // tx 1 locked a (written), b (read for a write it did not make) and c (a late
+        // duplicate lock on a copy newer than the one it read).
+        o.try_lock(
+            tx(1),
+            &[(a.clone(), None), (b.clone(), None), (c.clone(), None)],
+            0,
+            10,
+        )
+        .unwrap();
+        let taken = [(a.clone(), Some(3)), (c.clone(), Some(5))];
+        assert_eq!(o.surrender(tx(1), 7, 9, &taken), vec![a.clone()]);
+        assert!(!o.owns(&a));
+        assert_eq!(o.get(&b).map(|h| (h.version, h.locked_by)), Some((3, None)));
+        assert_eq!(o.get(&c).map(|h| (h.version, h.locked_by)), Some((8, None)));
         assert_eq!(o.locks_held(), 0);
     }
 

@@ -42,6 +42,13 @@ impl TfaNode {
                 let answer = self.lookup(&key);
                 self.send(from, Body::Fetched { req, answer }, out);
             }
+            Body::FetchLock { req, tx, key } => {
+                // A late duplicate of a finished transaction's request may lock again; the
+                // lock is released once the committer, asked after the lease, says so, and a
+                // commit's decision never hands over an object it does not name.
+                let answer = self.lookup_locking(now, &key, tx, out);
+                self.send(from, Body::Fetched { req, answer }, out);
+            }
             Body::Fetched { req, answer } => {
                 if let Some(h) = self.take_request(req, from) {
                     self.fetched(now, h, from, msg.clock, answer, out);
@@ -66,6 +73,7 @@ impl TfaNode {
                 match result {
                     Ok(()) => self.lock_progress(now, h, out),
                     Err(Refusal::Busy(key)) => {
+                        self.note_contention(now);
                         self.counters.aborts_lock_busy += 1;
                         self.fail(now, h, refusal_failure(&Refusal::Busy(key)), out)
                     }
@@ -92,8 +100,12 @@ impl TfaNode {
                     self.validated(now, h, invalid, out);
                 }
             }
-            Body::Decided { tx, decision } => {
-                self.apply_decision(now, tx, decision, out);
+            Body::Decided {
+                tx,
+                decision,
+                taken,
+            } => {
+                self.apply_decision(now, tx, decision, &taken, out);
                 self.acks.entry(from).or_default().done.push(tx);
             }
             Body::Done { txs } => {
@@ -107,8 +119,12 @@ impl TfaNode {
                 }
             }
             Body::Ask { tx } => {
+                let mut taken = Vec::new();
                 let decision = match self.decided.get(&tx) {
-                    Some(p) => p.decision,
+                    Some(p) => {
+                        taken = p.taken.get(&from).cloned().unwrap_or_default();
+                        p.decision
+                    }
                     // From an earlier run of this node: nothing is known of it here.
                     None if tx.n >> 32 < self.incarnation => Decision::Unknown,
                     None => {
@@ -123,7 +139,12 @@ impl TfaNode {
                         Decision::Abort
                     }
                 };
-                self.send(from, Body::Decided { tx, decision }, out);
+                let body = Body::Decided {
+                    tx,
+                    decision,
+                    taken,
+                };
+                self.send(from, body, out);
             }
             Body::Track { entries } => {
                 for (key, version) in entries {
@@ -223,16 +244,59 @@ impl TfaNode {
         FetchAnswer::Redirect(self.dir.home(key))
     }
 
+    /// What this node answers about `key` to transaction `tx`, which reads it to write it: as
+    /// [`TfaNode::lookup`], and a copy found is locked for `tx` (one it holds locked already
+    /// is found again). An object that does not exist is not locked: a write to it must be a
+    /// creation, which takes its lock at commit (reads of missing objects are mostly of things
+    /// not there yet, and would hold locks for nothing).
+    pub(super) fn lookup_locking(
+        &mut self,
+        now: u64,
+        key: &Key,
+        tx: TxId,
+        out: &mut Vec<Action>,
+    ) -> FetchAnswer {
+        if let Some(held) = self.objects.get(key).filter(|h| h.locked_by == Some(tx)) {
+            return FetchAnswer::Found {
+                value: held.value.map(<[u8]>::to_vec),
+                version: held.version,
+            };
+        }
+        let answer = self.lookup(key);
+        if matches!(answer, FetchAnswer::Found { value: Some(_), .. })
+            && self.cfg.planted_bug != Some(PlantedBug::UnlockedWriteRead)
+        {
+            let item = [(key.clone(), None)];
+            // Found means owned here and unlocked: the lock cannot be refused.
+            if self
+                .objects
+                .try_lock(tx, &item, now, self.cfg.lease)
+                .is_ok()
+            {
+                self.note_creations(&item, out);
+            }
+        }
+        answer
+    }
+
     pub(super) fn apply_decision(
         &mut self,
         now: u64,
         tx: TxId,
         decision: Decision,
+        taken: &[(Key, Option<u64>)],
         out: &mut Vec<Action>,
     ) {
         match decision {
             Decision::Commit { version } => {
-                for key in self.objects.surrender(tx, tx.node, version) {
+                let everything: Vec<(Key, Option<u64>)>;
+                let taken = if self.cfg.planted_bug == Some(PlantedBug::SurrenderUnnamed) {
+                    everything = self.objects.locked_keys(tx).map(|k| (k, None)).collect();
+                    &everything
+                } else {
+                    taken
+                };
+                for key in self.objects.surrender(tx, tx.node, version, taken) {
                     if self.dir.home(&key) == self.me {
                         self.record_owner(key.clone(), tx.node, tx.n >> 32, version, out);
                     }

@@ -66,11 +66,13 @@ impl TfaNode {
             } else if now >= p.sent + self.cfg.resend {
                 p.sent = now;
                 for &owner in &p.waiting {
+                    let taken = p.taken.get(&owner).cloned().unwrap_or_default();
                     repeat.push((
                         owner,
                         Body::Decided {
                             tx: *tx,
                             decision: p.decision,
+                            taken,
                         },
                     ));
                 }
