@@ -690,3 +690,29 @@ fn a_transaction_gives_its_locks_up_before_it_waits_for_one() {
     assert_eq!((net.owners(&a), net.owners(&b)), (vec![2], vec![2]));
     assert_eq!(net.locks(), 0);
 }
+
+/// An owner that asks about a lock taken with a read, held past the lease, gets it back; the
+/// transaction is not aborted for it: it goes on without the lock and commits.
+#[test]
+fn a_long_transaction_gives_up_its_read_locks_when_asked_and_still_commits() {
+    let mut net = Net::new(3);
+    let k = Key::from("slow");
+    assert_eq!(
+        net.write_all(2, 1, std::slice::from_ref(&k), 1),
+        Reply::Commit(Ok(()))
+    );
+    net.node(1).begin(2);
+    assert!(matches!(net.read_for_write(1, 2, &k), Reply::Read(Ok(_))));
+    assert_eq!(net.locks(), 1);
+    net.ticks(cfg().lease + 2);
+    assert_eq!(net.locks(), 0, "given back when asked");
+    assert_eq!(net.node(1).counters().locks_given_up, 1);
+    assert_eq!(net.take_reply(1, 2), None, "not aborted");
+    assert_eq!(
+        net.commit(1, 2, vec![(k.clone(), Some(vec![3]))]),
+        Reply::Commit(Ok(()))
+    );
+    net.ticks(2);
+    assert_eq!(net.owners(&k), vec![1]);
+    assert_eq!(read_value(&mut net, 3, 3, &k), Some(vec![3]));
+}

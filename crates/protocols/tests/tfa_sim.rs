@@ -105,7 +105,7 @@ fn dec<T: serde::de::DeserializeOwned>(b: &[u8]) -> T {
 }
 
 /// Whether `txn` reads `key` to write it (then the node may lock it with the read). A list
-/// transaction in four reads every key so, written or not: its locks on keys it leaves
+/// transaction in two reads every key so, written or not: its locks on keys it leaves
 /// unwritten are released at its end, and must not move those keys.
 fn reads_to_write(txn: &Txn, key: &Key) -> bool {
     match txn {

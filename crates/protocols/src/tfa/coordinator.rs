@@ -185,7 +185,7 @@ impl TfaNode {
         let lock = matches!(tx.wait, Wait::Fetch { lock: true, .. }).then_some(tx.id);
         if target == self.me {
             let answer = match lock {
-                Some(id) => self.lookup_locking(now, &key, id, out),
+                Some(id) => self.lookup_locking(now, &key, id),
                 None => self.lookup(&key),
             };
             let clock = self.clock.now();
@@ -238,8 +238,9 @@ impl TfaNode {
                 self.note_contention(now);
                 // A commit is installing: its lock is short-lived, so ask again after the
                 // busy delay rather than abort at once. A transaction never waits holding
-                // locks (no cycle of waits can form): it gives them up first.
-                let lock = lock && !self.give_up_locks(now, h, out);
+                // locks (no cycle of waits can form): it gives them up first, and reads
+                // without locking from then on.
+                self.give_up_locks(now, h, out);
                 let Some(tx) = self.active.get_mut(&h) else {
                     return;
                 };
@@ -247,7 +248,7 @@ impl TfaNode {
                     key: key.clone(),
                     hops,
                     busy: busy + 1,
-                    lock,
+                    lock: false,
                 };
                 let k = key.clone();
                 tx.outstanding.insert(
@@ -496,11 +497,13 @@ impl TfaNode {
         out.push(Output::Deliver(Answer { h, reply }));
     }
 
-    /// Transaction `h` is about to wait for a lock: if it holds locks taken with reads, it
-    /// gives them up and goes on under a new number (so that a late release of the old one
-    /// never touches the new one's locks), its reads kept, their versions checked at commit
-    /// as plain reads are; it takes no more locks with reads. Returns whether it held any.
-    fn give_up_locks(&mut self, now: u64, h: u64, out: &mut Vec<Action>) -> bool {
+    /// Transaction `h` is about to wait for a lock, or an owner asked about a lock it took with
+    /// a read long ago: if it holds locks taken with reads, it gives them up and goes on under
+    /// a new number (so that a late release of the old one never touches the new one's
+    /// locks), its reads kept, their versions checked at commit as plain reads are; it takes no
+    /// more locks with reads. Must not be called while a read that may lock is in flight (its
+    /// lock would be granted to the old number). Returns whether it held any.
+    pub(super) fn give_up_locks(&mut self, now: u64, h: u64, out: &mut Vec<Action>) -> bool {
         let Some(tx) = self.active.get_mut(&h) else {
             return false;
         };

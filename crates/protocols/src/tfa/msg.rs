@@ -31,8 +31,9 @@ pub enum Body {
         key: Key,
     },
     /// Asks for the committed copy of `key` and its commit lock for `tx`, which read it to
-    /// write it (answered by `Fetched`; a `Found` answer means the lock is held, until the
-    /// decision). Asked again by the same transaction, it answers the same.
+    /// write it (answered by `Fetched`; a `Found` answer with a value means the lock is held,
+    /// until the decision; a missing object is not locked). Asked again by the same
+    /// transaction, it answers the same.
     FetchLock {
         /// Matches the answer to the request.
         req: u64,

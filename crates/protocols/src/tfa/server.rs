@@ -46,7 +46,7 @@ impl TfaNode {
                 // A late duplicate of a finished transaction's request may lock again; the
                 // lock is released once the committer, asked after the lease, says so, and a
                 // commit's decision never hands over an object it does not name.
-                let answer = self.lookup_locking(now, &key, tx, out);
+                let answer = self.lookup_locking(now, &key, tx);
                 self.send(from, Body::Fetched { req, answer }, out);
             }
             Body::Fetched { req, answer } => {
@@ -128,13 +128,31 @@ impl TfaNode {
                     // From an earlier run of this node: nothing is known of it here.
                     None if tx.n >> 32 < self.incarnation => Decision::Unknown,
                     None => {
-                        // Undecided (still committing) or unknown (finished and confirmed):
-                        // abort it. A committed decision is kept until every owner confirmed
-                        // it, or twice the abandon time, after which every owner that did not
-                        // confirm has given its locks up (as lost): no asker waits for it.
-                        if let Some(&h) = self.handles.get(&tx) {
-                            self.counters.aborts_validation += 1;
-                            self.fail(now, h, Failure::Conflict(AbortCause::CommitValidation), out);
+                        // Undecided or unknown (finished and confirmed): abort it. A committed
+                        // decision is kept until every owner confirmed it, or twice the abandon
+                        // time, after which every owner that did not confirm has given its
+                        // locks up (as lost): no asker waits for it.
+                        let running = self.handles.get(&tx).copied();
+                        match running.and_then(|h| self.active.get(&h).map(|a| (h, &a.wait))) {
+                            // Still running (not committing): it gives up the locks it took
+                            // with reads and goes on without them.
+                            Some((
+                                h,
+                                Wait::Idle
+                                | Wait::Abstract
+                                | Wait::Forward { .. }
+                                | Wait::Fetch { lock: false, .. },
+                            )) => {
+                                self.give_up_locks(now, h, out);
+                            }
+                            // A read that may lock is in flight: asked again after a lease.
+                            Some((_, Wait::Fetch { lock: true, .. })) => return,
+                            Some((h, Wait::Lock { .. } | Wait::Validate { .. })) => {
+                                self.counters.aborts_validation += 1;
+                                let failure = Failure::Conflict(AbortCause::CommitValidation);
+                                self.fail(now, h, failure, out);
+                            }
+                            None => {}
                         }
                         Decision::Abort
                     }
@@ -249,13 +267,7 @@ impl TfaNode {
     /// is found again). An object that does not exist is not locked: a write to it must be a
     /// creation, which takes its lock at commit (reads of missing objects are mostly of things
     /// not there yet, and would hold locks for nothing).
-    pub(super) fn lookup_locking(
-        &mut self,
-        now: u64,
-        key: &Key,
-        tx: TxId,
-        out: &mut Vec<Action>,
-    ) -> FetchAnswer {
+    pub(super) fn lookup_locking(&mut self, now: u64, key: &Key, tx: TxId) -> FetchAnswer {
         if let Some(held) = self.objects.get(key).filter(|h| h.locked_by == Some(tx)) {
             return FetchAnswer::Found {
                 value: held.value.map(<[u8]>::to_vec),
@@ -266,15 +278,10 @@ impl TfaNode {
         if matches!(answer, FetchAnswer::Found { value: Some(_), .. })
             && self.cfg.planted_bug != Some(PlantedBug::UnlockedWriteRead)
         {
+            // Found means owned here and unlocked: the lock cannot be refused. (An object with a
+            // value was written: no creation to record, unlike a lock at commit.)
             let item = [(key.clone(), None)];
-            // Found means owned here and unlocked: the lock cannot be refused.
-            if self
-                .objects
-                .try_lock(tx, &item, now, self.cfg.lease)
-                .is_ok()
-            {
-                self.note_creations(&item, out);
-            }
+            let _ = self.objects.try_lock(tx, &item, now, self.cfg.lease);
         }
         answer
     }
