@@ -2,6 +2,7 @@
 //! in memory or over TCP on loopback, each with its own runtime services.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,23 +99,8 @@ pub struct ClusterSpec {
 impl BenchNodes {
     /// Starts the nodes `spec` describes. `Protocol::Local` gives one node and no links.
     pub fn start(spec: &ClusterSpec) -> Result<BenchNodes, String> {
-        let ClusterSpec {
-            protocol,
-            nodes,
-            transport,
-            link_delay,
-            contention,
-            fsync,
-            oss_commit,
-            answer_poll,
-        } = spec.clone();
-        let config = NodeConfig {
-            protocol,
-            contention,
-            // Hot spots are part of every report.
-            monitor_conflicts: true,
-            ..NodeConfig::default()
-        };
+        let (protocol, nodes, transport) = (spec.protocol, spec.nodes, spec.transport);
+        let config = node_config(spec);
         if protocol == Protocol::Local {
             return Ok(BenchNodes {
                 nodes: vec![Node::new(config)],
@@ -144,44 +130,45 @@ impl BenchNodes {
         let _guard = runtime.enter();
         let mut wal_dir: Option<std::path::PathBuf> = None;
         for m in &mut members {
-            m.set_answer_poll(answer_poll);
-            if !link_delay.is_zero() {
-                if let Ok(t) = m.rpc().transport() {
-                    t.faults().set_all(LinkRule {
-                        delay: link_delay,
-                        ..LinkRule::default()
-                    });
-                }
-            }
-            match protocol {
-                Protocol::Tfa => m
-                    .start_tfa(ids.clone(), TfaConfig::default(), None)
-                    .map_err(|e| e.to_string())?,
-                Protocol::Oss => {
-                    let mut cfg = atomos::protocols::oss::OssConfig::new(m.id(), ids.clone());
-                    cfg.replica.seed = rand::random();
-                    cfg.commit = oss_commit;
-                    let dir = wal_dir_of(&mut wal_dir)?;
-                    let wal = Some((dir.join(format!("oss-{}.wal", m.id())), fsync));
-                    m.start_oss(cfg, wal, atomos::DEFAULT_COMMIT_LIMIT)
-                        .map_err(|e| e.to_string())?
-                }
-                Protocol::Certify | Protocol::Active => {
-                    let mut replica = ReplicaConfig::new(m.id(), ids.clone());
-                    // Drawn anew at each start (batch numbers and election jitter).
-                    replica.seed = rand::random();
-                    let mut order = OrderNodeConfig::new(replica);
-                    let dir = wal_dir_of(&mut wal_dir)?;
-                    order.wal = Some((dir.join(format!("{protocol}-{}.wal", m.id())), fsync));
-                    m.start_certify(order, CertifyOptions::default())
-                        .map_err(|e| e.to_string())?
-                }
-                Protocol::Local => unreachable!("handled above"),
-            }
+            start_protocol(m, spec, &ids, &mut wal_dir)?;
         }
         Ok(BenchNodes {
             nodes: members.iter().map(|m| m.node().clone()).collect(),
             members,
+            runtime: Some(runtime),
+            wal_dir,
+        })
+    }
+
+    /// Starts member `id` alone, of a cluster whose members listen at `addrs` (its own
+    /// included): the others run in other processes. It listens on `listener`, bound to its
+    /// own address, and returns once it reaches every other member (or fails after 30 s).
+    pub fn member(
+        spec: &ClusterSpec,
+        id: u64,
+        listener: std::net::TcpListener,
+        addrs: &[(u64, SocketAddr)],
+    ) -> Result<BenchNodes, String> {
+        let config = node_config(spec);
+        let runtime = crate::network_runtime()?;
+        let ids: Vec<u64> = addrs.iter().map(|&(id, _)| id).collect();
+        let mut member = runtime.block_on(async {
+            listener
+                .set_nonblocking(true)
+                .map_err(|e| format!("cannot listen: {e}"))?;
+            let listener =
+                TcpListener::from_std(listener).map_err(|e| format!("cannot listen: {e}"))?;
+            let member = tcp_member(id, listener, addrs, &config)?;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            reach_all(&member, &ids, deadline).await?;
+            Ok::<_, String>(member)
+        })?;
+        let _guard = runtime.enter();
+        let mut wal_dir = None;
+        start_protocol(&mut member, spec, &ids, &mut wal_dir)?;
+        Ok(BenchNodes {
+            nodes: vec![member.node().clone()],
+            members: vec![member],
             runtime: Some(runtime),
             wal_dir,
         })
@@ -222,6 +209,17 @@ impl Drop for BenchNodes {
     }
 }
 
+/// The configuration of every benchmarked node.
+fn node_config(spec: &ClusterSpec) -> NodeConfig {
+    NodeConfig {
+        protocol: spec.protocol,
+        contention: spec.contention,
+        // Hot spots are part of every report.
+        monitor_conflicts: true,
+        ..NodeConfig::default()
+    }
+}
+
 async fn tcp_members(ids: &[u64], config: &NodeConfig) -> Result<Vec<NodeRuntime>, String> {
     let mut listeners = Vec::new();
     for _ in ids {
@@ -231,7 +229,7 @@ async fn tcp_members(ids: &[u64], config: &NodeConfig) -> Result<Vec<NodeRuntime
                 .map_err(|e| format!("cannot listen on loopback: {e}"))?,
         );
     }
-    let addrs: Vec<(u64, std::net::SocketAddr)> = ids
+    let addrs: Vec<(u64, SocketAddr)> = ids
         .iter()
         .zip(&listeners)
         .map(|(&id, l)| l.local_addr().map(|a| (id, a)))
@@ -239,31 +237,104 @@ async fn tcp_members(ids: &[u64], config: &NodeConfig) -> Result<Vec<NodeRuntime
         .map_err(|e| e.to_string())?;
     let mut members = Vec::new();
     for (&id, listener) in ids.iter().zip(listeners) {
-        let identity = Identity::new("bench", id, "bench secret").map_err(|e| e.to_string())?;
-        let peers = addrs.iter().filter(|(p, _)| *p != id).copied().collect();
-        let (rpc, inbox) = Rpc::new();
-        let transport: Arc<dyn Transport<Envelope<NodeMsg>>> = Arc::new(
-            TcpTransport::start(TcpConfig::new(identity, peers), listener, rpc.deliverer())
-                .map_err(|e| e.to_string())?,
-        );
-        members.push(NodeRuntime::start(
-            id,
-            Node::new(config.clone()),
-            rpc,
-            transport,
-            inbox,
-        ));
+        members.push(tcp_member(id, listener, &addrs, config)?);
     }
-    // Wait until every node has a connection to every other (or give up after 5 s).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     for m in &members {
-        for &peer in ids.iter().filter(|&&p| p != m.id()) {
-            while m.ping(peer, Duration::from_millis(200)).await.is_err() {
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(format!("node {} cannot reach node {peer}", m.id()));
-                }
+        reach_all(m, ids, deadline).await?;
+    }
+    Ok(members)
+}
+
+/// Member `id`, listening on `listener`, linked over TCP to the others of `addrs`.
+fn tcp_member(
+    id: u64,
+    listener: TcpListener,
+    addrs: &[(u64, SocketAddr)],
+    config: &NodeConfig,
+) -> Result<NodeRuntime, String> {
+    let identity = Identity::new("bench", id, "bench secret").map_err(|e| e.to_string())?;
+    let peers = addrs.iter().filter(|(p, _)| *p != id).copied().collect();
+    let (rpc, inbox) = Rpc::new();
+    let transport: Arc<dyn Transport<Envelope<NodeMsg>>> = Arc::new(
+        TcpTransport::start(TcpConfig::new(identity, peers), listener, rpc.deliverer())
+            .map_err(|e| e.to_string())?,
+    );
+    Ok(NodeRuntime::start(
+        id,
+        Node::new(config.clone()),
+        rpc,
+        transport,
+        inbox,
+    ))
+}
+
+/// Waits until `m` has a connection to every other member of `ids` (fails at `deadline`).
+async fn reach_all(
+    m: &NodeRuntime,
+    ids: &[u64],
+    deadline: tokio::time::Instant,
+) -> Result<(), String> {
+    for &peer in ids.iter().filter(|&&p| p != m.id()) {
+        while m.ping(peer, Duration::from_millis(200)).await.is_err() {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!("node {} cannot reach node {peer}", m.id()));
             }
         }
     }
-    Ok(members)
+    Ok(())
+}
+
+/// Starts `spec`'s protocol on member `m` of the cluster `ids` (with its link delay and answer
+/// polling); replicated logs go to `wal_dir`, made at its first use.
+fn start_protocol(
+    m: &mut NodeRuntime,
+    spec: &ClusterSpec,
+    ids: &[u64],
+    wal_dir: &mut Option<std::path::PathBuf>,
+) -> Result<(), String> {
+    let ClusterSpec {
+        protocol,
+        link_delay,
+        fsync,
+        oss_commit,
+        answer_poll,
+        ..
+    } = spec.clone();
+    let ids = ids.to_vec();
+    m.set_answer_poll(answer_poll);
+    if !link_delay.is_zero() {
+        if let Ok(t) = m.rpc().transport() {
+            t.faults().set_all(LinkRule {
+                delay: link_delay,
+                ..LinkRule::default()
+            });
+        }
+    }
+    match protocol {
+        Protocol::Tfa => m
+            .start_tfa(ids.clone(), TfaConfig::default(), None)
+            .map_err(|e| e.to_string())?,
+        Protocol::Oss => {
+            let mut cfg = atomos::protocols::oss::OssConfig::new(m.id(), ids.clone());
+            cfg.replica.seed = rand::random();
+            cfg.commit = oss_commit;
+            let dir = wal_dir_of(wal_dir)?;
+            let wal = Some((dir.join(format!("oss-{}.wal", m.id())), fsync));
+            m.start_oss(cfg, wal, atomos::DEFAULT_COMMIT_LIMIT)
+                .map_err(|e| e.to_string())?
+        }
+        Protocol::Certify | Protocol::Active => {
+            let mut replica = ReplicaConfig::new(m.id(), ids.clone());
+            // Drawn anew at each start (batch numbers and election jitter).
+            replica.seed = rand::random();
+            let mut order = OrderNodeConfig::new(replica);
+            let dir = wal_dir_of(wal_dir)?;
+            order.wal = Some((dir.join(format!("{protocol}-{}.wal", m.id())), fsync));
+            m.start_certify(order, CertifyOptions::default())
+                .map_err(|e| e.to_string())?
+        }
+        Protocol::Local => return Err("protocol local runs no protocol between nodes".into()),
+    }
+    Ok(())
 }

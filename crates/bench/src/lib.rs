@@ -11,6 +11,7 @@ pub mod harness;
 pub mod net;
 pub mod open_loop;
 pub mod order;
+pub mod processes;
 pub mod report;
 pub mod workloads;
 

@@ -261,6 +261,13 @@ struct BenchArgs {
     /// Open loop: transactions started and not ended at once, per node (the context pool).
     #[arg(long, default_value_t = 64)]
     contexts: usize,
+    /// Run each node in a process of its own (this program, started once per node), linked
+    /// over loopback TCP (give --transport tcp; not with --sweep or --arrival-rate).
+    #[arg(long)]
+    processes: bool,
+    /// Member N of a --processes run (started by that run, not by hand).
+    #[arg(long, hide = true)]
+    member: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -466,7 +473,19 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
         write_json(&args.json, &report)?;
         return Ok(true);
     }
+    if let Some(index) = args.member {
+        let cfg = bench_config(&args)?;
+        let (mut input, mut out) = (std::io::stdin().lock(), std::io::stdout().lock());
+        atomos_bench::processes::serve(&cfg, index, &mut input, &mut out)
+            .map_err(|e| e.to_string())?;
+        return Ok(true);
+    }
     if !args.sweep.is_empty() {
+        if args.processes {
+            return Err(
+                "--processes and --sweep do not go together: run each point as a command".into(),
+            );
+        }
         return bench_sweep(args);
     }
     let report = bench_workload(&args)?;
@@ -548,6 +567,19 @@ fn report(files: &[PathBuf], out: &std::path::Path) -> Result<bool, String> {
 
 /// Runs one transactional workload as the arguments say.
 fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String> {
+    let cfg = bench_config(args)?;
+    if cfg.processes {
+        let program = std::env::current_exe()
+            .map_err(|e| format!("--processes: cannot find this program: {e}"))?;
+        // Every argument after the program's name: the members run the same benchmark.
+        let own: Vec<String> = std::env::args().skip(1).collect();
+        return atomos_bench::processes::run(&cfg, &program, &own).map_err(|e| e.to_string());
+    }
+    atomos_bench::run(&cfg).map_err(|e| e.to_string())
+}
+
+/// The benchmark the arguments describe.
+fn bench_config(args: &BenchArgs) -> Result<BenchConfig, String> {
     let link_delay = link_delay(args.link_delay_ms)?;
     let workload: WorkloadKind = args.workload.parse()?;
     if workload == WorkloadKind::Tpcc && args.objects.is_some() {
@@ -645,8 +677,9 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
         arrival_rate: args.arrival_rate,
         sched,
         contexts: args.contexts,
+        processes: args.processes,
     };
-    atomos_bench::run(&cfg).map_err(|e| e.to_string())
+    Ok(cfg)
 }
 
 fn link_delay(ms: f64) -> Result<Duration, String> {

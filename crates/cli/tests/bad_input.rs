@@ -52,6 +52,19 @@ const BAD: &[(&str, &str)] = &[
     ),
     ("bench tpcc --warehouses 0 --duration 0.1", "--warehouses"),
     (
+        "bench bank --protocol tfa --nodes 2 --processes --duration 0.1",
+        "--transport tcp",
+    ),
+    ("bench bank --processes --duration 0.1", "local"),
+    (
+        "bench bank --protocol tfa --nodes 2 --transport tcp --processes --sweep threads=1,2 --duration 0.1 --json /tmp/x.json",
+        "--sweep",
+    ),
+    (
+        "bench bank --protocol tfa --nodes 2 --transport tcp --member 5 --duration 0.1",
+        "member 5",
+    ),
+    (
         "bench bank --protocol tfa --nodes 2 --answer-poll-us 2000000 --duration 0.1",
         "--answer-poll-us",
     ),

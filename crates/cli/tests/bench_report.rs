@@ -1,5 +1,6 @@
 //! The benchmark command as users run it: TPC-C with per-profile figures and its consistency
-//! checks, a sweep writing one result per point, and the report drawing them.
+//! checks, a sweep writing one result per point, and the report drawing them; clusters with a
+//! process per node.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -143,4 +144,63 @@ fn the_executor_benchmark_runs_transfers_as_procedures_and_conserves_money() {
     );
     assert_eq!(report["confirmed_ratio"], 1.0);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `bench bank` on `protocol` with a process per node and returns its JSON report.
+fn bank_in_processes(protocol: &str, nodes: &str) -> serde_json::Value {
+    let dir = scratch(&format!("processes-{protocol}"));
+    let json = dir.join("bank.json");
+    let (ok, out, err) = atomos(&[
+        "bench",
+        "bank",
+        "--protocol",
+        protocol,
+        "--nodes",
+        nodes,
+        "--threads",
+        "2",
+        "--transport",
+        "tcp",
+        "--processes",
+        "--objects",
+        "200",
+        "--balance-k",
+        "2",
+        "--duration",
+        "2",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("a process per node") && out.contains("invariant OK"),
+        "{out}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    report
+}
+
+#[test]
+fn tfa_runs_with_a_process_per_node_and_keeps_the_money() {
+    let report = bank_in_processes("tfa", "3");
+    assert_eq!(report["processes"], true);
+    assert_eq!(report["nodes"], 3);
+    assert_eq!(report["invariant_ok"], true);
+    // Both kinds ran, on every member's workers together.
+    for profile in report["profiles"].as_array().unwrap() {
+        assert!(profile["committed"].as_u64().unwrap() > 0, "{profile}");
+    }
+    assert!(report["latency_us"]["samples"].as_u64().unwrap() > 0);
+    assert!(report["stats"]["commits"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn a_replicated_protocol_runs_with_a_process_per_node_and_every_replica_is_checked() {
+    let report = bank_in_processes("certify", "3");
+    assert_eq!(report["processes"], true);
+    assert_eq!(report["invariant_ok"], true);
+    assert!(report["committed"].as_u64().unwrap() > 0);
 }

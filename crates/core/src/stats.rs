@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Why an attempt aborted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +124,7 @@ impl Counters {
 }
 
 /// Aborted attempts by cause.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AbortCounts {
     /// A read met a locked cell.
     pub read_locked: u64,
@@ -191,7 +191,7 @@ impl Stats {
 }
 
 /// A snapshot of an engine's counters since it started.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
     /// Committed transactions (read-only ones included).
     pub commits: u64,

@@ -79,6 +79,8 @@ pub struct BenchReport {
     pub work_ms: f64,
     /// Milliseconds each worker paused between two operations.
     pub pause_ms: f64,
+    /// Each node ran in a process of its own (`--processes`).
+    pub processes: bool,
     /// Linked transactions: commits outstanding per worker (0: none).
     pub linked: usize,
     /// Measured seconds.
@@ -156,12 +158,13 @@ impl BenchReport {
             fsync => format!("{} (fsync {fsync})", self.protocol),
         };
         let mut text = format!(
-            "{} on {} ({} node, {} transport, {} threads per node, {size}): {:.0} tx/s, {} committed, abort rate {:.4}, \
+            "{} on {} ({} node, {} transport{}, {} threads per node, {size}): {:.0} tx/s, {} committed, abort rate {:.4}, \
              latency p50 {:.2} us p99 {:.2} us; invariant {}: {}",
             self.workload,
             protocol,
             self.nodes,
             self.transport,
+            if self.processes { ", a process per node" } else { "" },
             self.threads,
             self.throughput_tps,
             self.committed,

@@ -93,6 +93,8 @@ pub struct BenchConfig {
     pub sched: atomos::service::Policy,
     /// Open loop: the transaction service's context pool per node.
     pub contexts: usize,
+    /// Run each node in a process of its own (see [`crate::processes`]); the report says so.
+    pub processes: bool,
 }
 
 impl Default for BenchConfig {
@@ -128,6 +130,7 @@ impl Default for BenchConfig {
             arrival_rate: None,
             sched: atomos::service::Policy::None,
             contexts: 64,
+            processes: false,
         }
     }
 }
@@ -144,7 +147,7 @@ pub enum BenchError {
 }
 
 impl BenchConfig {
-    fn validate(&self) -> Result<(), BenchError> {
+    pub(crate) fn validate(&self) -> Result<(), BenchError> {
         let bad = |m: String| Err(BenchError::Config(m));
         if self.threads == 0 {
             return bad("--threads must be at least 1".into());
@@ -206,10 +209,9 @@ impl BenchConfig {
     }
 }
 
-/// Runs the benchmark.
-pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
-    cfg.validate()?;
-    let cluster = BenchNodes::start(&ClusterSpec {
+/// The cluster `cfg` runs on.
+pub(crate) fn cluster_spec(cfg: &BenchConfig) -> ClusterSpec {
+    ClusterSpec {
         protocol: cfg.protocol,
         nodes: cfg.nodes,
         transport: cfg.transport,
@@ -218,16 +220,15 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         fsync: cfg.fsync,
         oss_commit: cfg.oss_commit,
         answer_poll: cfg.answer_poll,
-    })
-    .map_err(BenchError::Config)?;
-    let nodes = cluster.nodes();
-    let threads = cfg.threads * nodes.len();
-    // Open loop: a request runs with a slot of its own (one per context) as its "thread".
-    let slots = match cfg.arrival_rate {
-        Some(_) => cfg.contexts * nodes.len(),
-        None => threads,
-    };
-    let warehouses = cfg.warehouses.unwrap_or(nodes.len());
+    }
+}
+
+/// The workload `cfg` names, for `slots` workers over the cluster (each has an index below).
+pub(crate) fn workload_for(
+    cfg: &BenchConfig,
+    slots: usize,
+    nodes: usize,
+) -> Result<Arc<dyn crate::Workload>, BenchError> {
     let params = WorkloadParams {
         objects: cfg.objects,
         read_ratio: cfg.read_ratio,
@@ -236,13 +237,28 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         nesting: cfg.nesting,
         inner: cfg.inner,
         queries: cfg.queries,
-        warehouses,
+        warehouses: cfg.warehouses.unwrap_or(nodes),
         mix: cfg.mix,
         scale: cfg.scale,
         work: cfg.work,
     };
-    let workload: Arc<dyn crate::Workload> =
-        Arc::from(cfg.workload.build(&params).map_err(BenchError::Config)?);
+    Ok(Arc::from(
+        cfg.workload.build(&params).map_err(BenchError::Config)?,
+    ))
+}
+
+/// Runs the benchmark.
+pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
+    cfg.validate()?;
+    let cluster = BenchNodes::start(&cluster_spec(cfg)).map_err(BenchError::Config)?;
+    let nodes = cluster.nodes();
+    let threads = cfg.threads * nodes.len();
+    // Open loop: a request runs with a slot of its own (one per context) as its "thread".
+    let slots = match cfg.arrival_rate {
+        Some(_) => cfg.contexts * nodes.len(),
+        None => threads,
+    };
+    let workload = workload_for(cfg, slots, nodes.len())?;
     for node in nodes.iter() {
         workload
             .register(node)
@@ -251,7 +267,6 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     workload.setup(&nodes[0])?;
     // Under a replicated protocol every replica starts from the whole setup.
     cluster.sync().map_err(BenchError::Config)?;
-    let profiles = workload.profiles();
 
     let stats_now = || {
         nodes
@@ -265,22 +280,56 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
             let (tallies, report) = crate::open_loop::run(cfg, rate, nodes, &workload)?;
             (tallies, Some(report))
         }
-        None => (closed_loop(cfg, nodes, &workload, threads)?, None),
+        None => {
+            let workers = (0..threads).map(|t| (t, nodes[t % nodes.len()].clone()));
+            (closed_loop(cfg, workers.collect(), &workload)?, None)
+        }
     };
+    let elapsed = start.elapsed().as_secs_f64();
+    let stats = stats_now().since(&before);
+    let check = check_replicas(cfg.protocol, nodes, &*workload)?;
+    Ok(report(
+        cfg,
+        Measured {
+            nodes: nodes.len(),
+            profiles: workload.profiles(),
+            per_kind,
+            elapsed,
+            stats,
+            check,
+            hot_spots: hot_spots(nodes),
+            sched: open,
+        },
+    ))
+}
+
+/// What a run measured, before it is reported.
+pub(crate) struct Measured {
+    pub(crate) nodes: usize,
+    pub(crate) profiles: &'static [&'static str],
+    /// Per kind of operation, in the order of `profiles`.
+    pub(crate) per_kind: Vec<Tally>,
+    pub(crate) elapsed: f64,
+    pub(crate) stats: Stats,
+    pub(crate) check: Check,
+    pub(crate) hot_spots: Vec<HotSpot>,
+    pub(crate) sched: Option<crate::open_loop::SchedReport>,
+}
+
+/// The report of a run of `cfg` that measured `m`.
+pub(crate) fn report(cfg: &BenchConfig, m: Measured) -> BenchReport {
     let mut all = Tally::new();
-    for t in &per_kind {
+    for t in &m.per_kind {
         all.add(t);
     }
     let committed = all.ops;
-    let elapsed = start.elapsed().as_secs_f64();
-    let stats = stats_now().since(&before);
+    let (elapsed, stats, check) = (m.elapsed, m.stats, m.check);
     let aborted = stats.aborts.total();
-    let check = check_replicas(cfg.protocol, nodes, &*workload)?;
     let tpcc = cfg.workload == WorkloadKind::Tpcc;
-    Ok(BenchReport {
+    BenchReport {
         workload: cfg.workload.name().to_string(),
         protocol: cfg.protocol.to_string(),
-        nodes: nodes.len(),
+        nodes: m.nodes,
         transport: if cfg.protocol == Protocol::Local {
             "none".to_string()
         } else {
@@ -293,7 +342,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         nesting: cfg.nesting.to_string(),
         inner: cfg.inner.max(1),
         queries: (cfg.workload == WorkloadKind::Vacation).then_some(cfg.queries),
-        warehouses: tpcc.then_some(warehouses),
+        warehouses: tpcc.then_some(cfg.warehouses.unwrap_or(m.nodes)),
         mix: tpcc.then(|| cfg.mix.to_string()),
         scale: tpcc.then(|| cfg.scale.to_string()),
         contention: format!("{:?}", cfg.contention),
@@ -309,6 +358,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         work_ms: cfg.work.as_secs_f64() * 1000.0,
         pause_ms: cfg.pause.as_secs_f64() * 1000.0,
         linked: cfg.linked,
+        processes: cfg.processes,
         duration_s: elapsed,
         committed,
         aborted,
@@ -319,9 +369,10 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
             aborted as f64 / (committed + aborted) as f64
         },
         latency_us: all.latency(),
-        profiles: profiles
+        profiles: m
+            .profiles
             .iter()
-            .zip(&per_kind)
+            .zip(&m.per_kind)
             .map(|(name, t)| ProfileReport {
                 name: name.to_string(),
                 committed: t.ops,
@@ -337,31 +388,26 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         invariant_ok: check.ok,
         invariant: check.detail,
         stats,
-        hot_spots: hot_spots(nodes),
-        sched: open,
-    })
+        hot_spots: m.hot_spots,
+        sched: m.sched,
+    }
 }
 
-/// Runs `threads` workers, each running operations back to back, for the configured time;
-/// returns what each kind of operation measured.
-fn closed_loop(
+/// Runs a worker for each `(index, node)` of `workers`, each running operations back to back
+/// on its node, for the configured time; returns what each kind of operation measured.
+pub(crate) fn closed_loop(
     cfg: &BenchConfig,
-    nodes: &[atomos::Node],
+    workers: Vec<(usize, atomos::Node)>,
     workload: &Arc<dyn crate::Workload>,
-    threads: usize,
 ) -> Result<Vec<Tally>, BenchError> {
     let stop = Arc::new(AtomicBool::new(false));
     let done_ops = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let profiles = workload.profiles();
-    let workers: Vec<_> = (0..threads)
-        .map(|t| {
-            let (node, workload, stop, done_ops) = (
-                nodes[t % nodes.len()].clone(),
-                workload.clone(),
-                stop.clone(),
-                done_ops.clone(),
-            );
+    let workers: Vec<_> = workers
+        .into_iter()
+        .map(|(t, node)| {
+            let (workload, stop, done_ops) = (workload.clone(), stop.clone(), done_ops.clone());
             let seed = cfg.seed.wrapping_add(t as u64 * 0x9e37_79b9);
             let pause = cfg.pause;
             let linked = cfg.linked;
@@ -491,6 +537,31 @@ impl Tally {
         self.hist
             .add(&other.hist)
             .expect("histograms with equal bounds");
+    }
+
+    /// The latency samples, encoded (hdrhistogram's V2 format) to cross a process boundary.
+    pub(crate) fn encoded_samples(&self) -> Result<Vec<u8>, String> {
+        let mut bytes = Vec::new();
+        use hdrhistogram::serialization::Serializer;
+        hdrhistogram::serialization::V2Serializer::new()
+            .serialize(&self.hist, &mut bytes)
+            .map_err(|e| format!("cannot encode latency samples: {e:?}"))?;
+        Ok(bytes)
+    }
+
+    /// A tally of `ops` operations with the latency samples `bytes` (from
+    /// [`Tally::encoded_samples`]).
+    pub(crate) fn decode(ops: u64, bytes: &[u8]) -> Result<Tally, String> {
+        let samples: Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
+            .deserialize(&mut &bytes[..])
+            .map_err(|e| format!("cannot decode latency samples: {e:?}"))?;
+        let mut tally = Tally::new();
+        tally
+            .hist
+            .add(&samples)
+            .map_err(|e| format!("latency samples out of range: {e:?}"))?;
+        tally.ops = ops;
+        Ok(tally)
     }
 
     fn latency(&self) -> Latency {
