@@ -94,6 +94,8 @@ pub struct ClusterSpec {
     pub oss_commit: atomos::protocols::oss::CommitMode,
     /// `tfa`: how long a waiting application thread polls for an answer.
     pub answer_poll: Duration,
+    /// TCP: how long a transport keeps a runtime worker awake after activity.
+    pub busy_poll: Duration,
 }
 
 impl BenchNodes {
@@ -124,7 +126,7 @@ impl BenchNodes {
                         })
                         .collect::<Vec<_>>())
                 }
-                TransportKind::Tcp => tcp_members(&ids, &config).await,
+                TransportKind::Tcp => tcp_members(&ids, &config, spec.busy_poll).await,
             }
         })?;
         let _guard = runtime.enter();
@@ -158,7 +160,7 @@ impl BenchNodes {
                 .map_err(|e| format!("cannot listen: {e}"))?;
             let listener =
                 TcpListener::from_std(listener).map_err(|e| format!("cannot listen: {e}"))?;
-            let member = tcp_member(id, listener, addrs, &config)?;
+            let member = tcp_member(id, listener, addrs, &config, spec.busy_poll)?;
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             reach_all(&member, &ids, deadline).await?;
             Ok::<_, String>(member)
@@ -220,7 +222,11 @@ fn node_config(spec: &ClusterSpec) -> NodeConfig {
     }
 }
 
-async fn tcp_members(ids: &[u64], config: &NodeConfig) -> Result<Vec<NodeRuntime>, String> {
+async fn tcp_members(
+    ids: &[u64],
+    config: &NodeConfig,
+    busy_poll: Duration,
+) -> Result<Vec<NodeRuntime>, String> {
     let mut listeners = Vec::new();
     for _ in ids {
         listeners.push(
@@ -237,7 +243,7 @@ async fn tcp_members(ids: &[u64], config: &NodeConfig) -> Result<Vec<NodeRuntime
         .map_err(|e| e.to_string())?;
     let mut members = Vec::new();
     for (&id, listener) in ids.iter().zip(listeners) {
-        members.push(tcp_member(id, listener, &addrs, config)?);
+        members.push(tcp_member(id, listener, &addrs, config, busy_poll)?);
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     for m in &members {
@@ -246,20 +252,22 @@ async fn tcp_members(ids: &[u64], config: &NodeConfig) -> Result<Vec<NodeRuntime
     Ok(members)
 }
 
-/// Member `id`, listening on `listener`, linked over TCP to the others of `addrs`.
+/// Member `id`, listening on `listener`, linked over TCP to the others of `addrs`, its
+/// transport busy-polling for `busy_poll` after activity.
 fn tcp_member(
     id: u64,
     listener: TcpListener,
     addrs: &[(u64, SocketAddr)],
     config: &NodeConfig,
+    busy_poll: Duration,
 ) -> Result<NodeRuntime, String> {
     let identity = Identity::new("bench", id, "bench secret").map_err(|e| e.to_string())?;
     let peers = addrs.iter().filter(|(p, _)| *p != id).copied().collect();
     let (rpc, inbox) = Rpc::new();
-    let transport: Arc<dyn Transport<Envelope<NodeMsg>>> = Arc::new(
-        TcpTransport::start(TcpConfig::new(identity, peers), listener, rpc.deliverer())
-            .map_err(|e| e.to_string())?,
-    );
+    let mut tcp = TcpConfig::new(identity, peers);
+    tcp.busy_poll = busy_poll;
+    let transport: Arc<dyn Transport<Envelope<NodeMsg>>> =
+        Arc::new(TcpTransport::start(tcp, listener, rpc.deliverer()).map_err(|e| e.to_string())?);
     Ok(NodeRuntime::start(
         id,
         Node::new(config.clone()),

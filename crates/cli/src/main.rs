@@ -193,7 +193,7 @@ struct BenchArgs {
     json: Option<PathBuf>,
     /// Run once per value: PARAM=V1,V2,... (threads, nodes, read-ratio, objects, inner,
     /// queries, warehouses, balance-k, protocol, transport, nesting, mix, scale, contention, oss-commit,
-    /// link-delay-ms, linked, sched, arrival-rate, cmax, answer-poll-us).
+    /// link-delay-ms, linked, sched, arrival-rate, cmax, answer-poll-us, busy-poll-us).
     /// Repeat it to run every combination. Each run's JSON goes next to --json's path with the
     /// settings in its name (bank.json -> bank-threads-2.json).
     #[arg(long)]
@@ -228,6 +228,10 @@ struct BenchArgs {
     /// for it before it sleeps, 0 to 1000000 (default: the node default, 500).
     #[arg(long)]
     answer_poll_us: Option<u64>,
+    /// Over TCP: microseconds each node's transport keeps a runtime worker awake after network
+    /// activity, 0 to 1000000 (default: the node default, 100; the node setting busy_poll_us).
+    #[arg(long)]
+    busy_poll_us: Option<u64>,
     /// Counters: milliseconds each transaction works (sleeps) after its increment (default
     /// 50, as in OSS's experiments).
     #[arg(long)]
@@ -547,6 +551,7 @@ fn set_swept(args: &mut BenchArgs, param: &str, value: &str) -> Result<(), Strin
         "arrival-rate" => args.arrival_rate = Some(num(param, value)?),
         "cmax" => args.cmax = num(param, value)?,
         "answer-poll-us" => args.answer_poll_us = Some(num(param, value)?),
+        "busy-poll-us" => args.busy_poll_us = Some(num(param, value)?),
         "contention" => {
             args.contention =
                 Contention::from_str(value, true).map_err(|e| format!("--sweep contention: {e}"))?
@@ -639,15 +644,23 @@ fn bench_config(args: &BenchArgs) -> Result<BenchConfig, String> {
     if sched.cmax() == Some(0) {
         return Err("--cmax must be at least 1".into());
     }
-    let answer_poll = match args.answer_poll_us {
-        None => atomos::runtime::DEFAULT_ANSWER_POLL,
-        Some(us) if us <= 1_000_000 => Duration::from_micros(us),
-        Some(us) => {
-            return Err(format!(
-                "--answer-poll-us must be a number of microseconds from 0 to 1000000, not {us}"
-            ))
-        }
+    let micros = |value: Option<u64>, default: Duration, flag: &str| match value {
+        None => Ok(default),
+        Some(us) if us <= 1_000_000 => Ok(Duration::from_micros(us)),
+        Some(us) => Err(format!(
+            "{flag} must be a number of microseconds from 0 to 1000000, not {us}"
+        )),
     };
+    let answer_poll = micros(
+        args.answer_poll_us,
+        atomos::runtime::DEFAULT_ANSWER_POLL,
+        "--answer-poll-us",
+    )?;
+    let busy_poll = micros(
+        args.busy_poll_us,
+        atomos::net::tcp::DEFAULT_BUSY_POLL,
+        "--busy-poll-us",
+    )?;
     let cfg = BenchConfig {
         workload,
         protocol,
@@ -671,6 +684,7 @@ fn bench_config(args: &BenchArgs) -> Result<BenchConfig, String> {
         fsync: args.fsync.parse().map_err(|e| format!("--fsync: {e}"))?,
         oss_commit,
         answer_poll,
+        busy_poll,
         work,
         pause,
         linked: args.linked,

@@ -72,6 +72,10 @@ const BAD: &[(&str, &str)] = &[
         "bench bank --protocol tfa --nodes 2 --answer-poll-us -1 --duration 0.1",
         "-1",
     ),
+    (
+        "bench bank --protocol tfa --nodes 2 --transport tcp --busy-poll-us 2000000 --duration 0.1",
+        "--busy-poll-us",
+    ),
     ("demo --duration 1e20", "--duration"),
     ("demo --threads 0 --duration 0.1", "--threads"),
     ("report /nonexistent/result.json --out /tmp", "/nonexistent"),

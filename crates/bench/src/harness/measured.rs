@@ -73,6 +73,9 @@ pub struct BenchReport {
     /// `tfa`: microseconds a waiting application thread polled for an answer before
     /// it slept (`null` for other protocols).
     pub answer_poll_us: Option<f64>,
+    /// TCP: microseconds each transport kept a worker awake after activity (`null` without
+    /// TCP links).
+    pub busy_poll_us: Option<f64>,
     /// Every link between nodes waited this long before sending.
     pub link_delay_ms: f64,
     /// Counters: milliseconds each transaction worked after its increment.

@@ -78,6 +78,9 @@ pub struct BenchConfig {
     /// `tfa`: how long an application thread waiting for the protocol's answer polls
     /// for it before it sleeps (see `NodeRuntime::set_answer_poll`).
     pub answer_poll: Duration,
+    /// TCP: how long each node's transport keeps a runtime worker awake after activity (see
+    /// `TcpConfig::busy_poll`).
+    pub busy_poll: Duration,
     /// Counters: how long each transaction works after its increment.
     pub work: Duration,
     /// Each worker pauses this long between two operations (not counted in their latency).
@@ -124,6 +127,7 @@ impl Default for BenchConfig {
             fsync: FsyncPolicy::Never,
             oss_commit: CommitMode::UltraPeer,
             answer_poll: atomos::runtime::DEFAULT_ANSWER_POLL,
+            busy_poll: atomos::net::tcp::DEFAULT_BUSY_POLL,
             work: Duration::ZERO,
             pause: Duration::ZERO,
             linked: 0,
@@ -220,6 +224,7 @@ pub(crate) fn cluster_spec(cfg: &BenchConfig) -> ClusterSpec {
         fsync: cfg.fsync,
         oss_commit: cfg.oss_commit,
         answer_poll: cfg.answer_poll,
+        busy_poll: cfg.busy_poll,
     }
 }
 
@@ -354,6 +359,8 @@ pub(crate) fn report(cfg: &BenchConfig, m: Measured) -> BenchReport {
         oss_commit: (cfg.protocol == Protocol::Oss).then(|| cfg.oss_commit.name().to_string()),
         answer_poll_us: (cfg.protocol == Protocol::Tfa)
             .then_some(cfg.answer_poll.as_secs_f64() * 1e6),
+        busy_poll_us: (cfg.protocol != Protocol::Local && cfg.transport == TransportKind::Tcp)
+            .then_some(cfg.busy_poll.as_secs_f64() * 1e6),
         link_delay_ms: cfg.link_delay.as_secs_f64() * 1000.0,
         work_ms: cfg.work.as_secs_f64() * 1000.0,
         pause_ms: cfg.pause.as_secs_f64() * 1000.0,

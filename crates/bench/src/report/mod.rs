@@ -68,6 +68,12 @@ pub struct Point {
     /// `tfa`: how long a waiting application thread polled for an answer.
     #[serde(default)]
     pub answer_poll_us: Option<f64>,
+    /// TCP: how long each transport busy-polled after activity.
+    #[serde(default)]
+    pub busy_poll_us: Option<f64>,
+    /// Each node ran in a process of its own.
+    #[serde(default)]
+    pub processes: bool,
     /// Linked transactions: commits outstanding per worker (0: none).
     #[serde(default)]
     pub linked: usize,

@@ -73,8 +73,8 @@ type Setting = fn(&Point) -> String;
 
 /// Settings that are not drawn as an axis: protocol, transport, nesting, mix, scale,
 /// contention, OSS commit mode, link delay, linked transactions, scheduling policy, answer
-/// polling.
-const CATEGORIES: [Setting; 11] = [
+/// polling, busy polling, a process per node.
+const CATEGORIES: [Setting; 13] = [
     |p| p.protocol.clone(),
     |p| p.transport.clone(),
     |p| p.nesting.clone(),
@@ -89,6 +89,18 @@ const CATEGORIES: [Setting; 11] = [
         p.answer_poll_us
             .map(|us| format!("answer poll {us} us"))
             .unwrap_or_default()
+    },
+    |p| {
+        p.busy_poll_us
+            .map(|us| format!("busy poll {us} us"))
+            .unwrap_or_default()
+    },
+    |p| {
+        if p.processes {
+            "a process per node".to_string()
+        } else {
+            String::new()
+        }
     },
 ];
 

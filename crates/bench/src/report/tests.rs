@@ -29,6 +29,8 @@ fn point(protocol: &str, threads: usize, tps: f64) -> Point {
         oss_commit: None,
         link_delay_ms: 0.0,
         answer_poll_us: None,
+        busy_poll_us: None,
+        processes: false,
         linked: 0,
         throughput_tps: tps,
         abort_rate: 0.01 * threads as f64,
