@@ -57,6 +57,10 @@ const BAD: &[(&str, &str)] = &[
     ),
     ("bench bank --processes --duration 0.1", "local"),
     (
+        "bench hashtable --protocol tfa --nodes 2 --transport tcp --processes --duration 0.1",
+        "one process",
+    ),
+    (
         "bench bank --protocol tfa --nodes 2 --transport tcp --processes --sweep threads=1,2 --duration 0.1 --json /tmp/x.json",
         "--sweep",
     ),

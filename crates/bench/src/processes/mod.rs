@@ -81,6 +81,13 @@ fn check_config(cfg: &BenchConfig) -> Result<(), BenchError> {
     if cfg.arrival_rate.is_some() {
         return bad("--processes runs closed loops only, not --arrival-rate");
     }
+    if !cfg.workload.checks_the_store_alone() {
+        return Err(BenchError::Config(format!(
+            "--processes: {}'s invariant is checked against counts its workers keep in their \
+             process; it runs in one process (bank, loan, vacation and tpcc run in several)",
+            cfg.workload
+        )));
+    }
     Ok(())
 }
 

@@ -181,6 +181,16 @@ impl WorkloadKind {
         )
     }
 
+    /// Whether its invariant is checked against the store alone, so that it holds whichever
+    /// processes the workers ran in (`--processes`); the others check against counts their
+    /// process's workers kept.
+    pub fn checks_the_store_alone(self) -> bool {
+        matches!(
+            self,
+            WorkloadKind::Bank | WorkloadKind::Loan | WorkloadKind::Vacation | WorkloadKind::Tpcc
+        )
+    }
+
     /// Whether its operations can run as linked transactions (`--linked`).
     pub fn links(self) -> bool {
         matches!(

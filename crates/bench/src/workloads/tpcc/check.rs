@@ -14,7 +14,6 @@
 //! taking an id is caught.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 use atomos::{Node, Tx, TxError};
 
@@ -79,12 +78,16 @@ pub(super) fn check(t: &Tpcc, node: &Node) -> Result<Check, TxError> {
 fn history(t: &Tpcc, tx: &mut Tx<'_>) -> Result<Payments, TxError> {
     let k = t.keys;
     let mut p = Payments::default();
-    for (worker, rows) in t.history_rows.iter().enumerate() {
-        for seq in 0..rows.load(Ordering::Relaxed) {
+    // Each worker's rows are numbered from 0 without gaps: read them from the store up to the
+    // first missing one (so the workers may have run in other processes).
+    for worker in 0..t.history_rows.len() {
+        let mut seq = 0;
+        while tx.exists(&k.history(worker, seq))? {
             let h = tx.read(&k.history(worker, seq))?;
             *p.warehouse.entry(h.w_id).or_default() += h.amount;
             *p.district.entry((h.w_id, h.d_id)).or_default() += h.amount;
             *p.customer.entry((h.c_w_id, h.c_d_id, h.c_id)).or_default() += h.amount;
+            seq += 1;
         }
     }
     Ok(p)
