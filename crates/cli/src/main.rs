@@ -276,13 +276,19 @@ struct BenchArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(
-        cli.command,
-        Command::Bench(_)
-            | Command::Report { .. }
-            | Command::Demo { .. }
-            | Command::CheckConfig { .. }
-    ) {
+    // A benchmark with a process per node writes to its members' pipes: a member that died
+    // must be an error there (naming it, and stopping the others), not a signal.
+    let pipes_to_members =
+        matches!(&cli.command, Command::Bench(a) if a.processes || a.member.is_some());
+    if !pipes_to_members
+        && matches!(
+            cli.command,
+            Command::Bench(_)
+                | Command::Report { .. }
+                | Command::Demo { .. }
+                | Command::CheckConfig { .. }
+        )
+    {
         // Reports piped into `head` and the like end quietly when the reader goes away, as
         // Unix tools do, instead of panicking on the failed write. (Not for node processes:
         // there a closed socket must be an error, not a signal.)
@@ -400,6 +406,13 @@ fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<(
 }
 
 fn bench(args: BenchArgs) -> Result<bool, String> {
+    let own_cluster = ["footprint", "net", "executor", "order"];
+    if (args.processes || args.member.is_some()) && own_cluster.contains(&args.workload.as_str()) {
+        return Err(format!(
+            "--processes runs workloads on a cluster; bench {} has a setup of its own",
+            args.workload
+        ));
+    }
     if args.workload == "footprint" {
         let objects = args.objects.unwrap_or(1_000_000);
         let report = atomos_bench::footprint::run(objects).map_err(|e| e.to_string())?;
@@ -577,7 +590,7 @@ fn bench_workload(args: &BenchArgs) -> Result<atomos_bench::BenchReport, String>
         let program = std::env::current_exe()
             .map_err(|e| format!("--processes: cannot find this program: {e}"))?;
         // Every argument after the program's name: the members run the same benchmark.
-        let own: Vec<String> = std::env::args().skip(1).collect();
+        let own: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
         return atomos_bench::processes::run(&cfg, &program, &own).map_err(|e| e.to_string());
     }
     atomos_bench::run(&cfg).map_err(|e| e.to_string())

@@ -56,6 +56,7 @@ const BAD: &[(&str, &str)] = &[
         "--transport tcp",
     ),
     ("bench bank --processes --duration 0.1", "local"),
+    ("bench net --processes --duration 0.1", "--processes"),
     (
         "bench hashtable --protocol tfa --nodes 2 --transport tcp --processes --duration 0.1",
         "one process",

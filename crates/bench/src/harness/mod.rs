@@ -13,7 +13,7 @@ use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-/// The most nodes a benchmark runs in one process.
+/// The most nodes a benchmark runs (in one process, or one process each).
 pub const MAX_NODES: usize = 64;
 
 mod measured;
@@ -190,7 +190,7 @@ impl BenchConfig {
         }
         if self.nodes == 0 || self.nodes > MAX_NODES {
             return bad(format!(
-                "--nodes must be from 1 to {MAX_NODES} (nodes run in this process), not {}",
+                "--nodes must be from 1 to {MAX_NODES}, not {}",
                 self.nodes
             ));
         }

@@ -69,6 +69,8 @@ fn run_member(
                 send(out, &FromMember::SetUp).map_err(config)?;
             }
             ToMember::Run => {
+                // Under a replicated protocol this replica starts from the whole setup.
+                node.sync()?;
                 // Worker `t` of the cluster runs on node `t % nodes`, as in one process.
                 let workers = (index..slots)
                     .step_by(cfg.nodes)

@@ -9,6 +9,7 @@
 mod member;
 mod wire;
 
+use std::ffi::OsString;
 use std::io::{BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -17,7 +18,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 pub use member::serve;
 use wire::{receive, send, FromMember, ToMember};
 
-use crate::harness::{report, BenchConfig, BenchError, BenchReport, Measured, Tally};
+use crate::harness::{report, workload_for, BenchConfig, BenchError, BenchReport, Measured, Tally};
 use crate::workloads::Check;
 use crate::TransportKind;
 use atomos::{Protocol, Stats};
@@ -93,7 +94,11 @@ fn check_config(cfg: &BenchConfig) -> Result<(), BenchError> {
 
 /// Runs `cfg` with each node in a process of its own: `program` started with `args` (this
 /// program's own benchmark arguments) and `--member N`.
-pub fn run(cfg: &BenchConfig, program: &Path, args: &[String]) -> Result<BenchReport, BenchError> {
+pub fn run(
+    cfg: &BenchConfig,
+    program: &Path,
+    args: &[OsString],
+) -> Result<BenchReport, BenchError> {
     cfg.validate()?;
     check_config(cfg)?;
     let mut members = Vec::new();
@@ -185,7 +190,11 @@ pub fn run(cfg: &BenchConfig, program: &Path, args: &[String]) -> Result<BenchRe
         match m.hear()? {
             FromMember::Checked(ok, detail) => {
                 check.ok &= ok;
-                details.push(detail);
+                details.push(if checkers > 1 && !ok {
+                    format!("replica {}: {detail}", m.index + 1)
+                } else {
+                    detail
+                });
             }
             other => {
                 return Err(BenchError::Config(format!(
@@ -204,14 +213,7 @@ pub fn run(cfg: &BenchConfig, program: &Path, args: &[String]) -> Result<BenchRe
         let _ = m.input.flush();
         let _ = m.child.wait();
     }
-    let profiles = cfg
-        .workload
-        .build(&crate::workloads::WorkloadParams {
-            threads: cfg.threads * cfg.nodes,
-            ..crate::workloads::WorkloadParams::default()
-        })
-        .map(|w| w.profiles())
-        .unwrap_or(&[]);
+    let profiles = workload_for(cfg, cfg.threads * cfg.nodes, cfg.nodes)?.profiles();
     Ok(report(
         cfg,
         Measured {
