@@ -135,7 +135,10 @@ pub enum Failure {
     },
     /// `key`'s object was lost with `node`: it restarted (or stopped answering) while it held
     /// the object, of which TFA keeps one copy. It is not re-created silently: writing the key
-    /// fails the same way.
+    /// fails the same way. One exception: a transaction that had read the object for a write
+    /// and locked it before the loss may still commit its write (nobody else could change the
+    /// object meanwhile, so the write follows the last committed value); the key then reads
+    /// again, at that write.
     Lost {
         /// The object.
         key: Key,
