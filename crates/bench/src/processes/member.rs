@@ -91,7 +91,7 @@ fn run_member(
                     stats,
                     tallies,
                 };
-                send(out, &FromMember::Ran(run)).map_err(config)?;
+                send(out, &FromMember::Ran(Box::new(run))).map_err(config)?;
             }
             ToMember::Check => {
                 node.sync()?;

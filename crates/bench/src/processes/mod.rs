@@ -48,16 +48,16 @@ impl MemberProcess {
         }
     }
 
-    fn expect(&mut self, what: &str, is: impl Fn(&FromMember) -> bool) -> Result<(), BenchError> {
-        let msg = self.hear()?;
-        if is(&msg) {
-            Ok(())
-        } else {
-            Err(BenchError::Config(format!(
-                "member {}: expected {what}, got {msg:?}",
-                self.index
-            )))
-        }
+    /// The member's next message, which must be `what` (`take` gives its content).
+    fn expect<T>(
+        &mut self,
+        what: &str,
+        take: impl FnOnce(FromMember) -> Result<T, FromMember>,
+    ) -> Result<T, BenchError> {
+        let index = self.index;
+        take(self.hear()?).map_err(|msg| {
+            BenchError::Config(format!("member {index}: expected {what}, got {msg:?}"))
+        })
     }
 }
 
@@ -122,27 +122,27 @@ pub fn run(
     }
     let mut addrs = Vec::new();
     for m in &mut members {
-        match m.hear()? {
-            FromMember::Listening(port) => {
-                let id = m.index as u64 + 1;
-                addrs.push((id, SocketAddr::from((Ipv4Addr::LOCALHOST, port))));
-            }
-            other => {
-                return Err(BenchError::Config(format!(
-                    "member {}: expected its port, got {other:?}",
-                    m.index
-                )))
-            }
-        }
+        let port = m.expect("its port", |msg| match msg {
+            FromMember::Listening(port) => Ok(port),
+            other => Err(other),
+        })?;
+        let id = m.index as u64 + 1;
+        addrs.push((id, SocketAddr::from((Ipv4Addr::LOCALHOST, port))));
     }
     for m in &mut members {
         m.tell(&ToMember::Members(addrs.clone()))?;
     }
     for m in &mut members {
-        m.expect("ready", |msg| matches!(msg, FromMember::Ready))?;
+        m.expect("ready", |msg| match msg {
+            FromMember::Ready => Ok(()),
+            other => Err(other),
+        })?;
     }
     members[0].tell(&ToMember::Setup)?;
-    members[0].expect("the setup", |msg| matches!(msg, FromMember::SetUp))?;
+    members[0].expect("the setup", |msg| match msg {
+        FromMember::SetUp => Ok(()),
+        other => Err(other),
+    })?;
     if cfg.progress {
         eprintln!(
             "  {} member processes running for {:?}",
@@ -155,15 +155,10 @@ pub fn run(
     let mut per_kind: Vec<Tally> = Vec::new();
     let (mut elapsed, mut stats) = (0f64, Stats::default());
     for m in &mut members {
-        let run = match m.hear()? {
-            FromMember::Ran(run) => run,
-            other => {
-                return Err(BenchError::Config(format!(
-                    "member {}: expected its measurements, got {other:?}",
-                    m.index
-                )))
-            }
-        };
+        let run = m.expect("its measurements", |msg| match msg {
+            FromMember::Ran(run) => Ok(run),
+            other => Err(other),
+        })?;
         elapsed = elapsed.max(run.elapsed_s);
         stats = stats.plus(&run.stats);
         for (i, (ops, samples)) in run.tallies.iter().enumerate() {
@@ -187,22 +182,16 @@ pub fn run(
     let mut details = Vec::new();
     for m in members.iter_mut().take(checkers) {
         m.tell(&ToMember::Check)?;
-        match m.hear()? {
-            FromMember::Checked(ok, detail) => {
-                check.ok &= ok;
-                details.push(if checkers > 1 && !ok {
-                    format!("replica {}: {detail}", m.index + 1)
-                } else {
-                    detail
-                });
-            }
-            other => {
-                return Err(BenchError::Config(format!(
-                    "member {}: expected its check, got {other:?}",
-                    m.index
-                )))
-            }
-        }
+        let (ok, detail) = m.expect("its check", |msg| match msg {
+            FromMember::Checked(ok, detail) => Ok((ok, detail)),
+            other => Err(other),
+        })?;
+        check.ok &= ok;
+        details.push(if checkers > 1 && !ok {
+            format!("replica {}: {detail}", m.index + 1)
+        } else {
+            detail
+        });
     }
     details.dedup();
     check.detail = details.join("; ");

@@ -33,7 +33,7 @@ pub(crate) enum FromMember {
     /// The setup is done.
     SetUp,
     /// What the run measured.
-    Ran(MemberRun),
+    Ran(Box<MemberRun>),
     /// The invariant held (`true`), or not, with the workload's account of it.
     Checked(bool, String),
     /// The member could not go on.

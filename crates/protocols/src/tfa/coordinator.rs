@@ -511,7 +511,18 @@ impl TfaNode {
         if tx.prelocked.is_empty() {
             return false;
         }
-        tx.prelocked.clear();
+        self.counters.locks_given_up += 1;
+        self.renumber(now, h, out);
+        true
+    }
+
+    /// Transaction `h` goes on under a new number, holding no locks: those of the old number
+    /// are released (here, and by the owners it asked, who are told), so a late release of the
+    /// old number never touches the new one's. Its reads stay.
+    fn renumber(&mut self, now: u64, h: u64, out: &mut Vec<Action>) {
+        let Some(tx) = self.active.get_mut(&h) else {
+            return;
+        };
         let old = tx.id;
         tx.id = TxId {
             node: self.me,
@@ -519,11 +530,12 @@ impl TfaNode {
         };
         self.next_tx += 1;
         let contacted = std::mem::take(&mut tx.contacted);
+        // The locks go with the old number: reads made for writes are plain reads now.
+        tx.prelocked.clear();
+        tx.taken.clear();
         self.handles.remove(&old);
         self.handles.insert(tx.id, h);
-        self.counters.locks_given_up += 1;
         self.release_locks(now, old, contacted, out);
-        true
     }
 
     /// A commit found reads that are no longer current (`keys`): its locks are released (the
@@ -536,20 +548,8 @@ impl TfaNode {
             return;
         };
         drop_requests(&mut self.requests, &mut tx.outstanding);
-        let old = tx.id;
-        tx.id = TxId {
-            node: self.me,
-            n: self.next_tx,
-        };
-        self.next_tx += 1;
         tx.wait = Wait::Idle;
-        let contacted = std::mem::take(&mut tx.contacted);
-        // The locks go with the old number: reads made for writes are plain reads now.
-        tx.prelocked.clear();
-        tx.taken.clear();
-        self.handles.remove(&old);
-        self.handles.insert(tx.id, h);
-        self.release_locks(now, old, contacted, out);
+        self.renumber(now, h, out);
         out.push(Output::Deliver(Answer {
             h,
             reply: Reply::Commit(Err(Failure::Stale(keys))),
