@@ -15,7 +15,8 @@ targets=(
   "hashtable|hashtable --objects 4096 --read-ratio 0.8|6000000|intset/intset-hs -i 4096 -r 8192 -u 20"
   "skiplist|skiplist --objects 4096 --read-ratio 0.8|2000000|intset/intset-sl -i 4096 -r 8192 -u 20"
   "linkedlist|linkedlist --objects 256 --read-ratio 0.8|1000000|intset/intset-ll -i 256 -r 512 -u 20"
-  "bst|bst --objects 4096 --read-ratio 0.8|2500000|intset/intset-rb -i 4096 -r 8192 -u 20"
+  "bst|bst --objects 4096 --read-ratio 0.8|2500000|"
+  "rbtree|rbtree --objects 4096 --read-ratio 0.8||intset/intset-rb -i 4096 -r 8192 -u 20"
   "bank-read-only|bank --objects 1024 --read-ratio 1||"
 )
 for i in $(seq "$runs"); do

@@ -125,7 +125,7 @@ impl From<Contention> for ContentionPolicy {
 
 #[derive(Clone, clap::Args)]
 struct BenchArgs {
-    /// bank, linkedlist, skiplist, bst, hashtable, loan, vacation, tpcc, shared-counter,
+    /// bank, linkedlist, skiplist, bst, rbtree, hashtable, loan, vacation, tpcc, shared-counter,
     /// private-counters (OSS's micro-benchmarks), wordcount (OSS's MapReduce example: --objects
     /// distinct words); footprint (memory of
     /// --objects objects); net (round trips and one-way throughput between two nodes on

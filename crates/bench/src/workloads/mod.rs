@@ -1,5 +1,5 @@
-//! The workloads: Bank and four integer sets (linked list, skip list, binary search tree, hash
-//! table), and the macro workloads Vacation, Loan and TPC-C. Each is written once against the
+//! The workloads: Bank and five integer sets (linked list, skip list, binary search tree,
+//! red-black tree, hash table), and the macro workloads Vacation, Loan and TPC-C. Each is written once against the
 //! public API, so it runs on any protocol.
 
 use std::fmt;
@@ -16,6 +16,7 @@ mod hashtable;
 mod linkedlist;
 mod loan;
 mod nesting;
+mod rbtree;
 mod set;
 mod skiplist;
 pub mod tpcc;
@@ -29,6 +30,7 @@ pub use hashtable::HashTable;
 pub use linkedlist::LinkedList;
 pub use loan::Loan;
 pub use nesting::{run_composed, InnerOp, NestingModel};
+pub use rbtree::RbTree;
 pub use set::{IntSet, SetWorkload};
 pub use skiplist::SkipList;
 pub use tpcc::{Tpcc, TpccMix, TpccScale};
@@ -155,6 +157,8 @@ pub enum WorkloadKind {
     SkipList,
     /// Unbalanced binary search tree set.
     Bst,
+    /// Red-black tree set (a balanced binary search tree).
+    RbTree,
     /// Bucketed hash table set.
     HashTable,
     /// Loans: a borrower takes money from five lenders in nested steps.
@@ -202,11 +206,12 @@ impl WorkloadKind {
 
 impl WorkloadKind {
     /// Every workload.
-    pub const ALL: [WorkloadKind; 11] = [
+    pub const ALL: [WorkloadKind; 12] = [
         WorkloadKind::Bank,
         WorkloadKind::LinkedList,
         WorkloadKind::SkipList,
         WorkloadKind::Bst,
+        WorkloadKind::RbTree,
         WorkloadKind::HashTable,
         WorkloadKind::Loan,
         WorkloadKind::Vacation,
@@ -223,6 +228,7 @@ impl WorkloadKind {
             WorkloadKind::LinkedList => "linkedlist",
             WorkloadKind::SkipList => "skiplist",
             WorkloadKind::Bst => "bst",
+            WorkloadKind::RbTree => "rbtree",
             WorkloadKind::HashTable => "hashtable",
             WorkloadKind::Loan => "loan",
             WorkloadKind::Vacation => "vacation",
@@ -242,6 +248,7 @@ impl WorkloadKind {
             WorkloadKind::LinkedList => 256,
             WorkloadKind::SkipList => 4_096,
             WorkloadKind::Bst => 4_096,
+            WorkloadKind::RbTree => 4_096,
             WorkloadKind::HashTable => 2_000,
             WorkloadKind::Loan => 10_000,
             WorkloadKind::Vacation => 1_000,
@@ -268,6 +275,7 @@ impl WorkloadKind {
                 Box::new(SetWorkload::new(SkipList::new("sl", p.objects * 2), p))
             }
             WorkloadKind::Bst => Box::new(SetWorkload::new(Bst::new("bst"), p)),
+            WorkloadKind::RbTree => Box::new(SetWorkload::new(RbTree::new("rb"), p)),
             WorkloadKind::HashTable => {
                 let table = HashTable::new("ht", p.objects);
                 let (model, inner, range) =
