@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 common="--protocol tfa --nodes 4 --threads 4 --objects 10000 --read-ratio 0.5 --duration 5 --quiet"
 settings=(
   "bank-tcp-k2|bank $common --transport tcp --balance-k 2"
-  "bank-tcp-k2-processes|bank $common --transport tcp --balance-k 2 --processes --busy-poll-us 0 --answer-poll-us 0"
+  "bank-tcp-k2-processes|bank $common --transport tcp --balance-k 2 --processes"
   "bank-memory-k2|bank $common --transport memory --balance-k 2"
   "hashtable-tcp|hashtable --protocol tfa --nodes 4 --threads 4 --read-ratio 0.5 --duration 5 --quiet --transport tcp"
 )

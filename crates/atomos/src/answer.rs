@@ -4,7 +4,8 @@
 //! sleeping thread costs tens of microseconds on a busy or virtual machine, and on a machine
 //! with fewer cores than threads the woken thread then waits for a core. So a waiter first
 //! polls for a while, yielding its core between looks (other threads, the runtime's workers
-//! among them, run meanwhile), and only then sleeps on a condition variable.
+//! among them, run meanwhile), and only then sleeps on a condition variable. It does not poll
+//! while other threads want the machine's cores (see `atomos_net::spin`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -63,13 +64,14 @@ impl<T> AnswerSlot<T> {
             let until = Instant::now()
                 .checked_add(poll)
                 .map_or(deadline, |end| end.min(deadline));
+            let mut spinner = atomos_net::spin::gate().spinner();
             loop {
                 if self.arrived.load(Ordering::Acquire) {
                     if let Some(answer) = self.take() {
                         return Some(answer);
                     }
                 }
-                if Instant::now() >= until {
+                if Instant::now() >= until || !spinner.look() {
                     break;
                 }
                 std::thread::yield_now();

@@ -18,6 +18,7 @@
 //!   keep-alive and dead-peer detection).
 //! - [`memory`]: in-memory links for clusters inside one process.
 //! - [`rpc`]: requests with responses (futures with timeouts) and one-way messages.
+//! - [`spin`]: whether spinning waits (busy polls) pay off, judged by the spinners themselves.
 
 #![deny(missing_docs)]
 
@@ -27,6 +28,7 @@ pub mod handshake;
 pub mod memory;
 pub mod rpc;
 pub mod secure;
+pub mod spin;
 pub mod tcp;
 pub mod transport;
 pub mod wire;

@@ -10,7 +10,8 @@
 //! other worker holds the driver, blocked in `epoll_wait`) before running the task again, so
 //! readiness is usually seen by a running thread. The window bounds what an idle node burns:
 //! the task stops yielding once nothing was read or written for that long, and waits for the
-//! next activity.
+//! next activity. While other threads want the machine's cores, it does not spin at all (see
+//! [`crate::spin`]).
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+use crate::spin;
 
 /// The activity clock of one transport and the task that spins on it.
 pub(super) struct BusyPoll {
@@ -79,11 +82,23 @@ impl BusyPoll {
             return;
         }
         loop {
+            let mut spinner = spin::gate().spinner();
             while self.recent() {
                 if stop.is_cancelled() {
                     return;
                 }
+                if !spinner.look() {
+                    break;
+                }
                 tokio::task::yield_now().await;
+            }
+            if let Some(until) = spin::gate().closed_until(Instant::now()) {
+                // Other threads want the cores (see `spin`): no spinning until the gate opens.
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => {}
+                }
+                continue;
             }
             self.waiting.store(true, Ordering::Relaxed);
             // Activity between the last check and the flag did not see it set: look again
@@ -105,6 +120,18 @@ impl BusyPoll {
 mod tests {
     use super::*;
 
+    /// Whether the task comes to wait for activity within two seconds (it may first sit out a
+    /// pause of the spin gate, which other tests' load can close).
+    async fn comes_to_wait(poll: &BusyPoll) -> bool {
+        for _ in 0..200 {
+            if poll.waiting.load(Ordering::SeqCst) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn spins_after_activity_then_waits_and_stops_when_asked() {
         let poll = BusyPoll::new(Duration::from_millis(20));
@@ -112,14 +139,14 @@ mod tests {
         let task = tokio::spawn(poll.clone().run(stop.clone()));
         // Its start counts as activity; once the window has passed with none, the task waits.
         tokio::time::sleep(Duration::from_millis(60)).await;
-        assert!(poll.waiting.load(Ordering::SeqCst));
+        assert!(comes_to_wait(&poll).await);
         // Activity wakes it: it spins for the window, then waits again.
         poll.touch();
         assert!(!poll.waiting.load(Ordering::SeqCst));
         assert!(poll.recent());
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert!(!poll.recent());
-        assert!(poll.waiting.load(Ordering::SeqCst));
+        assert!(comes_to_wait(&poll).await);
         stop.cancel();
         tokio::time::timeout(Duration::from_secs(5), task)
             .await
