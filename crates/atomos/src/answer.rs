@@ -5,7 +5,7 @@
 //! with fewer cores than threads the woken thread then waits for a core. So a waiter first
 //! polls for a while, yielding its core between looks (other threads, the runtime's workers
 //! among them, run meanwhile), and only then sleeps on a condition variable. It does not poll
-//! while other threads want the machine's cores (see `atomos_net::spin`).
+//! while other processes keep the machine's cores busy (see `atomos_net::spin`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

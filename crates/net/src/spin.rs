@@ -6,13 +6,14 @@
 //! bank over TCP with a process per node, 4 processes on 2 cores, ran at 4.3K tx/s with both
 //! spinning waits on and at 13.7K with both off (docs/BENCHMARKS.md).
 //!
-//! A spinner notices that case itself. Between two of its looks its thread was off its core for
-//! longer than a look takes ([`PREEMPTED_GAP`]): another thread wanted the core. If other
+//! A spinner notices that case itself. Between two of its looks more time passed than a look
+//! takes ([`PREEMPTED_GAP`]): its thread was taken off its core for another (or, for a task on a
+//! runtime worker, the worker was busy with other tasks). If other
 //! processes have been keeping the cores busy (see [`SpinGate::lost_core`]), the spinner closes
 //! the process's [`SpinGate`]: every spinning wait in the process waits without spinning for
 //! [`PAUSE`], and spinning resumes on trial after that. When only this process's own threads
-//! compete for the cores, the waits' yields serve exactly those threads, and the gate stays
-//! open; so it does on a machine with cores to spare.
+//! compete for the cores, the gate stays open (the spell that saw the gap still ends, but the
+//! process's other waits go on spinning); so it does on a machine with cores to spare.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -30,6 +31,10 @@ pub const PAUSE: Duration = Duration::from_millis(50);
 /// The shortest interval over which the other processes' use of the cores is measured (the
 /// kernel counts machine-wide CPU time in ticks of 10 ms).
 const LOAD_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The longest interval a measurement may cover: a baseline older than this says nothing about
+/// the load now, so the measurement only starts a new interval (and counts the others as busy).
+const MAX_LOAD_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Other processes busy for more than this share of one core count as competing for the cores.
 const OTHERS_SHARE: f64 = 0.2;
@@ -54,8 +59,9 @@ fn process_cpu_time() -> Option<Duration> {
     })
 }
 
-/// Busy CPU time of the whole machine since boot (user, nice, system, interrupts; not idle,
-/// I/O wait or time stolen by a hypervisor), from `/proc/stat`.
+/// Busy CPU time of the whole machine since boot (user, nice and system time; not idle, I/O
+/// wait, time stolen by a hypervisor, or interrupts, which the kernel may not charge to the
+/// process whose network traffic they serve), from `/proc/stat`.
 fn machine_busy_time() -> Option<Duration> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let line = stat.lines().next()?.strip_prefix("cpu ")?;
@@ -64,15 +70,16 @@ fn machine_busy_time() -> Option<Duration> {
         .map(|t| t.parse().ok())
         .collect::<Option<_>>()?;
     // user nice system idle iowait irq softirq steal ...
-    let busy = [0, 1, 2, 5, 6]
+    let busy = [0, 1, 2]
         .iter()
         .try_fold(0u64, |sum, &i| sum.checked_add(*ticks.get(i)?))?;
     // SAFETY: sysconf only reads a configuration value.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let per_second = u64::try_from(per_second).ok().filter(|&t| t > 0)?;
-    Some(Duration::from_nanos(
-        busy.checked_mul(1_000_000_000)? / per_second,
-    ))
+    Some(
+        Duration::from_secs(busy / per_second)
+            + Duration::from_nanos((busy % per_second) * 1_000_000_000 / per_second),
+    )
 }
 
 fn machine_and_process_time() -> Option<(Duration, Duration)> {
@@ -145,9 +152,9 @@ impl SpinGate {
         self.closed_until.fetch_max(until, Ordering::Relaxed);
     }
 
-    /// A spinner's thread was off its core until `now`: closes the gate, unless only this
-    /// process's own threads have been keeping the cores busy (then the thread that took the
-    /// core was one of them).
+    /// A spinner saw a gap between its looks ending `now`: closes the gate, unless only this
+    /// process's own threads have been keeping the cores busy (then whatever took the core was
+    /// one of them).
     pub fn lost_core(&self, now: Instant) {
         if self.others_busy(now) {
             self.close(now);
@@ -155,8 +162,9 @@ impl SpinGate {
     }
 
     /// Whether other processes used more than [`OTHERS_SHARE`] of a core since the last
-    /// measurement (at least [`LOAD_INTERVAL`] ago; a more recent one's verdict stands, and
-    /// without one, or where the kernel's counts cannot be read, they count as busy).
+    /// measurement, at least [`LOAD_INTERVAL`] and at most [`MAX_LOAD_INTERVAL`] ago. A more
+    /// recent one's verdict stands; after an older one, or where the kernel's counts cannot be
+    /// read, the others count as busy.
     fn others_busy(&self, now: Instant) -> bool {
         let at = self.at(now);
         let since = self.sampled_at.load(Ordering::Relaxed);
@@ -178,7 +186,9 @@ impl SpinGate {
                 let process_used =
                     process.saturating_sub(self.sampled_process.swap(process, Ordering::Relaxed));
                 let others = machine_used.saturating_sub(process_used);
-                others as f64 > OTHERS_SHARE * (at - since) as f64
+                let interval = at - since;
+                interval > nanos(MAX_LOAD_INTERVAL)
+                    || others as f64 > OTHERS_SHARE * interval as f64
             }
             None => true,
         };
@@ -210,8 +220,8 @@ pub struct Spinner<'g> {
 }
 
 impl Spinner<'_> {
-    /// Notes a look now. False when the wait should stop spinning: the gate is closed, or this
-    /// thread was off its core since the last look (see [`SpinGate::lost_core`]).
+    /// Notes a look now. False when the wait should stop spinning: the gate is closed, or more
+    /// than [`PREEMPTED_GAP`] passed since the last look (see [`SpinGate::lost_core`]).
     pub fn look(&mut self) -> bool {
         self.look_at(Instant::now())
     }
@@ -302,10 +312,28 @@ mod tests {
     }
 
     #[test]
+    fn a_measurement_over_too_long_an_interval_counts_the_others_as_busy() {
+        let (machine, process, clock) = fake_clock!(M3, P3);
+        let gate = SpinGate::with_load_clock(clock);
+        let t0 = gate.base;
+        // Two seconds of this process alone, measured in one go: too old to judge by.
+        machine.store(4_000_000_000, Ordering::SeqCst);
+        process.store(4_000_000_000, Ordering::SeqCst);
+        let now = t0 + Duration::from_secs(2);
+        assert!(gate.others_busy(now));
+        // The next interval is a fresh one: this process alone again keeps the gate open.
+        machine.store(4_400_000_000, Ordering::SeqCst);
+        process.store(4_400_000_000, Ordering::SeqCst);
+        assert!(!gate.others_busy(now + Duration::from_millis(200)));
+    }
+
+    #[test]
     fn a_new_gate_is_open_and_reads_the_kernel_counts() {
         let gate = SpinGate::new();
-        assert!(gate.is_open(Instant::now()));
-        assert!(gate.spinner().look());
+        let mut spinner = gate.spinner();
+        let now = spinner.last;
+        assert!(gate.is_open(now));
+        assert!(spinner.look_at(now + Duration::from_micros(1)));
         let (machine, process) = machine_and_process_time().expect("readable on Linux");
         let mut x = 0u64;
         for i in 0..2_000_000u64 {

@@ -10,8 +10,8 @@
 //! other worker holds the driver, blocked in `epoll_wait`) before running the task again, so
 //! readiness is usually seen by a running thread. The window bounds what an idle node burns:
 //! the task stops yielding once nothing was read or written for that long, and waits for the
-//! next activity. While other threads want the machine's cores, it does not spin at all (see
-//! [`crate::spin`]).
+//! next activity. While other processes keep the machine's cores busy, it does not spin at all
+//! (see [`crate::spin`]).
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -93,7 +93,7 @@ impl BusyPoll {
                 tokio::task::yield_now().await;
             }
             if let Some(until) = spin::gate().closed_until(Instant::now()) {
-                // Other threads want the cores (see `spin`): no spinning until the gate opens.
+                // Other processes want the cores (see `spin`): no spinning until the gate opens.
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => {}
