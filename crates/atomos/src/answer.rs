@@ -71,7 +71,8 @@ impl<T> AnswerSlot<T> {
                         return Some(answer);
                     }
                 }
-                if Instant::now() >= until || !spinner.look() {
+                let now = Instant::now();
+                if now >= until || !spinner.look_at(now) {
                     break;
                 }
                 std::thread::yield_now();

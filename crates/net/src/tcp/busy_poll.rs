@@ -71,7 +71,13 @@ impl BusyPoll {
     }
 
     fn recent(&self) -> bool {
-        let idle = self.now().saturating_sub(self.last.load(Ordering::Relaxed));
+        self.recent_at(Instant::now())
+    }
+
+    /// Whether there was activity within the window before `now`.
+    fn recent_at(&self, now: Instant) -> bool {
+        let at = now.saturating_duration_since(self.base).as_nanos() as u64;
+        let idle = at.saturating_sub(self.last.load(Ordering::Relaxed));
         idle < u64::try_from(self.window.as_nanos()).unwrap_or(u64::MAX)
     }
 
@@ -83,11 +89,16 @@ impl BusyPoll {
         }
         loop {
             let mut spinner = spin::gate().spinner();
-            while self.recent() {
+            loop {
+                // One clock read per look, for the window and the gate alike.
+                let now = Instant::now();
+                if !self.recent_at(now) {
+                    break;
+                }
                 if stop.is_cancelled() {
                     return;
                 }
-                if !spinner.look() {
+                if !spinner.look_at(now) {
                     break;
                 }
                 tokio::task::yield_now().await;
