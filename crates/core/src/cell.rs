@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
+use crate::pool::BlockPool;
 use crate::version::{OwnedVersion, Version};
 
 /// The shared home of one object on one node: 16 bytes, so four cells share a cache line and
@@ -143,6 +144,18 @@ impl Retired {
     /// Whether the chain is empty.
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_null()
+    }
+
+    /// Frees the chain, keeping its blocks in `pool`. Only once no reader can hold any of its
+    /// versions (as for dropping it).
+    pub(crate) fn recycle(mut self, pool: &mut BlockPool) {
+        let mut cur = std::mem::replace(&mut self.0, std::ptr::null_mut());
+        while !cur.is_null() {
+            // SAFETY: the chain is owned here and unreachable.
+            let node = unsafe { OwnedVersion::from_raw(cur) };
+            cur = unsafe { (*cur).prev.load(Ordering::Relaxed) };
+            node.recycle(pool);
+        }
     }
 }
 

@@ -21,6 +21,7 @@ mod linked;
 mod nesting;
 mod open;
 mod ordered;
+mod pool;
 mod procedure;
 mod remote;
 mod retry;

@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::cell::{decode, owner_word, Cell, LockState};
+use crate::cell::{decode, owner_word, Cell, LockState, Retired};
 use crate::contention::{ContentionPolicy, Jitter, OnLocked, LOCK_WAIT_SPINS};
 use crate::engine::Engine;
 use crate::error::TxError;
 use crate::history::CommitRecord;
 use crate::key::Key;
+use crate::pool::BlockPool;
 use crate::remote::RemoteState;
 use crate::slots::{Garbage, Slot, UNSTAMPED};
 use crate::stats::{AbortCause, Event};
@@ -168,6 +169,8 @@ pub(crate) struct TxState {
     retired: Vec<OwnedVersion>,
     /// Version chains this thread unlinked, waiting until no attempt can hold them.
     garbage: Garbage,
+    /// Blocks of freed versions, for the versions this state makes next.
+    pub(crate) pool: BlockPool,
     /// Garbage size that triggers the next scan (see `after_commit`).
     garbage_limit: usize,
     /// Inside an attempt (its start is published in the slot).
@@ -220,6 +223,7 @@ impl TxState {
             undo_floor: 0,
             retired: Vec::new(),
             garbage: Vec::new(),
+            pool: BlockPool::new(),
             garbage_limit: GARBAGE_LIMIT,
             in_attempt: false,
             abort: None,
@@ -263,13 +267,31 @@ impl TxState {
     /// which it holds no reference to any version.
     pub(crate) fn end_attempt(&mut self) {
         self.reads.clear();
+        // Versions still buffered (an attempt that did not commit) and replaced ones: nothing
+        // outside this state ever saw them.
+        for w in &mut self.writes {
+            if let Some(node) = w.node.take() {
+                node.recycle(&mut self.pool);
+            }
+        }
         self.writes.clear();
-        self.write_index.clear();
+        if !self.write_index.is_empty() {
+            self.write_index.clear();
+        }
         self.write_filter = 0;
         self.link = None;
-        self.undo.clear();
+        if !self.undo.is_empty() {
+            for (_, node) in &mut self.undo {
+                if let Some(node) = node.take() {
+                    node.recycle(&mut self.pool);
+                }
+            }
+            self.undo.clear();
+        }
         self.undo_floor = 0;
-        self.retired.clear();
+        while let Some(node) = self.retired.pop() {
+            node.recycle(&mut self.pool);
+        }
         if self.in_attempt {
             self.slot.end();
             self.in_attempt = false;
@@ -686,7 +708,7 @@ impl TxState {
     }
 
     /// Keeps a chain unlinked from a cell until no attempt can hold it.
-    pub(crate) fn retire(&mut self, retired: crate::cell::Retired) {
+    pub(crate) fn retire(&mut self, retired: Retired) {
         // Stamped at the next scan (see `after_commit`).
         self.garbage.push((UNSTAMPED, retired));
     }
@@ -726,7 +748,14 @@ impl TxState {
                 g.0 = stamp;
             }
             let oldest = engine.slots.scan(&engine.clock);
-            self.garbage.retain(|(stamp, _)| *stamp >= oldest);
+            let pool = &mut self.pool;
+            self.garbage.retain_mut(|(stamp, chain)| {
+                if *stamp >= oldest {
+                    return true;
+                }
+                std::mem::replace(chain, Retired(std::ptr::null_mut())).recycle(pool);
+                false
+            });
             // While an old attempt (a long or preempted transaction) blocks freeing, scan
             // again only once the garbage has doubled: linear work per commit stays constant.
             self.garbage_limit = GARBAGE_LIMIT.max(2 * self.garbage.len());
@@ -942,7 +971,7 @@ impl<'e> Tx<'e> {
         self.upgrade_check(r.key())?;
         let seen = self.see(cell)?;
         Self::typed::<T>(r.key(), seen)?;
-        self.buffer(cell, OwnedVersion::new(Some(value)))
+        self.buffer(cell, OwnedVersion::new_in(Some(value), &mut self.st().pool))
     }
 
     /// Applies `f` to a copy of the object's value and writes the result back; returns what `f`
@@ -961,7 +990,7 @@ impl<'e> Tx<'e> {
         let seen = self.see(cell)?;
         let mut value = Self::typed::<T>(r.key(), seen)?.clone();
         let out = f(&mut value);
-        self.buffer(cell, OwnedVersion::new(Some(value)))?;
+        self.buffer(cell, OwnedVersion::new_in(Some(value), &mut self.st().pool))?;
         Ok(out)
     }
 
@@ -978,7 +1007,7 @@ impl<'e> Tx<'e> {
                 key: r.key().clone(),
             });
         }
-        self.buffer(cell, OwnedVersion::new(Some(value)))
+        self.buffer(cell, OwnedVersion::new_in(Some(value), &mut self.st().pool))
     }
 
     /// Creates an anonymous object holding `value` and returns its reference: store the
@@ -1005,7 +1034,7 @@ impl<'e> Tx<'e> {
         self.upgrade_check(r.key())?;
         let seen = self.see(cell)?;
         Self::typed::<T>(r.key(), seen)?;
-        self.buffer(cell, OwnedVersion::new::<T>(None))
+        self.buffer(cell, OwnedVersion::new_in::<T>(None, &mut self.st().pool))
     }
 
     /// Abandons this attempt and blocks until an object it read changes, then re-runs the

@@ -11,7 +11,6 @@
 
 use std::alloc::Layout;
 use std::any::{Any, TypeId};
-use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -19,6 +18,7 @@ use std::sync::atomic::AtomicPtr;
 use std::sync::OnceLock;
 
 use crate::codec;
+use crate::pool::{alloc_block, free_block, BlockPool, BlockSize};
 use crate::tref::Object;
 
 /// Type-specific operations of a version node.
@@ -26,7 +26,10 @@ struct VTable {
     type_id: TypeId,
     /// Whether nodes with this table hold a value (false: deletion markers).
     present: bool,
-    drop: unsafe fn(*mut Version),
+    /// The node's block.
+    block: BlockSize,
+    /// Drops the value in place (see [`drop_value`]); `None` if there is nothing to drop.
+    drop_value: Option<unsafe fn(*mut Version)>,
     /// The value as tagged bytes (see `codec`); only called on present nodes.
     encode: unsafe fn(*const Version) -> Result<Vec<u8>, String>,
 }
@@ -37,13 +40,15 @@ impl<T: Object> VTableFor<T> {
     const PRESENT: VTable = VTable {
         type_id: TypeId::of::<T>(),
         present: true,
-        drop: drop_typed::<T, true>,
+        block: BlockSize::of(Layout::new::<Typed<T>>()),
+        drop_value: dropper::<T, true>(),
         encode: encode_typed::<T>,
     };
     const DELETED: VTable = VTable {
         type_id: TypeId::of::<T>(),
         present: false,
-        drop: drop_typed::<T, false>,
+        block: BlockSize::of(Layout::new::<Typed<T>>()),
+        drop_value: None,
         encode: encode_nothing,
     };
 }
@@ -58,7 +63,8 @@ struct Encoded {
 static ENCODED: VTable = VTable {
     type_id: TypeId::of::<Encoded>(),
     present: true,
-    drop: drop_typed::<Encoded, true>,
+    block: BlockSize::of(Layout::new::<Typed<Encoded>>()),
+    drop_value: dropper::<Encoded, true>(),
     encode: encode_encoded,
 };
 
@@ -66,7 +72,8 @@ static ENCODED: VTable = VTable {
 static TOMBSTONE: VTable = VTable {
     type_id: TypeId::of::<()>(),
     present: false,
-    drop: drop_typed::<(), false>,
+    block: BlockSize::of(Layout::new::<Typed<()>>()),
+    drop_value: None,
     encode: encode_nothing,
 };
 
@@ -88,108 +95,21 @@ unsafe fn encode_nothing(_: *const Version) -> Result<Vec<u8>, String> {
     Err("a deletion marker has no value".into())
 }
 
+/// Drops the value of a node in place; the block stays.
+///
 /// # Safety
-/// `p` must come from [`OwnedVersion::new::<T>`] and be owned by the caller; `PRESENT` must
-/// say whether its value was initialized.
-unsafe fn drop_typed<T, const PRESENT: bool>(p: *mut Version) {
-    let p = p as *mut Typed<T>;
-    if PRESENT {
-        (*p).value.assume_init_drop();
-    }
-    release_block(p as *mut u8, Layout::new::<Typed<T>>());
+/// `p` must start a live `Typed<T>` whose value is initialized.
+unsafe fn drop_value<T>(p: *mut Version) {
+    (*(p as *mut Typed<T>)).value.assume_init_drop();
 }
 
-/// Blocks up to this size are recycled per thread; larger ones go straight to the allocator.
-const POOLED_MAX: usize = 256;
-const CLASS: usize = 16;
-/// Free blocks kept per size class and thread.
-const POOL_CAP: usize = 512;
-
-thread_local! {
-    /// Free version blocks of this thread, by size class. A version is usually freed by another
-    /// thread than the one that made it (the next writer of its object retires it); recycling
-    /// blocks where they are freed avoids the allocator's slow path for cross-thread frees.
-    static POOL: RefCell<Pool> = const { RefCell::new(Pool([const { Vec::new() }; POOLED_MAX / CLASS])) };
-}
-
-/// Free blocks by size class; gives them back to the allocator when its thread ends.
-struct Pool([Vec<NonNull<u8>>; POOLED_MAX / CLASS]);
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        for (class, blocks) in self.0.iter_mut().enumerate() {
-            // SAFETY: a valid power-of-two alignment and a small size.
-            let layout = unsafe { Layout::from_size_align_unchecked((class + 1) * CLASS, CLASS) };
-            for b in blocks.drain(..) {
-                // SAFETY: every pooled block was allocated with its class layout.
-                unsafe { std::alloc::dealloc(b.as_ptr(), layout) };
-            }
-        }
-    }
-}
-
-/// The pooled layout for `layout`, if it is small enough to pool.
-#[inline]
-fn pool_class(layout: Layout) -> Option<(usize, Layout)> {
-    if layout.size() > POOLED_MAX || layout.align() > CLASS {
-        return None;
-    }
-    let class = layout.size().div_ceil(CLASS).max(1);
-    // SAFETY: CLASS is a power of two and the size is a small multiple of it.
-    Some((class - 1, unsafe {
-        Layout::from_size_align_unchecked(class * CLASS, CLASS)
-    }))
-}
-
-// The pool is a thread-local: these two are never inlined, because a transaction suspended at
-// a safe point may resume on another thread (see `atomos_sched::task`).
-
-/// A free block of size class `class` from this thread's pool.
-#[inline(never)]
-fn pool_pop(class: usize) -> Option<NonNull<u8>> {
-    POOL.try_with(|p| p.borrow_mut().0[class].pop())
-        .ok()
-        .flatten()
-}
-
-/// Keeps a free block of size class `class` in this thread's pool; `false` if the pool is full.
-#[inline(never)]
-fn pool_push(class: usize, block: NonNull<u8>) -> bool {
-    POOL.try_with(|pool| {
-        let mut pool = pool.borrow_mut();
-        if pool.0[class].len() < POOL_CAP {
-            pool.0[class].push(block);
-            true
-        } else {
-            false
-        }
-    })
-    .unwrap_or(false)
-}
-
-/// A block for a value of `layout`.
-#[inline]
-fn acquire_block(layout: Layout) -> *mut u8 {
-    let Some((class, block)) = pool_class(layout) else {
-        // SAFETY: version nodes have a non-zero size.
-        return unsafe { std::alloc::alloc(layout) };
-    };
-    match pool_pop(class) {
-        Some(b) => b.as_ptr(),
-        // SAFETY: non-zero size.
-        None => unsafe { std::alloc::alloc(block) },
-    }
-}
-
-/// Returns a block obtained from [`acquire_block`] with the same `layout`.
-#[inline]
-unsafe fn release_block(p: *mut u8, layout: Layout) {
-    let Some((class, block)) = pool_class(layout) else {
-        std::alloc::dealloc(p, layout);
-        return;
-    };
-    if !pool_push(class, NonNull::new_unchecked(p)) {
-        std::alloc::dealloc(p, block);
+/// What drops the value of a `T` node (`None`: nothing to drop, as for plain numbers or a
+/// deletion marker).
+const fn dropper<T, const PRESENT: bool>() -> Option<unsafe fn(*mut Version)> {
+    if PRESENT && std::mem::needs_drop::<T>() {
+        Some(drop_value::<T>)
+    } else {
+        None
     }
 }
 
@@ -280,13 +200,27 @@ unsafe impl Sync for OwnedVersion {}
 
 impl OwnedVersion {
     /// A node holding `value` (`None`: a deletion marker for an object of type `T`).
+    #[cfg(test)]
     pub(crate) fn new<T: Object>(value: Option<T>) -> OwnedVersion {
-        let vtable = if value.is_some() {
+        let table = Self::table_of::<T>(value.is_some());
+        OwnedVersion::with_table(value, table, None)
+    }
+
+    /// As [`OwnedVersion::new`], in a block from `pool` (the update path: no allocator call
+    /// once the pool is warm).
+    #[inline]
+    pub(crate) fn new_in<T: Object>(value: Option<T>, pool: &mut BlockPool) -> OwnedVersion {
+        let table = Self::table_of::<T>(value.is_some());
+        OwnedVersion::with_table(value, table, Some(pool))
+    }
+
+    #[inline]
+    fn table_of<T: Object>(present: bool) -> &'static VTable {
+        if present {
             &VTableFor::<T>::PRESENT
         } else {
             &VTableFor::<T>::DELETED
-        };
-        OwnedVersion::with_table(value, vtable)
+        }
     }
 
     /// A node holding a value that arrived as tagged bytes (`None`: a deletion marker of no
@@ -299,21 +233,25 @@ impl OwnedVersion {
                     decoded: OnceLock::new(),
                 }),
                 &ENCODED,
+                None,
             ),
-            None => OwnedVersion::with_table::<()>(None, &TOMBSTONE),
+            None => OwnedVersion::with_table::<()>(None, &TOMBSTONE, None),
         }
     }
 
+    #[inline]
     fn with_table<T: Send + Sync + 'static>(
         value: Option<T>,
         vtable: &'static VTable,
+        pool: Option<&mut BlockPool>,
     ) -> OwnedVersion {
-        let layout = Layout::new::<Typed<T>>();
-        let block = acquire_block(layout) as *mut Typed<T>;
-        let Some(block) = NonNull::new(block) else {
-            std::alloc::handle_alloc_error(layout);
-        };
-        // SAFETY: the block is fresh, sized and aligned for a `Typed<T>`.
+        debug_assert_eq!(vtable.block, BlockSize::of(Layout::new::<Typed<T>>()));
+        let block = match pool {
+            Some(pool) => pool.take(vtable.block),
+            None => alloc_block(vtable.block),
+        }
+        .cast::<Typed<T>>();
+        // SAFETY: the block is free, sized and aligned for a `Typed<T>`.
         unsafe {
             block.as_ptr().write(Typed {
                 header: Version {
@@ -328,6 +266,20 @@ impl OwnedVersion {
             });
         }
         OwnedVersion(block.cast())
+    }
+
+    /// Drops the node's value and keeps its block in `pool` for the next node.
+    #[inline]
+    pub(crate) fn recycle(self, pool: &mut BlockPool) {
+        let p = self.into_raw();
+        // SAFETY: we owned the node; its table matches the type it was made with.
+        unsafe {
+            let vtable = (*p).vtable;
+            if let Some(drop_value) = vtable.drop_value {
+                drop_value(p);
+            }
+            pool.give(NonNull::new_unchecked(p).cast(), vtable.block);
+        }
     }
 
     /// The node, for reading while it is owned here.
@@ -364,7 +316,13 @@ impl OwnedVersion {
 impl Drop for OwnedVersion {
     fn drop(&mut self) {
         // SAFETY: we own the node; its vtable matches the type it was made with.
-        unsafe { (self.0.as_ref().vtable.drop)(self.0.as_ptr()) }
+        unsafe {
+            let vtable = self.0.as_ref().vtable;
+            if let Some(drop_value) = vtable.drop_value {
+                drop_value(self.0.as_ptr());
+            }
+            free_block(self.0.cast(), vtable.block);
+        }
     }
 }
 
