@@ -5,17 +5,23 @@ use std::sync::Arc;
 use atomos::{Key, Node, TRef, Tx, TxError};
 use rand::rngs::SmallRng;
 use rand::Rng;
+use smallvec::SmallVec;
 
 use super::nesting::InnerOp;
 
 use super::set::IntSet;
+
+/// A bucket's values. Buckets hold about one value each, so up to two live inside the bucket's
+/// version itself: a lookup reads the version and no separate buffer (one dependent cache miss
+/// fewer). It encodes as a sequence, as a `Vec` does.
+pub type Bucket = SmallVec<[i64; 2]>;
 
 /// The hash-table set: `buckets` objects, each a small vector of values. Clones share the
 /// buckets' references, and with them the cell each reference caches: a clone with references
 /// of its own would look every bucket up in the node's key table on each use.
 #[derive(Clone)]
 pub struct HashTable {
-    buckets: Arc<[TRef<Vec<i64>>]>,
+    buckets: Arc<[TRef<Bucket>]>,
 }
 
 impl HashTable {
@@ -28,7 +34,7 @@ impl HashTable {
         }
     }
 
-    fn bucket(&self, v: i64) -> &TRef<Vec<i64>> {
+    fn bucket(&self, v: i64) -> &TRef<Bucket> {
         // Fibonacci hashing spreads neighbouring values over buckets.
         let h = (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 16;
         &self.buckets[(h % self.buckets.len() as u64) as usize]
@@ -50,7 +56,7 @@ impl HashTable {
 /// Adds or removes one value of its bucket.
 #[derive(Clone)]
 pub struct BucketOp {
-    bucket: TRef<Vec<i64>>,
+    bucket: TRef<Bucket>,
     value: i64,
     add: bool,
 }
@@ -85,7 +91,7 @@ impl IntSet for HashTable {
         for chunk in self.buckets.chunks(1024) {
             node.atomically(|tx| {
                 for b in chunk {
-                    tx.create(b, Vec::new())?;
+                    tx.create(b, Bucket::new())?;
                 }
                 Ok(())
             })?;
