@@ -265,6 +265,7 @@ impl TxState {
 
     /// Ends an attempt: forgets everything it read and wrote and unpublishes its start, after
     /// which it holds no reference to any version.
+    #[inline]
     pub(crate) fn end_attempt(&mut self) {
         self.reads.clear();
         // Versions still buffered (an attempt that did not commit) and replaced ones: nothing
@@ -332,6 +333,7 @@ impl TxState {
         }
     }
 
+    #[inline]
     pub(crate) fn push_write(&mut self, cell: *const Cell, node: OwnedVersion) {
         let idx = self.writes.len();
         self.writes.push(WriteEntry {
@@ -340,12 +342,20 @@ impl TxState {
             locked_from: 0,
         });
         self.write_filter |= Self::filter_bit(cell);
+        if idx >= LINEAR_WRITES {
+            self.index_write(idx);
+        }
+    }
+
+    /// Keeps the hash index of a write set past its linear size up to date with entry `idx`.
+    #[cold]
+    fn index_write(&mut self, idx: usize) {
         if idx == LINEAR_WRITES {
             for (i, w) in self.writes.iter().enumerate() {
                 self.write_index.insert(w.cell as usize, i);
             }
-        } else if idx > LINEAR_WRITES {
-            self.write_index.insert(cell as usize, idx);
+        } else {
+            self.write_index.insert(self.writes[idx].cell as usize, idx);
         }
     }
 
@@ -509,6 +519,10 @@ impl TxState {
     /// Commit: lock the write set, take a timestamp, validate the read set, install, unlock.
     /// On failure every lock is released and the read and write sets are kept (a checkpointed
     /// transaction may resume from them).
+    ///
+    /// Inlined: a transaction that wrote nothing (most of them in read-mostly workloads) ends
+    /// here without a call; the write path is out of line.
+    #[inline]
     pub(crate) fn commit(&mut self, engine: &Engine) -> Result<(), CommitFailure> {
         if self.link.is_some() {
             return self.commit_linked(engine);
@@ -523,6 +537,12 @@ impl TxState {
             }
             return Ok(());
         }
+        self.commit_writes(engine)
+    }
+
+    /// The commit of a transaction that wrote (see [`TxState::commit`]).
+    #[inline(never)]
+    fn commit_writes(&mut self, engine: &Engine) -> Result<(), CommitFailure> {
         if let Some(certifier) = engine.certifier() {
             return self.commit_certified(engine, certifier);
         }
@@ -733,33 +753,40 @@ impl TxState {
 
     /// Bookkeeping after a successful commit: every so often, advance the horizon and free the
     /// garbage no attempt can hold any more.
+    #[inline]
     pub(crate) fn after_commit(&mut self, engine: &Engine) {
         self.end_attempt();
         if self.commits_since_horizon >= HORIZON_EVERY || self.garbage.len() >= self.garbage_limit {
-            self.commits_since_horizon = 0;
-            // Stamp what was unlinked since the last scan with a clock value read after the
-            // unlinking (behind a fence): any such value is a valid, conservative stamp.
-            fence(Ordering::SeqCst);
-            let stamp = engine.clock.load(Ordering::Relaxed);
-            for g in self.garbage.iter_mut().rev() {
-                if g.0 != UNSTAMPED {
-                    break;
-                }
-                g.0 = stamp;
-            }
-            let oldest = engine.slots.scan(&engine.clock);
-            let pool = &mut self.pool;
-            self.garbage.retain_mut(|(stamp, chain)| {
-                if *stamp >= oldest {
-                    return true;
-                }
-                std::mem::replace(chain, Retired(std::ptr::null_mut())).recycle(pool);
-                false
-            });
-            // While an old attempt (a long or preempted transaction) blocks freeing, scan
-            // again only once the garbage has doubled: linear work per commit stays constant.
-            self.garbage_limit = GARBAGE_LIMIT.max(2 * self.garbage.len());
+            self.reclaim(engine);
         }
+    }
+
+    /// Advances the horizon and frees the garbage no attempt can hold any more.
+    #[inline(never)]
+    fn reclaim(&mut self, engine: &Engine) {
+        self.commits_since_horizon = 0;
+        // Stamp what was unlinked since the last scan with a clock value read after the
+        // unlinking (behind a fence): any such value is a valid, conservative stamp.
+        fence(Ordering::SeqCst);
+        let stamp = engine.clock.load(Ordering::Relaxed);
+        for g in self.garbage.iter_mut().rev() {
+            if g.0 != UNSTAMPED {
+                break;
+            }
+            g.0 = stamp;
+        }
+        let oldest = engine.slots.scan(&engine.clock);
+        let pool = &mut self.pool;
+        self.garbage.retain_mut(|(stamp, chain)| {
+            if *stamp >= oldest {
+                return true;
+            }
+            std::mem::replace(chain, Retired(std::ptr::null_mut())).recycle(pool);
+            false
+        });
+        // While an old attempt (a long or preempted transaction) blocks freeing, scan
+        // again only once the garbage has doubled: linear work per commit stays constant.
+        self.garbage_limit = GARBAGE_LIMIT.max(2 * self.garbage.len());
     }
 }
 
@@ -872,10 +899,17 @@ impl<'e> Tx<'e> {
     /// What the transaction sees of `cell`: its own buffered write, else the committed state.
     #[inline(always)]
     fn see(&self, cell: &Cell) -> Result<Seen, Signal> {
+        self.see_entry(cell).map(|(seen, _)| seen)
+    }
+
+    /// As [`Tx::see`], with the index of the transaction's own buffered write to `cell`, if it
+    /// has one (a writing operation then replaces it without searching again).
+    #[inline(always)]
+    fn see_entry(&self, cell: &Cell) -> Result<(Seen, Option<usize>), Signal> {
         let st = self.st();
         if st.mode == Mode::ReadOnly {
             // A snapshot read: no write set to consult, no conflict to fail fast on.
-            return Ok(st.read_snapshot(self.engine, cell));
+            return Ok((st.read_snapshot(self.engine, cell), None));
         }
         st.check_live()?;
         if st.forward {
@@ -883,14 +917,13 @@ impl<'e> Tx<'e> {
         }
         if let Some(i) = st.find_write(cell) {
             st.note_link_touch(i);
-            return Ok(seen_of(
-                st.writes[i]
-                    .node
-                    .as_ref()
-                    .map_or(std::ptr::null(), OwnedVersion::as_ptr),
-            ));
+            let node = st.writes[i]
+                .node
+                .as_ref()
+                .map_or(std::ptr::null(), OwnedVersion::as_ptr);
+            return Ok((seen_of(node), Some(i)));
         }
-        st.read_latest(self.engine, cell)
+        Ok((st.read_latest(self.engine, cell)?, None))
     }
 
     #[inline]
@@ -933,17 +966,21 @@ impl<'e> Tx<'e> {
         Ok(self.see(cell)?.exists())
     }
 
-    /// Buffers a write; the caller has passed `upgrade_check` and seen the object.
-    fn buffer(&self, cell: &Cell, node: OwnedVersion) -> Result<(), TxError> {
+    /// Buffers a write; the caller has passed `upgrade_check` and seen the object, finding
+    /// its own earlier write to it at `earlier` (see [`Tx::see_entry`]).
+    #[inline]
+    fn buffer(&self, cell: &Cell, earlier: Option<usize>, node: OwnedVersion) {
         let st = self.st();
-        match st.find_write(cell) {
-            Some(i) => {
-                st.note_link_touch(i);
-                st.replace_write(i, node)
-            }
+        match earlier {
+            Some(i) => st.replace_write(i, node),
             None => st.push_write(cell, node),
         }
-        Ok(())
+    }
+
+    /// A new version of the object, made from this transaction's block pool.
+    #[inline]
+    fn new_version<T: Object>(&self, value: Option<T>) -> OwnedVersion {
+        OwnedVersion::new_in(value, &mut self.st().pool)
     }
 
     /// Called before any write: a read-only attempt cannot write (an explicit one fails, a
@@ -969,9 +1006,10 @@ impl<'e> Tx<'e> {
         }
         let cell = self.cell(r);
         self.upgrade_check(r.key())?;
-        let seen = self.see(cell)?;
+        let (seen, earlier) = self.see_entry(cell)?;
         Self::typed::<T>(r.key(), seen)?;
-        self.buffer(cell, OwnedVersion::new_in(Some(value), &mut self.st().pool))
+        self.buffer(cell, earlier, self.new_version(Some(value)));
+        Ok(())
     }
 
     /// Applies `f` to a copy of the object's value and writes the result back; returns what `f`
@@ -987,10 +1025,10 @@ impl<'e> Tx<'e> {
         }
         let cell = self.cell(r);
         self.upgrade_check(r.key())?;
-        let seen = self.see(cell)?;
+        let (seen, earlier) = self.see_entry(cell)?;
         let mut value = Self::typed::<T>(r.key(), seen)?.clone();
         let out = f(&mut value);
-        self.buffer(cell, OwnedVersion::new_in(Some(value), &mut self.st().pool))?;
+        self.buffer(cell, earlier, self.new_version(Some(value)));
         Ok(out)
     }
 
@@ -1002,12 +1040,14 @@ impl<'e> Tx<'e> {
         }
         let cell = self.cell(r);
         self.upgrade_check(r.key())?;
-        if self.see(cell)?.exists() {
+        let (seen, earlier) = self.see_entry(cell)?;
+        if seen.exists() {
             return Err(TxError::AlreadyExists {
                 key: r.key().clone(),
             });
         }
-        self.buffer(cell, OwnedVersion::new_in(Some(value), &mut self.st().pool))
+        self.buffer(cell, earlier, self.new_version(Some(value)));
+        Ok(())
     }
 
     /// Creates an anonymous object holding `value` and returns its reference: store the
@@ -1032,9 +1072,10 @@ impl<'e> Tx<'e> {
         }
         let cell = self.cell(r);
         self.upgrade_check(r.key())?;
-        let seen = self.see(cell)?;
+        let (seen, earlier) = self.see_entry(cell)?;
         Self::typed::<T>(r.key(), seen)?;
-        self.buffer(cell, OwnedVersion::new_in::<T>(None, &mut self.st().pool))
+        self.buffer(cell, earlier, self.new_version::<T>(None));
+        Ok(())
     }
 
     /// Abandons this attempt and blocks until an object it read changes, then re-runs the
