@@ -489,13 +489,20 @@ impl TxState {
     /// then (to be run by the caller, latest first).
     pub(crate) fn rollback_to(&mut self, mark: &Mark) -> Vec<HandlerEntry> {
         self.reads.truncate(mark.reads);
+        // The versions written since the mark were never published: their blocks go back to
+        // the pool.
         while self.undo.len() > mark.undo {
             let (idx, old) = self.undo.pop().expect("undo entry");
-            self.writes[idx].node = old;
+            if let Some(node) = std::mem::replace(&mut self.writes[idx].node, old) {
+                node.recycle(&mut self.pool);
+            }
         }
         if self.writes.len() > mark.writes {
             for w in self.writes.drain(mark.writes..) {
                 self.write_index.remove(&(w.cell as usize));
+                if let Some(node) = w.node {
+                    node.recycle(&mut self.pool);
+                }
             }
             if self.writes.len() <= LINEAR_WRITES {
                 self.write_index.clear();
@@ -1027,7 +1034,14 @@ impl<'e> Tx<'e> {
         self.upgrade_check(r.key())?;
         let (seen, earlier) = self.see_entry(cell)?;
         let mut value = Self::typed::<T>(r.key(), seen)?.clone();
+        let buffered = self.st().writes.len();
         let out = f(&mut value);
+        // `f` may itself write through the transaction (entries are only ever appended while
+        // it runs): an entry for this object made meanwhile is the one to replace.
+        let earlier = match earlier {
+            None if self.st().writes.len() != buffered => self.st().find_write(cell),
+            found => found,
+        };
         self.buffer(cell, earlier, self.new_version(Some(value)));
         Ok(out)
     }
