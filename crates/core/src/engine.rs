@@ -356,7 +356,13 @@ impl Engine {
         f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
     ) -> Result<R, E> {
         match self.run_as(opts, 0, false, None, f) {
-            Ok((r, _)) => Ok(r),
+            // Only an open-nested block hands actions and locks to a parent; matching `None`
+            // here keeps the drop of the hand-over out of the common path.
+            Ok((r, None)) => Ok(r),
+            Ok((r, Some(handed))) => {
+                drop(handed);
+                Ok(r)
+            }
             Err(RunError::User(e)) => Err(e),
             Err(RunError::Tx(e)) => Err(E::from(e)),
         }

@@ -1,18 +1,20 @@
 //! Bank: transfers between random accounts; read-only balance over all or k accounts.
 
 use atomos::{Key, Node, Protocol, RegisterError, TRef, Tx, TxError};
+use rand::distr::{Bernoulli, Distribution};
 use rand::rngs::SmallRng;
 use rand::Rng;
 
 use super::nesting::{run_composed, InnerOp, NestingModel};
-use super::{Check, Workload, WorkloadParams};
+use super::{coin, Check, Workload, WorkloadParams};
 
 const INITIAL: i64 = 1_000;
 
 /// The Bank workload (HyflowCPP thesis 6.2.1.1). Invariant: the total never changes.
 pub struct Bank {
     accounts: Vec<TRef<i64>>,
-    read_ratio: f64,
+    /// Whether an operation reads balances (else it transfers).
+    reads: Bernoulli,
     balance_k: Option<usize>,
     nesting: NestingModel,
     inner: usize,
@@ -64,7 +66,7 @@ impl Bank {
             accounts: (0..p.objects.max(2) as u64)
                 .map(|i| TRef::new(Key::with_index("bank/", i)))
                 .collect(),
-            read_ratio: p.read_ratio,
+            reads: coin(p.read_ratio),
             balance_k: p.balance_k,
             nesting: p.nesting,
             inner: p.inner.max(1),
@@ -137,7 +139,7 @@ impl Workload for Bank {
 
     fn op(&self, node: &Node, _thread: usize, rng: &mut SmallRng) -> Result<usize, TxError> {
         let n = self.accounts.len();
-        if rng.random_bool(self.read_ratio) {
+        if self.reads.sample(rng) {
             match self.balance_k {
                 None => self.total(node).map(|_| 1),
                 Some(k) => {

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use atomos::{Node, TxError};
+use rand::distr::Bernoulli;
 use rand::rngs::SmallRng;
 
 mod bank;
@@ -315,4 +316,12 @@ impl FromStr for WorkloadKind {
                 )
             })
     }
+}
+
+/// A coin that comes up true with probability `p` (clamped to [0, 1]; NaN counts as 0), made
+/// once per workload: `rng.random_bool(p)` builds one on every call. Draws the same values as
+/// `random_bool` would.
+pub(crate) fn coin(p: f64) -> Bernoulli {
+    let p = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
+    Bernoulli::new(p).expect("a probability in [0, 1]")
 }

@@ -4,10 +4,11 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use atomos::{Node, TxError};
+use rand::distr::{Bernoulli, Distribution};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Check, Workload, WorkloadParams};
+use super::{coin, Check, Workload, WorkloadParams};
 
 /// A transactional set of integers.
 pub trait IntSet: Send + Sync {
@@ -43,7 +44,10 @@ pub struct SetWorkload<S> {
     updates: Option<Updates>,
     range: i64,
     initial: usize,
-    read_ratio: f64,
+    /// Whether an operation is a lookup (else an update).
+    lookup: Bernoulli,
+    /// Whether an update adds (else it removes).
+    adds: Bernoulli,
     /// Net size change per worker thread.
     net: Vec<PaddedCounter>,
 }
@@ -56,7 +60,8 @@ impl<S: IntSet> SetWorkload<S> {
             updates: None,
             range: (p.objects.max(1) * 2) as i64,
             initial: p.objects.max(1),
-            read_ratio: p.read_ratio,
+            lookup: coin(p.read_ratio),
+            adds: coin(0.5),
             net: (0..p.threads.max(1))
                 .map(|_| PaddedCounter::default())
                 .collect(),
@@ -91,12 +96,12 @@ impl<S: IntSet> Workload for SetWorkload<S> {
 
     fn op(&self, node: &Node, thread: usize, rng: &mut SmallRng) -> Result<usize, TxError> {
         let v = rng.random_range(0..self.range);
-        if rng.random_bool(self.read_ratio) {
+        if self.lookup.sample(rng) {
             return self.set.contains(node, v).map(|_| 1);
         }
         let delta = if let Some(updates) = &self.updates {
             updates(node, rng)?
-        } else if rng.random_bool(0.5) {
+        } else if self.adds.sample(rng) {
             i64::from(self.set.add(node, v)?)
         } else {
             -i64::from(self.set.remove(node, v)?)
