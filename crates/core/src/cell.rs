@@ -149,12 +149,17 @@ impl Retired {
     /// Frees the chain, keeping its blocks in `pool`. Only once no reader can hold any of its
     /// versions (as for dropping it).
     pub(crate) fn recycle(mut self, pool: &mut BlockPool) {
+        self.take_each(|node| node.recycle(pool));
+    }
+
+    /// Hands each version of the chain, newest first, to `free`, leaving the chain empty.
+    fn take_each(&mut self, mut free: impl FnMut(OwnedVersion)) {
         let mut cur = std::mem::replace(&mut self.0, std::ptr::null_mut());
         while !cur.is_null() {
             // SAFETY: the chain is owned here and unreachable.
             let node = unsafe { OwnedVersion::from_raw(cur) };
             cur = unsafe { (*cur).prev.load(Ordering::Relaxed) };
-            node.recycle(pool);
+            free(node);
         }
     }
 }
@@ -162,13 +167,7 @@ impl Retired {
 impl Drop for Retired {
     /// Frees the chain. Only drop it once no reader can hold any of its versions.
     fn drop(&mut self) {
-        let mut cur = self.0;
-        while !cur.is_null() {
-            // SAFETY: the chain is owned here and unreachable.
-            let node = unsafe { OwnedVersion::from_raw(cur) };
-            cur = unsafe { (*cur).prev.load(Ordering::Relaxed) };
-            drop(node);
-        }
+        self.take_each(drop);
     }
 }
 

@@ -37,13 +37,18 @@ impl BlockSize {
             };
         }
         let units = layout.size().div_ceil(CLASS);
-        let units = if units == 0 { 1 } else { units };
+        let class = if units == 0 { 0 } else { units - 1 };
         BlockSize {
-            class: units - 1,
-            // SAFETY: CLASS is a power of two and the size a small non-zero multiple of it.
-            layout: unsafe { Layout::from_size_align_unchecked(units * CLASS, CLASS) },
+            class,
+            layout: class_layout(class),
         }
     }
+}
+
+/// The layout every block of size class `class` (`< CLASSES`) is allocated with.
+const fn class_layout(class: usize) -> Layout {
+    // SAFETY: CLASS is a power of two and the size a small non-zero multiple of it.
+    unsafe { Layout::from_size_align_unchecked((class + 1) * CLASS, CLASS) }
 }
 
 /// A block of `size` from the allocator.
@@ -117,8 +122,7 @@ impl BlockPool {
 impl Drop for BlockPool {
     fn drop(&mut self) {
         for (class, blocks) in self.free.iter_mut().enumerate() {
-            // SAFETY: a valid power-of-two alignment and a small non-zero size.
-            let layout = unsafe { Layout::from_size_align_unchecked((class + 1) * CLASS, CLASS) };
+            let layout = class_layout(class);
             for p in blocks.drain(..) {
                 // SAFETY: every pooled block was allocated with its class's layout.
                 unsafe { std::alloc::dealloc(p.as_ptr(), layout) };

@@ -271,14 +271,10 @@ impl OwnedVersion {
     /// Drops the node's value and keeps its block in `pool` for the next node.
     #[inline]
     pub(crate) fn recycle(self, pool: &mut BlockPool) {
-        let p = self.into_raw();
-        // SAFETY: we owned the node; its table matches the type it was made with.
+        // SAFETY: we owned the node; the block is free once its value is dropped.
         unsafe {
-            let vtable = (*p).vtable;
-            if let Some(drop_value) = vtable.drop_value {
-                drop_value(p);
-            }
-            pool.give(NonNull::new_unchecked(p).cast(), vtable.block);
+            let (block, size) = empty_block(NonNull::new_unchecked(self.into_raw()));
+            pool.give(block, size);
         }
     }
 
@@ -315,15 +311,26 @@ impl OwnedVersion {
 
 impl Drop for OwnedVersion {
     fn drop(&mut self) {
-        // SAFETY: we own the node; its vtable matches the type it was made with.
+        // SAFETY: we own the node; the block is free once its value is dropped.
         unsafe {
-            let vtable = self.0.as_ref().vtable;
-            if let Some(drop_value) = vtable.drop_value {
-                drop_value(self.0.as_ptr());
-            }
-            free_block(self.0.cast(), vtable.block);
+            let (block, size) = empty_block(self.0);
+            free_block(block, size);
         }
     }
+}
+
+/// Drops a node's value in place and returns its block, now free, with the block's size.
+///
+/// # Safety
+/// The caller owns the node and uses it no more.
+#[inline]
+unsafe fn empty_block(p: NonNull<Version>) -> (NonNull<u8>, BlockSize) {
+    // The table matches the type the node was made with.
+    let vtable = p.as_ref().vtable;
+    if let Some(drop_value) = vtable.drop_value {
+        drop_value(p.as_ptr());
+    }
+    (p.cast(), vtable.block)
 }
 
 #[cfg(test)]
