@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::set::IntSet;
 
+/// The longest path of a red-black tree of up to 2^32 nodes (twice the log).
+const PATH_CAPACITY: usize = 64;
+
 /// A tree node.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct RbNode {
@@ -63,7 +66,8 @@ impl RbTree {
     /// The nodes from the root down to where `v` is or would hang (its parent last), and the
     /// node holding `v` if present.
     fn search(&self, tx: &Tx<'_>, v: i64) -> Result<(Vec<NodeRef>, Option<NodeRef>), TxError> {
-        let mut path = Vec::new();
+        // Room for the path of any tree of up to 2^32 nodes: no regrowth on the update path.
+        let mut path = Vec::with_capacity(PATH_CAPACITY);
         // Read through the links themselves (not clones), so that each remembers its cell.
         let mut cur = tx.read(&self.root)?.as_ref();
         while let Some(r) = cur {
@@ -356,7 +360,7 @@ impl IntSet for RbTree {
                 (Some(left), Some(right)) => {
                     // The successor `y`, the leftmost node on the right, takes `z`'s place and
                     // colour; its own right child `x` takes `y`'s place.
-                    let mut below = Vec::new();
+                    let mut below = Vec::with_capacity(PATH_CAPACITY);
                     let mut y = right.clone();
                     while let Some(l) = edit.node(&y)?.left.clone() {
                         below.push(y);
