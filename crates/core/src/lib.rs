@@ -9,6 +9,7 @@
 
 #![deny(missing_docs)]
 
+mod attempts;
 mod cell;
 mod codec;
 mod contention;
