@@ -3,7 +3,10 @@
 # prints a Markdown table of medians for docs/BENCHMARKS.md. With TINYSTM set to a TinySTM
 # 1.0.5 checkout built with `make` and `make -C test`, each run of a workload is followed by
 # TinySTM's own program for it with the same parameters (2 threads, 5 s), and the table gains
-# TinySTM's median and the median of each run's ratio to TinySTM's run after it.
+# TinySTM's median and the median of each run's ratio to TinySTM's run after it. With a C
+# compiler at hand, `scripts/core-to-core.c` runs before and after each run of a workload (and
+# TinySTM's after it) and the table gains its round trips: this machine switches between two
+# speeds (docs/BENCHMARKS.md, "Two speeds"), and a pair whose two probes differ crossed a switch.
 # Usage: [TINYSTM=DIR] scripts/bench-targets.sh [RUNS]
 runs=${1:-3}
 # shellcheck source=scripts/lib.sh
@@ -20,15 +23,25 @@ targets=(
   "rbtree|rbtree --objects 4096 --read-ratio 0.8||intset/intset-rb -i 4096 -r 8192 -u 20"
   "bank-read-only|bank --objects 1024 --read-ratio 1||"
 )
+probe=""
+if command -v cc >/dev/null && cc -O2 -pthread -o "$out/core-to-core" scripts/core-to-core.c; then
+  probe="$out/core-to-core"
+fi
 for i in $(seq "$runs"); do
   for t in "${targets[@]}"; do
     IFS='|' read -r name args _ tiny <<<"$t"
+    if [ -n "$probe" ]; then
+      "$probe" | sed -n 's/.*: \([0-9.]*\) ns$/\1/p' >"$out/probe-$name-$i-before.txt"
+    fi
     # shellcheck disable=SC2086
     $bin bench $args --threads 2 --duration 5 --quiet --json "$out/$name-$i.json" >/dev/null
     if [ -n "${TINYSTM:-}" ] && [ -n "$tiny" ]; then
       # shellcheck disable=SC2086
       ("$TINYSTM"/test/$tiny -n 2 -d 5000 || true) |
         sed -n 's/^#txs *: [0-9]* (\([0-9.]*\) \/ s)/\1/p' >"$out/tinystm-$name-$i.txt"
+    fi
+    if [ -n "$probe" ]; then
+      "$probe" | sed -n 's/.*: \([0-9.]*\) ns$/\1/p' >"$out/probe-$name-$i-after.txt"
     fi
   done
 done
@@ -48,8 +61,34 @@ def tinystm(name):
     values = [float(v[0]) for v in values if v]
     # Only when every run gave a figure (a failed TinySTM run prints "-").
     return values if len(values) == len(files) else None
-print("| benchmark | command (`atomos bench ...`, `--threads 2 --duration 5`) | median tx/s | runs | target | TinySTM median tx/s | ratio to TinySTM, median of the runs' ratios (target 0.8) | abort rate | p50 / p99 latency (us) | read-only aborts | invariant |")
-print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |")
+def probe(path):
+    value = open(path).read().strip() if os.path.exists(path) else ""
+    return f"{float(value):.0f}" if value else "?"
+# Round trips of the two spells on this machine: 52-63 ns and 318-360 ns (BENCHMARKS.md).
+FAST_NS, SLOW_NS = 120, 200
+def spell_ratios(name, pairs):
+    """The median ratio of the pairs whose probes before and after both read fast, and of
+    those that both read slow (a pair between them crossed a switch)."""
+    def spell(i):
+        try:
+            ns = [float(open(f"{out}/probe-{name}-{i}-{w}.txt").read()) for w in ("before", "after")]
+        except (OSError, ValueError):
+            return None
+        return "fast" if max(ns) < FAST_NS else "slow" if min(ns) > SLOW_NS else None
+    if not pairs:
+        return "-"
+    kinds = [spell(i) for i in range(1, len(pairs) + 1)]
+    def med(kind):
+        sel = [p for p, k in zip(pairs, kinds) if k == kind]
+        return f"{statistics.median(sel):.2f}x ({len(sel)})" if sel else "- (0)"
+    return f"{med('fast')} / {med('slow')}"
+def probes(name):
+    if not os.path.exists(f"{out}/probe-{name}-1-before.txt"):
+        return "-"
+    return ", ".join(f"{probe(f'{out}/probe-{name}-{i}-before.txt')}/{probe(f'{out}/probe-{name}-{i}-after.txt')}"
+                     for i in range(1, runs + 1))
+print("| benchmark | command (`atomos bench ...`, `--threads 2 --duration 5`) | median tx/s | runs | target | TinySTM median tx/s | ratio to TinySTM, median of the runs' ratios (target 0.8) | abort rate | p50 / p99 latency (us) | read-only aborts | invariant | core-to-core round trip before/after each run (ns) | ratio in pairs that stayed in the fast / slow spell |")
+print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | --- |")
 for t in targets:
     name, args, target, _ = t.split("|")
     rs = load(name)
@@ -67,7 +106,8 @@ for t in targets:
     print(f"| {name} | `{args}` | {med:,.0f} | {runs_s} | {tgt} | {tiny_s} | {ratio} | "
           f"{statistics.median(r['abort_rate'] for r in rs):.5f} | "
           f"{statistics.median(r['latency_us']['p50'] for r in rs):.2f} / {statistics.median(r['latency_us']['p99'] for r in rs):.2f} | "
-          f"{ro_aborts} | {'ok' if all(r['invariant_ok'] for r in rs) else 'VIOLATED'} |")
+          f"{ro_aborts} | {'ok' if all(r['invariant_ok'] for r in rs) else 'VIOLATED'} | {probes(name)} | "
+          f"{spell_ratios(name, pairs)} |")
 fp = load("footprint")
 print()
 print(f"Footprint (`atomos bench footprint --objects 1000000`): resident memory after creating one million "
