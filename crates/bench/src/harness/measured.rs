@@ -14,7 +14,7 @@ pub struct Latency {
     pub p99: f64,
     /// Slowest sample.
     pub max: f64,
-    /// Number of samples (one per `harness::SAMPLE_EVERY` operations).
+    /// Number of samples (timed operations; see `harness::sampler`).
     pub samples: u64,
 }
 

@@ -17,6 +17,7 @@ use rand::SeedableRng;
 pub const MAX_NODES: usize = 64;
 
 mod measured;
+mod sampler;
 
 use measured::hot_spots;
 pub use measured::{BenchReport, HotSpot, Latency, ProfileReport};
@@ -24,9 +25,6 @@ pub use measured::{BenchReport, HotSpot, Latency, ProfileReport};
 use crate::cluster::{BenchNodes, ClusterSpec, TransportKind};
 use crate::workloads::{Check, NestingModel, TpccMix, TpccScale, WorkloadKind, WorkloadParams};
 
-/// One latency sample is taken every this many operations (timing every one would cost a
-/// noticeable share of a sub-microsecond transaction).
-const SAMPLE_EVERY: u64 = 8;
 /// Workers publish their operation counts this often, for the progress line.
 const PUBLISH_EVERY: u64 = 1024;
 
@@ -423,6 +421,7 @@ pub(crate) fn closed_loop(
                 let mut tallies: Vec<Tally> =
                     workload.profiles().iter().map(|_| Tally::new()).collect();
                 let mut ops = 0u64;
+                let mut sampler = sampler::Sampler::new();
                 let mut chain = (linked > 0).then(|| node.linked(linked));
                 let mut op = |rng: &mut SmallRng| match chain.as_mut() {
                     Some(chain) => workload.op_linked(chain, t, rng).unwrap_or_else(|| {
@@ -433,7 +432,7 @@ pub(crate) fn closed_loop(
                     None => workload.op(&node, t, rng),
                 };
                 while !stop.load(Ordering::Relaxed) {
-                    if ops.is_multiple_of(SAMPLE_EVERY) {
+                    if sampler.times(ops) {
                         let t0 = Instant::now();
                         let kind = op(&mut rng)?;
                         let tally = &mut tallies[kind];
@@ -443,6 +442,7 @@ pub(crate) fn closed_loop(
                         tallies[op(&mut rng)?].ops += 1;
                     }
                     ops += 1;
+                    sampler.done(ops);
                     if !pause.is_zero() {
                         thread::sleep(pause);
                     }
