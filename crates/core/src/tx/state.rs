@@ -78,7 +78,10 @@ impl TxState {
             self.write_index.clear();
         }
         self.write_filter = 0;
-        self.link = None;
+        if self.link.is_some() {
+            // Only a linked attempt has one: the check keeps its drop off the common path.
+            self.link = None;
+        }
         if !self.undo.is_empty() {
             for (_, node) in &mut self.undo {
                 if let Some(node) = node.take() {
