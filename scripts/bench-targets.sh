@@ -31,7 +31,7 @@ for i in $(seq "$runs"); do
   for t in "${targets[@]}"; do
     IFS='|' read -r name args _ tiny <<<"$t"
     if [ -n "$probe" ]; then
-      "$probe" | sed -n 's/.*: \([0-9.]*\) ns$/\1/p' >"$out/probe-$name-$i-before.txt"
+      ("$probe" || true) | sed -n 's/.*: \([0-9.]*\) ns$/\1/p' >"$out/probe-$name-$i-before.txt"
     fi
     # shellcheck disable=SC2086
     $bin bench $args --threads 2 --duration 5 --quiet --json "$out/$name-$i.json" >/dev/null
@@ -41,7 +41,7 @@ for i in $(seq "$runs"); do
         sed -n 's/^#txs *: [0-9]* (\([0-9.]*\) \/ s)/\1/p' >"$out/tinystm-$name-$i.txt"
     fi
     if [ -n "$probe" ]; then
-      "$probe" | sed -n 's/.*: \([0-9.]*\) ns$/\1/p' >"$out/probe-$name-$i-after.txt"
+      ("$probe" || true) | sed -n 's/.*: \([0-9.]*\) ns$/\1/p' >"$out/probe-$name-$i-after.txt"
     fi
   done
 done

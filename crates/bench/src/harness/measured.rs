@@ -14,7 +14,8 @@ pub struct Latency {
     pub p99: f64,
     /// Slowest sample.
     pub max: f64,
-    /// Number of samples (timed operations; see `harness::sampler`).
+    /// Operations the figures stand for: every operation of an open-loop run; in a closed loop
+    /// a timed operation stands for each operation of its stride (see `harness::sampler`).
     pub samples: u64,
 }
 

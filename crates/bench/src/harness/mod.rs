@@ -436,7 +436,8 @@ pub(crate) fn closed_loop(
                         let t0 = Instant::now();
                         let kind = op(&mut rng)?;
                         let tally = &mut tallies[kind];
-                        tally.hist.saturating_record(t0.elapsed().as_nanos() as u64);
+                        let ns = t0.elapsed().as_nanos() as u64;
+                        tally.hist.saturating_record_n(ns, sampler.stride());
                         tally.ops += 1;
                     } else {
                         tallies[op(&mut rng)?].ops += 1;

@@ -5,7 +5,10 @@
 //! measures how long operations take over a window after the first [`CALIBRATE_OPS`] (which
 //! are slower: caches and allocators warm up), then times one in a power-of-two stride chosen
 //! so that timed operations stay at most [`SAMPLE_SPACING`] apart. The stride is fixed from
-//! then on, so which operations are timed never depends on how long the timed ones took.
+//! then on, so which operations are timed never depends on how long the timed ones took. A
+//! timed operation is recorded as [`Sampler::stride`] operations: each operation of a run weighs
+//! the same in the percentiles, whatever its worker's stride and whether it ran before the
+//! stride was fixed.
 
 use std::time::{Duration, Instant};
 
@@ -40,6 +43,12 @@ impl Sampler {
     #[inline]
     pub(crate) fn times(&self, op: u64) -> bool {
         op & (self.stride - 1) == 0
+    }
+
+    /// How many operations a timed one stands for: the stride it was taken at.
+    #[inline]
+    pub(crate) fn stride(&self) -> u64 {
+        self.stride
     }
 
     /// Notes that `ops` operations are done; fixes the stride once enough were.

@@ -360,7 +360,7 @@ impl IntSet for RbTree {
                 (Some(left), Some(right)) => {
                     // The successor `y`, the leftmost node on the right, takes `z`'s place and
                     // colour; its own right child `x` takes `y`'s place.
-                    let mut below = Vec::with_capacity(PATH_CAPACITY);
+                    let mut below = Vec::new();
                     let mut y = right.clone();
                     while let Some(l) = edit.node(&y)?.left.clone() {
                         below.push(y);
