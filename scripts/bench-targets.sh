@@ -27,12 +27,16 @@ probe=""
 if command -v cc >/dev/null && cc -O2 -pthread -o "$out/core-to-core" scripts/core-to-core.c; then
   probe="$out/core-to-core"
 fi
+# probe_into FILE: the core-to-core round trip in ns into FILE (nothing without a probe).
+probe_into() {
+  if [ -n "$probe" ]; then
+    ("$probe" || true) | sed -n 's/.*: \([0-9.]*\) ns$/\1/p' >"$1"
+  fi
+}
 for i in $(seq "$runs"); do
   for t in "${targets[@]}"; do
     IFS='|' read -r name args _ tiny <<<"$t"
-    if [ -n "$probe" ]; then
-      ("$probe" || true) | sed -n 's/.*: \([0-9.]*\) ns$/\1/p' >"$out/probe-$name-$i-before.txt"
-    fi
+    probe_into "$out/probe-$name-$i-before.txt"
     # shellcheck disable=SC2086
     $bin bench $args --threads 2 --duration 5 --quiet --json "$out/$name-$i.json" >/dev/null
     if [ -n "${TINYSTM:-}" ] && [ -n "$tiny" ]; then
@@ -40,9 +44,7 @@ for i in $(seq "$runs"); do
       ("$TINYSTM"/test/$tiny -n 2 -d 5000 || true) |
         sed -n 's/^#txs *: [0-9]* (\([0-9.]*\) \/ s)/\1/p' >"$out/tinystm-$name-$i.txt"
     fi
-    if [ -n "$probe" ]; then
-      ("$probe" || true) | sed -n 's/.*: \([0-9.]*\) ns$/\1/p' >"$out/probe-$name-$i-after.txt"
-    fi
+    probe_into "$out/probe-$name-$i-after.txt"
   done
 done
 for i in $(seq "$runs"); do
