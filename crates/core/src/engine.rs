@@ -179,10 +179,11 @@ impl Engine {
         let mut st = self.take_state();
         let mut attempts = Attempts::new(self, &mut st, opts, owner, open_nested);
         attempts.remote = true;
+        let task = atomos_sched::current();
         loop {
             attempts.begin(self, &mut st);
             st.remote = Some(Box::new(RemoteState::new(source.begin(), opts.read_only)));
-            let mut tx = Tx::new(self, st);
+            let mut tx = Tx::new(self, st, task);
             let out = catch_unwind(AssertUnwindSafe(|| f(&mut tx)));
             st = tx.into_state();
             let mut rs = st.remote.take().expect("set for the attempt");
@@ -400,7 +401,7 @@ impl Engine {
                 st.mode = Mode::Update;
                 st.seed_link(self, base);
             }
-            let mut tx = Tx::new(self, st);
+            let mut tx = Tx::new(self, st, task);
             let out = catch_unwind(AssertUnwindSafe(|| f(&mut tx)));
             st = tx.into_state();
             let out = match out {

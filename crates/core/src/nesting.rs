@@ -147,9 +147,10 @@ impl Engine {
         let mut st = self.take_state();
         let mut attempts = Attempts::new(self, &mut st, opts, 0, false);
         let mut checkpoints: Vec<(Mark, S)> = Vec::with_capacity(steps.len());
+        let task = atomos_sched::current();
         loop {
             attempts.begin(self, &mut st);
-            let mut tx = Tx::new(self, st);
+            let mut tx = Tx::new(self, st, task);
             checkpoints.clear();
             let mut state = init.clone();
             let mut i = 0;

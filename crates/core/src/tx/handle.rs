@@ -16,11 +16,17 @@ pub struct Tx<'e> {
 }
 
 impl<'e> Tx<'e> {
-    pub(crate) fn new(engine: &'e Engine, state: Box<TxState>) -> Tx<'e> {
+    /// A handle on an attempt of `state`, which runs in `task` (see `atomos_sched::current`,
+    /// read once per transaction by the caller: a transaction stays in the task it started in).
+    pub(crate) fn new(
+        engine: &'e Engine,
+        state: Box<TxState>,
+        task: Option<atomos_sched::TaskHandle>,
+    ) -> Tx<'e> {
         Tx {
             engine,
             state: UnsafeCell::new(state),
-            task: atomos_sched::current(),
+            task,
         }
     }
 
