@@ -209,15 +209,23 @@ impl<'e> Tx<'e> {
         Ok(())
     }
 
+    /// The local part every write operation starts with: the object's cell, after the
+    /// read-only check, with what the transaction sees of it and its own earlier write to it.
+    #[inline(always)]
+    fn write_target<T>(&self, r: &TRef<T>) -> Result<(&'e Cell, Seen, Option<usize>), TxError> {
+        let cell = self.cell(r);
+        self.upgrade_check(r.key())?;
+        let (seen, earlier) = self.see_entry(cell)?;
+        Ok((cell, seen, earlier))
+    }
+
     /// Replaces the value of an existing object.
     pub fn write<T: Object>(&self, r: &TRef<T>, value: T) -> Result<(), TxError> {
         self.safe_point()?;
         if let Some(rs) = self.remote() {
             return rs.write(r.key(), value);
         }
-        let cell = self.cell(r);
-        self.upgrade_check(r.key())?;
-        let (seen, earlier) = self.see_entry(cell)?;
+        let (cell, seen, earlier) = self.write_target(r)?;
         Self::typed::<T>(r.key(), seen)?;
         self.buffer(cell, earlier, self.new_version(Some(value)));
         Ok(())
@@ -234,9 +242,7 @@ impl<'e> Tx<'e> {
         if let Some(rs) = self.remote() {
             return rs.modify(r.key(), f);
         }
-        let cell = self.cell(r);
-        self.upgrade_check(r.key())?;
-        let (seen, earlier) = self.see_entry(cell)?;
+        let (cell, seen, earlier) = self.write_target(r)?;
         let mut value = Self::typed::<T>(r.key(), seen)?.clone();
         let buffered = self.st().writes.len();
         let out = f(&mut value);
@@ -256,9 +262,7 @@ impl<'e> Tx<'e> {
         if let Some(rs) = self.remote() {
             return rs.create(r.key(), value);
         }
-        let cell = self.cell(r);
-        self.upgrade_check(r.key())?;
-        let (seen, earlier) = self.see_entry(cell)?;
+        let (cell, seen, earlier) = self.write_target(r)?;
         if seen.exists() {
             return Err(TxError::AlreadyExists {
                 key: r.key().clone(),
@@ -288,9 +292,7 @@ impl<'e> Tx<'e> {
         if let Some(rs) = self.remote() {
             return rs.delete::<T>(r.key());
         }
-        let cell = self.cell(r);
-        self.upgrade_check(r.key())?;
-        let (seen, earlier) = self.see_entry(cell)?;
+        let (cell, seen, earlier) = self.write_target(r)?;
         Self::typed::<T>(r.key(), seen)?;
         self.buffer(cell, earlier, self.new_version::<T>(None));
         Ok(())
