@@ -348,27 +348,22 @@ impl<'e> Tx<'e> {
     /// Registers an action to run, as its own transaction, after the top-level transaction
     /// commits. In an open-nested block it is handed to the parent when the block commits.
     pub fn on_commit(&self, f: impl FnMut(&mut Tx<'_>) -> Result<(), TxError> + Send + 'static) {
-        if let Some(rs) = self.remote().filter(|rs| rs.confined()) {
-            rs.refuse("on_commit");
-            return;
-        }
-        self.st().handlers.push(HandlerEntry {
-            on_commit: true,
-            run: Box::new(f),
-        });
+        self.register(true, "on_commit", Box::new(f));
     }
 
     /// Registers a compensating action to run, as its own transaction, if the top-level
     /// transaction aborts (or the closed-nested block around this call rolls back). Actions run
     /// latest first.
     pub fn on_abort(&self, f: impl FnMut(&mut Tx<'_>) -> Result<(), TxError> + Send + 'static) {
+        self.register(false, "on_abort", Box::new(f));
+    }
+
+    /// Keeps a handler of either kind (`what` names the call a procedure may not make).
+    fn register(&self, on_commit: bool, what: &'static str, run: Handler) {
         if let Some(rs) = self.remote().filter(|rs| rs.confined()) {
-            rs.refuse("on_abort");
+            rs.refuse(what);
             return;
         }
-        self.st().handlers.push(HandlerEntry {
-            on_commit: false,
-            run: Box::new(f),
-        });
+        self.st().handlers.push(HandlerEntry { on_commit, run });
     }
 }
