@@ -19,6 +19,7 @@ fn cfg() -> TfaConfig {
         busy_retries: 2,
         lock_writes_at_read: true,
         contention_quiet: 0,
+        forward_reads: true,
         planted_bug: None,
     }
 }
@@ -493,7 +494,7 @@ fn a_clock_near_the_end_of_u64_is_dropped_and_changes_nothing() {
 /// meet: an answer meant for an earlier run of a node (still in a queue when it restarted) is
 /// not taken for one of the new run's requests.
 #[test]
-fn answers_from_anyone_but_the_node_asked_or_for_an_earlier_run_are_ignored() {
+fn answers_for_an_earlier_run_are_ignored_and_a_read_is_answered_by_whoever_serves_it() {
     use atomos_protocols::tfa::msg::FetchAnswer;
     let fetch_of = |acts: &[Action]| {
         acts.iter()
@@ -534,11 +535,12 @@ fn answers_from_anyone_but_the_node_asked_or_for_an_earlier_run_are_ignored() {
     first.read(0, 1, k.clone(), &mut acts);
     let (asked, old_req) = fetch_of(&acts);
 
-    // A third node answering in the asked node's place is ignored.
+    // A third node answering in the asked node's place is heard: the asked node may have
+    // passed the read on to it.
     let other = if asked == 2 { 3 } else { 2 };
     let mut acts = Vec::new();
     first.on_message(1, other, answer(old_req, 7), &mut acts);
-    assert!(!replied(&acts), "{acts:?}");
+    assert!(replied(&acts), "{acts:?}");
 
     // The node restarts and asks again: the answer to the earlier run's request does not
     // answer the new one.
@@ -715,4 +717,183 @@ fn a_long_transaction_gives_up_its_read_locks_when_asked_and_still_commits() {
     net.ticks(2);
     assert_eq!(net.owners(&k), vec![1]);
     assert_eq!(read_value(&mut net, 3, 3, &k), Some(vec![3]));
+}
+
+#[test]
+fn a_lock_answered_by_a_node_not_asked_is_ignored() {
+    let mut net = Net::new(3);
+    let k = Key::from("lock-asked");
+    commit_pending(&mut net, &k);
+    let (to, req) = net
+        .queue
+        .iter()
+        .find_map(|(_, to, m)| match m.body {
+            Body::Lock { req, .. } => Some((*to, req)),
+            _ => None,
+        })
+        .expect("a lock request is queued");
+    assert_eq!(to, 2);
+    let forged = TfaMsg {
+        clock: 1,
+        incarnation: 0,
+        body: Body::Locked {
+            req,
+            result: Ok(()),
+        },
+    };
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(1).on_message(now, 3, forged, &mut acts);
+    assert!(
+        !acts.iter().any(|a| matches!(a, Output::Deliver(_))),
+        "{acts:?}"
+    );
+    // The owner's own answer commits it.
+    net.settle();
+    assert_eq!(net.take_reply(1, 2), Some(Reply::Commit(Ok(()))));
+    assert_eq!(net.owners(&k), vec![1]);
+}
+
+/// Node 2 writes `k` and node 1 reads it (so node 1 remembers node 2 as its owner); then node
+/// 3 writes it, which moves it there.
+fn move_behind_a_readers_back(net: &mut Net, k: &Key) {
+    assert_eq!(
+        net.write_all(2, 1, std::slice::from_ref(k), 1),
+        Reply::Commit(Ok(()))
+    );
+    assert_eq!(read_value(net, 1, 2, k), Some(vec![1]));
+    assert_eq!(
+        net.write_all(3, 3, std::slice::from_ref(k), 2),
+        Reply::Commit(Ok(()))
+    );
+    assert_eq!(net.owners(k), vec![3]);
+}
+
+#[test]
+fn a_read_of_an_object_that_moved_is_passed_on_and_answered_by_its_owner() {
+    let mut net = Net::new(3);
+    let k = Key::from("passed-on");
+    move_behind_a_readers_back(&mut net, &k);
+    let before = (
+        net.node(1).counters().clone(),
+        net.node(2).counters().clone(),
+    );
+    assert_eq!(read_value(&mut net, 1, 4, &k), Some(vec![2]));
+    // Node 2 passed the read on rather than redirect node 1.
+    assert_eq!(
+        net.node(2).counters().reads_forwarded,
+        before.1.reads_forwarded + 1
+    );
+    assert_eq!(net.node(1).counters().redirects, before.0.redirects);
+
+    // A read for a write is passed on the same way; the owner locks its copy for the reader,
+    // which commits without asking for the lock and is heard by the owner.
+    net.node(1).begin(5);
+    assert_eq!(net.read_for_write(1, 5, &k), Reply::Read(Ok(Some(vec![2]))));
+    assert_eq!(
+        net.node(3)
+            .objects()
+            .get(&k)
+            .and_then(|h| h.locked_by)
+            .map(|t| t.node),
+        Some(1)
+    );
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(1)
+        .commit(now, 5, vec![(k.clone(), Some(vec![3]))], &mut acts);
+    net.absorb(1, acts);
+    assert_eq!(queued(&net, |b| matches!(b, Body::Lock { .. })), 0);
+    assert_eq!(net.take_reply(1, 5), Some(Reply::Commit(Ok(()))));
+    net.settle();
+    assert_eq!(net.owners(&k), vec![1]);
+    assert_eq!(net.locks(), 0);
+    assert_eq!(read_value(&mut net, 2, 6, &k), Some(vec![3]));
+}
+
+#[test]
+fn with_forwarding_off_a_moved_object_is_found_through_a_redirect() {
+    let mut net = Net::new(3);
+    for n in &mut net.nodes {
+        *n = TfaNode::new(
+            n.id(),
+            vec![1, 2, 3],
+            0,
+            TfaConfig {
+                forward_reads: false,
+                ..cfg()
+            },
+        )
+        .unwrap();
+    }
+    let k = Key::from("redirected");
+    move_behind_a_readers_back(&mut net, &k);
+    let redirects = net.node(1).counters().redirects;
+    assert_eq!(read_value(&mut net, 1, 4, &k), Some(vec![2]));
+    assert_eq!(net.node(1).counters().redirects, redirects + 1);
+    assert_eq!(net.node(2).counters().reads_forwarded, 0);
+}
+
+#[test]
+fn a_passed_on_read_of_an_earlier_run_of_its_origin_is_dropped() {
+    let mut owner = TfaNode::new(3, vec![1, 2, 3], 0, cfg()).unwrap();
+    let k = Key::from("old-run");
+    let hello = |incarnation| TfaMsg {
+        clock: 1,
+        incarnation,
+        body: Body::Hello,
+    };
+    let mut acts = Vec::new();
+    owner.on_message(0, 1, hello(5), &mut acts);
+    let forwarded = |origin_incarnation, tx_node| TfaMsg {
+        clock: 1,
+        incarnation: 0,
+        body: Body::Forwarded {
+            origin: 1,
+            origin_incarnation,
+            req: 9,
+            lock: Some(atomos_protocols::tfa::TxId {
+                node: tx_node,
+                n: 1,
+            }),
+            key: k.clone(),
+            hops: 1,
+        },
+    };
+    let answered_or_locked = |owner: &TfaNode, acts: &[Action]| {
+        owner.objects().locks_held() > 0
+            || acts.iter().any(|a| {
+                matches!(
+                    a,
+                    Output::Send {
+                        msg: TfaMsg {
+                            body: Body::Fetched { .. },
+                            ..
+                        },
+                        ..
+                    }
+                )
+            })
+    };
+    // From run 4 of node 1, after run 5 said hello: dropped.
+    let mut acts = Vec::new();
+    owner.on_message(1, 2, forwarded(4, 1), &mut acts);
+    assert!(!answered_or_locked(&owner, &acts), "{acts:?}");
+    // A lock for another node's transaction: dropped.
+    let mut acts = Vec::new();
+    owner.on_message(1, 2, forwarded(5, 2), &mut acts);
+    assert!(!answered_or_locked(&owner, &acts), "{acts:?}");
+    // From the current run: answered to the origin.
+    let mut acts = Vec::new();
+    owner.on_message(1, 2, forwarded(5, 1), &mut acts);
+    assert!(acts.iter().any(|a| matches!(
+        a,
+        Output::Send {
+            to: 1,
+            msg: TfaMsg {
+                body: Body::Fetched { req: 9, .. },
+                ..
+            }
+        }
+    )));
 }

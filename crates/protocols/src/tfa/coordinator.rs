@@ -275,6 +275,7 @@ impl TfaNode {
                     self.counters.unavailable += 1;
                     return self.fail(now, h, Failure::Unavailable { key, node: next }, out);
                 }
+                self.counters.redirects += 1;
                 self.cache.learn(key.clone(), next);
                 tx.wait = Wait::Fetch {
                     key: key.clone(),
@@ -289,7 +290,11 @@ impl TfaNode {
                     self.cache.learn(key.clone(), from);
                 }
                 if lock && value.is_some() {
-                    // The owner locked it (a missing object is locked at commit).
+                    // The owner locked it (a missing object is locked at commit). It may not be
+                    // the node asked (the read was passed on): it must hear the decision too.
+                    if from != self.me {
+                        tx.contacted.insert(from);
+                    }
                     let owner = from;
                     tx.prelocked
                         .insert(key.clone(), ReadInfo { version, owner });
@@ -514,6 +519,16 @@ impl TfaNode {
         self.counters.locks_given_up += 1;
         self.renumber(now, h, out);
         true
+    }
+
+    /// An owner asked about transaction `h`, which still runs, and is answered "abort": `h`
+    /// gives its locks up ([`TfaNode::give_up_locks`]) and goes on under a new number even if
+    /// it knows of no lock there (a late duplicate of one of its reads for writes may have
+    /// taken it), so that the abort releases nothing the transaction locks later.
+    pub(super) fn give_up_number(&mut self, now: u64, h: u64, out: &mut Vec<Action>) {
+        if !self.give_up_locks(now, h, out) {
+            self.renumber(now, h, out);
+        }
     }
 
     /// Transaction `h` goes on under a new number, holding no locks: those of the old number

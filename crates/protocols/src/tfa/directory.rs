@@ -33,6 +33,11 @@ impl HashDirectory {
         members.dedup();
         Some(HashDirectory { members })
     }
+
+    /// Whether `node` is one of the members.
+    pub fn is_member(&self, node: NodeId) -> bool {
+        self.members.binary_search(&node).is_ok()
+    }
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {

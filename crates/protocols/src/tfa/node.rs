@@ -75,6 +75,11 @@ pub struct TfaConfig {
     pub lock_writes_at_read: bool,
     /// How long after meeting a lock a node's reads for writes take no locks.
     pub contention_quiet: u64,
+    /// A node asked for an object it does not own passes the request on to the node it
+    /// believes owns it, which answers the reader directly (three messages where a redirect
+    /// takes four: objects move to their writers, so a reader's cached owner is often stale).
+    /// Off, it answers with a redirect and the reader asks again.
+    pub forward_reads: bool,
     /// A deliberate defect, for tests that show the simulation catches it.
     #[doc(hidden)]
     pub planted_bug: Option<PlantedBug>,
@@ -100,7 +105,7 @@ pub enum PlantedBug {
 impl Default for TfaConfig {
     /// For ticks of 1 ms: lease 0.5 s, abandon 30 s, re-send 0.2 s, request timeout 2 s; a
     /// locked object is asked again on the next tick, three times; reads for writes lock,
-    /// except for 0.1 s after a transaction met a lock.
+    /// except for 0.1 s after a transaction met a lock; reads are forwarded.
     fn default() -> TfaConfig {
         TfaConfig {
             lease: 500,
@@ -112,6 +117,7 @@ impl Default for TfaConfig {
             busy_retries: 3,
             lock_writes_at_read: true,
             contention_quiet: 100,
+            forward_reads: true,
             planted_bug: None,
         }
     }
@@ -206,6 +212,11 @@ pub struct TfaCounters {
     pub stale_dropped: u64,
     /// Transactions that gave up the locks they took with reads, to wait for another lock.
     pub locks_given_up: u64,
+    /// Reads this node's transactions were redirected in (the node asked did not own the
+    /// object and did not pass the request on).
+    pub redirects: u64,
+    /// Reads of other nodes this node passed on to the object's owner (as it knew it).
+    pub reads_forwarded: u64,
 }
 
 /// The outstanding entry of a read waiting to ask again after a "locked" answer.
@@ -625,16 +636,17 @@ impl TfaNode {
     }
 
     /// Node `from` answered request `req`: removes it and returns its transaction's handle if
-    /// the transaction still waits for it and `from` is the node asked (an answer from anyone
-    /// else, such as one meant for an earlier run of this node, is ignored).
+    /// the transaction still waits for it and `from` is the node asked or, for a read, any node
+    /// it may have been passed on to. (Request numbers of different runs never meet, so an
+    /// answer meant for an earlier run of this node is not taken either.)
     pub(super) fn take_request(&mut self, req: u64, from: NodeId) -> Option<u64> {
         let h = *self.requests.get(&req)?;
-        let asked = self
-            .active
-            .get(&h)
-            .and_then(|tx| tx.outstanding.get(&req))
-            .map(|o| o.to);
-        if asked.is_some_and(|to| to != from) {
+        let outstanding = self.active.get(&h).and_then(|tx| tx.outstanding.get(&req));
+        // A read may be answered by the node it was passed on to (`Body::Forwarded`).
+        let answerable = |o: &Outstanding| {
+            o.to == from || matches!(o.body, Body::Fetch { .. } | Body::FetchLock { .. })
+        };
+        if outstanding.is_some_and(|o| !answerable(o)) {
             return None;
         }
         self.requests.remove(&req);

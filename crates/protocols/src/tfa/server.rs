@@ -11,6 +11,20 @@ use super::msg::{Body, Decision, FetchAnswer, TfaMsg};
 use super::node::*;
 use super::owner::{Refusal, TxId};
 
+/// Times a read is passed on before a node answers with a redirect instead (owners that
+/// point at each other while a home catches up would otherwise pass it around).
+const FORWARD_HOPS: u32 = 4;
+
+/// A read of another node being served: who asked, and how far it came.
+struct ForwardedRead {
+    origin: NodeId,
+    origin_incarnation: u64,
+    req: u64,
+    lock: Option<TxId>,
+    key: Key,
+    hops: u32,
+}
+
 impl TfaNode {
     /// Handles a message from node `from`.
     pub fn on_message(&mut self, now: u64, from: NodeId, msg: TfaMsg, out: &mut Vec<Action>) {
@@ -39,15 +53,55 @@ impl TfaNode {
                 }
             }
             Body::Fetch { req, key } => {
-                let answer = self.lookup(&key);
-                self.send(from, Body::Fetched { req, answer }, out);
+                let read = ForwardedRead {
+                    origin: from,
+                    origin_incarnation: msg.incarnation,
+                    req,
+                    lock: None,
+                    key,
+                    hops: 0,
+                };
+                self.serve_read(now, read, out);
             }
             Body::FetchLock { req, tx, key } => {
                 // A late duplicate of a finished transaction's request may lock again; the
                 // lock is released once the committer, asked after the lease, says so, and a
                 // commit's decision never hands over an object it does not name.
-                let answer = self.lookup_locking(now, &key, tx);
-                self.send(from, Body::Fetched { req, answer }, out);
+                let read = ForwardedRead {
+                    origin: from,
+                    origin_incarnation: msg.incarnation,
+                    req,
+                    lock: Some(tx),
+                    key,
+                    hops: 0,
+                };
+                self.serve_read(now, read, out);
+            }
+            Body::Forwarded {
+                origin,
+                origin_incarnation,
+                req,
+                lock,
+                key,
+                hops,
+            } => {
+                // Served as if the origin had asked: an earlier run's request is dropped, a
+                // later run's is learned of first (its earlier locks here are dropped).
+                let valid = origin != self.me
+                    && self.dir.is_member(origin)
+                    && lock.is_none_or(|tx| tx.node == origin);
+                if !valid || !self.learn_incarnation(now, origin, origin_incarnation, out) {
+                    return;
+                }
+                let read = ForwardedRead {
+                    origin,
+                    origin_incarnation,
+                    req,
+                    lock,
+                    key,
+                    hops,
+                };
+                self.serve_read(now, read, out);
             }
             Body::Fetched { req, answer } => {
                 if let Some(h) = self.take_request(req, from) {
@@ -143,7 +197,7 @@ impl TfaNode {
                                 | Wait::Forward { .. }
                                 | Wait::Fetch { lock: false, .. },
                             )) => {
-                                self.give_up_locks(now, h, out);
+                                self.give_up_number(now, h, out);
                             }
                             // A read that may lock is in flight: asked again after a lease.
                             Some((_, Wait::Fetch { lock: true, .. })) => return,
@@ -221,6 +275,36 @@ impl TfaNode {
                 }
             }
         }
+    }
+
+    /// Answers a read of another node (asked directly or passed on): with the object if this
+    /// node owns it, else, within the hop limit, by passing the request on to the node it
+    /// believes owns it (the origin then hears from that node), else with a redirect.
+    fn serve_read(&mut self, now: u64, read: ForwardedRead, out: &mut Vec<Action>) {
+        let answer = match read.lock {
+            Some(tx) => self.lookup_locking(now, &read.key, tx),
+            None => self.lookup(&read.key),
+        };
+        if let FetchAnswer::Redirect(next) = answer {
+            let passable = next != read.origin && next != self.me;
+            if self.cfg.forward_reads && passable && read.hops < FORWARD_HOPS {
+                self.counters.reads_forwarded += 1;
+                let body = Body::Forwarded {
+                    origin: read.origin,
+                    origin_incarnation: read.origin_incarnation,
+                    req: read.req,
+                    lock: read.lock,
+                    key: read.key,
+                    hops: read.hops + 1,
+                };
+                return self.send(next, body, out);
+            }
+        }
+        let body = Body::Fetched {
+            req: read.req,
+            answer,
+        };
+        self.send(read.origin, body, out);
     }
 
     /// What this node answers about `key` (to a `Fetch`, or to a read of its own).
