@@ -897,3 +897,34 @@ fn a_passed_on_read_of_an_earlier_run_of_its_origin_is_dropped() {
         }
     )));
 }
+
+#[test]
+fn a_node_reads_an_object_it_holds_without_a_message() {
+    let mut net = Net::new(3);
+    // A key another node is home to, so a read that asked the home would send a message.
+    let k = (0..)
+        .map(|i| Key::with_index("held/", i))
+        .find(|k| net.node(1).home(k) != 2)
+        .expect("some key has another home");
+    assert_eq!(
+        net.write_all(2, 1, std::slice::from_ref(&k), 4),
+        Reply::Commit(Ok(()))
+    );
+    net.ticks(5);
+    assert_eq!(net.owners(&k), vec![2]);
+    net.node(2).begin(2);
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(2).read_for_write(now, 2, k.clone(), &mut acts);
+    assert!(
+        !acts.iter().any(|a| matches!(a, Output::Send { .. })),
+        "{acts:?}"
+    );
+    net.absorb(2, acts);
+    assert_eq!(net.take_reply(2, 2), Some(Reply::Read(Ok(Some(vec![4])))));
+    assert_eq!(
+        net.commit(2, 2, vec![(k.clone(), Some(vec![5]))]),
+        Reply::Commit(Ok(()))
+    );
+    assert_eq!(read_value(&mut net, 3, 3, &k), Some(vec![5]));
+}

@@ -60,6 +60,9 @@ impl TfaNode {
         // An object this transaction holds locked answers only to it: read it again locking.
         let (target, lock) = match tx.prelocked.get(&key) {
             Some(p) => (p.owner, true),
+            // Held here (a commit here took it; the cache forgets what this node owns): read
+            // here, rather than ask its home, which would only point back here.
+            None if self.objects.get(&key).is_some() => (self.me, lock),
             None => (self.cache.ask(&key, &self.dir), lock),
         };
         tx.wait = Wait::Fetch {
