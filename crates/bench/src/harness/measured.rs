@@ -113,6 +113,10 @@ pub struct BenchReport {
     /// reaction times per priority. Flattened: `turnaround_us.<priority>.mean` and so on.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub sched: Option<crate::open_loop::SchedReport>,
+    /// TFA's counters over the measured run, every node's summed (TFA nodes in this process
+    /// only: absent for other protocols and with a process per node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tfa: Option<atomos::protocols::tfa::TfaCounters>,
 }
 
 /// An object and how many conflicts it caused.
@@ -196,6 +200,18 @@ impl BenchReport {
                 .map(|h| format!("{} ({})", h.key, h.conflicts))
                 .collect();
             text.push_str(&format!("\n  hot spots (conflicts): {}", spots.join(", ")));
+        }
+        if let Some(t) = &self.tfa {
+            text.push_str(&format!(
+                "\n  tfa: {} remote reads, {} redirected, {} passed on by a node without the \
+                 object; {} objects moved; {} aborts of reads that met a lock, {} lock sets given up",
+                t.remote_reads,
+                t.redirects,
+                t.reads_forwarded,
+                t.migrations_in,
+                t.aborts_busy_read,
+                t.locks_given_up
+            ));
         }
         text
     }

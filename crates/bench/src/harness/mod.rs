@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use atomos::disk::FsyncPolicy;
 use atomos::protocols::oss::CommitMode;
+use atomos::protocols::tfa::TfaCounters;
 use atomos::{ContentionPolicy, Protocol, Stats, TxError};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
@@ -277,6 +278,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
             .fold(Stats::default(), |sum, n| sum.plus(&n.stats()))
     };
     let before = stats_now();
+    let tfa_before = tfa_counters(&cluster);
     let start = Instant::now();
     let (per_kind, open) = match cfg.arrival_rate {
         Some(rate) => {
@@ -290,6 +292,9 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     };
     let elapsed = start.elapsed().as_secs_f64();
     let stats = stats_now().since(&before);
+    let tfa = tfa_counters(&cluster)
+        .zip(tfa_before)
+        .map(|(after, before)| after.since(&before));
     let check = check_replicas(cfg.protocol, nodes, &*workload)?;
     Ok(report(
         cfg,
@@ -302,8 +307,18 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
             check,
             hot_spots: hot_spots(nodes),
             sched: open,
+            tfa,
         },
     ))
+}
+
+/// The TFA counters of every node of `cluster` together (`None` without TFA nodes here).
+fn tfa_counters(cluster: &BenchNodes) -> Option<TfaCounters> {
+    cluster
+        .members()
+        .iter()
+        .filter_map(|m| m.tfa().map(|t| t.counters()))
+        .reduce(|sum, c| sum.plus(&c))
 }
 
 /// What a run measured, before it is reported.
@@ -317,6 +332,8 @@ pub(crate) struct Measured {
     pub(crate) check: Check,
     pub(crate) hot_spots: Vec<HotSpot>,
     pub(crate) sched: Option<crate::open_loop::SchedReport>,
+    /// TFA's counters over the run, every node's summed (nodes in this process only).
+    pub(crate) tfa: Option<TfaCounters>,
 }
 
 /// The report of a run of `cfg` that measured `m`.
@@ -395,6 +412,7 @@ pub(crate) fn report(cfg: &BenchConfig, m: Measured) -> BenchReport {
         stats,
         hot_spots: m.hot_spots,
         sched: m.sched,
+        tfa: m.tfa,
     }
 }
 

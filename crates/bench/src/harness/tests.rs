@@ -130,6 +130,13 @@ fn every_workload_runs_across_nodes(protocol: Protocol) {
             assert!(r.invariant_ok, "{what}: {}", r.invariant);
             assert!(r.committed > 0, "{what} committed nothing");
             assert_eq!(r.nodes, 3);
+            // TFA's counters cover the measured run.
+            match (&r.tfa, protocol) {
+                (Some(t), Protocol::Tfa) => assert!(t.commits > 0, "{what}: {t:?}"),
+                (None, Protocol::Tfa) => panic!("{what}: no TFA counters"),
+                (Some(_), _) => panic!("{what}: TFA counters without TFA"),
+                (None, _) => {}
+            }
         }
     }
 }

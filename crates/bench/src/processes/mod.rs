@@ -214,6 +214,8 @@ pub fn run(
             check,
             hot_spots: Vec::new(),
             sched: None,
+            // The nodes ran in their own processes.
+            tfa: None,
         },
     ))
 }

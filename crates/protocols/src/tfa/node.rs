@@ -180,7 +180,8 @@ pub struct Answer {
 pub type Action = Output<TfaMsg, Answer>;
 
 /// Counters of a node since it started.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct TfaCounters {
     /// Transactions committed, read-only ones included.
     pub commits: u64,
@@ -217,6 +218,49 @@ pub struct TfaCounters {
     pub redirects: u64,
     /// Reads of other nodes this node passed on to the object's owner (as it knew it).
     pub reads_forwarded: u64,
+}
+
+/// Builds a `TfaCounters` whose every field is `op(a.field, b.field)`.
+macro_rules! counters_fieldwise {
+    ($a:expr, $b:expr, $op:expr, $($field:ident),+) => {
+        TfaCounters { $($field: $op($a.$field, $b.$field)),+ }
+    };
+}
+
+impl TfaCounters {
+    fn fieldwise(&self, other: &TfaCounters, op: fn(u64, u64) -> u64) -> TfaCounters {
+        counters_fieldwise!(
+            self,
+            other,
+            op,
+            commits,
+            aborts_busy_read,
+            aborts_forward,
+            aborts_lock_busy,
+            aborts_validation,
+            unavailable,
+            remote_reads,
+            forwards,
+            migrations_in,
+            abandoned_locks,
+            dropped_lost,
+            marked_lost,
+            stale_dropped,
+            locks_given_up,
+            redirects,
+            reads_forwarded
+        )
+    }
+
+    /// The sum of both, field by field (several nodes' counters together).
+    pub fn plus(&self, other: &TfaCounters) -> TfaCounters {
+        self.fieldwise(other, u64::saturating_add)
+    }
+
+    /// What was counted since `before` (an earlier reading of the same counters).
+    pub fn since(&self, before: &TfaCounters) -> TfaCounters {
+        self.fieldwise(before, u64::saturating_sub)
+    }
 }
 
 /// The outstanding entry of a read waiting to ask again after a "locked" answer.
