@@ -490,9 +490,9 @@ fn a_clock_near_the_end_of_u64_is_dropped_and_changes_nothing() {
     assert_eq!(read_value(&mut net, 1, 3, &k), Some(vec![2]));
 }
 
-/// An answer is taken only from the node asked, and request numbers of different runs never
-/// meet: an answer meant for an earlier run of a node (still in a queue when it restarted) is
-/// not taken for one of the new run's requests.
+/// A read's answer is taken from whichever node serves it (the read may have been passed on),
+/// and request numbers of different runs never meet: an answer meant for an earlier run of a
+/// node (still in a queue when it restarted) is not taken for one of the new run's requests.
 #[test]
 fn answers_for_an_earlier_run_are_ignored_and_a_read_is_answered_by_whoever_serves_it() {
     use atomos_protocols::tfa::msg::FetchAnswer;
@@ -786,12 +786,20 @@ fn a_read_of_an_object_that_moved_is_passed_on_and_answered_by_its_owner() {
     );
     assert_eq!(net.node(1).counters().redirects, before.0.redirects);
 
-    // A read for a write is passed on the same way; the owner locks its copy for the reader,
-    // which commits without asking for the lock and is heard by the owner.
+    // Node 2 takes it back: node 1 still believes node 3 has it. A read for a write is passed
+    // on the same way; the owner locks its copy for the reader, which commits without asking
+    // for the lock and is heard by the owner.
+    assert_eq!(
+        net.write_all(2, 7, std::slice::from_ref(&k), 2),
+        Reply::Commit(Ok(()))
+    );
+    assert_eq!(net.owners(&k), vec![2]);
+    let passed = net.node(3).counters().reads_forwarded;
     net.node(1).begin(5);
     assert_eq!(net.read_for_write(1, 5, &k), Reply::Read(Ok(Some(vec![2]))));
+    assert_eq!(net.node(3).counters().reads_forwarded, passed + 1);
     assert_eq!(
-        net.node(3)
+        net.node(2)
             .objects()
             .get(&k)
             .and_then(|h| h.locked_by)
@@ -837,7 +845,11 @@ fn with_forwarding_off_a_moved_object_is_found_through_a_redirect() {
 #[test]
 fn a_passed_on_read_of_an_earlier_run_of_its_origin_is_dropped() {
     let mut owner = TfaNode::new(3, vec![1, 2, 3], 0, cfg()).unwrap();
-    let k = Key::from("old-run");
+    // A key node 3 is home to: it answers a read of it itself (unless it drops the read).
+    let k = (0..)
+        .map(|i| Key::with_index("old-run/", i))
+        .find(|k| owner.home(k) == 3)
+        .expect("some key has node 3 as its home");
     let hello = |incarnation| TfaMsg {
         clock: 1,
         incarnation,
@@ -860,29 +872,28 @@ fn a_passed_on_read_of_an_earlier_run_of_its_origin_is_dropped() {
             hops: 1,
         },
     };
-    let answered_or_locked = |owner: &TfaNode, acts: &[Action]| {
-        owner.objects().locks_held() > 0
-            || acts.iter().any(|a| {
-                matches!(
-                    a,
-                    Output::Send {
-                        msg: TfaMsg {
-                            body: Body::Fetched { .. },
-                            ..
-                        },
+    let answered = |acts: &[Action]| {
+        acts.iter().any(|a| {
+            matches!(
+                a,
+                Output::Send {
+                    msg: TfaMsg {
+                        body: Body::Fetched { .. },
                         ..
-                    }
-                )
-            })
+                    },
+                    ..
+                }
+            )
+        })
     };
     // From run 4 of node 1, after run 5 said hello: dropped.
     let mut acts = Vec::new();
     owner.on_message(1, 2, forwarded(4, 1), &mut acts);
-    assert!(!answered_or_locked(&owner, &acts), "{acts:?}");
+    assert!(!answered(&acts), "{acts:?}");
     // A lock for another node's transaction: dropped.
     let mut acts = Vec::new();
     owner.on_message(1, 2, forwarded(5, 2), &mut acts);
-    assert!(!answered_or_locked(&owner, &acts), "{acts:?}");
+    assert!(!answered(&acts), "{acts:?}");
     // From the current run: answered to the origin.
     let mut acts = Vec::new();
     owner.on_message(1, 2, forwarded(5, 1), &mut acts);
@@ -927,4 +938,33 @@ fn a_node_reads_an_object_it_holds_without_a_message() {
         Reply::Commit(Ok(()))
     );
     assert_eq!(read_value(&mut net, 3, 3, &k), Some(vec![5]));
+}
+
+#[test]
+fn an_abort_reaches_the_node_a_read_for_a_write_was_passed_on_to() {
+    let mut net = Net::new(3);
+    let k = Key::from("passed-lock");
+    // Node 1 believes node 2 has the object; node 3 has it.
+    move_behind_a_readers_back(&mut net, &k);
+    net.node(1).begin(4);
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(1).read_for_write(now, 4, k.clone(), &mut acts);
+    net.absorb(1, acts);
+    // Node 2 passes the read on; node 3 locks its copy for node 1, and its answer is lost.
+    while let Some((from, to, msg)) = net.queue.pop_front() {
+        if from == 3 && to == 1 && matches!(msg.body, Body::Fetched { .. }) {
+            continue;
+        }
+        let mut acts = Vec::new();
+        let now = net.now;
+        net.node(to).on_message(now, from, msg, &mut acts);
+        net.absorb(to, acts);
+    }
+    assert_eq!(net.locks(), 1, "node 3 locked for node 1");
+    // Node 1 gives up without having heard from node 3: node 2 passes its abort on, and node 3
+    // lets go at once, not a lease later.
+    net.abort(1, 4);
+    assert_eq!(net.locks(), 0);
+    assert_eq!(read_value(&mut net, 2, 5, &k), Some(vec![2]));
 }

@@ -557,6 +557,11 @@ struct Final {
     absent: Vec<u64>,
     /// Objects lost (reported so by their home).
     lost: usize,
+    /// Each list as its one holder has it after the run; `None`: nobody holds it (lost, or
+    /// never appended to).
+    lists: Vec<Option<Vec<u64>>>,
+    /// The lists their homes report lost.
+    lost_lists: Vec<u64>,
 }
 
 /// After the run: every object owned by at most one node, one owned by none reported lost by
@@ -612,6 +617,7 @@ fn final_state(machines: &[&SimNode]) -> Result<Final, String> {
             .any(|m| m.tfa.home(key) == m.me && m.tfa.home_record(key).is_some_and(|r| r.lost))
     };
     let mut lost = 0;
+    let (mut lists, mut lost_lists) = (Vec::new(), Vec::new());
     for i in 0..LIST_KEYS {
         let key = list(i);
         let o = owners(&key);
@@ -620,7 +626,12 @@ fn final_state(machines: &[&SimNode]) -> Result<Final, String> {
         }
         if o.is_empty() && reported_lost(&key) {
             lost += 1;
+            lost_lists.push(i);
         }
+        lists.push(match o.as_slice() {
+            [(_, Some(v))] => Some(dec(v)),
+            _ => None,
+        });
     }
     let mut balances = Vec::new();
     let mut absent = Vec::new();
@@ -648,6 +659,8 @@ fn final_state(machines: &[&SimNode]) -> Result<Final, String> {
         balances,
         absent,
         lost,
+        lists,
+        lost_lists,
     })
 }
 
@@ -754,6 +767,23 @@ fn check(o: &Outcome) -> Result<(), String> {
         }
     }
     let end = o.end.as_ref().map_err(Clone::clone)?;
+    // Every committed append, however late, is in its list's last copy, unless the list was
+    // reported lost (a copy lost and re-created from nothing would miss the older appends:
+    // lost lists are never re-created).
+    for (_, id, ops) in &done {
+        for op in ops {
+            if let ListOp::Append { key, value } = op {
+                let last = end.lists.get(*key as usize).and_then(Option::as_ref);
+                let kept = last.is_some_and(|l| l.contains(value));
+                if !kept && !end.lost_lists.contains(key) {
+                    return Err(format!(
+                        "append {value} to list {key} by committed transaction {id} is not \
+                         in the list's last copy {last:?}"
+                    ));
+                }
+            }
+        }
+    }
     if setup_done && !end.absent.is_empty() {
         return Err(format!(
             "accounts {:?} were created, nobody holds them, and nobody reports them lost",

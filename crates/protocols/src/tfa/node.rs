@@ -213,8 +213,8 @@ pub struct TfaCounters {
     pub stale_dropped: u64,
     /// Transactions that gave up the locks they took with reads, to wait for another lock.
     pub locks_given_up: u64,
-    /// Reads this node's transactions were redirected in (the node asked did not own the
-    /// object and did not pass the request on).
+    /// Redirects this node's reads followed: answers of a node that did not own the object
+    /// and did not pass the request on, or this node's own forwarding address.
     pub redirects: u64,
     /// Reads of other nodes this node passed on to the object's owner (as it knew it).
     pub reads_forwarded: u64,
@@ -389,6 +389,10 @@ pub struct TfaNode {
     pub(super) abstract_held: BTreeMap<String, AbstractHold>,
     /// Families of this node that may hold abstract locks (until they release them).
     pub(super) families: BTreeSet<u64>,
+    /// Nodes this node passed reads for writes on to, by transaction, until it hears the
+    /// transaction's decision: an abort is passed on to them too (the reader may have ended
+    /// before it heard which node locked for it).
+    pub(super) passed_locks: BTreeMap<TxId, BTreeSet<NodeId>>,
     pub(super) incarnation: u64,
     /// The latest incarnation seen of each node (this one's included).
     pub(super) peers: BTreeMap<NodeId, u64>,
@@ -475,6 +479,7 @@ impl TfaNode {
             acks: BTreeMap::new(),
             abstract_held: BTreeMap::new(),
             families: BTreeSet::new(),
+            passed_locks: BTreeMap::new(),
             incarnation,
             peers: recovered.peers,
             greeting: (others, None),
@@ -679,16 +684,18 @@ impl TfaNode {
         self.tracking.insert(key, t);
     }
 
-    /// Node `from` answered request `req`: removes it and returns its transaction's handle if
-    /// the transaction still waits for it and `from` is the node asked or, for a read, any node
-    /// it may have been passed on to. (Request numbers of different runs never meet, so an
-    /// answer meant for an earlier run of this node is not taken either.)
-    pub(super) fn take_request(&mut self, req: u64, from: NodeId) -> Option<u64> {
+    /// Node `from` answered request `req` (with a `Fetched` if `fetched`): removes it and
+    /// returns its transaction's handle if the transaction still waits for it and `from` is the
+    /// node asked or, for a read answered by a `Fetched`, any node it may have been passed on
+    /// to. (Request numbers of different runs never meet, so an answer meant for an earlier run
+    /// of this node is not taken either.)
+    pub(super) fn take_request(&mut self, req: u64, from: NodeId, fetched: bool) -> Option<u64> {
         let h = *self.requests.get(&req)?;
         let outstanding = self.active.get(&h).and_then(|tx| tx.outstanding.get(&req));
         // A read may be answered by the node it was passed on to (`Body::Forwarded`).
         let answerable = |o: &Outstanding| {
-            o.to == from || matches!(o.body, Body::Fetch { .. } | Body::FetchLock { .. })
+            o.to == from
+                || (fetched && matches!(o.body, Body::Fetch { .. } | Body::FetchLock { .. }))
         };
         if outstanding.is_some_and(|o| !answerable(o)) {
             return None;

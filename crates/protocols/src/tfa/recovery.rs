@@ -139,6 +139,8 @@ impl TfaNode {
             return true;
         }
         self.cache.forget_node(node);
+        self.passed_locks
+            .retain(|tx, _| !(tx.node == node && tx.n >> 32 < incarnation));
         // Objects that moved from here to an earlier run of it died with it.
         for (key, version) in self.objects.forget_moves_to(node, incarnation) {
             self.report_lost(now, key, node, version, out);

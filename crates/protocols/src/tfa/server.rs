@@ -15,6 +15,9 @@ use super::owner::{Refusal, TxId};
 /// point at each other while a home catches up would otherwise pass it around).
 const FORWARD_HOPS: u32 = 4;
 
+/// Transactions whose passed-on reads for writes a node remembers (see `pass_decision_on`).
+const PASSED_LOCKS_KEPT: usize = 4096;
+
 /// A read of another node being served: who asked, and how far it came.
 struct ForwardedRead {
     origin: NodeId,
@@ -104,7 +107,7 @@ impl TfaNode {
                 self.serve_read(now, read, out);
             }
             Body::Fetched { req, answer } => {
-                if let Some(h) = self.take_request(req, from) {
+                if let Some(h) = self.take_request(req, from, true) {
                     self.fetched(now, h, from, msg.clock, answer, out);
                 }
             }
@@ -121,7 +124,7 @@ impl TfaNode {
                 self.send(from, Body::Locked { req, result }, out);
             }
             Body::Locked { req, result } => {
-                let Some(h) = self.take_request(req, from) else {
+                let Some(h) = self.take_request(req, from, false) else {
                     return;
                 };
                 match result {
@@ -147,7 +150,7 @@ impl TfaNode {
                 self.send(from, Body::Validated { req, invalid }, out);
             }
             Body::Validated { req, invalid } => {
-                let Some(h) = self.take_request(req, from) else {
+                let Some(h) = self.take_request(req, from, false) else {
                     return;
                 };
                 if !invalid.is_empty() || self.active[&h].outstanding.is_empty() {
@@ -161,6 +164,7 @@ impl TfaNode {
             } => {
                 self.apply_decision(now, tx, decision, &taken, out);
                 self.acks.entry(from).or_default().done.push(tx);
+                self.pass_decision_on(tx, decision, from, out);
             }
             Body::Done { txs } => {
                 for tx in txs {
@@ -247,7 +251,7 @@ impl TfaNode {
                 self.send(from, Body::AbstractLocked { req, granted }, out);
             }
             Body::AbstractLocked { req, granted } => {
-                if let Some(h) = self.take_request(req, from) {
+                if let Some(h) = self.take_request(req, from, false) {
                     self.abstract_answer(h, granted, out);
                 }
             }
@@ -289,6 +293,14 @@ impl TfaNode {
             let passable = next != read.origin && next != self.me;
             if self.cfg.forward_reads && passable && read.hops < FORWARD_HOPS {
                 self.counters.reads_forwarded += 1;
+                if let Some(tx) = read.lock {
+                    self.passed_locks.entry(tx).or_default().insert(next);
+                    // A late duplicate passed on after its transaction's decision leaves an
+                    // entry no decision removes: the oldest go first (their holders still ask).
+                    while self.passed_locks.len() > PASSED_LOCKS_KEPT {
+                        self.passed_locks.pop_first();
+                    }
+                }
                 let body = Body::Forwarded {
                     origin: read.origin,
                     origin_incarnation: read.origin_incarnation,
@@ -305,6 +317,37 @@ impl TfaNode {
             answer,
         };
         self.send(read.origin, body, out);
+    }
+
+    /// The decision for `tx`, from `from`, reached this node, which passed reads for writes of
+    /// `tx` on: an abort goes on to the nodes it passed them to, which may hold locks the
+    /// transaction never heard of (their answer had not reached it when it ended), so they do not
+    /// wait out a lease to ask, or for good if they cannot reach the transaction's node. A
+    /// commit goes nowhere: the committer tells every node it knows locked for it, and a lock
+    /// it does not know of is released when its holder asks.
+    fn pass_decision_on(
+        &mut self,
+        tx: TxId,
+        decision: Decision,
+        from: NodeId,
+        out: &mut Vec<Action>,
+    ) {
+        if from != tx.node {
+            return;
+        }
+        let Some(nodes) = self.passed_locks.remove(&tx) else {
+            return;
+        };
+        if decision == Decision::Abort {
+            for node in nodes.into_iter().filter(|&n| n != self.me && n != from) {
+                let body = Body::Decided {
+                    tx,
+                    decision,
+                    taken: Vec::new(),
+                };
+                self.send(node, body, out);
+            }
+        }
     }
 
     /// What this node answers about `key` (to a `Fetch`, or to a read of its own).
