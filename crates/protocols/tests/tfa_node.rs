@@ -860,7 +860,7 @@ fn a_passed_on_read_of_an_earlier_run_of_its_origin_is_dropped() {
     let forwarded = |origin_incarnation, tx_node| TfaMsg {
         clock: 1,
         incarnation: 0,
-        body: Body::Forwarded {
+        body: Body::Forwarded(atomos_protocols::tfa::PassedRead {
             origin: 1,
             origin_incarnation,
             req: 9,
@@ -870,7 +870,7 @@ fn a_passed_on_read_of_an_earlier_run_of_its_origin_is_dropped() {
             }),
             key: k.clone(),
             hops: 1,
-        },
+        }),
     };
     let answered = |acts: &[Action]| {
         acts.iter().any(|a| {

@@ -31,7 +31,7 @@ mod server;
 mod timers;
 
 pub use machine::TfaRequest;
-pub use msg::{Body, Decision, FetchAnswer, TfaMsg};
+pub use msg::{Body, Decision, FetchAnswer, PassedRead, TfaMsg};
 pub use node::{
     Action, Answer, Failure, OpenError, PlantedBug, Reply, TfaConfig, TfaCounters, TfaNode,
 };

@@ -168,23 +168,28 @@ pub enum Body {
         /// Whether it still runs.
         alive: bool,
     },
-    /// A `Fetch` or `FetchLock` of `origin`, passed on by a node that does not own the object
-    /// to the node it believes does; the receiver answers `origin` directly (`Fetched`), or
-    /// passes it on again. The message's clock is the passer's, which had seen the origin's.
-    Forwarded {
-        /// The node that asked.
-        origin: NodeId,
-        /// Its incarnation when it asked (checked as if the origin had sent this message).
-        origin_incarnation: u64,
-        /// The origin's request.
-        req: u64,
-        /// With `Some`, a `FetchLock` for this transaction of the origin.
-        lock: Option<TxId>,
-        /// The object.
-        key: Key,
-        /// Times the request was passed on so far.
-        hops: u32,
-    },
+    /// A `Fetch` or `FetchLock`, passed on by a node that does not own the object to the node
+    /// it believes does; the receiver answers the reader directly (`Fetched`), or passes it on
+    /// again. The message's clock is the passer's, which had seen the reader's.
+    Forwarded(PassedRead),
+}
+
+/// A read of another node (its `Fetch` or `FetchLock`), as a node serves it or passes it on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct PassedRead {
+    /// The node that asked.
+    pub origin: NodeId,
+    /// Its incarnation when it asked (checked as if the origin had sent the message).
+    pub origin_incarnation: u64,
+    /// The origin's request.
+    pub req: u64,
+    /// With `Some`, a `FetchLock` for this transaction of the origin.
+    pub lock: Option<TxId>,
+    /// The object.
+    pub key: Key,
+    /// Times the request was passed on so far.
+    pub hops: u32,
 }
 
 /// What a node answers to a `Fetch`.

@@ -7,7 +7,7 @@ use atomos_seam::Output;
 
 use super::clock::MAX_CLOCK;
 use super::directory::{Directory, NodeId};
-use super::msg::{Body, Decision, FetchAnswer, TfaMsg};
+use super::msg::{Body, Decision, FetchAnswer, PassedRead, TfaMsg};
 use super::node::*;
 use super::owner::{Refusal, TxId};
 
@@ -18,14 +18,24 @@ const FORWARD_HOPS: u32 = 4;
 /// Transactions whose passed-on reads for writes a node remembers (see `pass_decision_on`).
 const PASSED_LOCKS_KEPT: usize = 4096;
 
-/// A read of another node being served: who asked, and how far it came.
-struct ForwardedRead {
-    origin: NodeId,
-    origin_incarnation: u64,
-    req: u64,
-    lock: Option<TxId>,
-    key: Key,
-    hops: u32,
+impl PassedRead {
+    /// The read of `origin` (run `origin_incarnation`) as it reached the first node asked.
+    fn asked(
+        origin: NodeId,
+        origin_incarnation: u64,
+        req: u64,
+        lock: Option<TxId>,
+        key: Key,
+    ) -> PassedRead {
+        PassedRead {
+            origin,
+            origin_incarnation,
+            req,
+            lock,
+            key,
+            hops: 0,
+        }
+    }
 }
 
 impl TfaNode {
@@ -56,54 +66,26 @@ impl TfaNode {
                 }
             }
             Body::Fetch { req, key } => {
-                let read = ForwardedRead {
-                    origin: from,
-                    origin_incarnation: msg.incarnation,
-                    req,
-                    lock: None,
-                    key,
-                    hops: 0,
-                };
+                let read = PassedRead::asked(from, msg.incarnation, req, None, key);
                 self.serve_read(now, read, out);
             }
             Body::FetchLock { req, tx, key } => {
                 // A late duplicate of a finished transaction's request may lock again; the
                 // lock is released once the committer, asked after the lease, says so, and a
                 // commit's decision never hands over an object it does not name.
-                let read = ForwardedRead {
-                    origin: from,
-                    origin_incarnation: msg.incarnation,
-                    req,
-                    lock: Some(tx),
-                    key,
-                    hops: 0,
-                };
+                let read = PassedRead::asked(from, msg.incarnation, req, Some(tx), key);
                 self.serve_read(now, read, out);
             }
-            Body::Forwarded {
-                origin,
-                origin_incarnation,
-                req,
-                lock,
-                key,
-                hops,
-            } => {
+            Body::Forwarded(read) => {
                 // Served as if the origin had asked: an earlier run's request is dropped, a
                 // later run's is learned of first (its earlier locks here are dropped).
+                let origin = read.origin;
                 let valid = origin != self.me
                     && self.dir.is_member(origin)
-                    && lock.is_none_or(|tx| tx.node == origin);
-                if !valid || !self.learn_incarnation(now, origin, origin_incarnation, out) {
+                    && read.lock.is_none_or(|tx| tx.node == origin);
+                if !valid || !self.learn_incarnation(now, origin, read.origin_incarnation, out) {
                     return;
                 }
-                let read = ForwardedRead {
-                    origin,
-                    origin_incarnation,
-                    req,
-                    lock,
-                    key,
-                    hops,
-                };
                 self.serve_read(now, read, out);
             }
             Body::Fetched { req, answer } => {
@@ -284,7 +266,7 @@ impl TfaNode {
     /// Answers a read of another node (asked directly or passed on): with the object if this
     /// node owns it, else, within the hop limit, by passing the request on to the node it
     /// believes owns it (the origin then hears from that node), else with a redirect.
-    fn serve_read(&mut self, now: u64, read: ForwardedRead, out: &mut Vec<Action>) {
+    fn serve_read(&mut self, now: u64, read: PassedRead, out: &mut Vec<Action>) {
         let answer = match read.lock {
             Some(tx) => self.lookup_locking(now, &read.key, tx),
             None => self.lookup(&read.key),
@@ -301,15 +283,8 @@ impl TfaNode {
                         self.passed_locks.pop_first();
                     }
                 }
-                let body = Body::Forwarded {
-                    origin: read.origin,
-                    origin_incarnation: read.origin_incarnation,
-                    req: read.req,
-                    lock: read.lock,
-                    key: read.key,
-                    hops: read.hops + 1,
-                };
-                return self.send(next, body, out);
+                let hops = read.hops + 1;
+                return self.send(next, Body::Forwarded(PassedRead { hops, ..read }), out);
             }
         }
         let body = Body::Fetched {
