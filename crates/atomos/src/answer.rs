@@ -6,9 +6,15 @@
 //! polls for a while, yielding its core between looks (other threads, the runtime's workers
 //! among them, run meanwhile), and only then sleeps on a condition variable. It does not poll
 //! while other processes keep the machine's cores busy (see `atomos_net::spin`).
+//!
+//! Code running in a fiber (see `crate::fiber`) does neither: it suspends its fiber, and the
+//! answer wakes the fiber's task.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Waker;
 use std::time::{Duration, Instant};
+
+use crate::fiber::{self, Awaited, Resumed};
 
 /// How long a thread waiting for a protocol's answer polls before it sleeps, by default (see
 /// `NodeRuntime::set_answer_poll`). Measured: TFA bank over TCP, 4 nodes × 4 threads in one
@@ -19,16 +25,26 @@ pub const DEFAULT_ANSWER_POLL: Duration = Duration::from_micros(500);
 /// A slot one application thread waits on for the answer to its request to a protocol
 /// machine; the machine's deliveries fill it from any thread.
 pub(crate) struct AnswerSlot<T> {
-    answer: parking_lot::Mutex<Option<T>>,
+    answer: parking_lot::Mutex<Slot<T>>,
     /// Set once an answer was put (pollers look here without taking the lock).
     arrived: AtomicBool,
     ready: parking_lot::Condvar,
 }
 
+/// What the slot's lock guards.
+struct Slot<T> {
+    answer: Option<T>,
+    /// The task of a fiber suspended on the slot, woken by the answer.
+    fiber: Option<Waker>,
+}
+
 impl<T> Default for AnswerSlot<T> {
     fn default() -> Self {
         AnswerSlot {
-            answer: parking_lot::Mutex::new(None),
+            answer: parking_lot::Mutex::new(Slot {
+                answer: None,
+                fiber: None,
+            }),
             arrived: AtomicBool::new(false),
             ready: parking_lot::Condvar::new(),
         }
@@ -39,10 +55,14 @@ impl<T> AnswerSlot<T> {
     /// Puts the answer and wakes the waiter.
     pub(crate) fn put(&self, answer: T) {
         let mut slot = self.answer.lock();
-        *slot = Some(answer);
+        slot.answer = Some(answer);
         // Set and cleared under the lock, so it says whether the slot is full.
         self.arrived.store(true, Ordering::Release);
+        let fiber = slot.fiber.take();
         drop(slot);
+        if let Some(waker) = fiber {
+            waker.wake();
+        }
         self.ready.notify_one();
     }
 
@@ -51,15 +71,35 @@ impl<T> AnswerSlot<T> {
         Self::take_locked(&mut self.answer.lock(), &self.arrived)
     }
 
-    fn take_locked(slot: &mut Option<T>, arrived: &AtomicBool) -> Option<T> {
+    fn take_locked(slot: &mut Slot<T>, arrived: &AtomicBool) -> Option<T> {
         arrived.store(false, Ordering::Relaxed);
-        slot.take()
+        slot.answer.take()
     }
+}
 
-    /// Waits for the answer until `deadline` (`None` if none came by then): for up to `poll`
-    /// it looks for the answer and yields its core between looks, then it sleeps until the
-    /// answer is put or the deadline passes.
+impl<T: Send> Awaited for AnswerSlot<T> {
+    fn ready_or_register(&self, waker: &Waker) -> bool {
+        let mut slot = self.answer.lock();
+        if slot.answer.is_some() {
+            return true;
+        }
+        match &mut slot.fiber {
+            Some(registered) => registered.clone_from(waker),
+            none => *none = Some(waker.clone()),
+        }
+        false
+    }
+}
+
+impl<T: Send + 'static> AnswerSlot<T> {
+    /// Waits for the answer until `deadline` (`None` if none came by then). In a fiber it
+    /// suspends the fiber until the answer is put or the deadline passes. On a thread, for up
+    /// to `poll` it looks for the answer and yields its core between looks, then it sleeps
+    /// until the answer is put or the deadline passes.
     pub(crate) fn wait_until(&self, deadline: Instant, poll: Duration) -> Option<T> {
+        if fiber::in_fiber() {
+            return self.suspend_until(deadline);
+        }
         if !poll.is_zero() {
             let until = Instant::now()
                 .checked_add(poll)
@@ -79,12 +119,25 @@ impl<T> AnswerSlot<T> {
             }
         }
         let mut slot = self.answer.lock();
-        while slot.is_none() {
+        while slot.answer.is_none() {
             if self.ready.wait_until(&mut slot, deadline).timed_out() {
                 break;
             }
         }
         Self::take_locked(&mut slot, &self.arrived)
+    }
+
+    /// Suspends the calling fiber until the answer is put or `deadline` passes.
+    fn suspend_until(&self, deadline: Instant) -> Option<T> {
+        loop {
+            if let Some(answer) = self.take() {
+                return Some(answer);
+            }
+            match fiber::suspend(self, deadline) {
+                Some(Resumed::Ready) => continue,
+                Some(Resumed::TimedOut) | None => return self.take(),
+            }
+        }
     }
 }
 

@@ -194,6 +194,11 @@ impl BenchNodes {
     pub fn members(&self) -> &[NodeRuntime] {
         &self.members
     }
+
+    /// The runtime the nodes' networking runs on (`None` for a local node).
+    pub fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.runtime.as_ref().map(|rt| rt.handle().clone())
+    }
 }
 
 impl Drop for BenchNodes {

@@ -269,6 +269,11 @@ struct BenchArgs {
     /// over loopback TCP (give --transport tcp; not with --sweep or --arrival-rate).
     #[arg(long)]
     processes: bool,
+    /// Tfa: run each node's --threads workers as fibers on the nodes' network runtime, whose
+    /// two threads also read the sockets, instead of as threads of their own that wait for
+    /// the protocol's answers.
+    #[arg(long)]
+    fibers: bool,
     /// Member N of a --processes run (started by that run, not by hand).
     #[arg(long, hide = true)]
     member: Option<usize>,
@@ -705,6 +710,7 @@ fn bench_config(args: &BenchArgs) -> Result<BenchConfig, String> {
         sched,
         contexts: args.contexts,
         processes: args.processes,
+        fibers: args.fibers,
     };
     Ok(cfg)
 }

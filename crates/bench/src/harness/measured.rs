@@ -85,6 +85,9 @@ pub struct BenchReport {
     pub pause_ms: f64,
     /// Each node ran in a process of its own (`--processes`).
     pub processes: bool,
+    /// The workers ran as fibers on the nodes' network runtime (`--fibers`).
+    #[serde(default)]
+    pub fibers: bool,
     /// Linked transactions: commits outstanding per worker (0: none).
     pub linked: usize,
     /// Measured seconds.
@@ -166,7 +169,7 @@ impl BenchReport {
             fsync => format!("{} (fsync {fsync})", self.protocol),
         };
         let mut text = format!(
-            "{} on {} ({} node, {} transport{}, {} threads per node, {size}): {:.0} tx/s, {} committed, abort rate {:.4}, \
+            "{} on {} ({} node, {} transport{}, {} {} per node, {size}): {:.0} tx/s, {} committed, abort rate {:.4}, \
              latency p50 {:.2} us p99 {:.2} us; invariant {}: {}",
             self.workload,
             protocol,
@@ -174,6 +177,7 @@ impl BenchReport {
             self.transport,
             if self.processes { ", a process per node" } else { "" },
             self.threads,
+            if self.fibers { "fibers" } else { "threads" },
             self.throughput_tps,
             self.committed,
             self.abort_rate,

@@ -97,6 +97,9 @@ pub struct BenchConfig {
     pub contexts: usize,
     /// Run each node in a process of its own (see [`crate::processes`]); the report says so.
     pub processes: bool,
+    /// Run the closed-loop workers as fibers on the nodes' network runtime (see
+    /// [`atomos::fiber`]) instead of as threads of their own (TFA only).
+    pub fibers: bool,
 }
 
 impl Default for BenchConfig {
@@ -134,6 +137,7 @@ impl Default for BenchConfig {
             sched: atomos::service::Policy::None,
             contexts: 64,
             processes: false,
+            fibers: false,
         }
     }
 }
@@ -207,6 +211,25 @@ impl BenchConfig {
         }
         if self.balance_k == Some(0) {
             return bad("--balance-k must be at least 1".into());
+        }
+        if self.fibers {
+            // Only TFA's waits suspend a fiber; any other wait, or a sleep, would hold one of
+            // the two runtime threads the nodes' networking needs.
+            if self.protocol != Protocol::Tfa {
+                return bad(format!(
+                    "--fibers runs workers on TFA's network runtime; protocol {} has none \
+                     that suspends them",
+                    self.protocol
+                ));
+            }
+            if self.arrival_rate.is_some() || self.linked > 0 {
+                return bad(
+                    "--fibers is for closed-loop workers (not --arrival-rate or --linked)".into(),
+                );
+            }
+            if !self.pause.is_zero() || !self.work.is_zero() {
+                return bad("--fibers: workers that sleep (--pause-ms, --work-ms) would hold the runtime's threads".into());
+            }
         }
         Ok(())
     }
@@ -287,7 +310,10 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         }
         None => {
             let workers = (0..threads).map(|t| (t, nodes[t % nodes.len()].clone()));
-            (closed_loop(cfg, workers.collect(), &workload)?, None)
+            (
+                closed_loop(cfg, workers.collect(), &workload, cluster.runtime())?,
+                None,
+            )
         }
     };
     let elapsed = start.elapsed().as_secs_f64();
@@ -381,6 +407,7 @@ pub(crate) fn report(cfg: &BenchConfig, m: Measured) -> BenchReport {
         pause_ms: cfg.pause.as_secs_f64() * 1000.0,
         linked: cfg.linked,
         processes: cfg.processes,
+        fibers: cfg.fibers,
         duration_s: elapsed,
         committed,
         aborted,
@@ -417,65 +444,52 @@ pub(crate) fn report(cfg: &BenchConfig, m: Measured) -> BenchReport {
 }
 
 /// Runs a worker for each `(index, node)` of `workers`, each running operations back to back
-/// on its node, for the configured time; returns what each kind of operation measured.
+/// on its node, for the configured time; returns what each kind of operation measured. With
+/// `cfg.fibers` the workers are fibers on `runtime` (the nodes' network runtime), else threads.
 pub(crate) fn closed_loop(
     cfg: &BenchConfig,
     workers: Vec<(usize, atomos::Node)>,
     workload: &Arc<dyn crate::Workload>,
+    runtime: Option<tokio::runtime::Handle>,
 ) -> Result<Vec<Tally>, BenchError> {
     let stop = Arc::new(AtomicBool::new(false));
     let done_ops = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let profiles = workload.profiles();
-    let workers: Vec<_> = workers
-        .into_iter()
-        .map(|(t, node)| {
-            let (workload, stop, done_ops) = (workload.clone(), stop.clone(), done_ops.clone());
-            let seed = cfg.seed.wrapping_add(t as u64 * 0x9e37_79b9);
-            let pause = cfg.pause;
-            let linked = cfg.linked;
-            thread::spawn(move || -> Result<Vec<Tally>, TxError> {
-                let mut rng = SmallRng::seed_from_u64(seed);
-                let mut tallies: Vec<Tally> =
-                    workload.profiles().iter().map(|_| Tally::new()).collect();
-                let mut ops = 0u64;
-                let mut sampler = sampler::Sampler::new();
-                let mut chain = (linked > 0).then(|| node.linked(linked));
-                let mut op = |rng: &mut SmallRng| match chain.as_mut() {
-                    Some(chain) => workload.op_linked(chain, t, rng).unwrap_or_else(|| {
-                        Err(TxError::Refused {
-                            reason: "the workload has no linked form".into(),
-                        })
-                    }),
-                    None => workload.op(&node, t, rng),
-                };
-                while !stop.load(Ordering::Relaxed) {
-                    if sampler.times(ops) {
-                        let t0 = Instant::now();
-                        let kind = op(&mut rng)?;
-                        let tally = &mut tallies[kind];
-                        let ns = t0.elapsed().as_nanos() as u64;
-                        tally.hist.saturating_record_n(ns, sampler.stride());
-                        tally.ops += 1;
-                    } else {
-                        tallies[op(&mut rng)?].ops += 1;
-                    }
-                    ops += 1;
-                    sampler.done(ops);
-                    if !pause.is_zero() {
-                        thread::sleep(pause);
-                    }
-                    if ops.is_multiple_of(PUBLISH_EVERY) {
-                        done_ops.fetch_add(PUBLISH_EVERY, Ordering::Relaxed);
-                    }
+    let runtime = match (cfg.fibers, runtime) {
+        (true, Some(rt)) => Some(rt),
+        (true, None) => {
+            return Err(BenchError::Config(
+                "--fibers needs networked nodes (their runtime runs the fibers)".into(),
+            ))
+        }
+        (false, _) => None,
+    };
+    let mut running = Vec::with_capacity(workers.len());
+    for (t, node) in workers {
+        let worker = Worker {
+            t,
+            node,
+            workload: workload.clone(),
+            stop: stop.clone(),
+            done_ops: done_ops.clone(),
+            seed: cfg.seed.wrapping_add(t as u64 * 0x9e37_79b9),
+            pause: cfg.pause,
+            linked: cfg.linked,
+        };
+        running.push(match &runtime {
+            // SAFETY: the workloads' operations are transactions and arithmetic: nothing they
+            // hold across a transaction is tied to the thread they run on.
+            Some(rt) => match unsafe { atomos::fiber(move || worker.run()) } {
+                Ok(fiber) => Running::Fiber(rt.clone(), rt.spawn(fiber)),
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(BenchError::Config(format!("cannot start a fiber: {e}")));
                 }
-                if let Some(chain) = chain.as_mut() {
-                    chain.finish()?;
-                }
-                Ok(tallies)
-            })
-        })
-        .collect();
+            },
+            None => Running::Thread(thread::spawn(move || worker.run())),
+        });
+    }
 
     let mut last_print = Instant::now();
     while start.elapsed() < cfg.duration {
@@ -496,8 +510,8 @@ pub(crate) fn closed_loop(
     stop.store(true, Ordering::Relaxed);
     let mut per_kind: Vec<Tally> = profiles.iter().map(|_| Tally::new()).collect();
     let mut failure = None;
-    for w in workers {
-        match w.join().expect("benchmark worker panicked") {
+    for w in running {
+        match w.join() {
             Ok(tallies) => {
                 for (sum, t) in per_kind.iter_mut().zip(tallies) {
                     sum.add(&t);
@@ -512,6 +526,90 @@ pub(crate) fn closed_loop(
     match failure {
         Some(e) => Err(e.into()),
         None => Ok(per_kind),
+    }
+}
+
+/// One closed-loop worker: what it runs and what it reports to.
+struct Worker {
+    t: usize,
+    node: atomos::Node,
+    workload: Arc<dyn crate::Workload>,
+    stop: Arc<AtomicBool>,
+    done_ops: Arc<AtomicU64>,
+    seed: u64,
+    pause: Duration,
+    linked: usize,
+}
+
+impl Worker {
+    /// Runs operations back to back until told to stop; what each kind measured.
+    fn run(self) -> Result<Vec<Tally>, TxError> {
+        let Worker {
+            t,
+            node,
+            workload,
+            stop,
+            done_ops,
+            seed,
+            pause,
+            linked,
+        } = self;
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut tallies: Vec<Tally> = workload.profiles().iter().map(|_| Tally::new()).collect();
+        let mut ops = 0u64;
+        let mut sampler = sampler::Sampler::new();
+        let mut chain = (linked > 0).then(|| node.linked(linked));
+        let mut op = |rng: &mut SmallRng| match chain.as_mut() {
+            Some(chain) => workload.op_linked(chain, t, rng).unwrap_or_else(|| {
+                Err(TxError::Refused {
+                    reason: "the workload has no linked form".into(),
+                })
+            }),
+            None => workload.op(&node, t, rng),
+        };
+        while !stop.load(Ordering::Relaxed) {
+            if sampler.times(ops) {
+                let t0 = Instant::now();
+                let kind = op(&mut rng)?;
+                let tally = &mut tallies[kind];
+                let ns = t0.elapsed().as_nanos() as u64;
+                tally.hist.saturating_record_n(ns, sampler.stride());
+                tally.ops += 1;
+            } else {
+                tallies[op(&mut rng)?].ops += 1;
+            }
+            ops += 1;
+            sampler.done(ops);
+            if !pause.is_zero() {
+                thread::sleep(pause);
+            }
+            if ops.is_multiple_of(PUBLISH_EVERY) {
+                done_ops.fetch_add(PUBLISH_EVERY, Ordering::Relaxed);
+            }
+        }
+        if let Some(chain) = chain.as_mut() {
+            chain.finish()?;
+        }
+        Ok(tallies)
+    }
+}
+
+/// A worker started: a thread, or a fiber's task on a runtime.
+enum Running {
+    Thread(thread::JoinHandle<Result<Vec<Tally>, TxError>>),
+    Fiber(
+        tokio::runtime::Handle,
+        tokio::task::JoinHandle<Result<Vec<Tally>, TxError>>,
+    ),
+}
+
+impl Running {
+    /// Waits for the worker to end.
+    fn join(self) -> Result<Vec<Tally>, TxError> {
+        match self {
+            Running::Thread(t) => t.join().expect("benchmark worker panicked"),
+            Running::Fiber(rt, task) => rt.block_on(task).expect("benchmark worker panicked"),
+        }
     }
 }
 

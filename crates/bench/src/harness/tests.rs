@@ -38,26 +38,33 @@ fn every_workload_keeps_its_invariant_under_contention() {
 
 #[test]
 fn every_workload_runs_on_tfa_across_nodes() {
-    every_workload_runs_across_nodes(Protocol::Tfa);
+    every_workload_runs_across_nodes(Protocol::Tfa, false);
+}
+
+/// The workers as fibers on the nodes' runtime: every workload's transactions suspend where
+/// they wait for TFA's answers, interleaved on the runtime's two threads.
+#[test]
+fn every_workload_runs_on_tfa_as_fibers() {
+    every_workload_runs_across_nodes(Protocol::Tfa, true);
 }
 
 /// Each workload's check runs on every replica (see `check_replicas`).
 #[test]
 fn every_workload_runs_on_certify_across_replicas() {
-    every_workload_runs_across_nodes(Protocol::Certify);
+    every_workload_runs_across_nodes(Protocol::Certify, false);
 }
 
 /// Under `active` the workloads' closures are certified between procedures.
 #[test]
 fn every_workload_runs_on_active_across_replicas() {
-    every_workload_runs_across_nodes(Protocol::Active);
+    every_workload_runs_across_nodes(Protocol::Active, false);
 }
 
 /// Under `oss` every workload's commits go through the ultra-peer; the counters through
 /// each commit mode.
 #[test]
 fn every_workload_runs_on_oss_across_nodes() {
-    every_workload_runs_across_nodes(Protocol::Oss);
+    every_workload_runs_across_nodes(Protocol::Oss, false);
     for oss_commit in [CommitMode::DistributedToken, CommitMode::CoordinatorToken] {
         for workload in [WorkloadKind::SharedCounter, WorkloadKind::PrivateCounters] {
             let r = run(&BenchConfig {
@@ -108,7 +115,7 @@ fn linked_counters_keep_their_sum_and_name_their_hot_spot() {
     }
 }
 
-fn every_workload_runs_across_nodes(protocol: Protocol) {
+fn every_workload_runs_across_nodes(protocol: Protocol, fibers: bool) {
     for transport in [TransportKind::Memory, TransportKind::Tcp] {
         for kind in WorkloadKind::ALL {
             let r = run(&BenchConfig {
@@ -116,7 +123,9 @@ fn every_workload_runs_across_nodes(protocol: Protocol) {
                 protocol,
                 nodes: 3,
                 transport,
-                threads: 2,
+                // More fibers than the runtime has threads, so that they interleave.
+                threads: if fibers { 4 } else { 2 },
+                fibers,
                 objects: 32,
                 read_ratio: 0.3,
                 balance_k: Some(4),
@@ -126,8 +135,9 @@ fn every_workload_runs_across_nodes(protocol: Protocol) {
                 ..BenchConfig::default()
             })
             .unwrap();
-            let what = format!("{kind} on {protocol} over {transport}");
+            let what = format!("{kind} on {protocol} over {transport}, fibers {fibers}");
             assert!(r.invariant_ok, "{what}: {}", r.invariant);
+            assert_eq!(r.fibers, fibers);
             assert!(r.committed > 0, "{what} committed nothing");
             assert_eq!(r.nodes, 3);
             // TFA's counters cover the measured run.
@@ -291,5 +301,23 @@ fn bad_configuration_is_refused() {
     assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
     cfg.read_ratio = 0.5;
     cfg.nodes = 3;
+    assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
+    // Fibers: only where waits suspend them (TFA), only closed loops that do not sleep.
+    cfg.fibers = true;
+    for (protocol, nodes) in [(Protocol::Local, 1), (Protocol::Certify, 3)] {
+        cfg.protocol = protocol;
+        cfg.nodes = nodes;
+        assert!(
+            matches!(run(&cfg), Err(BenchError::Config(_))),
+            "{protocol}"
+        );
+    }
+    cfg.protocol = Protocol::Tfa;
+    cfg.pause = Duration::from_millis(1);
+    assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
+    cfg.pause = Duration::ZERO;
+    // The counters have a linked form; with fibers it is refused all the same.
+    cfg.workload = WorkloadKind::SharedCounter;
+    cfg.linked = 2;
     assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
 }

@@ -78,7 +78,7 @@ fn run_member(
                     .collect();
                 let before = node.stats();
                 let start = Instant::now();
-                let tallies = closed_loop(&quiet, workers, &workload)?;
+                let tallies = closed_loop(&quiet, workers, &workload, cluster.runtime())?;
                 let elapsed_s = start.elapsed().as_secs_f64();
                 let stats = node.stats().since(&before);
                 let tallies = tallies

@@ -74,6 +74,9 @@ pub struct Point {
     /// Each node ran in a process of its own.
     #[serde(default)]
     pub processes: bool,
+    /// The workers ran as fibers on the nodes' network runtime.
+    #[serde(default)]
+    pub fibers: bool,
     /// Linked transactions: commits outstanding per worker (0: none).
     #[serde(default)]
     pub linked: usize,

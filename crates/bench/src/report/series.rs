@@ -74,7 +74,7 @@ type Setting = fn(&Point) -> String;
 /// Settings that are not drawn as an axis: protocol, transport, nesting, mix, scale,
 /// contention, OSS commit mode, link delay, linked transactions, scheduling policy, answer
 /// polling, busy polling, a process per node.
-const CATEGORIES: [Setting; 13] = [
+const CATEGORIES: [Setting; 14] = [
     |p| p.protocol.clone(),
     |p| p.transport.clone(),
     |p| p.nesting.clone(),
@@ -98,6 +98,13 @@ const CATEGORIES: [Setting; 13] = [
     |p| {
         if p.processes {
             "a process per node".to_string()
+        } else {
+            String::new()
+        }
+    },
+    |p| {
+        if p.fibers {
+            "fibers".to_string()
         } else {
             String::new()
         }

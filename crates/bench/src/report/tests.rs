@@ -31,6 +31,7 @@ fn point(protocol: &str, threads: usize, tps: f64) -> Point {
         answer_poll_us: None,
         busy_poll_us: None,
         processes: false,
+        fibers: false,
         linked: 0,
         throughput_tps: tps,
         abort_rate: 0.01 * threads as f64,

@@ -1,0 +1,428 @@
+//! Fibers: blocking-style code, such as a loop of transactions, run as a future on an async
+//! runtime's threads.
+//!
+//! A thread that waits for a protocol's answer (a TFA read, a commit) polls and then sleeps
+//! until the runtime worker that read the answer from the network wakes it: two threads and a
+//! switch between them for every message. A fiber runs the same code on a stackful coroutine
+//! instead; where the code would wait for an answer it suspends, and the future that drives
+//! the fiber is woken by the answer like any other task. So the runtime's own threads read the
+//! sockets, step the protocol and run the transactions waiting on it, with no thread switch
+//! between them.
+//!
+//! Only waits for a protocol's answer suspend a fiber. Anything else that blocks (a contention
+//! manager's back-off, `retry()`, a long computation) holds the runtime thread it runs on.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use corosensei::stack::DefaultStack;
+use corosensei::{Coroutine, CoroutineResult, Yielder};
+use parking_lot::Mutex;
+
+/// The stack each fiber runs on (mapped on first touch, so a fiber uses what it touches).
+const STACK_BYTES: usize = 1 << 20;
+
+/// Stacks of finished fibers kept for new ones (mapping a stack costs system calls).
+const POOLED_STACKS: usize = 64;
+
+static STACKS: Mutex<Vec<DefaultStack>> = Mutex::new(Vec::new());
+
+/// Something a suspended fiber waits for.
+pub(crate) trait Awaited: Sync {
+    /// Whether it is ready; if not, `waker` is woken once it is (a later call replaces the
+    /// waker).
+    fn ready_or_register(&self, waker: &Waker) -> bool;
+}
+
+/// Why a suspended fiber goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resumed {
+    /// What it waited for may be ready (it looks again).
+    Ready,
+    /// Its deadline passed.
+    TimedOut,
+}
+
+/// What a fiber suspends with: what it waits for, until when.
+pub(crate) struct Wait {
+    awaited: *const dyn Awaited,
+    deadline: Instant,
+}
+
+type FiberYielder = Yielder<Resumed, Wait>;
+
+thread_local! {
+    /// The yielder of the fiber this thread is running (null outside fibers).
+    static CURRENT: Cell<*const FiberYielder> = const { Cell::new(std::ptr::null()) };
+}
+
+// Never inlined: a fiber may resume on another thread, and an inlined access could reuse the
+// address of the thread-local of the thread it ran on before (see `atomos_sched::task`).
+#[inline(never)]
+fn swap_current(yielder: *const FiberYielder) -> *const FiberYielder {
+    CURRENT.with(|c| c.replace(yielder))
+}
+
+#[inline(never)]
+fn current() -> *const FiberYielder {
+    CURRENT.with(Cell::get)
+}
+
+/// Whether the calling code runs in a fiber.
+pub(crate) fn in_fiber() -> bool {
+    !current().is_null()
+}
+
+/// Suspends the calling fiber until `awaited` may be ready or `deadline` passes; `None`
+/// outside fibers (the caller waits as a thread does).
+pub(crate) fn suspend(awaited: &(dyn Awaited + 'static), deadline: Instant) -> Option<Resumed> {
+    let yielder = current();
+    // SAFETY: a non-null current yielder is that of the fiber running this code, which lives
+    // on the fiber's stack until the fiber ends.
+    let yielder = unsafe { yielder.as_ref() }?;
+    Some(yielder.suspend(Wait {
+        awaited: awaited as *const dyn Awaited,
+        deadline,
+    }))
+}
+
+/// A fiber: a closure run as a future. Polling it runs the closure on its own stack until it
+/// returns (the future is ready) or waits for a protocol's answer (the future is pending until
+/// the answer arrives or the wait's deadline passes).
+///
+/// Deadlines use the Tokio runtime's timer when the fiber is polled inside a Tokio runtime;
+/// polled elsewhere, a fiber waits for its answers without a deadline.
+pub struct Fiber<R> {
+    /// The coroutine, until it returns.
+    coroutine: Option<Coroutine<Resumed, Wait, R, DefaultStack>>,
+    /// Its yielder, once it started (the poller makes it current around each resume).
+    yielder: *const FiberYielder,
+    /// What it waits for, while suspended.
+    waiting: Option<Wait>,
+    /// The timer of the wait's deadline.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+// SAFETY: the closure and its result are `Send`; the fiber is resumed by one thread at a time
+// (whoever polls it), and the contract of [`fiber`] keeps what the closure holds across a
+// suspension free of ties to the thread it ran on. `waiting` points into an `Awaited` the
+// suspended closure keeps alive, which is `Sync`.
+unsafe impl<R: Send> Send for Fiber<R> {}
+
+impl<R> Unpin for Fiber<R> {}
+
+/// Runs `body` as a fiber (see the module documentation): the returned future runs it when
+/// polled, on the polling thread, suspending where it waits for a protocol's answer.
+///
+/// # Safety
+///
+/// A suspended fiber may resume on another thread (a multi-threaded runtime moves tasks
+/// between its threads). Across any call that may wait for a protocol's answer (a
+/// transaction on a networked node), `body` must not keep a reference into thread-local
+/// storage, a lock guard, or anything else tied to the thread it runs on, and must not rely on
+/// the thread's identity. The transactions of atomos keep this rule themselves.
+///
+/// Fails only if no stack can be mapped for it.
+pub unsafe fn fiber<R, F>(body: F) -> std::io::Result<Fiber<R>>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let stack = STACKS.lock().pop();
+    let stack = match stack {
+        Some(stack) => stack,
+        None => DefaultStack::new(STACK_BYTES)?,
+    };
+    let coroutine = Coroutine::with_stack(stack, move |yielder: &FiberYielder, _| {
+        swap_current(yielder);
+        body()
+    });
+    Ok(Fiber {
+        coroutine: Some(coroutine),
+        yielder: std::ptr::null(),
+        waiting: None,
+        timer: None,
+    })
+}
+
+impl<R> Fiber<R> {
+    /// Whether the deadline of the current wait passed; if not and a timer can run, the timer
+    /// wakes the task at the deadline.
+    fn deadline_passed(&mut self, cx: &mut Context<'_>, deadline: Instant) -> bool {
+        if Instant::now() >= deadline {
+            return true;
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return false;
+        }
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let timer = match &mut self.timer {
+            Some(timer) => {
+                if timer.deadline() != deadline {
+                    timer.as_mut().reset(deadline);
+                }
+                timer
+            }
+            None => self
+                .timer
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        timer.as_mut().poll(cx).is_ready()
+    }
+}
+
+impl<R> Future for Fiber<R> {
+    type Output = R;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<R> {
+        let this = self.get_mut();
+        let mut input = Resumed::Ready;
+        if let Some(wait) = this.waiting.take() {
+            // SAFETY: the fiber is suspended waiting on it, which keeps it alive.
+            let awaited = unsafe { &*wait.awaited };
+            if !awaited.ready_or_register(cx.waker()) {
+                if !this.deadline_passed(cx, wait.deadline) {
+                    this.waiting = Some(wait);
+                    return Poll::Pending;
+                }
+                input = Resumed::TimedOut;
+            }
+        }
+        loop {
+            let coroutine = this
+                .coroutine
+                .as_mut()
+                .expect("a fiber polled after it returned");
+            let outer = swap_current(this.yielder);
+            let result = coroutine.resume(input);
+            this.yielder = swap_current(outer);
+            match result {
+                CoroutineResult::Return(r) => {
+                    if let Some(coroutine) = this.coroutine.take() {
+                        let mut stacks = STACKS.lock();
+                        if stacks.len() < POOLED_STACKS {
+                            stacks.push(coroutine.into_stack());
+                        }
+                    }
+                    return Poll::Ready(r);
+                }
+                CoroutineResult::Yield(wait) => {
+                    // SAFETY: as above.
+                    let awaited = unsafe { &*wait.awaited };
+                    if awaited.ready_or_register(cx.waker()) {
+                        input = Resumed::Ready;
+                    } else if this.deadline_passed(cx, wait.deadline) {
+                        input = Resumed::TimedOut;
+                    } else {
+                        this.waiting = Some(wait);
+                        return Poll::Pending;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<R> Drop for Fiber<R> {
+    fn drop(&mut self) {
+        // A fiber dropped while suspended unwinds its stack here (its transactions abort as on
+        // a panic). Code that runs meanwhile is in no fiber: a wait there blocks the thread
+        // rather than suspend a fiber that is being torn down (or one polling this one).
+        if let Some(mut coroutine) = self.coroutine.take() {
+            self.waiting = None;
+            let outer = swap_current(std::ptr::null());
+            coroutine.force_unwind();
+            swap_current(outer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answer::AnswerSlot;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+    use std::time::Duration;
+
+    /// A waker that counts its wakes.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn poll<R>(fiber: &mut Fiber<R>, waker: &Waker) -> Poll<R> {
+        Pin::new(fiber).poll(&mut Context::from_waker(waker))
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    #[test]
+    fn a_fiber_that_does_not_wait_returns_on_its_first_poll() {
+        // SAFETY: the closure holds nothing tied to a thread.
+        let mut fiber = unsafe { fiber(|| 6 * 7) }.unwrap();
+        assert!(!in_fiber());
+        assert_eq!(poll(&mut fiber, Waker::noop()), Poll::Ready(42));
+    }
+
+    #[test]
+    fn a_fiber_suspends_on_a_missing_answer_and_the_answer_wakes_it() {
+        let slot = Arc::new(AnswerSlot::<u32>::default());
+        let inner = slot.clone();
+        // SAFETY: as above.
+        let mut fiber = unsafe {
+            fiber(move || {
+                assert!(in_fiber());
+                inner.wait_until(far(), Duration::from_secs(1))
+            })
+        }
+        .unwrap();
+        let count = Arc::new(Count::default());
+        let waker = Waker::from(count.clone());
+        // Suspended at once: the thread neither polled for the second nor slept.
+        let start = Instant::now();
+        assert_eq!(poll(&mut fiber, &waker), Poll::Pending);
+        assert!(start.elapsed() < Duration::from_millis(500));
+        assert!(!in_fiber());
+        // Polled again without an answer: still waiting, nothing woken.
+        assert_eq!(poll(&mut fiber, &waker), Poll::Pending);
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        slot.put(7);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(poll(&mut fiber, &waker), Poll::Ready(Some(7)));
+    }
+
+    #[test]
+    fn an_answer_put_before_the_wait_is_taken_without_suspending() {
+        let slot = Arc::new(AnswerSlot::<u32>::default());
+        slot.put(3);
+        let inner = slot.clone();
+        // SAFETY: as above.
+        let mut fiber = unsafe { fiber(move || inner.wait_until(far(), Duration::ZERO)) }.unwrap();
+        assert_eq!(poll(&mut fiber, Waker::noop()), Poll::Ready(Some(3)));
+    }
+
+    #[test]
+    fn a_fiber_waits_until_its_deadline_and_no_longer() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let slot = Arc::new(AnswerSlot::<u32>::default());
+        let inner = slot.clone();
+        let start = Instant::now();
+        // SAFETY: as above.
+        let fiber = unsafe {
+            fiber(move || {
+                inner.wait_until(Instant::now() + Duration::from_millis(30), Duration::ZERO)
+            })
+        }
+        .unwrap();
+        assert_eq!(rt.block_on(fiber), None);
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn fibers_interleave_on_one_thread_and_move_between_threads() {
+        // Two fibers on a current-thread runtime wait for each other's answers: neither can
+        // finish unless the other runs while it is suspended.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let (a, b) = (
+            Arc::new(AnswerSlot::<u32>::default()),
+            Arc::new(AnswerSlot::<u32>::default()),
+        );
+        let ping = {
+            let (a, b) = (a.clone(), b.clone());
+            move || {
+                let mut sum = 0;
+                for i in 0..100 {
+                    b.put(i);
+                    sum += a.wait_until(far(), Duration::ZERO).unwrap();
+                }
+                sum
+            }
+        };
+        let pong = move || {
+            for _ in 0..100 {
+                let got = b.wait_until(far(), Duration::ZERO).unwrap();
+                a.put(got * 2);
+            }
+        };
+        // SAFETY: as above.
+        let (ping, pong) = unsafe { (fiber(ping).unwrap(), fiber(pong).unwrap()) };
+        let (sum, ()) = rt.block_on(async {
+            let ping = tokio::spawn(ping);
+            let pong = tokio::spawn(pong);
+            (ping.await.unwrap(), pong.await.unwrap())
+        });
+        assert_eq!(sum, (0..100).map(|i| i * 2).sum::<u32>());
+
+        // A fiber suspended on one thread resumes on another.
+        let slot = Arc::new(AnswerSlot::<u32>::default());
+        let inner = slot.clone();
+        // SAFETY: as above.
+        let mut fiber = unsafe {
+            fiber(move || {
+                let first = std::thread::current().id();
+                let got = inner.wait_until(far(), Duration::ZERO);
+                (first, std::thread::current().id(), got)
+            })
+        }
+        .unwrap();
+        assert_eq!(poll(&mut fiber, Waker::noop()), Poll::Pending);
+        slot.put(9);
+        let (first, second, got) =
+            std::thread::spawn(move || match poll(&mut fiber, Waker::noop()) {
+                Poll::Ready(r) => r,
+                Poll::Pending => panic!("the answer was put"),
+            })
+            .join()
+            .unwrap();
+        assert_ne!(first, second);
+        assert_eq!(got, Some(9));
+    }
+
+    #[test]
+    fn a_fiber_dropped_while_suspended_unwinds_its_stack() {
+        struct SetOnDrop(Arc<AtomicBool>);
+        impl Drop for SetOnDrop {
+            fn drop(&mut self) {
+                // Unwinding runs outside any fiber.
+                assert!(!in_fiber());
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(AtomicBool::new(false));
+        let slot = Arc::new(AnswerSlot::<u32>::default());
+        let (flag, inner) = (dropped.clone(), slot.clone());
+        // SAFETY: as above.
+        let mut fiber = unsafe {
+            fiber(move || {
+                let _guard = SetOnDrop(flag);
+                inner.wait_until(far(), Duration::ZERO)
+            })
+        }
+        .unwrap();
+        assert_eq!(poll(&mut fiber, Waker::noop()), Poll::Pending);
+        assert!(!dropped.load(Ordering::SeqCst));
+        drop(fiber);
+        assert!(dropped.load(Ordering::SeqCst));
+        // The slot keeps no waker that matters: an answer put now wakes nobody and is kept.
+        slot.put(1);
+        assert_eq!(slot.take(), Some(1));
+    }
+}
