@@ -9,14 +9,17 @@
 //! sockets, step the protocol and run the transactions waiting on it, with no thread switch
 //! between them.
 //!
-//! Only waits for a protocol's answer suspend a fiber. Anything else that blocks (a contention
-//! manager's back-off, `retry()`, a long computation) holds the runtime thread it runs on.
+//! Only waits for a protocol's answer, and [`yield_now`], suspend a fiber. Anything else that
+//! blocks (a contention manager's back-off, `retry()`, a long computation) holds the runtime
+//! thread it runs on: a fiber whose transactions find everything they need on their node
+//! should call [`yield_now`] between them, so that the runtime's other tasks (its sockets
+//! among them) get their turn.
 
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
@@ -46,17 +49,37 @@ pub(crate) enum Resumed {
     TimedOut,
 }
 
-/// What a fiber suspends with: what it waits for, until when.
-pub(crate) struct Wait {
-    awaited: *const dyn Awaited,
-    deadline: Instant,
+/// What a fiber suspends with.
+pub(crate) enum Wait {
+    /// An answer: what it waits for, until when.
+    Answer {
+        awaited: *const dyn Awaited,
+        deadline: Instant,
+    },
+    /// Nothing: it lets the runtime's other tasks run first.
+    Yield,
 }
 
 type FiberYielder = Yielder<Resumed, Wait>;
 
+/// How long a fiber runs before [`consume_budget`] yields.
+pub const TURN: Duration = Duration::from_micros(50);
+
 thread_local! {
     /// The yielder of the fiber this thread is running (null outside fibers).
     static CURRENT: Cell<*const FiberYielder> = const { Cell::new(std::ptr::null()) };
+    /// When the fiber this thread runs was last resumed.
+    static TURN_START: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+#[inline(never)]
+fn start_turn() {
+    TURN_START.with(|t| t.set(Some(Instant::now())));
+}
+
+#[inline(never)]
+fn turn_start() -> Option<Instant> {
+    TURN_START.with(Cell::get)
 }
 
 // Never inlined: a fiber may resume on another thread, and an inlined access could reuse the
@@ -83,15 +106,39 @@ pub(crate) fn suspend(awaited: &(dyn Awaited + 'static), deadline: Instant) -> O
     // SAFETY: a non-null current yielder is that of the fiber running this code, which lives
     // on the fiber's stack until the fiber ends.
     let yielder = unsafe { yielder.as_ref() }?;
-    Some(yielder.suspend(Wait {
+    Some(yielder.suspend(Wait::Answer {
         awaited: awaited as *const dyn Awaited,
         deadline,
     }))
 }
 
+/// In a fiber, lets the other tasks of the runtime polling it run before it goes on (it is
+/// woken at once and queued behind them); elsewhere, does nothing. Costs a task switch.
+pub fn yield_now() {
+    let yielder = current();
+    // SAFETY: as in `suspend`.
+    if let Some(yielder) = unsafe { yielder.as_ref() } {
+        yielder.suspend(Wait::Yield);
+    }
+}
+
+/// In a fiber that has run for [`TURN`] since it was last resumed, [`yield_now`]; otherwise
+/// (and outside fibers) does nothing. Called between transactions, it bounds how long a fiber
+/// whose transactions never wait keeps the runtime's other tasks from running, and costs a
+/// clock read when the fiber's turn is not over.
+pub fn consume_budget() {
+    if !in_fiber() {
+        return;
+    }
+    if turn_start().is_none_or(|start| start.elapsed() >= TURN) {
+        yield_now();
+    }
+}
+
 /// A fiber: a closure run as a future. Polling it runs the closure on its own stack until it
-/// returns (the future is ready) or waits for a protocol's answer (the future is pending until
-/// the answer arrives or the wait's deadline passes).
+/// returns (the future is ready), waits for a protocol's answer (the future is pending until
+/// the answer arrives or the wait's deadline passes) or calls [`yield_now`] (pending, and
+/// woken at once).
 ///
 /// Deadlines use the Tokio runtime's timer when the fiber is polled inside a Tokio runtime;
 /// polled elsewhere, a fiber waits for its answers without a deadline.
@@ -107,48 +154,71 @@ pub struct Fiber<R> {
 }
 
 // SAFETY: the closure and its result are `Send`; the fiber is resumed by one thread at a time
-// (whoever polls it), and the contract of [`fiber`] keeps what the closure holds across a
+// (whoever polls it), and the contract of [`Fiber::new`] keeps what the closure holds across a
 // suspension free of ties to the thread it ran on. `waiting` points into an `Awaited` the
 // suspended closure keeps alive, which is `Sync`.
 unsafe impl<R: Send> Send for Fiber<R> {}
 
 impl<R> Unpin for Fiber<R> {}
 
-/// Runs `body` as a fiber (see the module documentation): the returned future runs it when
-/// polled, on the polling thread, suspending where it waits for a protocol's answer.
-///
-/// # Safety
-///
-/// A suspended fiber may resume on another thread (a multi-threaded runtime moves tasks
-/// between its threads). Across any call that may wait for a protocol's answer (a
-/// transaction on a networked node), `body` must not keep a reference into thread-local
-/// storage, a lock guard, or anything else tied to the thread it runs on, and must not rely on
-/// the thread's identity. The transactions of atomos keep this rule themselves.
-///
-/// Fails only if no stack can be mapped for it.
-pub unsafe fn fiber<R, F>(body: F) -> std::io::Result<Fiber<R>>
-where
-    F: FnOnce() -> R + Send + 'static,
-    R: Send + 'static,
-{
-    let stack = STACKS.lock().pop();
-    let stack = match stack {
-        Some(stack) => stack,
-        None => DefaultStack::new(STACK_BYTES)?,
-    };
-    let coroutine = Coroutine::with_stack(stack, move |yielder: &FiberYielder, _| {
-        swap_current(yielder);
-        body()
-    });
-    Ok(Fiber {
-        coroutine: Some(coroutine),
-        yielder: std::ptr::null(),
-        waiting: None,
-        timer: None,
-    })
-}
-
 impl<R> Fiber<R> {
+    /// Runs `body` as a fiber (see the module documentation): the returned future runs it when
+    /// polled, on the polling thread, suspending where it waits for a protocol's answer.
+    ///
+    /// # Safety
+    ///
+    /// A suspended fiber may resume on another thread (a multi-threaded runtime moves tasks
+    /// between its threads). Across any call that may wait for a protocol's answer (a
+    /// transaction on a networked node) and across [`yield_now`], `body` must not keep a
+    /// reference into thread-local storage, a lock guard, or anything else tied to the thread
+    /// it runs on, and must not rely on the thread's identity. The transactions of atomos keep
+    /// this rule themselves.
+    ///
+    /// Fails only if no stack can be mapped for it.
+    pub unsafe fn new<F>(body: F) -> std::io::Result<Fiber<R>>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let stack = STACKS.lock().pop();
+        let stack = match stack {
+            Some(stack) => stack,
+            None => DefaultStack::new(STACK_BYTES)?,
+        };
+        let coroutine = Coroutine::with_stack(stack, move |yielder: &FiberYielder, _| {
+            swap_current(yielder);
+            body()
+        });
+        Ok(Fiber {
+            coroutine: Some(coroutine),
+            yielder: std::ptr::null(),
+            waiting: None,
+            timer: None,
+        })
+    }
+
+    /// How the fiber goes on after it suspended with `wait`: at once, or (`None`) once woken.
+    fn resumption(&mut self, cx: &mut Context<'_>, wait: &Wait) -> Option<Resumed> {
+        match *wait {
+            Wait::Answer { awaited, deadline } => {
+                // SAFETY: the fiber is suspended waiting on it, which keeps it alive.
+                let awaited = unsafe { &*awaited };
+                if awaited.ready_or_register(cx.waker()) {
+                    Some(Resumed::Ready)
+                } else if self.deadline_passed(cx, deadline) {
+                    Some(Resumed::TimedOut)
+                } else {
+                    None
+                }
+            }
+            Wait::Yield => {
+                // Woken while it runs, the task is queued behind the runtime's other tasks.
+                cx.waker().wake_by_ref();
+                None
+            }
+        }
+    }
+
     /// Whether the deadline of the current wait passed; if not and a timer can run, the timer
     /// wakes the task at the deadline.
     fn deadline_passed(&mut self, cx: &mut Context<'_>, deadline: Instant) -> bool {
@@ -179,24 +249,24 @@ impl<R> Future for Fiber<R> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<R> {
         let this = self.get_mut();
-        let mut input = Resumed::Ready;
-        if let Some(wait) = this.waiting.take() {
-            // SAFETY: the fiber is suspended waiting on it, which keeps it alive.
-            let awaited = unsafe { &*wait.awaited };
-            if !awaited.ready_or_register(cx.waker()) {
-                if !this.deadline_passed(cx, wait.deadline) {
+        let mut input = match this.waiting.take() {
+            // A yield goes on at its next poll.
+            None | Some(Wait::Yield) => Resumed::Ready,
+            Some(wait) => match this.resumption(cx, &wait) {
+                Some(resumed) => resumed,
+                None => {
                     this.waiting = Some(wait);
                     return Poll::Pending;
                 }
-                input = Resumed::TimedOut;
-            }
-        }
+            },
+        };
         loop {
             let coroutine = this
                 .coroutine
                 .as_mut()
                 .expect("a fiber polled after it returned");
             let outer = swap_current(this.yielder);
+            start_turn();
             let result = coroutine.resume(input);
             this.yielder = swap_current(outer);
             match result {
@@ -209,18 +279,13 @@ impl<R> Future for Fiber<R> {
                     }
                     return Poll::Ready(r);
                 }
-                CoroutineResult::Yield(wait) => {
-                    // SAFETY: as above.
-                    let awaited = unsafe { &*wait.awaited };
-                    if awaited.ready_or_register(cx.waker()) {
-                        input = Resumed::Ready;
-                    } else if this.deadline_passed(cx, wait.deadline) {
-                        input = Resumed::TimedOut;
-                    } else {
+                CoroutineResult::Yield(wait) => match this.resumption(cx, &wait) {
+                    Some(resumed) => input = resumed,
+                    None => {
                         this.waiting = Some(wait);
                         return Poll::Pending;
                     }
-                }
+                },
             }
         }
     }
@@ -247,7 +312,6 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::task::Wake;
-    use std::time::Duration;
 
     /// A waker that counts its wakes.
     #[derive(Default)]
@@ -270,7 +334,7 @@ mod tests {
     #[test]
     fn a_fiber_that_does_not_wait_returns_on_its_first_poll() {
         // SAFETY: the closure holds nothing tied to a thread.
-        let mut fiber = unsafe { fiber(|| 6 * 7) }.unwrap();
+        let mut fiber = unsafe { Fiber::new(|| 6 * 7) }.unwrap();
         assert!(!in_fiber());
         assert_eq!(poll(&mut fiber, Waker::noop()), Poll::Ready(42));
     }
@@ -281,7 +345,7 @@ mod tests {
         let inner = slot.clone();
         // SAFETY: as above.
         let mut fiber = unsafe {
-            fiber(move || {
+            Fiber::new(move || {
                 assert!(in_fiber());
                 inner.wait_until(far(), Duration::from_secs(1))
             })
@@ -308,7 +372,8 @@ mod tests {
         slot.put(3);
         let inner = slot.clone();
         // SAFETY: as above.
-        let mut fiber = unsafe { fiber(move || inner.wait_until(far(), Duration::ZERO)) }.unwrap();
+        let mut fiber =
+            unsafe { Fiber::new(move || inner.wait_until(far(), Duration::ZERO)) }.unwrap();
         assert_eq!(poll(&mut fiber, Waker::noop()), Poll::Ready(Some(3)));
     }
 
@@ -323,7 +388,7 @@ mod tests {
         let start = Instant::now();
         // SAFETY: as above.
         let fiber = unsafe {
-            fiber(move || {
+            Fiber::new(move || {
                 inner.wait_until(Instant::now() + Duration::from_millis(30), Duration::ZERO)
             })
         }
@@ -363,7 +428,7 @@ mod tests {
             }
         };
         // SAFETY: as above.
-        let (ping, pong) = unsafe { (fiber(ping).unwrap(), fiber(pong).unwrap()) };
+        let (ping, pong) = unsafe { (Fiber::new(ping).unwrap(), Fiber::new(pong).unwrap()) };
         let (sum, ()) = rt.block_on(async {
             let ping = tokio::spawn(ping);
             let pong = tokio::spawn(pong);
@@ -376,7 +441,7 @@ mod tests {
         let inner = slot.clone();
         // SAFETY: as above.
         let mut fiber = unsafe {
-            fiber(move || {
+            Fiber::new(move || {
                 let first = std::thread::current().id();
                 let got = inner.wait_until(far(), Duration::ZERO);
                 (first, std::thread::current().id(), got)
@@ -397,6 +462,70 @@ mod tests {
     }
 
     #[test]
+    fn a_yield_lets_the_other_tasks_run_first() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let seen = ran.clone();
+        // SAFETY: as above.
+        let fiber = unsafe {
+            Fiber::new(move || {
+                let before = seen.load(Ordering::SeqCst);
+                yield_now();
+                (before, seen.load(Ordering::SeqCst))
+            })
+        }
+        .unwrap();
+        let (before, after) = rt.block_on(async {
+            let fiber = tokio::spawn(fiber);
+            let other = tokio::spawn(async move {
+                ran.fetch_add(1, Ordering::SeqCst);
+            });
+            other.await.unwrap();
+            fiber.await.unwrap()
+        });
+        assert_eq!((before, after), (0, 1));
+        // Outside fibers it does nothing.
+        yield_now();
+    }
+
+    #[test]
+    fn a_fiber_yields_to_its_budget_once_its_turn_is_over() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let seen = ran.clone();
+        // SAFETY: as above.
+        let fiber = unsafe {
+            Fiber::new(move || {
+                // Just resumed: the turn goes on.
+                consume_budget();
+                let early = seen.load(Ordering::SeqCst);
+                let start = Instant::now();
+                while start.elapsed() < TURN * 2 {
+                    std::hint::spin_loop();
+                }
+                consume_budget();
+                (early, seen.load(Ordering::SeqCst))
+            })
+        }
+        .unwrap();
+        let (early, late) = rt.block_on(async {
+            let fiber = tokio::spawn(fiber);
+            let other = tokio::spawn(async move {
+                ran.fetch_add(1, Ordering::SeqCst);
+            });
+            other.await.unwrap();
+            fiber.await.unwrap()
+        });
+        assert_eq!((early, late), (0, 1));
+        // Outside fibers it does nothing.
+        consume_budget();
+    }
+
+    #[test]
     fn a_fiber_dropped_while_suspended_unwinds_its_stack() {
         struct SetOnDrop(Arc<AtomicBool>);
         impl Drop for SetOnDrop {
@@ -411,7 +540,7 @@ mod tests {
         let (flag, inner) = (dropped.clone(), slot.clone());
         // SAFETY: as above.
         let mut fiber = unsafe {
-            fiber(move || {
+            Fiber::new(move || {
                 let _guard = SetOnDrop(flag);
                 inner.wait_until(far(), Duration::ZERO)
             })

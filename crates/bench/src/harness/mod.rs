@@ -480,7 +480,7 @@ pub(crate) fn closed_loop(
         running.push(match &runtime {
             // SAFETY: the workloads' operations are transactions and arithmetic: nothing they
             // hold across a transaction is tied to the thread they run on.
-            Some(rt) => match unsafe { atomos::fiber(move || worker.run()) } {
+            Some(rt) => match unsafe { atomos::Fiber::new(move || worker.run()) } {
                 Ok(fiber) => Running::Fiber(rt.clone(), rt.spawn(fiber)),
                 Err(e) => {
                     stop.store(true, Ordering::Relaxed);
@@ -583,6 +583,9 @@ impl Worker {
             if !pause.is_zero() {
                 thread::sleep(pause);
             }
+            // A fiber whose operations found everything on its node may not have let the
+            // runtime's other tasks run for a while (no-op for threads: the system preempts).
+            atomos::fiber::consume_budget();
             if ops.is_multiple_of(PUBLISH_EVERY) {
                 done_ops.fetch_add(PUBLISH_EVERY, Ordering::Relaxed);
             }
