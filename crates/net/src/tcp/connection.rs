@@ -210,7 +210,11 @@ async fn write_loop(
         let wake_at = next_due.map_or(idle_until, |d| d.min(idle_until));
         tokio::select! {
             _ = conn.cancelled() => return Ok(()),
-            _ = link.wake.notified() => {}
+            _ = link.wake.notified() => {
+                // Let the tasks ready on this worker run first: what they send joins this
+                // write (under load, one system call for many frames).
+                tokio::task::yield_now().await;
+            }
             _ = sleep_until(wake_at) => {
                 if Instant::now() >= idle_until {
                     let mut outbox = link.outbox.lock();
