@@ -7,9 +7,13 @@ source "$(dirname "$0")/lib.sh"
 common="--protocol tfa --nodes 4 --threads 4 --objects 10000 --read-ratio 0.5 --duration 5 --quiet"
 settings=(
   "bank-tcp-k2|bank $common --transport tcp --balance-k 2"
+  "bank-tcp-k2-fibers|bank $common --transport tcp --balance-k 2 --fibers"
   "bank-tcp-k2-processes|bank $common --transport tcp --balance-k 2 --processes"
+  "bank-tcp-k2-processes-fibers|bank $common --transport tcp --balance-k 2 --processes --fibers"
   "bank-memory-k2|bank $common --transport memory --balance-k 2"
+  "bank-memory-k2-fibers|bank $common --transport memory --balance-k 2 --fibers"
   "hashtable-tcp|hashtable --protocol tfa --nodes 4 --threads 4 --read-ratio 0.5 --duration 5 --quiet --transport tcp"
+  "hashtable-tcp-fibers|hashtable --protocol tfa --nodes 4 --threads 4 --read-ratio 0.5 --duration 5 --quiet --transport tcp --fibers"
 )
 run_settings "$runs" "" "" "${settings[@]}"
 python3 - "$out" "$runs" "${settings[@]}" <<'PY'
