@@ -9,11 +9,12 @@
 //! sockets, step the protocol and run the transactions waiting on it, with no thread switch
 //! between them.
 //!
-//! Only waits for a protocol's answer, and [`yield_now`], suspend a fiber. Anything else that
-//! blocks (a contention manager's back-off, `retry()`, a long computation) holds the runtime
-//! thread it runs on: a fiber whose transactions find everything they need on their node
-//! should call [`yield_now`] between them, so that the runtime's other tasks (its sockets
-//! among them) get their turn.
+//! Waits for a protocol's answer, a contention manager's back-off and [`yield_now`] suspend a
+//! fiber. Anything else that blocks (`retry()`, a sleep, a long computation) holds the runtime
+//! thread it runs on. A fiber whose transactions find everything they need on their node never
+//! waits, so it should call [`consume_budget`] between them: the runtime's other tasks queued
+//! on its thread then get their turn (Tokio looks at the sockets between tasks, every 61 tasks
+//! by default, and whenever its queue is empty).
 
 use std::cell::Cell;
 use std::future::Future;
@@ -56,6 +57,8 @@ pub(crate) enum Wait {
         awaited: *const dyn Awaited,
         deadline: Instant,
     },
+    /// The time: it goes on once `until` has passed.
+    Until(Instant),
     /// Nothing: it lets the runtime's other tasks run first.
     Yield,
 }
@@ -94,6 +97,26 @@ fn current() -> *const FiberYielder {
     CURRENT.with(Cell::get)
 }
 
+/// Makes a yielder current on this thread until dropped, then puts back what was current
+/// before, however the scope ends (a fiber's panic leaves `resume` by unwinding).
+struct MadeCurrent {
+    outer: *const FiberYielder,
+}
+
+impl MadeCurrent {
+    fn enter(yielder: *const FiberYielder) -> MadeCurrent {
+        MadeCurrent {
+            outer: swap_current(yielder),
+        }
+    }
+}
+
+impl Drop for MadeCurrent {
+    fn drop(&mut self) {
+        swap_current(self.outer);
+    }
+}
+
 /// Whether the calling code runs in a fiber.
 pub(crate) fn in_fiber() -> bool {
     !current().is_null()
@@ -112,8 +135,8 @@ pub(crate) fn suspend(awaited: &(dyn Awaited + 'static), deadline: Instant) -> O
     }))
 }
 
-/// In a fiber, lets the other tasks of the runtime polling it run before it goes on (it is
-/// woken at once and queued behind them); elsewhere, does nothing. Costs a task switch.
+/// In a fiber, lets the other tasks queued where it runs go first (its task is woken at once
+/// and queued behind them); elsewhere, does nothing. Costs a task switch.
 pub fn yield_now() {
     let yielder = current();
     // SAFETY: as in `suspend`.
@@ -135,13 +158,30 @@ pub fn consume_budget() {
     }
 }
 
+/// Waits out a back-off until `until` by suspending the calling fiber (the contention
+/// manager's hook, see `atomos_core::set_fiber_pause`); `false` outside fibers.
+fn pause_until(until: Instant) -> bool {
+    let yielder = current();
+    // SAFETY: as in `suspend`.
+    match unsafe { yielder.as_ref() } {
+        Some(yielder) => {
+            yielder.suspend(Wait::Until(until));
+            true
+        }
+        None => false,
+    }
+}
+
 /// A fiber: a closure run as a future. Polling it runs the closure on its own stack until it
 /// returns (the future is ready), waits for a protocol's answer (the future is pending until
-/// the answer arrives or the wait's deadline passes) or calls [`yield_now`] (pending, and
-/// woken at once).
+/// the answer arrives or the wait's deadline passes), backs off after a conflict (pending
+/// until the back-off is over) or calls [`yield_now`] (pending, and woken at once). A panic
+/// in the closure comes out of `poll`.
 ///
-/// Deadlines use the Tokio runtime's timer when the fiber is polled inside a Tokio runtime;
-/// polled elsewhere, a fiber waits for its answers without a deadline.
+/// Deadlines and back-offs use the Tokio runtime's timer when the fiber is polled inside a
+/// Tokio runtime, which must then have its timer enabled; polled elsewhere, a fiber waits for
+/// its answers without a deadline, and waits out a back-off by waking its task at once until
+/// the back-off is over.
 pub struct Fiber<R> {
     /// The coroutine, until it returns.
     coroutine: Option<Coroutine<Resumed, Wait, R, DefaultStack>>,
@@ -169,7 +209,8 @@ impl<R> Fiber<R> {
     ///
     /// A suspended fiber may resume on another thread (a multi-threaded runtime moves tasks
     /// between its threads). Across any call that may wait for a protocol's answer (a
-    /// transaction on a networked node) and across [`yield_now`], `body` must not keep a
+    /// transaction on a networked node) and across [`yield_now`] and [`consume_budget`],
+    /// `body` must not keep a
     /// reference into thread-local storage, a lock guard, or anything else tied to the thread
     /// it runs on, and must not rely on the thread's identity. The transactions of atomos keep
     /// this rule themselves.
@@ -180,6 +221,8 @@ impl<R> Fiber<R> {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
+        // Back-offs in fibers suspend them rather than sleep on the runtime's thread.
+        atomos_core::set_fiber_pause(pause_until);
         let stack = STACKS.lock().pop();
         let stack = match stack {
             Some(stack) => stack,
@@ -211,8 +254,18 @@ impl<R> Fiber<R> {
                     None
                 }
             }
+            Wait::Until(until) => {
+                if self.deadline_passed(cx, until) {
+                    return Some(Resumed::TimedOut);
+                }
+                if self.timer.is_none() {
+                    // No timer outside a Tokio runtime: look again at the next turn.
+                    cx.waker().wake_by_ref();
+                }
+                None
+            }
             Wait::Yield => {
-                // Woken while it runs, the task is queued behind the runtime's other tasks.
+                // Woken while it runs, the task is queued behind the worker's other tasks.
                 cx.waker().wake_by_ref();
                 None
             }
@@ -265,10 +318,13 @@ impl<R> Future for Fiber<R> {
                 .coroutine
                 .as_mut()
                 .expect("a fiber polled after it returned");
-            let outer = swap_current(this.yielder);
-            start_turn();
-            let result = coroutine.resume(input);
-            this.yielder = swap_current(outer);
+            let result = {
+                let _current = MadeCurrent::enter(this.yielder);
+                start_turn();
+                let result = coroutine.resume(input);
+                this.yielder = current();
+                result
+            };
             match result {
                 CoroutineResult::Return(r) => {
                     if let Some(coroutine) = this.coroutine.take() {
@@ -298,9 +354,8 @@ impl<R> Drop for Fiber<R> {
         // rather than suspend a fiber that is being torn down (or one polling this one).
         if let Some(mut coroutine) = self.coroutine.take() {
             self.waiting = None;
-            let outer = swap_current(std::ptr::null());
+            let _current = MadeCurrent::enter(std::ptr::null());
             coroutine.force_unwind();
-            swap_current(outer);
         }
     }
 }
@@ -523,6 +578,87 @@ mod tests {
         assert_eq!((early, late), (0, 1));
         // Outside fibers it does nothing.
         consume_budget();
+    }
+
+    #[test]
+    fn a_panicking_fiber_leaves_no_fiber_current() {
+        // It panics at once, and after a suspension (when its yielder is known to the poller).
+        for suspend_first in [false, true] {
+            let slot = Arc::new(AnswerSlot::<u32>::default());
+            let inner = slot.clone();
+            // SAFETY: as above.
+            let mut fiber = unsafe {
+                Fiber::new(move || {
+                    if suspend_first {
+                        inner.wait_until(far(), Duration::ZERO);
+                    }
+                    panic!("the body fails");
+                })
+            }
+            .unwrap();
+            if suspend_first {
+                assert_eq!(poll(&mut fiber, Waker::noop()), Poll::Pending);
+                slot.put(1);
+            }
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _ = poll(&mut fiber, Waker::noop());
+            }));
+            assert!(polled.is_err(), "the panic comes out of poll");
+            assert!(!in_fiber(), "suspended first: {suspend_first}");
+            // Waits on this thread block as a thread's do, with no fiber to suspend.
+            yield_now();
+            assert!(!pause_until(Instant::now()));
+            drop(fiber);
+            assert!(!in_fiber());
+        }
+    }
+
+    #[test]
+    fn a_back_off_suspends_the_fiber_until_it_is_over() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let back_off = Duration::from_millis(20);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let seen = ran.clone();
+        // SAFETY: as above.
+        let fiber = unsafe {
+            Fiber::new(move || {
+                let start = Instant::now();
+                assert!(pause_until(start + back_off));
+                (start.elapsed(), seen.load(Ordering::SeqCst))
+            })
+        }
+        .unwrap();
+        let (waited, others) = rt.block_on(async {
+            let fiber = tokio::spawn(fiber);
+            // Runs while the fiber backs off: the back-off did not hold the thread.
+            let other = tokio::spawn(async move {
+                ran.fetch_add(1, Ordering::SeqCst);
+            });
+            other.await.unwrap();
+            fiber.await.unwrap()
+        });
+        assert!(waited >= back_off);
+        assert_eq!(others, 1);
+        // Outside fibers the caller waits on its own.
+        assert!(!pause_until(Instant::now() + back_off));
+
+        // Polled outside a Tokio runtime, a back-off wakes its task at once until it is over.
+        // SAFETY: as above.
+        let mut fiber =
+            unsafe { Fiber::new(move || pause_until(Instant::now() + Duration::from_millis(5))) }
+                .unwrap();
+        let count = Arc::new(Count::default());
+        let waker = Waker::from(count.clone());
+        let start = Instant::now();
+        let mut polls = 0;
+        while poll(&mut fiber, &waker).is_pending() {
+            polls += 1;
+            assert_eq!(count.0.load(Ordering::SeqCst), polls, "woken at once");
+        }
+        assert!(start.elapsed() >= Duration::from_millis(5));
     }
 
     #[test]

@@ -465,7 +465,7 @@ pub(crate) fn closed_loop(
         }
         (false, _) => None,
     };
-    let mut running = Vec::with_capacity(workers.len());
+    let mut running: Vec<Running> = Vec::with_capacity(workers.len());
     for (t, node) in workers {
         let worker = Worker {
             t,
@@ -483,7 +483,11 @@ pub(crate) fn closed_loop(
             Some(rt) => match unsafe { atomos::Fiber::new(move || worker.run()) } {
                 Ok(fiber) => Running::Fiber(rt.clone(), rt.spawn(fiber)),
                 Err(e) => {
+                    // The workers started stop and are waited for; the run is void.
                     stop.store(true, Ordering::Relaxed);
+                    for w in running {
+                        let _ = w.join();
+                    }
                     return Err(BenchError::Config(format!("cannot start a fiber: {e}")));
                 }
             },

@@ -73,7 +73,7 @@ type Setting = fn(&Point) -> String;
 
 /// Settings that are not drawn as an axis: protocol, transport, nesting, mix, scale,
 /// contention, OSS commit mode, link delay, linked transactions, scheduling policy, answer
-/// polling, busy polling, a process per node.
+/// polling, busy polling, a process per node, fibers.
 const CATEGORIES: [Setting; 14] = [
     |p| p.protocol.clone(),
     |p| p.transport.clone(),

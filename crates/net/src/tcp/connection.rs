@@ -211,9 +211,9 @@ async fn write_loop(
         tokio::select! {
             _ = conn.cancelled() => return Ok(()),
             _ = link.wake.notified() => {
-                // Let the tasks ready on this worker run first: what they send joins this
+                // Let the tasks queued on this worker run first: what they send joins this
                 // write (under load, one system call for many frames).
-                tokio::task::yield_now().await;
+                queue_behind().await;
             }
             _ = sleep_until(wake_at) => {
                 if Instant::now() >= idle_until {
@@ -224,6 +224,23 @@ async fn write_loop(
             }
         }
     }
+}
+
+/// Yields once: the task is woken at once, so Tokio queues it behind the tasks already queued
+/// on its worker (another worker may take it meanwhile). Unlike `tokio::task::yield_now`,
+/// whose task waits until its worker has nothing else to run, so that a worker kept busy
+/// holds it back.
+async fn queue_behind() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// Reads and delivers until the connection ends; returns why it ended.

@@ -9,8 +9,9 @@
 //!   are closed at once, so unauthenticated peers cost a bounded amount.
 //! - Sending encodes the message straight into the peer's outbox and returns; one writer task
 //!   per connection writes everything queued since its last write in one call, so a burst of
-//!   small messages costs few system calls. Woken by a send, the writer first lets the tasks
-//!   ready on its runtime worker run, so that what they send joins the same write.
+//!   small messages costs few system calls. Woken by a send, the writer first queues behind
+//!   the tasks already queued on its runtime worker, so that what they send joins the same
+//!   write.
 //! - A lost connection is re-dialled with exponential back-off (with jitter); an idle
 //!   connection carries a keep-alive, and a peer silent for `dead_after` is declared dead and
 //!   its connection closed.
