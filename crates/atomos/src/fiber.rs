@@ -26,8 +26,9 @@ use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use parking_lot::Mutex;
 
-/// The stack each fiber runs on (mapped on first touch, so a fiber uses what it touches).
-const STACK_BYTES: usize = 1 << 20;
+/// The stack each fiber runs on, as large as a spawned thread's (mapped on first touch, so a
+/// fiber uses what it touches).
+const STACK_BYTES: usize = 2 << 20;
 
 /// Stacks of finished fibers kept for new ones (mapping a stack costs system calls).
 const POOLED_STACKS: usize = 64;
