@@ -387,6 +387,29 @@ mod tests {
         Instant::now() + Duration::from_secs(60)
     }
 
+    /// Runs `body` as a fiber on a current-thread runtime, beside a task spawned after it that
+    /// counts once in the counter `body` is given; returns what `body` returned.
+    fn beside_another_task<R: Send + 'static>(
+        body: impl FnOnce(&AtomicUsize) -> R + Send + 'static,
+    ) -> R {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let seen = ran.clone();
+        // SAFETY: `body` holds nothing tied to a thread.
+        let fiber = unsafe { Fiber::new(move || body(&seen)) }.unwrap();
+        rt.block_on(async {
+            let fiber = tokio::spawn(fiber);
+            let other = tokio::spawn(async move {
+                ran.fetch_add(1, Ordering::SeqCst);
+            });
+            other.await.unwrap();
+            fiber.await.unwrap()
+        })
+    }
+
     #[test]
     fn a_fiber_that_does_not_wait_returns_on_its_first_poll() {
         // SAFETY: the closure holds nothing tied to a thread.
@@ -519,27 +542,10 @@ mod tests {
 
     #[test]
     fn a_yield_lets_the_other_tasks_run_first() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let ran = Arc::new(AtomicUsize::new(0));
-        let seen = ran.clone();
-        // SAFETY: as above.
-        let fiber = unsafe {
-            Fiber::new(move || {
-                let before = seen.load(Ordering::SeqCst);
-                yield_now();
-                (before, seen.load(Ordering::SeqCst))
-            })
-        }
-        .unwrap();
-        let (before, after) = rt.block_on(async {
-            let fiber = tokio::spawn(fiber);
-            let other = tokio::spawn(async move {
-                ran.fetch_add(1, Ordering::SeqCst);
-            });
-            other.await.unwrap();
-            fiber.await.unwrap()
+        let (before, after) = beside_another_task(|ran| {
+            let before = ran.load(Ordering::SeqCst);
+            yield_now();
+            (before, ran.load(Ordering::SeqCst))
         });
         assert_eq!((before, after), (0, 1));
         // Outside fibers it does nothing.
@@ -548,33 +554,16 @@ mod tests {
 
     #[test]
     fn a_fiber_yields_to_its_budget_once_its_turn_is_over() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let ran = Arc::new(AtomicUsize::new(0));
-        let seen = ran.clone();
-        // SAFETY: as above.
-        let fiber = unsafe {
-            Fiber::new(move || {
-                // Just resumed: the turn goes on.
-                consume_budget();
-                let early = seen.load(Ordering::SeqCst);
-                let start = Instant::now();
-                while start.elapsed() < TURN * 2 {
-                    std::hint::spin_loop();
-                }
-                consume_budget();
-                (early, seen.load(Ordering::SeqCst))
-            })
-        }
-        .unwrap();
-        let (early, late) = rt.block_on(async {
-            let fiber = tokio::spawn(fiber);
-            let other = tokio::spawn(async move {
-                ran.fetch_add(1, Ordering::SeqCst);
-            });
-            other.await.unwrap();
-            fiber.await.unwrap()
+        let (early, late) = beside_another_task(|ran| {
+            // Just resumed: the turn goes on.
+            consume_budget();
+            let early = ran.load(Ordering::SeqCst);
+            let start = Instant::now();
+            while start.elapsed() < TURN * 2 {
+                std::hint::spin_loop();
+            }
+            consume_budget();
+            (early, ran.load(Ordering::SeqCst))
         });
         assert_eq!((early, late), (0, 1));
         // Outside fibers it does nothing.
@@ -616,30 +605,12 @@ mod tests {
 
     #[test]
     fn a_back_off_suspends_the_fiber_until_it_is_over() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
         let back_off = Duration::from_millis(20);
-        let ran = Arc::new(AtomicUsize::new(0));
-        let seen = ran.clone();
-        // SAFETY: as above.
-        let fiber = unsafe {
-            Fiber::new(move || {
-                let start = Instant::now();
-                assert!(pause_until(start + back_off));
-                (start.elapsed(), seen.load(Ordering::SeqCst))
-            })
-        }
-        .unwrap();
-        let (waited, others) = rt.block_on(async {
-            let fiber = tokio::spawn(fiber);
-            // Runs while the fiber backs off: the back-off did not hold the thread.
-            let other = tokio::spawn(async move {
-                ran.fetch_add(1, Ordering::SeqCst);
-            });
-            other.await.unwrap();
-            fiber.await.unwrap()
+        let (waited, others) = beside_another_task(move |ran| {
+            let start = Instant::now();
+            assert!(pause_until(start + back_off));
+            // The other task ran meanwhile: the back-off did not hold the thread.
+            (start.elapsed(), ran.load(Ordering::SeqCst))
         });
         assert!(waited >= back_off);
         assert_eq!(others, 1);

@@ -188,6 +188,26 @@ fn an_unreachable_owner_fails_with_the_object_and_node_named() {
         other => panic!("expected unavailable, got {other:?}"),
     }
     assert!(err.to_string().contains("node 2 did not answer"), "{err}");
+
+    // The same from a fiber on the cluster's runtime: its wait has the same deadline.
+    let node = c.node(1).unwrap().clone();
+    let reader = x.clone();
+    // SAFETY: the closure holds nothing tied to a thread.
+    let fiber = unsafe { atomos::Fiber::new(move || node.atomically(|tx| Ok(*tx.read(&reader)?))) }
+        .expect("a stack for the fiber");
+    let started = Instant::now();
+    let err = c
+        .block_on(async { tokio::spawn(fiber).await })
+        .expect("no panic")
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "it never hangs"
+    );
+    assert!(
+        matches!(err, TxError::Unavailable { node: 2, .. }),
+        "expected unavailable, got {err:?}"
+    );
 }
 
 /// Runs `body` on node 1 while node 2 writes `changed` (and `trigger`, whose newer version
