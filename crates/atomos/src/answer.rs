@@ -7,14 +7,14 @@
 //! among them, run meanwhile), and only then sleeps on a condition variable. It does not poll
 //! while other processes keep the machine's cores busy (see `atomos_net::spin`).
 //!
-//! Code running in a fiber (see `crate::fiber`) does neither: it suspends its fiber, and the
+//! Code running in a fiber (see `atomos_sched::fiber`) does neither: it suspends its fiber, and the
 //! answer wakes the fiber's task.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::fiber::{self, Awaited, Resumed};
+use atomos_sched::fiber::{self, Awaited, Resumed};
 
 /// How long a thread waiting for a protocol's answer polls before it sleeps, by default (see
 /// `NodeRuntime::set_answer_poll`). Measured: TFA bank over TCP, 4 nodes × 4 threads in one
@@ -149,6 +149,7 @@ pub(crate) type AnswerSlots<T> = std::sync::Arc<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
 
     #[test]
@@ -222,6 +223,136 @@ mod tests {
         let got = slot.wait_until(start + Duration::from_millis(5), Duration::from_secs(10));
         assert_eq!(got, None);
         assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    /// Polls `fiber` once with a waker that counts its wakes in `woken`.
+    fn poll_counting<R>(
+        fiber: &mut atomos_sched::fiber::Fiber<R>,
+        woken: &Arc<AtomicUsize>,
+    ) -> std::task::Poll<R> {
+        struct Count(Arc<AtomicUsize>);
+        impl std::task::Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let waker = std::task::Waker::from(Arc::new(Count(woken.clone())));
+        std::future::Future::poll(
+            std::pin::Pin::new(fiber),
+            &mut std::task::Context::from_waker(&waker),
+        )
+    }
+
+    #[test]
+    fn in_a_fiber_a_missing_answer_suspends_it_and_the_answer_wakes_it() {
+        let slot = Arc::new(AnswerSlot::<u32>::default());
+        let inner = slot.clone();
+        let far = Instant::now() + Duration::from_secs(60);
+        // SAFETY: the closure holds nothing tied to a thread.
+        let mut fiber = unsafe {
+            atomos_sched::fiber::Fiber::new(move || {
+                // Neither a poll of a second nor a sleep: the fiber suspends.
+                let first = inner.wait_until(far, Duration::from_secs(1));
+                let second = inner.wait_until(far, Duration::ZERO);
+                (first, second)
+            })
+        }
+        .unwrap();
+        let woken = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        assert!(poll_counting(&mut fiber, &woken).is_pending());
+        assert!(start.elapsed() < Duration::from_millis(500));
+        assert_eq!(woken.load(Ordering::SeqCst), 0);
+        slot.put(7);
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        // It takes the answer and suspends again on the next wait.
+        assert!(poll_counting(&mut fiber, &woken).is_pending());
+        slot.put(8);
+        assert_eq!(woken.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            poll_counting(&mut fiber, &woken),
+            std::task::Poll::Ready((Some(7), Some(8)))
+        );
+
+        // An answer put before the wait is taken without suspending.
+        slot.put(9);
+        let inner = slot.clone();
+        // SAFETY: as above.
+        let mut fiber = unsafe {
+            atomos_sched::fiber::Fiber::new(move || inner.wait_until(far, Duration::ZERO))
+        }
+        .unwrap();
+        assert_eq!(
+            poll_counting(&mut fiber, &woken),
+            std::task::Poll::Ready(Some(9))
+        );
+    }
+
+    #[test]
+    fn fibers_waiting_for_each_others_answers_interleave_on_one_thread() {
+        // Neither can finish unless the other runs while it is suspended.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let (a, b) = (
+            Arc::new(AnswerSlot::<u32>::default()),
+            Arc::new(AnswerSlot::<u32>::default()),
+        );
+        let far = Instant::now() + Duration::from_secs(60);
+        let ping = {
+            let (a, b) = (a.clone(), b.clone());
+            move || {
+                let mut sum = 0;
+                for i in 0..100 {
+                    b.put(i);
+                    sum += a.wait_until(far, Duration::ZERO).unwrap();
+                }
+                sum
+            }
+        };
+        let pong = move || {
+            for _ in 0..100 {
+                let got = b.wait_until(far, Duration::ZERO).unwrap();
+                a.put(got * 2);
+            }
+        };
+        // SAFETY: the closures hold nothing tied to a thread.
+        let (ping, pong) = unsafe {
+            (
+                atomos_sched::fiber::Fiber::new(ping).unwrap(),
+                atomos_sched::fiber::Fiber::new(pong).unwrap(),
+            )
+        };
+        let (sum, ()) = rt.block_on(async {
+            let ping = tokio::spawn(ping);
+            let pong = tokio::spawn(pong);
+            (ping.await.unwrap(), pong.await.unwrap())
+        });
+        assert_eq!(sum, (0..100).map(|i| i * 2).sum::<u32>());
+    }
+
+    #[test]
+    fn in_a_fiber_no_answer_by_the_deadline_is_none() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let slot = Arc::new(AnswerSlot::<u32>::default());
+        let inner = slot.clone();
+        let start = Instant::now();
+        // SAFETY: the closure holds nothing tied to a thread.
+        let fiber = unsafe {
+            atomos_sched::fiber::Fiber::new(move || {
+                inner.wait_until(Instant::now() + Duration::from_millis(30), Duration::ZERO)
+            })
+        }
+        .unwrap();
+        assert_eq!(rt.block_on(fiber), None);
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        // A late answer stays in the slot.
+        slot.put(1);
+        assert_eq!(slot.take(), Some(1));
     }
 
     #[test]

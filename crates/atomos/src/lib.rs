@@ -36,7 +36,6 @@ mod cluster;
 pub mod config;
 pub mod disk;
 mod driver;
-pub mod fiber;
 pub mod health;
 mod linked;
 mod node;
@@ -64,11 +63,14 @@ pub use atomos_net as net;
 pub use atomos_order as order;
 /// Distributed protocols as deterministic state machines (re-exported from `atomos-protocols`).
 pub use atomos_protocols as protocols;
+/// Fibers: blocking-style code (transactions) run as a future on an async runtime's threads
+/// (re-exported from `atomos-sched`).
+pub use atomos_sched::fiber;
+pub use atomos_sched::fiber::Fiber;
 pub use certify::{CertifyOptions, DEFAULT_COMMIT_LIMIT};
 pub use client::{Client, ClientConfig, ClientError};
 pub use client_service::Refusal;
 pub use cluster::{Cluster, ClusterError};
-pub use fiber::Fiber;
 pub use linked::{Linked, LinkedHandle};
 pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};
 pub use oss::OssDriver;

@@ -82,23 +82,11 @@ impl ContentionPolicy {
     }
 }
 
-/// How code running in a fiber waits out a back-off (see [`set_fiber_pause`]).
-static FIBER_PAUSE: std::sync::OnceLock<fn(std::time::Instant) -> bool> =
-    std::sync::OnceLock::new();
-
-/// Sets how code running in a fiber (`atomos::Fiber`) waits out a contention manager's
-/// back-off: `pause` gets the back-off's end and answers whether it waited (it runs in a fiber
-/// and suspended it until then); if not, the back-off spins or sleeps on the thread as before.
-/// Set once per process; later calls change nothing.
-pub fn set_fiber_pause(pause: fn(std::time::Instant) -> bool) {
-    let _ = FIBER_PAUSE.set(pause);
-}
-
 /// Waits for `d`: spins for short waits, sleeps for longer ones. In a scheduled task the wait
 /// is a safe point checked all along: the task spins and gives the CPU to other threads
 /// between checks instead of sleeping (a sleep overshoots by tens of microseconds, the timer
 /// slack), so a backing-off transaction hands its worker to a more urgent request at once. In
-/// a fiber, the fiber suspends until the end of the wait (see [`set_fiber_pause`]).
+/// a fiber (`atomos_sched::fiber`), the fiber suspends until the end of the wait.
 pub(crate) fn pause(d: Duration) {
     if d.is_zero() {
         return;
@@ -121,7 +109,7 @@ pub(crate) fn pause(d: Duration) {
         }
         return;
     }
-    if FIBER_PAUSE.get().is_some_and(|pause| pause(end)) {
+    if atomos_sched::fiber::pause_until(end) {
         return;
     }
     let left = end.saturating_duration_since(std::time::Instant::now());

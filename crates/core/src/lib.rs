@@ -36,7 +36,7 @@ mod urgent;
 mod version;
 
 pub use codec::value_refs;
-pub use contention::{set_fiber_pause, ContentionPolicy};
+pub use contention::ContentionPolicy;
 pub use engine::{Engine, EngineConfig, TxOptions};
 pub use error::{Message, TxError};
 pub use key::Key;

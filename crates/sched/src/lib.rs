@@ -8,7 +8,10 @@
 //! - [`task`]: what runs inside a request: its safe points ([`yield_now`], and the engine's
 //!   transactional reads and writes) and non-preemptable regions.
 //! - [`policy`]: when a running transaction gives way (none, preemptive, C_max, lazy).
+//! - [`fiber`]: blocking-style code run as a future on an async runtime's threads, suspended
+//!   where it waits (for a protocol's answer, a back-off) instead of blocking its thread.
 
+pub mod fiber;
 pub mod outcome;
 pub mod policy;
 pub mod queue;

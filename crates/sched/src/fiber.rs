@@ -35,8 +35,8 @@ const POOLED_STACKS: usize = 64;
 
 static STACKS: Mutex<Vec<DefaultStack>> = Mutex::new(Vec::new());
 
-/// Something a suspended fiber waits for.
-pub(crate) trait Awaited: Sync {
+/// Something a suspended fiber waits for (see [`suspend`]).
+pub trait Awaited: Sync {
     /// Whether it is ready; if not, `waker` is woken once it is (a later call replaces the
     /// waker).
     fn ready_or_register(&self, waker: &Waker) -> bool;
@@ -44,7 +44,7 @@ pub(crate) trait Awaited: Sync {
 
 /// Why a suspended fiber goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Resumed {
+pub enum Resumed {
     /// What it waited for may be ready (it looks again).
     Ready,
     /// Its deadline passed.
@@ -119,13 +119,14 @@ impl Drop for MadeCurrent {
 }
 
 /// Whether the calling code runs in a fiber.
-pub(crate) fn in_fiber() -> bool {
+pub fn in_fiber() -> bool {
     !current().is_null()
 }
 
 /// Suspends the calling fiber until `awaited` may be ready or `deadline` passes; `None`
-/// outside fibers (the caller waits as a thread does).
-pub(crate) fn suspend(awaited: &(dyn Awaited + 'static), deadline: Instant) -> Option<Resumed> {
+/// outside fibers (the caller waits as a thread does). What it waits for must stay alive until
+/// this returns.
+pub fn suspend(awaited: &(dyn Awaited + 'static), deadline: Instant) -> Option<Resumed> {
     let yielder = current();
     // SAFETY: a non-null current yielder is that of the fiber running this code, which lives
     // on the fiber's stack until the fiber ends.
@@ -159,9 +160,9 @@ pub fn consume_budget() {
     }
 }
 
-/// Waits out a back-off until `until` by suspending the calling fiber (the contention
-/// manager's hook, see `atomos_core::set_fiber_pause`); `false` outside fibers.
-fn pause_until(until: Instant) -> bool {
+/// In a fiber, suspends it until `until` has passed and answers `true` (a contention
+/// manager's back-off waits so); elsewhere answers `false` at once.
+pub fn pause_until(until: Instant) -> bool {
     let yielder = current();
     // SAFETY: as in `suspend`.
     match unsafe { yielder.as_ref() } {
@@ -222,8 +223,6 @@ impl<R> Fiber<R> {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
-        // Back-offs in fibers suspend them rather than sleep on the runtime's thread.
-        atomos_core::set_fiber_pause(pause_until);
         let stack = STACKS.lock().pop();
         let stack = match stack {
             Some(stack) => stack,
@@ -364,7 +363,6 @@ impl<R> Drop for Fiber<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::AnswerSlot;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::task::Wake;
@@ -376,6 +374,35 @@ mod tests {
     impl Wake for Count {
         fn wake(self: Arc<Self>) {
             self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// What a fiber may wait for in these tests: a flag, and the waker of whoever waits.
+    #[derive(Default)]
+    struct Flag {
+        set: Mutex<(bool, Option<Waker>)>,
+    }
+
+    impl Flag {
+        fn raise(&self) {
+            let waker = {
+                let mut set = self.set.lock();
+                set.0 = true;
+                set.1.take()
+            };
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    }
+
+    impl Awaited for Flag {
+        fn ready_or_register(&self, waker: &Waker) -> bool {
+            let mut set = self.set.lock();
+            if !set.0 {
+                set.1 = Some(waker.clone());
+            }
+            set.0
         }
     }
 
@@ -419,41 +446,31 @@ mod tests {
     }
 
     #[test]
-    fn a_fiber_suspends_on_a_missing_answer_and_the_answer_wakes_it() {
-        let slot = Arc::new(AnswerSlot::<u32>::default());
-        let inner = slot.clone();
+    fn a_suspended_fiber_goes_on_once_woken_by_what_it_waits_for() {
+        let flag = Arc::new(Flag::default());
+        let inner = flag.clone();
         // SAFETY: as above.
         let mut fiber = unsafe {
             Fiber::new(move || {
                 assert!(in_fiber());
-                inner.wait_until(far(), Duration::from_secs(1))
+                let mut resumed = Vec::new();
+                while !inner.set.lock().0 {
+                    resumed.push(suspend(&*inner, far()).unwrap());
+                }
+                resumed
             })
         }
         .unwrap();
         let count = Arc::new(Count::default());
         let waker = Waker::from(count.clone());
-        // Suspended at once: the thread neither polled for the second nor slept.
-        let start = Instant::now();
         assert_eq!(poll(&mut fiber, &waker), Poll::Pending);
-        assert!(start.elapsed() < Duration::from_millis(500));
         assert!(!in_fiber());
-        // Polled again without an answer: still waiting, nothing woken.
+        // Polled again before the flag: still suspended, nothing woken.
         assert_eq!(poll(&mut fiber, &waker), Poll::Pending);
         assert_eq!(count.0.load(Ordering::SeqCst), 0);
-        slot.put(7);
+        flag.raise();
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
-        assert_eq!(poll(&mut fiber, &waker), Poll::Ready(Some(7)));
-    }
-
-    #[test]
-    fn an_answer_put_before_the_wait_is_taken_without_suspending() {
-        let slot = Arc::new(AnswerSlot::<u32>::default());
-        slot.put(3);
-        let inner = slot.clone();
-        // SAFETY: as above.
-        let mut fiber =
-            unsafe { Fiber::new(move || inner.wait_until(far(), Duration::ZERO)) }.unwrap();
-        assert_eq!(poll(&mut fiber, Waker::noop()), Poll::Ready(Some(3)));
+        assert_eq!(poll(&mut fiber, &waker), Poll::Ready(vec![Resumed::Ready]));
     }
 
     #[test]
@@ -462,82 +479,43 @@ mod tests {
             .enable_time()
             .build()
             .unwrap();
-        let slot = Arc::new(AnswerSlot::<u32>::default());
-        let inner = slot.clone();
         let start = Instant::now();
         // SAFETY: as above.
         let fiber = unsafe {
             Fiber::new(move || {
-                inner.wait_until(Instant::now() + Duration::from_millis(30), Duration::ZERO)
+                let never = Flag::default();
+                suspend(&never, Instant::now() + Duration::from_millis(30))
             })
         }
         .unwrap();
-        assert_eq!(rt.block_on(fiber), None);
+        assert_eq!(rt.block_on(fiber), Some(Resumed::TimedOut));
         assert!(start.elapsed() >= Duration::from_millis(30));
         assert!(start.elapsed() < Duration::from_secs(10));
+        // Outside fibers nothing suspends.
+        assert_eq!(suspend(&Flag::default(), far()), None);
     }
 
     #[test]
-    fn fibers_interleave_on_one_thread_and_move_between_threads() {
-        // Two fibers on a current-thread runtime wait for each other's answers: neither can
-        // finish unless the other runs while it is suspended.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let (a, b) = (
-            Arc::new(AnswerSlot::<u32>::default()),
-            Arc::new(AnswerSlot::<u32>::default()),
-        );
-        let ping = {
-            let (a, b) = (a.clone(), b.clone());
-            move || {
-                let mut sum = 0;
-                for i in 0..100 {
-                    b.put(i);
-                    sum += a.wait_until(far(), Duration::ZERO).unwrap();
-                }
-                sum
-            }
-        };
-        let pong = move || {
-            for _ in 0..100 {
-                let got = b.wait_until(far(), Duration::ZERO).unwrap();
-                a.put(got * 2);
-            }
-        };
-        // SAFETY: as above.
-        let (ping, pong) = unsafe { (Fiber::new(ping).unwrap(), Fiber::new(pong).unwrap()) };
-        let (sum, ()) = rt.block_on(async {
-            let ping = tokio::spawn(ping);
-            let pong = tokio::spawn(pong);
-            (ping.await.unwrap(), pong.await.unwrap())
-        });
-        assert_eq!(sum, (0..100).map(|i| i * 2).sum::<u32>());
-
-        // A fiber suspended on one thread resumes on another.
-        let slot = Arc::new(AnswerSlot::<u32>::default());
-        let inner = slot.clone();
+    fn a_fiber_suspended_on_one_thread_resumes_on_another() {
         // SAFETY: as above.
         let mut fiber = unsafe {
             Fiber::new(move || {
                 let first = std::thread::current().id();
-                let got = inner.wait_until(far(), Duration::ZERO);
-                (first, std::thread::current().id(), got)
+                yield_now();
+                (first, std::thread::current().id(), in_fiber())
             })
         }
         .unwrap();
         assert_eq!(poll(&mut fiber, Waker::noop()), Poll::Pending);
-        slot.put(9);
-        let (first, second, got) =
+        let (first, second, in_fiber_there) =
             std::thread::spawn(move || match poll(&mut fiber, Waker::noop()) {
                 Poll::Ready(r) => r,
-                Poll::Pending => panic!("the answer was put"),
+                Poll::Pending => panic!("a yield goes on at the next poll"),
             })
             .join()
             .unwrap();
         assert_ne!(first, second);
-        assert_eq!(got, Some(9));
+        assert!(in_fiber_there);
     }
 
     #[test]
@@ -574,13 +552,11 @@ mod tests {
     fn a_panicking_fiber_leaves_no_fiber_current() {
         // It panics at once, and after a suspension (when its yielder is known to the poller).
         for suspend_first in [false, true] {
-            let slot = Arc::new(AnswerSlot::<u32>::default());
-            let inner = slot.clone();
             // SAFETY: as above.
             let mut fiber = unsafe {
                 Fiber::new(move || {
                     if suspend_first {
-                        inner.wait_until(far(), Duration::ZERO);
+                        yield_now();
                     }
                     panic!("the body fails");
                 })
@@ -588,14 +564,13 @@ mod tests {
             .unwrap();
             if suspend_first {
                 assert_eq!(poll(&mut fiber, Waker::noop()), Poll::Pending);
-                slot.put(1);
             }
             let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let _ = poll(&mut fiber, Waker::noop());
             }));
             assert!(polled.is_err(), "the panic comes out of poll");
             assert!(!in_fiber(), "suspended first: {suspend_first}");
-            // Waits on this thread block as a thread's do, with no fiber to suspend.
+            // Waits on this thread are a thread's, with no fiber to suspend.
             yield_now();
             assert!(!pause_until(Instant::now()));
             drop(fiber);
@@ -644,13 +619,12 @@ mod tests {
             }
         }
         let dropped = Arc::new(AtomicBool::new(false));
-        let slot = Arc::new(AnswerSlot::<u32>::default());
-        let (flag, inner) = (dropped.clone(), slot.clone());
+        let flag = dropped.clone();
         // SAFETY: as above.
         let mut fiber = unsafe {
             Fiber::new(move || {
                 let _guard = SetOnDrop(flag);
-                inner.wait_until(far(), Duration::ZERO)
+                suspend(&Flag::default(), far())
             })
         }
         .unwrap();
@@ -658,8 +632,5 @@ mod tests {
         assert!(!dropped.load(Ordering::SeqCst));
         drop(fiber);
         assert!(dropped.load(Ordering::SeqCst));
-        // The slot keeps no waker that matters: an answer put now wakes nobody and is kept.
-        slot.put(1);
-        assert_eq!(slot.take(), Some(1));
     }
 }
