@@ -91,7 +91,7 @@ impl<T: Send> Awaited for AnswerSlot<T> {
     }
 }
 
-impl<T: Send + 'static> AnswerSlot<T> {
+impl<T: Send> AnswerSlot<T> {
     /// Waits for the answer until `deadline` (`None` if none came by then). In a fiber it
     /// suspends the fiber until the answer is put or the deadline passes. On a thread, for up
     /// to `poll` it looks for the answer and yields its core between looks, then it sleeps
@@ -137,6 +137,32 @@ impl<T: Send + 'static> AnswerSlot<T> {
                 Some(Resumed::Ready) => continue,
                 Some(Resumed::TimedOut) | None => return self.take(),
             }
+        }
+    }
+}
+
+/// The answering end of a slot whose answer may never come: dropped unanswered (its sender
+/// stopped), it puts `None`, so the waiter learns so at once instead of at its deadline.
+pub(crate) struct Replier<T>(Option<std::sync::Arc<AnswerSlot<Option<T>>>>);
+
+impl<T> Replier<T> {
+    /// Answers into `slot`.
+    pub(crate) fn new(slot: std::sync::Arc<AnswerSlot<Option<T>>>) -> Replier<T> {
+        Replier(Some(slot))
+    }
+
+    /// Puts the answer.
+    pub(crate) fn send(mut self, answer: T) {
+        if let Some(slot) = self.0.take() {
+            slot.put(Some(answer));
+        }
+    }
+}
+
+impl<T> Drop for Replier<T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            slot.put(None);
         }
     }
 }
@@ -353,6 +379,18 @@ mod tests {
         // A late answer stays in the slot.
         slot.put(1);
         assert_eq!(slot.take(), Some(1));
+    }
+
+    #[test]
+    fn a_replier_dropped_unanswered_says_so_at_once() {
+        let far = Instant::now() + Duration::from_secs(60);
+        let slot = Arc::new(AnswerSlot::<Option<u8>>::default());
+        Replier::new(slot.clone()).send(3);
+        assert_eq!(slot.wait_until(far, Duration::ZERO), Some(Some(3)));
+        drop(Replier::<u8>::new(slot.clone()));
+        let start = Instant::now();
+        assert_eq!(slot.wait_until(far, Duration::ZERO), Some(None));
+        assert!(start.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

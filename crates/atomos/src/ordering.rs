@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use crate::answer::{AnswerSlot, Replier};
 use crate::disk::{Abandon, DiskError, DiskEvent, DiskWorker, FileDisk, FsyncPolicy};
 use crate::driver::{Carry, InlineDisk, RunError, Runner};
 use crate::health::Health;
@@ -158,8 +159,8 @@ pub enum SubmitError {
 enum Reply {
     /// An async caller.
     Async(oneshot::Sender<Vec<u8>>),
-    /// A thread blocked in [`Submitter::submit_wait`].
-    Blocking(std::sync::mpsc::SyncSender<Vec<u8>>),
+    /// A thread (or fiber) waiting in [`Submitter::submit_wait`].
+    Blocking(Replier<Vec<u8>>),
 }
 
 impl Reply {
@@ -168,9 +169,7 @@ impl Reply {
             Reply::Async(tx) => {
                 let _ = tx.send(answer);
             }
-            Reply::Blocking(tx) => {
-                let _ = tx.try_send(answer);
-            }
+            Reply::Blocking(reply) => reply.send(answer),
         }
     }
 }
@@ -190,20 +189,22 @@ pub struct Submitter {
 
 impl Submitter {
     /// Orders `payload` and returns the state machine's answer once it is finally delivered,
-    /// or fails if the node stops or `limit` passes first. Blocks the calling thread (do not
-    /// call it from async code).
+    /// or fails if the node stops or `limit` passes first. Blocks the calling thread, or
+    /// suspends the calling fiber (do not call it from async code).
     pub fn submit_wait(&self, payload: Vec<u8>, limit: Duration) -> Result<Vec<u8>, SubmitError> {
-        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        let deadline = Instant::now() + limit;
+        let slot = Arc::new(AnswerSlot::default());
         self.tx
             .send(Event::Submit {
                 payload,
-                reply: Reply::Blocking(reply),
+                reply: Reply::Blocking(Replier::new(slot.clone())),
             })
             .map_err(|_| SubmitError::Stopped)?;
-        answer.recv_timeout(limit).map_err(|e| match e {
-            std::sync::mpsc::RecvTimeoutError::Timeout => SubmitError::TimedOut(limit),
-            std::sync::mpsc::RecvTimeoutError::Disconnected => SubmitError::Stopped,
-        })
+        match slot.wait_until(deadline, Duration::ZERO) {
+            Some(Some(answer)) => Ok(answer),
+            Some(None) => Err(SubmitError::Stopped),
+            None => Err(SubmitError::TimedOut(limit)),
+        }
     }
 }
 

@@ -269,7 +269,7 @@ struct BenchArgs {
     /// over loopback TCP (give --transport tcp; not with --sweep or --arrival-rate).
     #[arg(long)]
     processes: bool,
-    /// Tfa: run each node's --threads workers as fibers on the nodes' network runtime, whose
+    /// Tfa and certify: run each node's --threads workers as fibers on the nodes' network runtime, whose
     /// two threads also read the sockets, instead of as threads of their own that wait for
     /// the protocol's answers.
     #[arg(long)]

@@ -1,16 +1,28 @@
-//! Waking transactions blocked in `retry()` when something they read changes.
+//! Waking transactions blocked in `retry()` (or waiting for a log position to be applied)
+//! when something they read changes. A waiter in a fiber (`atomos_sched::fiber`) suspends it
+//! instead of blocking its thread.
 
 use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use atomos_sched::fiber::{self, Awaited};
 use parking_lot::{Condvar, Mutex};
 
 /// A broadcast signal raised after commits, but only while someone waits: committers pay one
 /// load when nobody is blocked in `retry()`.
 pub(crate) struct RetrySignal {
     waiters: AtomicUsize,
-    generation: Mutex<u64>,
+    state: Mutex<Signalled>,
     cv: Condvar,
+}
+
+/// What the signal's lock guards.
+struct Signalled {
+    /// Raised by every signal.
+    generation: u64,
+    /// The tasks of fibers waiting for the next signal.
+    fibers: Vec<Waker>,
 }
 
 /// How long a waiter sleeps before it looks again on its own, as a guard against missed signals.
@@ -20,7 +32,10 @@ impl RetrySignal {
     pub(crate) fn new() -> RetrySignal {
         RetrySignal {
             waiters: AtomicUsize::new(0),
-            generation: Mutex::new(0),
+            state: Mutex::new(Signalled {
+                generation: 0,
+                fibers: Vec::new(),
+            }),
             cv: Condvar::new(),
         }
     }
@@ -31,20 +46,34 @@ impl RetrySignal {
         // Pairs with the waiter's increment of `waiters` before it checks what it read.
         fence(Ordering::SeqCst);
         if self.waiters.load(Ordering::Relaxed) > 0 {
-            *self.generation.lock() += 1;
-            self.cv.notify_all();
+            self.signal();
         }
     }
 
-    /// Blocks until `changed()` holds (true) or `deadline` passes (false).
+    #[cold]
+    fn signal(&self) {
+        let fibers = {
+            let mut state = self.state.lock();
+            state.generation += 1;
+            std::mem::take(&mut state.fibers)
+        };
+        self.cv.notify_all();
+        for waker in fibers {
+            waker.wake();
+        }
+    }
+
+    /// Blocks until `changed()` holds (true) or `deadline` passes (false); in a fiber, suspends
+    /// it meanwhile.
     pub(crate) fn wait_until(
         &self,
         deadline: Option<Instant>,
         mut changed: impl FnMut() -> bool,
     ) -> bool {
+        let in_fiber = fiber::in_fiber();
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let result = loop {
-            let mut gen = self.generation.lock();
+            let mut state = self.state.lock();
             if changed() {
                 break true;
             }
@@ -56,14 +85,39 @@ impl RetrySignal {
                 }
                 until = until.min(d);
             }
-            let seen = *gen;
-            while *gen == seen {
-                if self.cv.wait_until(&mut gen, until).timed_out() {
+            let seen = state.generation;
+            if in_fiber {
+                drop(state);
+                fiber::suspend(&Signal { signal: self, seen }, until);
+                continue;
+            }
+            while state.generation == seen {
+                if self.cv.wait_until(&mut state, until).timed_out() {
                     break;
                 }
             }
         };
         self.waiters.fetch_sub(1, Ordering::SeqCst);
         result
+    }
+}
+
+/// The next signal after generation `seen`, as a fiber waits for it.
+struct Signal<'a> {
+    signal: &'a RetrySignal,
+    seen: u64,
+}
+
+impl Awaited for Signal<'_> {
+    fn ready_or_register(&self, waker: &Waker) -> bool {
+        let mut state = self.signal.state.lock();
+        if state.generation != self.seen {
+            return true;
+        }
+        // A fiber polled again before the signal registers once.
+        if !state.fibers.iter().any(|w| w.will_wake(waker)) {
+            state.fibers.push(waker.clone());
+        }
+        false
     }
 }

@@ -124,17 +124,18 @@ pub fn in_fiber() -> bool {
 }
 
 /// Suspends the calling fiber until `awaited` may be ready or `deadline` passes; `None`
-/// outside fibers (the caller waits as a thread does). What it waits for must stay alive until
-/// this returns.
-pub fn suspend(awaited: &(dyn Awaited + 'static), deadline: Instant) -> Option<Resumed> {
+/// outside fibers (the caller waits as a thread does).
+pub fn suspend(awaited: &dyn Awaited, deadline: Instant) -> Option<Resumed> {
     let yielder = current();
     // SAFETY: a non-null current yielder is that of the fiber running this code, which lives
     // on the fiber's stack until the fiber ends.
     let yielder = unsafe { yielder.as_ref() }?;
-    Some(yielder.suspend(Wait::Answer {
-        awaited: awaited as *const dyn Awaited,
-        deadline,
-    }))
+    let awaited: *const (dyn Awaited + '_) = awaited;
+    // SAFETY: only the lifetime is erased. The poller uses the pointer only while this call is
+    // suspended (it drops it before it resumes the fiber or unwinds it), and `awaited` outlives
+    // this call.
+    let awaited: *const (dyn Awaited + 'static) = unsafe { std::mem::transmute(awaited) };
+    Some(yielder.suspend(Wait::Answer { awaited, deadline }))
 }
 
 /// In a fiber, lets the other tasks queued where it runs go first (its task is woken at once

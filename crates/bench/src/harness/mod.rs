@@ -98,7 +98,7 @@ pub struct BenchConfig {
     /// Run each node in a process of its own (see [`crate::processes`]); the report says so.
     pub processes: bool,
     /// Run the closed-loop workers as fibers on the nodes' network runtime (see
-    /// [`atomos::fiber`]) instead of as threads of their own (TFA only).
+    /// [`atomos::fiber`]) instead of as threads of their own (TFA and certify).
     pub fibers: bool,
 }
 
@@ -213,12 +213,12 @@ impl BenchConfig {
             return bad("--balance-k must be at least 1".into());
         }
         if self.fibers {
-            // Only TFA's waits suspend a fiber; any other wait, or a sleep, would hold one of
-            // the two runtime threads the nodes' networking needs.
-            if self.protocol != Protocol::Tfa {
+            // Only TFA's and certify's waits suspend a fiber; any other wait, or a sleep, would
+            // hold one of the two runtime threads the nodes' networking needs.
+            if !matches!(self.protocol, Protocol::Tfa | Protocol::Certify) {
                 return bad(format!(
-                    "--fibers runs workers on TFA's network runtime; protocol {} has none \
-                     that suspends them",
+                    "--fibers runs workers on the nodes' network runtime, under tfa or \
+                     certify; protocol {}'s waits would hold its threads",
                     self.protocol
                 ));
             }

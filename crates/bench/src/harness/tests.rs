@@ -54,6 +54,12 @@ fn every_workload_runs_on_certify_across_replicas() {
     every_workload_runs_across_nodes(Protocol::Certify, false);
 }
 
+/// Certify's fibers suspend while their commits are ordered and applied.
+#[test]
+fn every_workload_runs_on_certify_as_fibers() {
+    every_workload_runs_across_nodes(Protocol::Certify, true);
+}
+
 /// Under `active` the workloads' closures are certified between procedures.
 #[test]
 fn every_workload_runs_on_active_across_replicas() {
@@ -304,7 +310,11 @@ fn bad_configuration_is_refused() {
     assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
     // Fibers: only where waits suspend them (TFA), only closed loops that do not sleep.
     cfg.fibers = true;
-    for (protocol, nodes) in [(Protocol::Local, 1), (Protocol::Certify, 3)] {
+    for (protocol, nodes) in [
+        (Protocol::Local, 1),
+        (Protocol::Active, 3),
+        (Protocol::Oss, 3),
+    ] {
         cfg.protocol = protocol;
         cfg.nodes = nodes;
         assert!(
