@@ -121,3 +121,45 @@ impl Awaited for Signal<'_> {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_fiber_waiting_for_a_signal_suspends_and_the_signal_wakes_it() {
+        // One thread runs the waiting fiber and the task that signals: a wait that blocked the
+        // thread would only end at its deadline, unchanged.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let signal = Arc::new(RetrySignal::new());
+        let changed = Arc::new(AtomicBool::new(false));
+        let (s, c) = (signal.clone(), changed.clone());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // SAFETY: the closure holds nothing tied to a thread.
+        let waiter = unsafe {
+            fiber::Fiber::new(move || s.wait_until(Some(deadline), || c.load(Ordering::SeqCst)))
+        }
+        .unwrap();
+        let start = Instant::now();
+        let woke = rt.block_on(async move {
+            let waiter = tokio::spawn(waiter);
+            tokio::spawn(async move {
+                // A signal with nothing changed wakes it to look, and it waits again.
+                signal.notify();
+                tokio::task::yield_now().await;
+                changed.store(true, Ordering::SeqCst);
+                signal.notify();
+            })
+            .await
+            .unwrap();
+            waiter.await.unwrap()
+        });
+        assert!(woke);
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+}

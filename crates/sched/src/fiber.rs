@@ -9,9 +9,10 @@
 //! sockets, step the protocol and run the transactions waiting on it, with no thread switch
 //! between them.
 //!
-//! Waits for a protocol's answer, a contention manager's back-off and [`yield_now`] suspend a
-//! fiber. Anything else that blocks (`retry()`, a sleep, a long computation) holds the runtime
-//! thread it runs on. A fiber whose transactions find everything they need on their node never
+//! Waits for a protocol's answer, the engine's waits (a contention manager's back-off,
+//! `retry()`, a replica applying a commit) and [`yield_now`] suspend a fiber. Anything else
+//! that blocks (a sleep, a lock held by a suspended fiber, a long computation) holds the
+//! runtime thread it runs on. A fiber whose transactions find everything they need on their node never
 //! waits, so it should call [`consume_budget`] between them: the runtime's other tasks queued
 //! on its thread then get their turn (Tokio looks at the sockets between tasks, every 61 tasks
 //! by default, and whenever its queue is empty).
