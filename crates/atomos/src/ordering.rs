@@ -192,7 +192,11 @@ impl Submitter {
     /// or fails if the node stops or `limit` passes first. Blocks the calling thread, or
     /// suspends the calling fiber (do not call it from async code).
     pub fn submit_wait(&self, payload: Vec<u8>, limit: Duration) -> Result<Vec<u8>, SubmitError> {
-        let deadline = Instant::now() + limit;
+        let now = Instant::now();
+        // A limit too large for the clock waits a year.
+        let deadline = now
+            .checked_add(limit)
+            .unwrap_or(now + Duration::from_secs(365 * 86_400));
         let slot = Arc::new(AnswerSlot::default());
         self.tx
             .send(Event::Submit {

@@ -38,8 +38,8 @@ static STACKS: Mutex<Vec<DefaultStack>> = Mutex::new(Vec::new());
 
 /// Something a suspended fiber waits for (see [`suspend`]).
 pub trait Awaited: Sync {
-    /// Whether it is ready; if not, `waker` is woken once it is (a later call replaces the
-    /// waker).
+    /// Whether it is ready; if not, `waker` is woken once it is. A suspended fiber is polled
+    /// by one task, so a later call with that task's waker may keep the first one instead.
     fn ready_or_register(&self, waker: &Waker) -> bool;
 }
 
