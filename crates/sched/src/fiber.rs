@@ -12,10 +12,10 @@
 //! Waits for a protocol's answer, the engine's waits (a contention manager's back-off,
 //! `retry()`, a replica applying a commit) and [`yield_now`] suspend a fiber. Anything else
 //! that blocks (a sleep, a lock held by a suspended fiber, a long computation) holds the
-//! runtime thread it runs on. A fiber whose transactions find everything they need on their node never
-//! waits, so it should call [`consume_budget`] between them: the runtime's other tasks queued
-//! on its thread then get their turn (Tokio looks at the sockets between tasks, every 61 tasks
-//! by default, and whenever its queue is empty).
+//! runtime thread it runs on. A fiber whose transactions find everything they need on their
+//! node never waits, so it should call [`consume_budget`] between them: the runtime's other
+//! tasks queued on its thread then get their turn (Tokio looks at the sockets between tasks,
+//! every 61 tasks by default, and whenever its queue is empty).
 
 use std::cell::Cell;
 use std::future::Future;
@@ -88,7 +88,7 @@ fn turn_start() -> Option<Instant> {
 }
 
 // Never inlined: a fiber may resume on another thread, and an inlined access could reuse the
-// address of the thread-local of the thread it ran on before (see `atomos_sched::task`).
+// address of the thread-local of the thread it ran on before (see `crate::task`).
 #[inline(never)]
 fn swap_current(yielder: *const FiberYielder) -> *const FiberYielder {
     CURRENT.with(|c| c.replace(yielder))
@@ -212,12 +212,11 @@ impl<R> Fiber<R> {
     /// # Safety
     ///
     /// A suspended fiber may resume on another thread (a multi-threaded runtime moves tasks
-    /// between its threads). Across any call that may wait for a protocol's answer (a
-    /// transaction on a networked node) and across [`yield_now`] and [`consume_budget`],
-    /// `body` must not keep a
-    /// reference into thread-local storage, a lock guard, or anything else tied to the thread
-    /// it runs on, and must not rely on the thread's identity. The transactions of atomos keep
-    /// this rule themselves.
+    /// between its threads). Across any call that may suspend it (a transaction, which may
+    /// wait for a protocol's answer, back off or `retry()`; [`yield_now`]; [`consume_budget`]),
+    /// `body` must not keep a reference into thread-local storage, a lock guard, or anything
+    /// else tied to the thread it runs on, and must not rely on the thread's identity. The
+    /// transactions of atomos keep this rule themselves.
     ///
     /// Fails only if no stack can be mapped for it.
     pub unsafe fn new<F>(body: F) -> std::io::Result<Fiber<R>>
