@@ -7,8 +7,8 @@
 //! among them, run meanwhile), and only then sleeps on a condition variable. It does not poll
 //! while other processes keep the machine's cores busy (see `atomos_net::spin`).
 //!
-//! Code running in a fiber (see `atomos_sched::fiber`) does neither: it suspends its fiber, and the
-//! answer wakes the fiber's task.
+//! Code running in a fiber (see `atomos_sched::fiber`) does neither: it suspends its fiber,
+//! and the answer wakes the fiber's task.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Waker;
