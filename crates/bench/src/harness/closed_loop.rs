@@ -50,6 +50,7 @@ pub(crate) fn closed_loop(
             seed: cfg.seed.wrapping_add(t as u64 * 0x9e37_79b9),
             pause: cfg.pause,
             linked: cfg.linked,
+            fiber: runtime.is_some(),
         };
         running.push(match &runtime {
             // SAFETY: the workloads' operations are transactions and arithmetic: nothing they
@@ -117,6 +118,8 @@ struct Worker {
     seed: u64,
     pause: Duration,
     linked: usize,
+    /// Runs as a fiber (and gives the runtime's other tasks their turn).
+    fiber: bool,
 }
 
 impl Worker {
@@ -131,6 +134,7 @@ impl Worker {
             seed,
             pause,
             linked,
+            fiber,
         } = self;
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut tallies: Vec<Tally> = workload.profiles().iter().map(|_| Tally::new()).collect();
@@ -162,8 +166,10 @@ impl Worker {
                 thread::sleep(pause);
             }
             // A fiber whose operations found everything on its node may not have let the
-            // runtime's other tasks run for a while (no-op for threads: the system preempts).
-            atomos::fiber::consume_budget();
+            // runtime's other tasks run for a while (threads need not: the system preempts).
+            if fiber {
+                atomos::fiber::consume_budget();
+            }
             if ops.is_multiple_of(PUBLISH_EVERY) {
                 done_ops.fetch_add(PUBLISH_EVERY, Ordering::Relaxed);
             }

@@ -6,7 +6,7 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 
 use super::nesting::{run_composed, InnerOp, NestingModel};
-use super::{coin, Check, Workload, WorkloadParams};
+use super::{below, coin, Check, Workload, WorkloadParams};
 
 const INITIAL: i64 = 1_000;
 
@@ -155,9 +155,9 @@ impl Workload for Bank {
                 }
             }
         } else if self.nesting == NestingModel::Flat && self.inner == 1 {
-            let from = rng.random_range(0..n);
-            let to = (from + rng.random_range(1..n)) % n;
-            let amount = rng.random_range(1..=10);
+            let from = below(rng, n as u64) as usize;
+            let to = (from + 1 + below(rng, n as u64 - 1) as usize) % n;
+            let amount = 1 + below(rng, 10) as i64;
             if node.protocol() == Protocol::Active {
                 return node
                     .invoke::<_, ()>(TRANSFER, &(from as u64, to as u64, amount))

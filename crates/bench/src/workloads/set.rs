@@ -8,7 +8,7 @@ use rand::distr::{Bernoulli, Distribution};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{coin, Check, Workload, WorkloadParams};
+use super::{below, coin, Check, Workload, WorkloadParams};
 
 /// A transactional set of integers.
 pub trait IntSet: Send + Sync {
@@ -95,7 +95,7 @@ impl<S: IntSet> Workload for SetWorkload<S> {
     }
 
     fn op(&self, node: &Node, thread: usize, rng: &mut SmallRng) -> Result<usize, TxError> {
-        let v = rng.random_range(0..self.range);
+        let v = below(rng, self.range as u64) as i64;
         if self.lookup.sample(rng) {
             return self.set.contains(node, v).map(|_| 1);
         }

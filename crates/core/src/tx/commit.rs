@@ -264,22 +264,20 @@ impl TxState {
             g.0 = stamp;
         }
         let oldest = engine.slots.scan(&engine.clock);
+        // The garbage is in stamp order (appended unstamped, stamped in order with a clock
+        // that never goes back), so what may be freed is a prefix.
+        debug_assert!(self.garbage.windows(2).all(|w| w[0].0 <= w[1].0));
+        let free = self.garbage.partition_point(|(stamp, _)| *stamp < oldest);
         // Freeing reads each version's header, often last written by another core: ask for
         // all those lines first, so that their transfers overlap instead of following each
         // other.
-        for (stamp, chain) in &self.garbage {
-            if *stamp < oldest {
-                prefetch(chain.0);
-            }
+        for (_, chain) in &self.garbage[..free] {
+            prefetch(chain.0);
         }
         let pool = &mut self.pool;
-        self.garbage.retain_mut(|(stamp, chain)| {
-            if *stamp >= oldest {
-                return true;
-            }
-            std::mem::replace(chain, Retired(std::ptr::null_mut())).recycle(pool);
-            false
-        });
+        for (_, chain) in self.garbage.drain(..free) {
+            chain.recycle(pool);
+        }
         // While an old attempt (a long or preempted transaction) blocks freeing, scan
         // again only once the garbage has doubled: linear work per commit stays constant.
         self.garbage_limit = GARBAGE_LIMIT.max(2 * self.garbage.len());

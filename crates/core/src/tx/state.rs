@@ -203,7 +203,29 @@ impl TxState {
     }
 
     /// Read of the newest version, validated against the snapshot bound.
+    ///
+    /// Inlined for the common case (the cell unlocked and unchanged since the snapshot); a
+    /// locked cell or a newer version goes out of line, where the spinning and the snapshot
+    /// extension are.
+    #[inline(always)]
     pub(super) fn read_latest(&mut self, engine: &Engine, cell: &Cell) -> Result<Seen, Signal> {
+        let l1 = cell.lock_word();
+        if let LockState::Free(version) = decode(l1) {
+            debug_assert!(self.in_attempt, "read outside an attempt");
+            // The head is kept alive by our published start (see `read_snapshot`).
+            let seen = seen_of(cell.head());
+            if version <= self.ub && cell.lock_word() == l1 {
+                self.reads.push(ReadEntry { cell, version });
+                return Ok(seen);
+            }
+        }
+        self.read_latest_slow(engine, cell)
+    }
+
+    /// [`TxState::read_latest`] for a cell that was locked, changed while it was read, or
+    /// holds a version past the snapshot.
+    #[inline(never)]
+    fn read_latest_slow(&mut self, engine: &Engine, cell: &Cell) -> Result<Seen, Signal> {
         let mut spins = 0u32;
         loop {
             let l1 = cell.lock_word();
