@@ -66,6 +66,25 @@ impl TxState {
     #[inline]
     pub(crate) fn end_attempt(&mut self) {
         self.reads.clear();
+        // A read-only attempt buffered nothing: only its start is left to unpublish.
+        if !self.writes.is_empty() || !self.retired.is_empty() || !self.undo.is_empty() {
+            self.drop_buffers();
+        }
+        self.write_filter = 0;
+        self.undo_floor = 0;
+        if self.link.is_some() {
+            // Only a linked attempt has one: the check keeps its drop off the common path.
+            self.link = None;
+        }
+        if self.in_attempt {
+            self.slot.end();
+            self.in_attempt = false;
+        }
+    }
+
+    /// Forgets an attempt's write set, undo log and replaced versions, keeping their blocks.
+    #[inline(never)]
+    fn drop_buffers(&mut self) {
         // Versions still buffered (an attempt that did not commit) and replaced ones: nothing
         // outside this state ever saw them.
         for w in &mut self.writes {
@@ -77,26 +96,14 @@ impl TxState {
         if !self.write_index.is_empty() {
             self.write_index.clear();
         }
-        self.write_filter = 0;
-        if self.link.is_some() {
-            // Only a linked attempt has one: the check keeps its drop off the common path.
-            self.link = None;
-        }
-        if !self.undo.is_empty() {
-            for (_, node) in &mut self.undo {
-                if let Some(node) = node.take() {
-                    node.recycle(&mut self.pool);
-                }
+        for (_, node) in &mut self.undo {
+            if let Some(node) = node.take() {
+                node.recycle(&mut self.pool);
             }
-            self.undo.clear();
         }
-        self.undo_floor = 0;
+        self.undo.clear();
         while let Some(node) = self.retired.pop() {
             node.recycle(&mut self.pool);
-        }
-        if self.in_attempt {
-            self.slot.end();
-            self.in_attempt = false;
         }
     }
 
