@@ -96,6 +96,8 @@ pub struct ClusterSpec {
     pub answer_poll: Duration,
     /// TCP: how long a transport keeps a runtime worker awake after activity.
     pub busy_poll: Duration,
+    /// Worker threads of the runtime the nodes' networking runs on (one runtime per process).
+    pub runtime_threads: usize,
 }
 
 impl BenchNodes {
@@ -111,7 +113,7 @@ impl BenchNodes {
                 wal_dir: None,
             });
         }
-        let runtime = crate::network_runtime()?;
+        let runtime = crate::network_runtime(spec.runtime_threads)?;
         let ids: Vec<u64> = (1..=nodes as u64).collect();
         let mut members = runtime.block_on(async {
             match transport {
@@ -152,7 +154,7 @@ impl BenchNodes {
         addrs: &[(u64, SocketAddr)],
     ) -> Result<BenchNodes, String> {
         let config = node_config(spec);
-        let runtime = crate::network_runtime()?;
+        let runtime = crate::network_runtime(spec.runtime_threads)?;
         let ids: Vec<u64> = addrs.iter().map(|&(id, _)| id).collect();
         let mut member = runtime.block_on(async {
             listener

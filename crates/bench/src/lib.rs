@@ -19,11 +19,17 @@ pub use cluster::{BenchNodes, ClusterSpec, TransportKind};
 pub use harness::{run, BenchConfig, BenchError, BenchReport, Latency};
 pub use workloads::{NestingModel, Workload, WorkloadKind, WorkloadParams};
 
-/// The runtime the networked benchmarks run their nodes on: two workers, like the machine the
-/// targets are set for.
-pub(crate) fn network_runtime() -> Result<tokio::runtime::Runtime, String> {
+/// Worker threads of the runtime the networked benchmarks run their nodes on, unless told
+/// otherwise (`--runtime-threads`): two, like the machine the targets are set for.
+pub const DEFAULT_RUNTIME_THREADS: usize = 2;
+
+/// The most runtime worker threads a benchmark may ask for.
+pub const MAX_RUNTIME_THREADS: usize = 64;
+
+/// The runtime the networked benchmarks run their nodes on, with `workers` worker threads.
+pub(crate) fn network_runtime(workers: usize) -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))

@@ -119,7 +119,8 @@ pub fn run(cfg: &NetBenchConfig) -> Result<NetReport, String> {
     let phase = cfg.duration / 4;
     let blocking = blocking_tcp_ping_pong(phase, cfg.message_bytes)
         .map_err(|e| format!("blocking TCP phase: {e}"))?;
-    crate::network_runtime()?.block_on(run_phases(cfg, phase, blocking))
+    crate::network_runtime(crate::DEFAULT_RUNTIME_THREADS)?
+        .block_on(run_phases(cfg, phase, blocking))
 }
 
 async fn run_phases(

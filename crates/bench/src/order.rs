@@ -169,7 +169,7 @@ pub fn run(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
             cfg.nodes
         ));
     }
-    crate::network_runtime()?.block_on(run_cluster(cfg))
+    crate::network_runtime(crate::DEFAULT_RUNTIME_THREADS)?.block_on(run_cluster(cfg))
 }
 
 fn node_config(cfg: &OrderBenchConfig, m: &Member, ids: &[u64]) -> OrderNodeConfig {

@@ -274,6 +274,10 @@ struct BenchArgs {
     /// the protocol's answers.
     #[arg(long)]
     fibers: bool,
+    /// Worker threads of the runtime each process runs its nodes' networking (and --fibers
+    /// workers) on, 1 to 64 (default 2).
+    #[arg(long, default_value_t = atomos_bench::DEFAULT_RUNTIME_THREADS)]
+    runtime_threads: usize,
     /// Member N of a --processes run (started by that run, not by hand).
     #[arg(long, hide = true)]
     member: Option<usize>,
@@ -570,6 +574,7 @@ fn set_swept(args: &mut BenchArgs, param: &str, value: &str) -> Result<(), Strin
         "cmax" => args.cmax = num(param, value)?,
         "answer-poll-us" => args.answer_poll_us = Some(num(param, value)?),
         "busy-poll-us" => args.busy_poll_us = Some(num(param, value)?),
+        "runtime-threads" => args.runtime_threads = num(param, value)?,
         "contention" => {
             args.contention =
                 Contention::from_str(value, true).map_err(|e| format!("--sweep contention: {e}"))?
@@ -711,6 +716,7 @@ fn bench_config(args: &BenchArgs) -> Result<BenchConfig, String> {
         contexts: args.contexts,
         processes: args.processes,
         fibers: args.fibers,
+        runtime_threads: args.runtime_threads,
     };
     Ok(cfg)
 }

@@ -81,6 +81,10 @@ const BAD: &[(&str, &str)] = &[
         "bench bank --protocol tfa --nodes 2 --transport tcp --busy-poll-us 2000000 --duration 0.1",
         "--busy-poll-us",
     ),
+    (
+        "bench bank --protocol tfa --nodes 2 --transport tcp --runtime-threads 0 --duration 0.1",
+        "--runtime-threads",
+    ),
     ("demo --duration 1e20", "--duration"),
     ("demo --threads 0 --duration 0.1", "--threads"),
     ("report /nonexistent/result.json --out /tmp", "/nonexistent"),

@@ -88,6 +88,9 @@ pub struct BenchReport {
     /// The workers ran as fibers on the nodes' network runtime (`--fibers`).
     #[serde(default)]
     pub fibers: bool,
+    /// Worker threads of the nodes' network runtime in each process (`null` for a local node).
+    #[serde(default)]
+    pub runtime_threads: Option<usize>,
     /// Linked transactions: commits outstanding per worker (0: none).
     pub linked: usize,
     /// Measured seconds.

@@ -95,6 +95,9 @@ pub struct BenchConfig {
     /// Run the closed-loop workers as fibers on the nodes' network runtime (see
     /// [`atomos::fiber`]) instead of as threads of their own (TFA and certify).
     pub fibers: bool,
+    /// Worker threads of the runtime the nodes' networking runs on, in each process (1 to
+    /// [`crate::MAX_RUNTIME_THREADS`]; a local node has none).
+    pub runtime_threads: usize,
 }
 
 impl Default for BenchConfig {
@@ -133,6 +136,7 @@ impl Default for BenchConfig {
             contexts: 64,
             processes: false,
             fibers: false,
+            runtime_threads: crate::DEFAULT_RUNTIME_THREADS,
         }
     }
 }
@@ -207,6 +211,13 @@ impl BenchConfig {
         if self.balance_k == Some(0) {
             return bad("--balance-k must be at least 1".into());
         }
+        if !(1..=crate::MAX_RUNTIME_THREADS).contains(&self.runtime_threads) {
+            return bad(format!(
+                "--runtime-threads must be from 1 to {}, not {}",
+                crate::MAX_RUNTIME_THREADS,
+                self.runtime_threads
+            ));
+        }
         if self.fibers {
             // Only TFA's and certify's waits suspend a fiber; any other wait, or a sleep, would
             // hold one of the two runtime threads the nodes' networking needs.
@@ -242,6 +253,7 @@ pub(crate) fn cluster_spec(cfg: &BenchConfig) -> ClusterSpec {
         oss_commit: cfg.oss_commit,
         answer_poll: cfg.answer_poll,
         busy_poll: cfg.busy_poll,
+        runtime_threads: cfg.runtime_threads,
     }
 }
 
@@ -403,6 +415,7 @@ pub(crate) fn report(cfg: &BenchConfig, m: Measured) -> BenchReport {
         linked: cfg.linked,
         processes: cfg.processes,
         fibers: cfg.fibers,
+        runtime_threads: (cfg.protocol != Protocol::Local).then_some(cfg.runtime_threads),
         duration_s: elapsed,
         committed,
         aborted,

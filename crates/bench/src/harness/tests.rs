@@ -129,9 +129,15 @@ fn every_workload_runs_across_nodes(protocol: Protocol, fibers: bool) {
                 protocol,
                 nodes: 3,
                 transport,
-                // More fibers than the runtime has threads, so that they interleave.
+                // More fibers than the runtime has threads, so that they interleave; over TCP
+                // all of them and every socket share one runtime thread.
                 threads: if fibers { 4 } else { 2 },
                 fibers,
+                runtime_threads: if fibers && transport == TransportKind::Tcp {
+                    1
+                } else {
+                    2
+                },
                 objects: 32,
                 read_ratio: 0.3,
                 balance_k: Some(4),
@@ -144,6 +150,12 @@ fn every_workload_runs_across_nodes(protocol: Protocol, fibers: bool) {
             let what = format!("{kind} on {protocol} over {transport}, fibers {fibers}");
             assert!(r.invariant_ok, "{what}: {}", r.invariant);
             assert_eq!(r.fibers, fibers);
+            let runtime_threads = if fibers && transport == TransportKind::Tcp {
+                1
+            } else {
+                2
+            };
+            assert_eq!(r.runtime_threads, Some(runtime_threads), "{what}");
             assert!(r.committed > 0, "{what} committed nothing");
             assert_eq!(r.nodes, 3);
             // TFA's counters cover the measured run.
@@ -330,4 +342,17 @@ fn bad_configuration_is_refused() {
     cfg.workload = WorkloadKind::SharedCounter;
     cfg.linked = 2;
     assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
+    cfg.linked = 0;
+    cfg.fibers = false;
+    // A runtime needs a worker, and a bounded number of them.
+    for runtime_threads in [0, crate::MAX_RUNTIME_THREADS + 1] {
+        cfg.runtime_threads = runtime_threads;
+        match run(&cfg) {
+            Err(BenchError::Config(m)) => assert!(m.contains("--runtime-threads"), "{m}"),
+            other => panic!(
+                "{runtime_threads} runtime threads: {:?}",
+                other.map(|r| r.committed)
+            ),
+        }
+    }
 }

@@ -77,6 +77,9 @@ pub struct Point {
     /// The workers ran as fibers on the nodes' network runtime.
     #[serde(default)]
     pub fibers: bool,
+    /// Worker threads of the nodes' network runtime in each process.
+    #[serde(default)]
+    pub runtime_threads: Option<usize>,
     /// Linked transactions: commits outstanding per worker (0: none).
     #[serde(default)]
     pub linked: usize,

@@ -73,8 +73,8 @@ type Setting = fn(&Point) -> String;
 
 /// Settings that are not drawn as an axis: protocol, transport, nesting, mix, scale,
 /// contention, OSS commit mode, link delay, linked transactions, scheduling policy, answer
-/// polling, busy polling, a process per node, fibers.
-const CATEGORIES: [Setting; 14] = [
+/// polling, busy polling, a process per node, fibers, runtime threads other than the default.
+const CATEGORIES: [Setting; 15] = [
     |p| p.protocol.clone(),
     |p| p.transport.clone(),
     |p| p.nesting.clone(),
@@ -108,6 +108,10 @@ const CATEGORIES: [Setting; 14] = [
         } else {
             String::new()
         }
+    },
+    |p| match p.runtime_threads {
+        Some(n) if n != crate::DEFAULT_RUNTIME_THREADS => format!("{n} runtime threads"),
+        _ => String::new(),
     },
 ];
 

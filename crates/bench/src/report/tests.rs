@@ -32,6 +32,7 @@ fn point(protocol: &str, threads: usize, tps: f64) -> Point {
         busy_poll_us: None,
         processes: false,
         fibers: false,
+        runtime_threads: None,
         linked: 0,
         throughput_tps: tps,
         abort_rate: 0.01 * threads as f64,
