@@ -10,6 +10,7 @@ settings=(
   "bank-tcp-k2-fibers|bank $common --transport tcp --balance-k 2 --fibers"
   "bank-tcp-k2-processes|bank $common --transport tcp --balance-k 2 --processes"
   "bank-tcp-k2-processes-fibers|bank $common --transport tcp --balance-k 2 --processes --fibers"
+  "bank-tcp-k2-processes-fibers-rt1|bank $common --transport tcp --balance-k 2 --processes --fibers --runtime-threads 1"
   "bank-memory-k2|bank $common --transport memory --balance-k 2"
   "bank-memory-k2-fibers|bank $common --transport memory --balance-k 2 --fibers"
   "hashtable-tcp|hashtable --protocol tfa --nodes 4 --threads 4 --read-ratio 0.5 --duration 5 --quiet --transport tcp"
