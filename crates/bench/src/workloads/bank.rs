@@ -156,7 +156,10 @@ impl Workload for Bank {
             }
         } else if self.nesting == NestingModel::Flat && self.inner == 1 {
             let from = below(rng, n as u64) as usize;
-            let to = (from + 1 + below(rng, n as u64 - 1) as usize) % n;
+            // Another account: from + 1 + k (k < n - 1) wraps around at most once, so a
+            // subtraction does what `% n` would with a division.
+            let to = from + 1 + below(rng, n as u64 - 1) as usize;
+            let to = if to >= n { to - n } else { to };
             let amount = 1 + below(rng, 10) as i64;
             if node.protocol() == Protocol::Active {
                 return node
