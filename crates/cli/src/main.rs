@@ -269,9 +269,9 @@ struct BenchArgs {
     /// over loopback TCP (give --transport tcp; not with --sweep or --arrival-rate).
     #[arg(long)]
     processes: bool,
-    /// Tfa and certify: run each node's --threads workers as fibers on the nodes' network runtime, whose
-    /// two threads also read the sockets, instead of as threads of their own that wait for
-    /// the protocol's answers.
+    /// Distributed protocols: run each node's --threads workers as fibers on the nodes' network
+    /// runtime, whose threads (--runtime-threads) also read the sockets, instead of as threads
+    /// of their own that wait for the protocol's answers.
     #[arg(long)]
     fibers: bool,
     /// Worker threads of the runtime each process runs its nodes' networking (and --fibers

@@ -93,7 +93,7 @@ pub struct BenchConfig {
     /// Run each node in a process of its own (see [`crate::processes`]); the report says so.
     pub processes: bool,
     /// Run the closed-loop workers as fibers on the nodes' network runtime (see
-    /// [`atomos::fiber`]) instead of as threads of their own (TFA and certify).
+    /// [`atomos::fiber`]) instead of as threads of their own (distributed protocols).
     pub fibers: bool,
     /// Worker threads of the runtime the nodes' networking runs on, in each process (1 to
     /// [`crate::MAX_RUNTIME_THREADS`]; a local node has none).
@@ -219,14 +219,13 @@ impl BenchConfig {
             ));
         }
         if self.fibers {
-            // Only TFA's and certify's waits suspend a fiber; any other wait, or a sleep, would
-            // hold one of the two runtime threads the nodes' networking needs.
-            if !matches!(self.protocol, Protocol::Tfa | Protocol::Certify) {
-                return bad(format!(
-                    "--fibers runs workers on the nodes' network runtime, under tfa or \
-                     certify; protocol {}'s waits would hold its threads",
-                    self.protocol
-                ));
+            // Every distributed protocol's waits suspend a fiber; a local node has no runtime,
+            // and a sleep would hold one of the runtime threads the nodes' networking needs.
+            if self.protocol == Protocol::Local {
+                return bad(
+                    "--fibers runs workers on the nodes' network runtime: protocol local has none"
+                        .into(),
+                );
             }
             if self.arrival_rate.is_some() || self.linked > 0 {
                 return bad(
