@@ -193,7 +193,8 @@ struct BenchArgs {
     json: Option<PathBuf>,
     /// Run once per value: PARAM=V1,V2,... (threads, nodes, read-ratio, objects, inner,
     /// queries, warehouses, balance-k, protocol, transport, nesting, mix, scale, contention, oss-commit,
-    /// link-delay-ms, linked, sched, arrival-rate, cmax, answer-poll-us, busy-poll-us).
+    /// link-delay-ms, linked, sched, arrival-rate, cmax, answer-poll-us, busy-poll-us,
+    /// runtime-threads).
     /// Repeat it to run every combination. Each run's JSON goes next to --json's path with the
     /// settings in its name (bank.json -> bank-threads-2.json).
     #[arg(long)]
@@ -442,6 +443,12 @@ fn bench(args: BenchArgs) -> Result<bool, String> {
     if !args.sweep.is_empty() && !is_transactional {
         return Err(format!(
             "--sweep runs the transactional workloads, not {}",
+            args.workload
+        ));
+    }
+    if !is_transactional && args.runtime_threads != atomos_bench::DEFAULT_RUNTIME_THREADS {
+        return Err(format!(
+            "--runtime-threads sets the runtime of the transactional workloads' nodes, not {}'s",
             args.workload
         ));
     }

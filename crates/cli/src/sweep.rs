@@ -13,7 +13,7 @@ pub struct Sweep {
 }
 
 /// Flags a sweep can vary.
-pub const SWEEPABLE: [&str; 20] = [
+pub const SWEEPABLE: [&str; 23] = [
     "threads",
     "nodes",
     "read-ratio",
@@ -34,6 +34,9 @@ pub const SWEEPABLE: [&str; 20] = [
     "sched",
     "arrival-rate",
     "cmax",
+    "answer-poll-us",
+    "busy-poll-us",
+    "runtime-threads",
 ];
 
 impl std::str::FromStr for Sweep {

@@ -85,6 +85,7 @@ const BAD: &[(&str, &str)] = &[
         "bench bank --protocol tfa --nodes 2 --transport tcp --runtime-threads 0 --duration 0.1",
         "--runtime-threads",
     ),
+    ("bench net --runtime-threads 4 --duration 0.1", "--runtime-threads"),
     ("demo --duration 1e20", "--duration"),
     ("demo --threads 0 --duration 0.1", "--threads"),
     ("report /nonexistent/result.json --out /tmp", "/nonexistent"),

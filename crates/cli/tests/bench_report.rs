@@ -115,6 +115,39 @@ fn a_sweep_writes_one_result_per_point_and_the_report_draws_them() {
 }
 
 #[test]
+fn a_sweep_varies_the_runtime_threads_of_the_nodes() {
+    let dir = scratch("runtime-threads");
+    let json = dir.join("bank.json");
+    let (ok, out, err) = atomos(&[
+        "bench",
+        "bank",
+        "--protocol",
+        "tfa",
+        "--nodes",
+        "2",
+        "--balance-k",
+        "2",
+        "--fibers",
+        "--sweep",
+        "runtime-threads=1,2",
+        "--duration",
+        "0.3",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{out}\n{err}");
+    for threads in [1, 2] {
+        let point = dir.join(format!("bank-runtime-threads-{threads}.json"));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&point).unwrap()).unwrap();
+        assert_eq!(report["runtime_threads"], threads, "{}", point.display());
+        assert_eq!(report["invariant_ok"], true, "{}", point.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn the_executor_benchmark_runs_transfers_as_procedures_and_conserves_money() {
     let dir = scratch("executor");
     let json = dir.join("executor.json");
