@@ -149,6 +149,27 @@ fn a_transaction_service_is_configured_by_its_policy_and_workers() {
 }
 
 #[test]
+fn the_runtime_threads_are_the_cores_unless_set() {
+    assert_eq!(load(None, env(&[])).unwrap().runtime_threads, None);
+    let path = file("runtime.toml", "runtime_threads = 3\n");
+    assert_eq!(
+        load(Some(&path), env(&[])).unwrap().runtime_threads,
+        Some(3)
+    );
+    let s = load(Some(&path), env(&[("ATOMOS_RUNTIME_THREADS", "1")])).unwrap();
+    assert_eq!(s.runtime_threads, Some(1));
+    for value in ["0", "1025", "two", "-1"] {
+        let e = load(None, env(&[("ATOMOS_RUNTIME_THREADS", value)])).unwrap_err();
+        assert_eq!(key_of(e), "ATOMOS_RUNTIME_THREADS", "{value}");
+    }
+    let bad = file("runtime-bad.toml", "runtime_threads = 0\n");
+    assert_eq!(
+        key_of(load(Some(&bad), env(&[])).unwrap_err()),
+        "runtime_threads"
+    );
+}
+
+#[test]
 fn bad_values_name_their_key() {
     assert_eq!(
         key_of(load(None, env(&[("ATOMOS_LISTEN", "nowhere")])).unwrap_err()),

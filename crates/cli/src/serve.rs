@@ -19,7 +19,11 @@ pub fn run(config: Option<&Path>) -> Result<bool, String> {
     for w in atomos::config::exposure_warnings(config, &settings) {
         tracing::warn!("{w}");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = settings.runtime_threads {
+        builder.worker_threads(threads);
+    }
+    let runtime = builder
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;

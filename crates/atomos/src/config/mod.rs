@@ -26,6 +26,7 @@
 //! sched = "lazy:4"          # a transaction service for clients' prioritized requests:
 //!                           # none | preemptive | cmax[:N] | lazy[:N] (absent: no service)
 //! sched_workers = 2         # its worker threads (default: the machine's cores)
+//! runtime_threads = 2       # worker threads of the network runtime (default: the machine's cores)
 //!
 //! [[peers]]
 //! id = 2
@@ -38,7 +39,8 @@
 //! `ATOMOS_ANSWER_POLL_US`, `ATOMOS_ORDER`,
 //! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, `ATOMOS_ORDER_SNAPSHOT_EVERY`,
 //! `ATOMOS_BANK_LOAD_THREADS`, `ATOMOS_COMMIT_TIMEOUT_MS`, `ATOMOS_ORDER_REJOIN`,
-//! `ATOMOS_OSS_COMMIT`, `ATOMOS_OSS_DOMAINS` (prefixes separated by commas), and
+//! `ATOMOS_OSS_COMMIT`, `ATOMOS_OSS_DOMAINS` (prefixes separated by commas),
+//! `ATOMOS_SCHED`, `ATOMOS_SCHED_WORKERS`, `ATOMOS_RUNTIME_THREADS`, and
 //! `ATOMOS_PEERS` as `id=address,id=address`.
 
 use std::fmt;
@@ -55,6 +57,9 @@ use serde::Deserialize;
 use crate::node::Protocol;
 
 mod values;
+mod warnings;
+
+pub use warnings::exposure_warnings;
 
 use values::{address, check_domains, check_members, metrics_address, parse_peer_list};
 
@@ -123,6 +128,7 @@ struct FileConfig {
     oss_domains: Option<Vec<String>>,
     sched: Option<String>,
     sched_workers: Option<usize>,
+    runtime_threads: Option<usize>,
     peers: Option<Vec<FilePeer>>,
 }
 
@@ -224,37 +230,15 @@ pub struct NodeSettings {
     pub sched: Option<crate::service::Policy>,
     /// The transaction service's worker threads.
     pub sched_workers: usize,
+    /// Worker threads of the runtime that runs the node's networking and protocol tasks
+    /// (`None`: one per core). Several nodes on one machine share its cores: fewer threads
+    /// each may serve them better (measured for benchmark processes, see BENCHMARKS.md).
+    pub runtime_threads: Option<usize>,
     /// The other members, by id.
     pub peers: Vec<Peer>,
 }
 
 const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
-
-/// Warnings about what the settings expose: a configuration file at `path` that holds the
-/// cluster secret and can be read by its group or by others (`cluster up` writes its files
-/// readable by their owner only), and a metrics endpoint reachable from other machines (it has
-/// no authentication).
-pub fn exposure_warnings(path: Option<&Path>, settings: &NodeSettings) -> Vec<String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut warnings = Vec::new();
-    let mode = path.and_then(|p| Some((p, std::fs::metadata(p).ok()?.permissions().mode())));
-    let holds_secret = settings.secret.is_some() && std::env::var_os("ATOMOS_SECRET").is_none();
-    if let Some((path, mode)) = mode.filter(|(_, mode)| holds_secret && mode & 0o077 != 0) {
-        warnings.push(format!(
-            "{} holds the cluster secret and can be read by its group or others (mode {:o}); \
-             make it readable by its owner only (chmod 600)",
-            path.display(),
-            mode & 0o777
-        ));
-    }
-    if let Some(metrics) = settings.metrics.filter(|a| !a.ip().is_loopback()) {
-        warnings.push(format!(
-            "the metrics endpoint listens on {metrics}, reachable from other machines, and \
-             has no authentication; give a port alone to serve it on 127.0.0.1 only"
-        ));
-    }
-    warnings
-}
 
 /// Reads `path` (if given) and the environment through `env`, applies defaults and validates.
 /// `env` is `|name| std::env::var(name).ok()` in the program, and a map in tests.
@@ -514,6 +498,22 @@ pub fn load(
         },
         None => None,
     };
+    let runtime_threads = match pick(
+        "ATOMOS_RUNTIME_THREADS",
+        "runtime_threads",
+        file.runtime_threads.map(|n| n.to_string()),
+    ) {
+        Some((key, v)) => match v.trim().parse::<usize>() {
+            Ok(n @ 1..=1024) => Some(n),
+            _ => {
+                return Err(invalid(
+                    &key,
+                    format!("{v:?} is not a number of threads from 1 to 1024"),
+                ))
+            }
+        },
+        None => None,
+    };
     let sched_workers = match pick(
         "ATOMOS_SCHED_WORKERS",
         "sched_workers",
@@ -587,6 +587,7 @@ pub fn load(
         oss_domains,
         sched,
         sched_workers,
+        runtime_threads,
         peers,
     })
 }
