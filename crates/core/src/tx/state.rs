@@ -66,7 +66,8 @@ impl TxState {
     #[inline]
     pub(crate) fn end_attempt(&mut self) {
         self.reads.clear();
-        // A read-only attempt buffered nothing: only its start is left to unpublish.
+        // An attempt that buffered nothing (every read-only one) has only its start left to
+        // unpublish.
         if !self.writes.is_empty() || !self.retired.is_empty() || !self.undo.is_empty() {
             self.drop_buffers();
         }
