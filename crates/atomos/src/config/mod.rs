@@ -26,7 +26,7 @@
 //! sched = "lazy:4"          # a transaction service for clients' prioritized requests:
 //!                           # none | preemptive | cmax[:N] | lazy[:N] (absent: no service)
 //! sched_workers = 2         # its worker threads (default: the machine's cores)
-//! runtime_threads = 2       # worker threads of the network runtime (default: the machine's cores)
+//! runtime_threads = 2       # network runtime workers (default: one per core)
 //!
 //! [[peers]]
 //! id = 2

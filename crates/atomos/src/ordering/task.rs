@@ -268,7 +268,8 @@ impl Inbox {
 }
 
 /// Runs the replica's task, then lets its disk thread finish (or stop, if abandoned) before the
-/// task ends, so nothing is written to its log after [`OrderNode::stop`] returns.
+/// task ends, so nothing is written to its log after [`OrderNode::stop`](super::OrderNode::stop)
+/// returns.
 pub(super) async fn run<S: StateMachine>(
     cfg: OrderNodeConfig,
     mut task: Task<S>,
