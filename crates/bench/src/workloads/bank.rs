@@ -155,12 +155,7 @@ impl Workload for Bank {
                 }
             }
         } else if self.nesting == NestingModel::Flat && self.inner == 1 {
-            let from = below(rng, n as u64) as usize;
-            // Another account: from + 1 + k (k < n - 1) wraps around at most once, so a
-            // subtraction does what `% n` would with a division.
-            let to = from + 1 + below(rng, n as u64 - 1) as usize;
-            let to = if to >= n { to - n } else { to };
-            let amount = 1 + below(rng, 10) as i64;
+            let (from, to, amount) = draw_transfer(rng, n);
             if node.protocol() == Protocol::Active {
                 return node
                     .invoke::<_, ()>(TRANSFER, &(from as u64, to as u64, amount))
@@ -174,12 +169,11 @@ impl Workload for Bank {
         } else {
             let transfers: Vec<Transfer> = (0..self.inner)
                 .map(|_| {
-                    let from = rng.random_range(0..n);
-                    let to = (from + rng.random_range(1..n)) % n;
+                    let (from, to, amount) = draw_transfer(rng, n);
                     Transfer {
                         from: (from, self.accounts[from].clone()),
                         to: (to, self.accounts[to].clone()),
-                        amount: rng.random_range(1..=10),
+                        amount,
                     }
                 })
                 .collect();
@@ -195,4 +189,15 @@ impl Workload for Bank {
             detail: format!("bank total {total}, expected {want}"),
         })
     }
+}
+
+/// A transfer's draw among `n` accounts (at least 2): two different accounts and an amount
+/// from 1 to 10.
+fn draw_transfer(rng: &mut SmallRng, n: usize) -> (usize, usize, i64) {
+    let from = below(rng, n as u64) as usize;
+    // Another account: from + 1 + k (k < n - 1) wraps around at most once, so a subtraction
+    // does what `% n` would with a division.
+    let to = from + 1 + below(rng, n as u64 - 1) as usize;
+    let to = if to >= n { to - n } else { to };
+    (from, to, 1 + below(rng, 10) as i64)
 }

@@ -46,7 +46,7 @@ impl HashTable {
 impl HashTable {
     /// A random add or remove (even odds) of a value in `0..range`, as an inner operation.
     pub fn random_op(&self, rng: &mut SmallRng, range: i64) -> BucketOp {
-        let v = rng.random_range(0..range);
+        let v = super::below(rng, range.max(0) as u64) as i64;
         BucketOp {
             bucket: self.bucket(v).clone(),
             value: v,
