@@ -23,9 +23,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use corosensei::stack::DefaultStack;
+use corosensei::stack::{DefaultStack, Stack};
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use parking_lot::Mutex;
+
+mod overflow;
 
 /// The stack each fiber runs on, as large as a spawned thread's (mapped on first touch, so a
 /// fiber uses what it touches).
@@ -99,16 +101,19 @@ fn current() -> *const FiberYielder {
     CURRENT.with(Cell::get)
 }
 
-/// Makes a yielder current on this thread until dropped, then puts back what was current
-/// before, however the scope ends (a fiber's panic leaves `resume` by unwinding).
+/// Makes a fiber current on this thread until dropped (its yielder, and its stack for the
+/// overflow handler), then puts back what was current before, however the scope ends (a
+/// fiber's panic leaves `resume` by unwinding).
 struct MadeCurrent {
     outer: *const FiberYielder,
+    outer_stack: usize,
 }
 
 impl MadeCurrent {
-    fn enter(yielder: *const FiberYielder) -> MadeCurrent {
+    fn enter(yielder: *const FiberYielder, stack_limit: usize) -> MadeCurrent {
         MadeCurrent {
             outer: swap_current(yielder),
+            outer_stack: overflow::enter(stack_limit),
         }
     }
 }
@@ -116,6 +121,7 @@ impl MadeCurrent {
 impl Drop for MadeCurrent {
     fn drop(&mut self) {
         swap_current(self.outer);
+        overflow::enter(self.outer_stack);
     }
 }
 
@@ -195,6 +201,8 @@ pub struct Fiber<R> {
     waiting: Option<Wait>,
     /// The timer of the wait's deadline.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The lowest address of its stack's mapping: the guard page.
+    stack_limit: usize,
 }
 
 // SAFETY: the closure and its result are `Send`; the fiber is resumed by one thread at a time
@@ -218,7 +226,8 @@ impl<R> Fiber<R> {
     /// else tied to the thread it runs on, and must not rely on the thread's identity. The
     /// transactions of atomos keep this rule themselves.
     ///
-    /// Fails only if no stack can be mapped for it.
+    /// A fiber that overflows its stack aborts the process with a message saying so (see
+    /// `overflow`). Fails only if no stack can be mapped for it.
     pub unsafe fn new<F>(body: F) -> std::io::Result<Fiber<R>>
     where
         F: FnOnce() -> R + Send + 'static,
@@ -229,6 +238,8 @@ impl<R> Fiber<R> {
             Some(stack) => stack,
             None => DefaultStack::new(STACK_BYTES)?,
         };
+        overflow::install();
+        let stack_limit = stack.limit().get();
         let coroutine = Coroutine::with_stack(stack, move |yielder: &FiberYielder, _| {
             swap_current(yielder);
             body()
@@ -238,6 +249,7 @@ impl<R> Fiber<R> {
             yielder: std::ptr::null(),
             waiting: None,
             timer: None,
+            stack_limit,
         })
     }
 
@@ -320,7 +332,7 @@ impl<R> Future for Fiber<R> {
                 .as_mut()
                 .expect("a fiber polled after it returned");
             let result = {
-                let _current = MadeCurrent::enter(this.yielder);
+                let _current = MadeCurrent::enter(this.yielder, this.stack_limit);
                 start_turn();
                 let result = coroutine.resume(input);
                 this.yielder = current();
@@ -355,7 +367,7 @@ impl<R> Drop for Fiber<R> {
         // rather than suspend a fiber that is being torn down (or one polling this one).
         if let Some(mut coroutine) = self.coroutine.take() {
             self.waiting = None;
-            let _current = MadeCurrent::enter(std::ptr::null());
+            let _current = MadeCurrent::enter(std::ptr::null(), self.stack_limit);
             coroutine.force_unwind();
         }
     }
