@@ -11,6 +11,9 @@ settings=(
   "bank-66-threads-fsync-never|$bank --threads 22 --read-ratio 0.5 --balance-k 10 --fsync never"
   "bank-66-threads-fsync-batch|$bank --threads 22 --read-ratio 0.5 --balance-k 10 --fsync batch"
   "transfer-1-thread-per-node|$bank --threads 1 --read-ratio 0 --fsync never"
+  "bank-66-fibers-fsync-never|$bank --threads 22 --read-ratio 0.5 --balance-k 10 --fsync never --fibers"
+  "bank-66-fibers-fsync-batch|$bank --threads 22 --read-ratio 0.5 --balance-k 10 --fsync batch --fibers"
+  "transfer-1-fiber-per-node|$bank --threads 1 --read-ratio 0 --fsync never --fibers"
 )
 run_settings "$runs" "" "" "${settings[@]}"
 python3 - "$out" "$runs" "${settings[@]}" <<'PY'
