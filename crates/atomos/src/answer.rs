@@ -66,6 +66,11 @@ impl<T> AnswerSlot<T> {
         self.ready.notify_one();
     }
 
+    /// Whether an answer is there (not taken yet).
+    pub(crate) fn is_full(&self) -> bool {
+        self.arrived.load(Ordering::Acquire)
+    }
+
     /// The answer if one arrived, without waiting.
     pub(crate) fn take(&self) -> Option<T> {
         Self::take_locked(&mut self.answer.lock(), &self.arrived)

@@ -41,10 +41,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use atomos_core::{Certification, Deferred, Engine, Key, LinkBase, Tx, TxError};
-use parking_lot::{Condvar, Mutex};
+
+use crate::answer::{AnswerSlot, Replier};
 
 /// A transaction body kept to run again after a cascading abort.
 type Body = Box<dyn FnMut(&mut Tx<'_>) -> Result<Box<dyn Settle>, TxError> + Send>;
@@ -60,23 +61,26 @@ trait Settle: Send {
     fn discard(self: Box<Self>);
 }
 
-/// The value a handle waits for.
-struct Slot<T> {
-    value: Mutex<Option<Result<T, TxError>>>,
-    ready: Condvar,
+/// The value a handle waits for (a fiber waiting on it suspends).
+type Slot<T> = AnswerSlot<Result<T, TxError>>;
+
+/// A commit's outcome, put by the thread certifying it (`None`: that thread panicked).
+type CommitSlot = AnswerSlot<Option<Result<u64, TxError>>>;
+
+/// A deadline that never comes, for waits that end only with their answer.
+fn never() -> Instant {
+    let now = Instant::now();
+    now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600))
+        .unwrap_or(now)
 }
 
-impl<T> Slot<T> {
-    fn new() -> Arc<Slot<T>> {
-        Arc::new(Slot {
-            value: Mutex::new(None),
-            ready: Condvar::new(),
-        })
-    }
-
-    fn put(&self, v: Result<T, TxError>) {
-        *self.value.lock() = Some(v);
-        self.ready.notify_all();
+/// Waits for `slot`'s answer, however long it takes: a thread sleeps until it comes, a fiber
+/// suspends.
+fn wait_for<T: Send>(slot: &AnswerSlot<T>) -> T {
+    loop {
+        if let Some(answer) = slot.wait_until(never(), Duration::ZERO) {
+            return answer;
+        }
     }
 }
 
@@ -114,30 +118,25 @@ pub struct LinkedHandle<T> {
     slot: Arc<Slot<T>>,
 }
 
-impl<T> LinkedHandle<T> {
+impl<T: Send> LinkedHandle<T> {
     /// Waits until the transaction committed and returns its value as it committed, or the
     /// error that ended it. A commit that conflicted is run again by its chain (at its next
-    /// `run` or `finish`, or when it is dropped): wait after one of those, not before.
+    /// `run` or `finish`, or when it is dropped): wait after one of those, not before. In a
+    /// fiber the wait suspends the fiber.
     pub fn wait(self) -> Result<T, TxError> {
-        let mut v = self.slot.value.lock();
-        loop {
-            if let Some(r) = v.take() {
-                return r;
-            }
-            self.slot.ready.wait(&mut v);
-        }
+        wait_for(&self.slot)
     }
 
     /// Whether the outcome is known already (`wait` then returns at once).
     pub fn is_ready(&self) -> bool {
-        self.slot.value.lock().is_some()
+        self.slot.is_full()
     }
 }
 
-/// A commit on its way: the thread certifying it (which hands the value to the handle once
-/// committed).
+/// A commit on its way: where the thread certifying it (which hands the value to the handle
+/// once committed) puts its outcome.
 struct InFlight {
-    commit: JoinHandle<Result<u64, TxError>>,
+    commit: Arc<CommitSlot>,
     writes: Vec<(Key, Option<Vec<u8>>)>,
     reads: Vec<(Key, u64)>,
     body: Body,
@@ -186,7 +185,7 @@ impl Linked {
         T: Send + 'static,
         F: FnMut(&mut Tx<'_>) -> Result<T, TxError> + Send + 'static,
     {
-        let slot = Slot::new();
+        let slot = Arc::new(Slot::default());
         let handle = LinkedHandle { slot: slot.clone() };
         let mut f = f;
         if !self.engine.has_certifier() {
@@ -306,7 +305,12 @@ impl Linked {
         let reads = certification.reads.clone();
         let engine = self.engine.clone();
         let failing = fail.clone();
-        let commit = std::thread::spawn(move || certify(&engine, certification, settle, &*failing));
+        let commit = Arc::new(CommitSlot::default());
+        let replier = Replier::new(commit.clone());
+        // Dropped unanswered if the thread panics, the replier puts `None`.
+        std::thread::spawn(move || {
+            replier.send(certify(&engine, certification, settle, &*failing));
+        });
         self.flying.push_back(InFlight {
             commit,
             writes,
@@ -329,7 +333,7 @@ impl Linked {
         else {
             return Ok(());
         };
-        let outcome = commit.join().unwrap_or_else(|_| {
+        let outcome = wait_for(&commit).unwrap_or_else(|| {
             Err(TxError::OutcomeUnknown {
                 reason: "the thread certifying a linked commit panicked".into(),
             })
@@ -370,7 +374,9 @@ impl Linked {
                     self.note_committed(&writes, version);
                     return Ok(());
                 }
-                Err(TxError::Conflict) => continue,
+                // The commit it conflicted with may still be on its way: a fiber lets the
+                // runtime's other tasks (the network that decides it) run before it tries again.
+                Err(TxError::Conflict) => atomos_sched::fiber::yield_now(),
                 Err(e) => return Err(e),
             }
         }
@@ -417,8 +423,8 @@ impl Drop for Linked {
         while let Some(front) = self.flying.front() {
             if std::thread::panicking() {
                 let fail = front.fail.clone();
-                let done = self.flying.pop_front().map(|f| f.commit.join());
-                if !matches!(done, Some(Ok(Ok(_)))) {
+                let done = self.flying.pop_front().map(|f| wait_for(&f.commit));
+                if !matches!(done, Some(Some(Ok(_)))) {
                     fail(TxError::OutcomeUnknown {
                         reason: "the chain was dropped while its thread panicked".into(),
                     });

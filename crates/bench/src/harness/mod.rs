@@ -227,10 +227,8 @@ impl BenchConfig {
                         .into(),
                 );
             }
-            if self.arrival_rate.is_some() || self.linked > 0 {
-                return bad(
-                    "--fibers is for closed-loop workers (not --arrival-rate or --linked)".into(),
-                );
+            if self.arrival_rate.is_some() {
+                return bad("--fibers is for closed-loop workers (not --arrival-rate)".into());
             }
             if !self.pause.is_zero() || !self.work.is_zero() {
                 return bad("--fibers: workers that sleep (--pause-ms, --work-ms) would hold the runtime's threads".into());
