@@ -105,6 +105,12 @@ impl<T: Send> AnswerSlot<T> {
         if fiber::in_fiber() {
             return self.suspend_until(deadline);
         }
+        self.block_until(deadline, poll)
+    }
+
+    /// Like [`AnswerSlot::wait_until`] on a thread, even in a fiber: it blocks the thread it
+    /// runs on (for waits that must not suspend, such as those of code unwinding a panic).
+    pub(crate) fn block_until(&self, deadline: Instant, poll: Duration) -> Option<T> {
         if !poll.is_zero() {
             let until = Instant::now()
                 .checked_add(poll)

@@ -84,6 +84,17 @@ fn wait_for<T: Send>(slot: &AnswerSlot<T>) -> T {
     }
 }
 
+/// Like [`wait_for`], but a fiber blocks its thread rather than suspend: code unwinding a
+/// panic must not suspend (the thread's panic count would stay raised for the other tasks
+/// that run on it meanwhile, and the fiber might finish unwinding on another thread).
+fn block_for<T: Send>(slot: &AnswerSlot<T>) -> T {
+    loop {
+        if let Some(answer) = slot.block_until(never(), Duration::ZERO) {
+            return answer;
+        }
+    }
+}
+
 /// One run's value, waiting for its commit's outcome. Dropped unsettled (a thread that
 /// panicked), it ends the handle with an error.
 struct Pending<T> {
@@ -309,7 +320,10 @@ impl Linked {
         let replier = Replier::new(commit.clone());
         // Dropped unanswered if the thread panics, the replier puts `None`.
         std::thread::spawn(move || {
-            replier.send(certify(&engine, certification, settle, &*failing));
+            let outcome = certify(&engine, certification, settle, &*failing);
+            // Nothing of the chain stays alive once its outcome is known.
+            drop((engine, failing));
+            replier.send(outcome);
         });
         self.flying.push_back(InFlight {
             commit,
@@ -418,12 +432,13 @@ fn certify(
 
 impl Drop for Linked {
     /// Waits for every outstanding commit; those that conflicted run again (unless the
-    /// thread is unwinding from a panic: their handles then get an error).
+    /// thread is unwinding from a panic: their handles then get an error, and a fiber blocks
+    /// its thread for them instead of suspending).
     fn drop(&mut self) {
         while let Some(front) = self.flying.front() {
             if std::thread::panicking() {
                 let fail = front.fail.clone();
-                let done = self.flying.pop_front().map(|f| wait_for(&f.commit));
+                let done = self.flying.pop_front().map(|f| block_for(&f.commit));
                 if !matches!(done, Some(Some(Ok(_)))) {
                     fail(TxError::OutcomeUnknown {
                         reason: "the chain was dropped while its thread panicked".into(),

@@ -238,46 +238,103 @@ fn a_chain_never_sees_its_writes_beside_newer_values_of_what_they_read() {
     );
 }
 
+/// Runs `f` on a thread of its own and fails if it takes more than a minute (a wait that
+/// blocked a runtime thread would stop the run instead of failing it).
+fn within_a_minute<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // The receiver is gone only if it gave up waiting.
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(r) => r,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("{what}: no result in 60 s"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: it panicked"),
+    }
+}
+
 /// Chains run in fibers on the cluster's runtime, more of them than it has threads: a fiber
 /// waiting for its chain's oldest commit, or for a handle, suspends while the runtime goes on
-/// deciding the commits; no increment is lost and each chain's values grow.
+/// deciding the commits. On one shared counter no increment is lost and each chain's values
+/// grow; on counters of their own, each fiber waits on every handle while its commit is still
+/// on its way.
 #[test]
-fn chains_in_fibers_conflict_and_lose_no_update() {
+fn chains_in_fibers_lose_no_update_and_wait_on_their_handles() {
     for protocol in [Protocol::Oss, Protocol::Certify] {
-        let c = Cluster::in_process(3, protocol).expect("cluster starts");
-        let first = c.node(1).unwrap().clone();
-        create(&c, &first, &["fibers"]);
-        let per_chain = 15u64;
-        let fibers: Vec<_> = c
-            .ids()
-            .into_iter()
-            .flat_map(|id| (0..3).map(move |_| id))
-            .map(|id| {
-                let node = c.node(id).unwrap().clone();
-                // SAFETY: the chain holds nothing tied to a thread across its waits.
-                unsafe { atomos::Fiber::new(move || increments(&node, "fibers", per_chain)) }
-                    .expect("a stack for the fiber")
-            })
-            .collect();
-        let chains = fibers.len() as u64;
-        let values: Vec<Vec<u64>> = c.block_on(async {
-            let tasks: Vec<_> = fibers.into_iter().map(tokio::spawn).collect();
-            let mut values = Vec::new();
-            for t in tasks {
-                values.push(t.await.expect("no panic"));
+        within_a_minute(&format!("{protocol}"), move || chains_in_fibers(protocol));
+    }
+}
+
+fn chains_in_fibers(protocol: Protocol) {
+    let c = Cluster::in_process(3, protocol).expect("cluster starts");
+    let first = c.node(1).unwrap().clone();
+    let own: Vec<String> = (0..9).map(|i| format!("own/{i}")).collect();
+    let mut names = vec!["shared"];
+    names.extend(own.iter().map(String::as_str));
+    create(&c, &first, &names);
+    let per_chain = 15u64;
+    let fibers: Vec<_> = c
+        .ids()
+        .into_iter()
+        .flat_map(|id| (0..3).map(move |k| (id, k)))
+        .zip(own.clone())
+        .map(|((id, k), mine)| {
+            let node = c.node(id).unwrap().clone();
+            // SAFETY: the chains hold nothing tied to a thread across their waits.
+            unsafe {
+                atomos::Fiber::new(move || {
+                    let shared = increments(&node, "shared", per_chain);
+                    // Each handle waited on right after its `run`: with nothing else touching
+                    // the counter, its commit cannot conflict, so nothing runs it again later.
+                    let mut chain = node.linked(1 + k);
+                    let mine_values: Vec<u64> = (0..per_chain)
+                        .map(|_| {
+                            let name = mine.clone();
+                            chain
+                                .run(move |tx| {
+                                    tx.modify(&counter(&name), |v| {
+                                        *v += 1;
+                                        *v
+                                    })
+                                })
+                                .unwrap()
+                                .wait()
+                                .unwrap()
+                        })
+                        .collect();
+                    chain.finish().unwrap();
+                    (shared, mine_values)
+                })
             }
-            values
-        });
-        for v in &values {
-            assert_eq!(v.len() as u64, per_chain, "{protocol}");
-            assert!(v.windows(2).all(|w| w[0] < w[1]), "{protocol}: {v:?}");
+            .expect("a stack for the fiber")
+        })
+        .collect();
+    let chains = fibers.len() as u64;
+    let values: Vec<(Vec<u64>, Vec<u64>)> = c.block_on(async {
+        let tasks: Vec<_> = fibers.into_iter().map(tokio::spawn).collect();
+        let mut values = Vec::new();
+        for t in tasks {
+            values.push(t.await.expect("no panic"));
         }
-        for id in c.ids() {
-            assert_eq!(
-                read(c.node(id).unwrap(), "fibers"),
-                chains * per_chain,
-                "{protocol} node {id}"
-            );
+        values
+    });
+    for (shared, mine) in &values {
+        assert_eq!(shared.len() as u64, per_chain, "{protocol}");
+        assert!(
+            shared.windows(2).all(|w| w[0] < w[1]),
+            "{protocol}: {shared:?}"
+        );
+        assert_eq!(mine, &(1..=per_chain).collect::<Vec<u64>>(), "{protocol}");
+    }
+    for id in c.ids() {
+        let node = c.node(id).unwrap();
+        assert_eq!(
+            read(node, "shared"),
+            chains * per_chain,
+            "{protocol} node {id}"
+        );
+        for name in &own {
+            assert_eq!(read(node, name), per_chain, "{protocol} node {id} {name}");
         }
     }
 }

@@ -4,7 +4,7 @@
 //! in an environment variable).
 
 use std::future::Future;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Output};
 use std::task::{Context, Poll, Waker};
 
@@ -43,9 +43,13 @@ fn fault_child() {
             let _ = run_fiber(|| deep(u64::MAX));
         }
         "thread-overflow" => {
+            // The thread runs a fiber first: once it returned, this thread runs no fiber.
             let _ = std::thread::Builder::new()
                 .stack_size(256 << 10)
-                .spawn(|| deep(u64::MAX))
+                .spawn(|| {
+                    assert_eq!(run_fiber(|| 7), Poll::Ready(7));
+                    deep(u64::MAX)
+                })
                 .expect("a thread")
                 .join();
         }
@@ -59,11 +63,23 @@ fn fault_child() {
 }
 
 fn child(case: &str) -> Output {
-    Command::new(std::env::current_exe().expect("this test binary"))
+    let mut command = Command::new(std::env::current_exe().expect("this test binary"));
+    command
         .args(["fault_child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CASE, case)
-        .output()
-        .expect("the child runs")
+        .env(CASE, case);
+    // SAFETY: `setrlimit` is async-signal-safe, as code between fork and exec must be.
+    unsafe {
+        command.pre_exec(|| {
+            // No core file for the crashes on purpose.
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            Ok(())
+        });
+    }
+    command.output().expect("the child runs")
 }
 
 #[test]

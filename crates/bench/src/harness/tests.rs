@@ -162,10 +162,15 @@ fn linked_counters_run_as_fibers_on_one_runtime_thread() {
                 // The receiver is gone only if it gave up waiting.
                 let _ = tx.send(run(&cfg));
             });
-            let r = rx
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| panic!("{what}: no result in 60 s"))
-                .unwrap();
+            let r = match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(r) => r.unwrap(),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("{what}: no result in 60 s")
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("{what}: the run panicked")
+                }
+            };
             assert!(r.invariant_ok, "{what}: {}", r.invariant);
             assert!(r.committed > 0, "{what} committed nothing");
             assert!(r.fibers, "{what}");
@@ -383,7 +388,10 @@ fn bad_configuration_is_refused() {
     cfg.pause = Duration::ZERO;
     // Nor open loops.
     cfg.arrival_rate = Some(1000.0);
-    assert!(matches!(run(&cfg), Err(BenchError::Config(_))));
+    match run(&cfg) {
+        Err(BenchError::Config(m)) => assert!(m.contains("--fibers"), "{m}"),
+        other => panic!("fibers in an open loop: {:?}", other.map(|r| r.committed)),
+    }
     cfg.arrival_rate = None;
     cfg.fibers = false;
     // A runtime needs a worker, and a bounded number of them.

@@ -12,7 +12,7 @@
 use std::cell::Cell;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Once, OnceLock};
 
 thread_local! {
     /// The lowest address of the guard page of the fiber this thread runs (0 outside fibers).
@@ -31,16 +31,25 @@ const SIGNALS: [libc::c_int; 2] = [libc::SIGSEGV, libc::SIGBUS];
 const MESSAGE: &[u8] = b"\natomos: a fiber overflowed its stack (deep recursion and large \
 locals belong on a thread of their own)\nfatal runtime error: fiber stack overflow, aborting\n";
 
-/// Installs the handler, once per process.
+static INSTALL: Once = Once::new();
+
+/// Installs the handler, once per process. The actions it replaces are known before it is
+/// in place, so that a fault on another thread meanwhile still reaches them.
 pub(super) fn install() {
-    PREVIOUS.get_or_init(|| {
+    INSTALL.call_once(|| {
         // SAFETY: `sysconf` has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         PAGE.store(usize::try_from(page).unwrap_or(4096), Ordering::Relaxed);
         let mut previous = [MaybeUninit::<libc::sigaction>::zeroed(); 2];
         for (signal, previous) in SIGNALS.iter().zip(&mut previous) {
-            // SAFETY: a zeroed `sigaction` is a valid value, completed below; `sigaction`
-            // writes the previous action into memory we own.
+            // SAFETY: with no new action, `sigaction` only writes the current one into memory
+            // we own (left zeroed, the default action, if it fails).
+            unsafe { libc::sigaction(*signal, std::ptr::null(), previous.as_mut_ptr()) };
+        }
+        // SAFETY: both were written by `sigaction` or are zeroed, valid values either way.
+        let _ = PREVIOUS.set(previous.map(|p| unsafe { p.assume_init() }));
+        for signal in SIGNALS {
+            // SAFETY: a zeroed `sigaction` is a valid value, completed here.
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
                 let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
@@ -48,12 +57,9 @@ pub(super) fn install() {
                 action.sa_sigaction = handler as usize;
                 action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
                 libc::sigemptyset(&mut action.sa_mask);
-                libc::sigaction(*signal, &action, previous.as_mut_ptr());
+                libc::sigaction(signal, &action, std::ptr::null_mut());
             }
         }
-        // SAFETY: both were written by `sigaction` (or stay zeroed, the default action, if it
-        // failed, in which case ours is not installed either).
-        previous.map(|p| unsafe { p.assume_init() })
     });
 }
 
