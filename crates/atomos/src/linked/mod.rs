@@ -47,6 +47,10 @@ use atomos_core::{Certification, Deferred, Engine, Key, LinkBase, Tx, TxError};
 
 use crate::answer::{AnswerSlot, Replier};
 
+mod certifiers;
+
+use certifiers::Certifiers;
+
 /// A transaction body kept to run again after a cascading abort.
 type Body = Box<dyn FnMut(&mut Tx<'_>) -> Result<Box<dyn Settle>, TxError> + Send>;
 
@@ -167,6 +171,8 @@ pub struct Linked {
     /// Cascading aborts so far: a transaction that saw writes of a commit that failed runs
     /// again.
     cascades: u64,
+    /// The threads certifying the outstanding commits.
+    certifiers: Certifiers,
 }
 
 /// The error the chain reports for a transaction whose earlier commit failed.
@@ -185,6 +191,7 @@ impl Linked {
             flying: VecDeque::new(),
             committed: HashMap::new(),
             cascades: 0,
+            certifiers: Certifiers::new(queue.max(1)),
         }
     }
 
@@ -300,8 +307,8 @@ impl Linked {
         })
     }
 
-    /// Starts certifying `deferred` on a thread of its own, which hands the value to its
-    /// handle once it committed.
+    /// Starts certifying `deferred` on one of the chain's certifying threads, which hands the
+    /// value to its handle once it committed.
     fn send(&mut self, body: Body, fail: Fail, settle: Box<dyn Settle>, deferred: Deferred) {
         let Deferred {
             mut certification,
@@ -318,13 +325,13 @@ impl Linked {
         let failing = fail.clone();
         let commit = Arc::new(CommitSlot::default());
         let replier = Replier::new(commit.clone());
-        // Dropped unanswered if the thread panics, the replier puts `None`.
-        std::thread::spawn(move || {
+        // Dropped unanswered if the job panics, the replier puts `None`.
+        self.certifiers.submit(Box::new(move || {
             let outcome = certify(&engine, certification, settle, &*failing);
             // Nothing of the chain stays alive once its outcome is known.
             drop((engine, failing));
             replier.send(outcome);
-        });
+        }));
         self.flying.push_back(InFlight {
             commit,
             writes,
