@@ -51,7 +51,8 @@ impl Certifiers {
     }
 
     /// Runs `job` on a free thread, on a new one if none is free and the limit allows, or
-    /// else on the first to come free.
+    /// else on the first to come free. If no thread exists and none can be made, the job
+    /// runs here: the caller then waits for the commit, which hides nothing but decides it.
     pub(super) fn submit(&mut self, job: Job) {
         let mut state = self.queue.state.lock();
         state.jobs.push_back(job);
@@ -66,8 +67,9 @@ impl Certifiers {
                 self.threads += 1;
                 return;
             }
-            // No thread could be made: the jobs wait for the threads there are, or, with
-            // none, run here (as late as they would have had a thread been made).
+            // No thread could be made: the jobs wait for the threads there are or, with none,
+            // this one runs on the caller (a panic in it reaches the caller; its handle is
+            // told the outcome is unknown as the job unwinds).
             if self.threads == 0 {
                 let job = self.queue.state.lock().jobs.pop_front();
                 if let Some(job) = job {
@@ -89,7 +91,10 @@ impl Queue {
                 drop(state);
                 // A job that panics has answered already (its answer's sender puts "unknown"
                 // as it unwinds); the thread goes on serving.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
+                    // Not dropped: a payload whose destructor panics would end the thread.
+                    std::mem::forget(payload);
+                }
                 state = self.state.lock();
                 continue;
             }

@@ -68,7 +68,7 @@ trait Settle: Send {
 /// The value a handle waits for (a fiber waiting on it suspends).
 type Slot<T> = AnswerSlot<Result<T, TxError>>;
 
-/// A commit's outcome, put by the thread certifying it (`None`: that thread panicked).
+/// A commit's outcome, put by the job certifying it (`None`: that job panicked).
 type CommitSlot = AnswerSlot<Option<Result<u64, TxError>>>;
 
 /// A deadline that never comes, for waits that end only with their answer.
@@ -356,7 +356,7 @@ impl Linked {
         };
         let outcome = wait_for(&commit).unwrap_or_else(|| {
             Err(TxError::OutcomeUnknown {
-                reason: "the thread certifying a linked commit panicked".into(),
+                reason: "the job certifying a linked commit panicked".into(),
             })
         });
         match outcome {
