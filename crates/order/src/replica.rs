@@ -20,8 +20,8 @@
 //!   anyone: the log store reports the first replaced index, and every optimistic delivery from
 //!   there on is revoked.
 //! - Requests are deduplicated in log order, so every replica drops the same duplicates: a
-//!   request is delivered only if its client has no delivered request with that number or a
-//!   later one, and no earlier pending entry holds it.
+//!   request is delivered only if its number is above every number its client had delivered
+//!   (finally or optimistically) at earlier positions, a function of the log prefix alone.
 //! - A missing batch is fetched from the other replicas; lost batches, acknowledgements and
 //!   proposals are re-sent every `retry_ticks`.
 
@@ -252,6 +252,33 @@ fn entry_batch(e: &Entry) -> Option<BatchId> {
         return None;
     }
     postcard::from_bytes(&e.data).ok()
+}
+
+/// The requests of a batch that are delivered at its entry, in the batch's order: each one
+/// whose number is above every number its client had delivered before it in the log (finally,
+/// in `clients`; optimistically and not revoked, in `pending`; or earlier in this batch). The
+/// others are duplicates, or older than a request already ordered, and never run. Both tables
+/// hold exactly what the entries before this one delivered, so the verdict is a function of
+/// the log prefix alone: the same on every replica and every replay of a log, however a
+/// client's numbers arrive. The admitted requests are added to `pending`.
+fn admit_newest(
+    batch: &[Request],
+    clients: &BTreeMap<u64, (u64, Vec<u8>)>,
+    pending: &mut BTreeSet<(u64, u64)>,
+) -> Vec<Request> {
+    let mut admitted = Vec::new();
+    for r in batch {
+        let last_final = clients.get(&r.client).map_or(0, |(seq, _)| *seq);
+        let last_pending = pending
+            .range((r.client, 0)..=(r.client, u64::MAX))
+            .next_back()
+            .map_or(0, |(_, seq)| *seq);
+        if r.seq > last_final.max(last_pending) {
+            pending.insert((r.client, r.seq));
+            admitted.push(r.clone());
+        }
+    }
+    admitted
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -1053,14 +1080,7 @@ impl<S: StateMachine> Replica<S> {
             });
             let requests = match batch {
                 Some(id) if !duplicate => match self.batches.get(&id) {
-                    Some(reqs) => reqs
-                        .iter()
-                        .filter(|r| {
-                            let done = self.clients.get(&r.client).is_some_and(|c| c.0 >= r.seq);
-                            !done && !self.pending_requests.contains(&(r.client, r.seq))
-                        })
-                        .cloned()
-                        .collect::<Vec<_>>(),
+                    Some(reqs) => admit_newest(reqs, &self.clients, &mut self.pending_requests),
                     None => {
                         if self.missing.is_none_or(|(m, _)| m != id) {
                             self.missing = Some((id, self.ticks));
@@ -1071,9 +1091,6 @@ impl<S: StateMachine> Replica<S> {
                 },
                 _ => Vec::new(),
             };
-            // Within one batch a request appears once (the origin's `in_flight` guarantees it).
-            self.pending_requests
-                .extend(requests.iter().map(|r| (r.client, r.seq)));
             self.machine.optimistic(seq, &requests);
             out.push(Output::Deliver(Delivery::Opt {
                 seq,

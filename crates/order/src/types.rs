@@ -8,7 +8,9 @@ pub type Addr = atomos_seam::NodeId;
 
 /// A client's request. A client numbers its requests 1, 2, 3, ... and has one outstanding at a
 /// time; `(client, seq)` identifies a request, and the order layer delivers each at most once
-/// however often it is re-sent.
+/// however often it is re-sent. A request ordered after one of its client's with the same or a
+/// higher number is never delivered: the same verdict on every replica, whatever order a
+/// client's numbers arrive in.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Request {

@@ -46,6 +46,12 @@ pub struct Faults {
     pub down_for: u64,
     /// A disk write becomes durable 1..=`sync_delay` time units after it is issued (in order).
     pub sync_delay: u64,
+    /// Probability per disk write that the disk stalls: the write (and every later one, since
+    /// writes sync in order) takes `stall_len` time units more. A node whose disk stalls keeps
+    /// sending what does not wait for it, so it may run ahead of its own durable state.
+    pub stall: f64,
+    /// How long a stall lasts.
+    pub stall_len: u64,
     /// Probability, at a crash, that part of the first unsynced write reached the disk (a torn
     /// final record).
     pub torn: f64,
@@ -76,6 +82,8 @@ impl Faults {
             crash: 0.0,
             down_for: 0,
             sync_delay: 1,
+            stall: 0.0,
+            stall_len: 0,
             torn: 0.0,
             fsync_fail: 0.0,
             corrupt: 0.0,
@@ -98,6 +106,8 @@ impl Faults {
             crash: 0.01,
             down_for: 100,
             sync_delay: 10,
+            stall: 0.0,
+            stall_len: 0,
             torn: 0.3,
             fsync_fail: 0.001,
             corrupt: 0.0,
@@ -425,7 +435,11 @@ impl<M: Machine> Sim<M> {
     fn persist(&mut self, node: NodeId, write: atomos_seam::Write) {
         let faulty = self.faulty();
         let fail = faulty && self.rng.chance(self.cfg.faults.fsync_fail);
-        let delay = 1 + self.rng.below(self.cfg.faults.sync_delay.max(1));
+        let mut delay = 1 + self.rng.below(self.cfg.faults.sync_delay.max(1));
+        // Drawn only when stalls are asked for, so runs without them keep their traces.
+        if faulty && self.cfg.faults.stall > 0.0 && self.rng.chance(self.cfg.faults.stall) {
+            delay += self.cfg.faults.stall_len;
+        }
         let now = self.now;
         let slot = self.slot(node);
         slot.gate.write();

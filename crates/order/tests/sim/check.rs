@@ -1,0 +1,213 @@
+//! What every run must show (see the module docs of `sim.rs`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use atomos_order::{Delivery, Register, Request, StateMachine};
+use atomos_sim::NodeId;
+
+use crate::harness::{Note, Outcome};
+
+pub fn check(o: &Outcome) -> Result<(), String> {
+    // seq -> the requests finally delivered there (by any replica, any incarnation).
+    let mut final_order: BTreeMap<u64, Vec<Request>> = BTreeMap::new();
+    #[derive(Default)]
+    struct View {
+        opt: BTreeMap<u64, Vec<Request>>,
+        opt_next: u64,
+        final_next: u64,
+    }
+    if let Some((t, node, e)) = o.run.failures.first() {
+        return Err(format!("replica {node} failed at {t}: {e}"));
+    }
+    // Only a replica whose log was damaged may refuse to start, and it must.
+    let corrupted: BTreeSet<NodeId> = o.run.corrupted.iter().map(|(_, n)| *n).collect();
+    let refused: BTreeSet<NodeId> = o.run.refused.iter().map(|(_, n, _)| *n).collect();
+    if corrupted != refused {
+        return Err(format!(
+            "damaged logs on {corrupted:?}, but refused to start: {:?}",
+            o.run.refused
+        ));
+    }
+    let mut views: BTreeMap<NodeId, View> = BTreeMap::new();
+    for (t, node, note) in &o.run.notes {
+        let v = views.entry(*node).or_default();
+        match note {
+            Note::Started { base } => {
+                *v = View {
+                    opt: BTreeMap::new(),
+                    opt_next: base + 1,
+                    final_next: base + 1,
+                };
+            }
+            Note::Delivered(Delivery::Opt { seq, requests }) => {
+                if *seq != v.opt_next {
+                    return Err(format!(
+                        "node {node} at {t}: opt-delivered {seq}, expected {}",
+                        v.opt_next
+                    ));
+                }
+                v.opt.insert(*seq, requests.clone());
+                v.opt_next += 1;
+            }
+            Note::Delivered(Delivery::Revoke { from }) => {
+                if *from < v.final_next {
+                    return Err(format!("node {node} at {t}: revoked final entry {from}"));
+                }
+                v.opt.split_off(from);
+                v.opt_next = *from;
+            }
+            Note::Delivered(Delivery::Installed { seq }) => {
+                v.opt.clear();
+                v.opt_next = seq + 1;
+                v.final_next = seq + 1;
+            }
+            Note::Delivered(Delivery::Alarm { seq, text }) => {
+                return Err(format!("node {node} at {t}: alarm at entry {seq}: {text}"));
+            }
+            Note::Delivered(Delivery::Final { seq }) => {
+                if *seq != v.final_next {
+                    return Err(format!(
+                        "node {node} at {t}: final-delivered {seq}, expected {}",
+                        v.final_next
+                    ));
+                }
+                let Some(requests) = v.opt.remove(seq) else {
+                    return Err(format!(
+                        "node {node} at {t}: final-delivered {seq} before opt-delivering it"
+                    ));
+                };
+                match final_order.get(seq) {
+                    Some(other) if *other != requests => {
+                        return Err(format!(
+                            "node {node} at {t}: position {seq} holds {requests:?}, elsewhere {other:?}"
+                        ))
+                    }
+                    Some(_) => {}
+                    None => {
+                        final_order.insert(*seq, requests);
+                    }
+                }
+                v.final_next += 1;
+            }
+            Note::Done { .. } => {}
+        }
+    }
+    // Integrity: at most once, and only what clients sent.
+    let mut seen = BTreeSet::new();
+    for (seq, requests) in &final_order {
+        for r in requests {
+            if !seen.insert((r.client, r.seq)) {
+                return Err(format!(
+                    "request {}:{} delivered twice (again at {seq})",
+                    r.client, r.seq
+                ));
+            }
+            if o.payloads.get(&(r.client, r.seq)) != Some(&r.payload) {
+                return Err(format!(
+                    "request {}:{} was not sent like that",
+                    r.client, r.seq
+                ));
+            }
+        }
+    }
+    // Validity: every request answered once the faults stopped.
+    if o.unanswered > 0 {
+        return Err(format!("{} requests never answered", o.unanswered));
+    }
+    // Answers agree with the final order.
+    let contiguous = final_order.keys().copied().eq(1..=final_order.len() as u64);
+    let answered = o
+        .run
+        .notes
+        .iter()
+        .any(|(_, _, n)| matches!(n, Note::Done { .. }));
+    if answered && !contiguous {
+        // A snapshot install skips positions in one replica's view; some replica (or an
+        // earlier incarnation) must still have delivered each one.
+        let missing: Vec<u64> = (1..=final_order.keys().max().copied().unwrap_or(0))
+            .filter(|s| !final_order.contains_key(s))
+            .collect();
+        return Err(format!(
+            "positions {missing:?} were finally delivered by no replica: answers cannot be checked"
+        ));
+    }
+    if contiguous {
+        let mut reg = Register::new();
+        let mut answers = BTreeMap::new();
+        for requests in final_order.values() {
+            for r in requests {
+                answers.insert((r.client, r.seq), reg.apply(r));
+            }
+        }
+        for (_, _, note) in &o.run.notes {
+            if let Note::Done {
+                client,
+                seq,
+                response,
+            } = note
+            {
+                if answers.get(&(*client, *seq)) != Some(response) {
+                    return Err(format!(
+                        "answer to {client}:{seq} disagrees with the final order"
+                    ));
+                }
+            }
+        }
+    }
+    // A final delivery applies what the optimistic one named (what a speculating machine
+    // relies on), as each replica's machine saw it.
+    for (_, reg) in &o.finals {
+        let (_, mismatched) = reg.speculation();
+        if mismatched > 0 {
+            return Err(format!(
+                "{mismatched} requests applied at their final delivery differ from their \
+                 entry's optimistic delivery"
+            ));
+        }
+    }
+    // Recovery: a replica rebuilt from its disk alone holds what the final order implies at
+    // the position it reaches (replaying its log decides every duplicate as the live run did).
+    for (node, rebuilt) in &o.recovered {
+        match rebuilt {
+            Ok((reg, applied)) => {
+                if !(1..=*applied).all(|s| final_order.contains_key(&s)) {
+                    continue;
+                }
+                let mut replayed = Register::new();
+                for (_, requests) in final_order.iter().take_while(|(s, _)| **s <= *applied) {
+                    for r in requests {
+                        replayed.apply(r);
+                    }
+                }
+                if *reg != replayed {
+                    return Err(format!(
+                        "replica {node} rebuilt from its disk differs from the final order at \
+                         {applied}: {reg:?} vs {replayed:?}"
+                    ));
+                }
+            }
+            Err(e) if !corrupted.contains(node) => {
+                return Err(format!(
+                    "replica {node} cannot be rebuilt from its disk: {e}"
+                ));
+            }
+            Err(_) => {}
+        }
+    }
+    // Convergence: every live replica ends at the same place with the same state.
+    if let Some((next, reg)) = o.finals.first() {
+        for (n, r) in &o.finals {
+            if (n, r) != (next, reg) {
+                return Err(format!(
+                    "replicas ended apart: at {n} vs {next}:\n{}",
+                    o.states.join("\n")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn count(o: &Outcome, f: impl Fn(&Note) -> bool) -> usize {
+    o.run.notes.iter().filter(|(_, _, n)| f(n)).count()
+}

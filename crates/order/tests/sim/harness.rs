@@ -1,0 +1,354 @@
+//! The simulated cluster: three replicas, well-behaved clients and adversarial ones, the run's
+//! settings, and what a run leaves to check.
+
+use std::collections::BTreeMap;
+
+use atomos_order::{
+    decode_log, Action, Client, ClientAction, ClientInput, Delivery, OrderError, OrderMsg,
+    PlantedBug, Register, RegisterOp, Replica, ReplicaConfig, Request,
+};
+use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig};
+
+pub const REPLICAS: usize = 3;
+pub const CLIENTS: usize = 4;
+pub const REQUESTS_PER_CLIENT: u64 = 25;
+
+/// The highest number an adversarial client uses.
+const ADVERSARY_MAX_SEQ: u64 = 60;
+
+#[derive(Clone, Debug)]
+pub enum Note {
+    Started {
+        base: u64,
+    },
+    Delivered(Delivery),
+    Done {
+        client: u64,
+        seq: u64,
+        response: Vec<u8>,
+    },
+}
+
+/// A client that numbers its requests as no well-behaved client does: an older number after a
+/// newer one, gaps, the same request to several replicas in one tick, and the same requests
+/// again across failovers and restarts. Its numbers drift upwards with time, so new and old
+/// ones keep mixing while the faults last. What it is answered becomes [`Note::Done`].
+pub struct Adversary {
+    id: u64,
+    rng: u64,
+}
+
+impl Adversary {
+    fn new(id: u64, seed: u64) -> Adversary {
+        Adversary {
+            id,
+            rng: seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        }
+    }
+
+    fn random(&mut self) -> u64 {
+        // splitmix64: deterministic, so a seed replays the same run.
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn step(
+        &mut self,
+        now: u64,
+        input: Input<OrderMsg, Vec<u8>>,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) {
+        match input {
+            Input::Tick if now < FAULT_UNTIL => {
+                if !self.random().is_multiple_of(3) {
+                    return;
+                }
+                // Around a number that grows with time, up to four below or above it.
+                let centre = 5 + now * ADVERSARY_MAX_SEQ / FAULT_UNTIL;
+                let seq = (centre + self.random() % 9)
+                    .saturating_sub(4)
+                    .clamp(1, ADVERSARY_MAX_SEQ);
+                let request = Request {
+                    client: self.id,
+                    seq,
+                    payload: adversary_payload(self.id, seq),
+                };
+                // To one, two or all three replicas at once.
+                let mask = 1 + self.random() % 7;
+                for r in 1..=REPLICAS as u64 {
+                    if mask & (1 << (r - 1)) != 0 {
+                        out.push(Output::Send {
+                            to: r,
+                            msg: OrderMsg::Request(request.clone()),
+                        });
+                    }
+                }
+            }
+            Input::Message {
+                msg:
+                    OrderMsg::Reply {
+                        client,
+                        seq,
+                        response,
+                    },
+                ..
+            } if client == self.id => out.push(Output::Deliver(Note::Done {
+                client,
+                seq,
+                response,
+            })),
+            _ => {}
+        }
+    }
+}
+
+fn adversary_payload(client: u64, seq: u64) -> Vec<u8> {
+    RegisterOp::Append {
+        key: format!("k{}", seq % 3),
+        value: vec![client as u8, seq as u8, 0xad],
+    }
+    .encode()
+}
+
+/// A simulated node: a replica (nodes 1..=3), a client (the next [`CLIENTS`]) or an adversarial
+/// client (the rest). Each replica announces itself on its first step after (re)starting.
+pub enum Node {
+    Replica {
+        replica: Box<Replica<Register>>,
+        announced: bool,
+    },
+    /// A client and the payloads it submits when it starts.
+    Client(Client, Vec<Vec<u8>>),
+    Adversary(Adversary),
+}
+
+/// How a run is set up.
+#[derive(Clone, Copy)]
+pub struct Setup {
+    pub snapshot_every: u64,
+    pub faults: fn() -> Faults,
+    pub bug: Option<PlantedBug>,
+    /// Adversarial clients besides the well-behaved ones.
+    pub adversaries: usize,
+}
+
+impl Setup {
+    pub fn new(snapshot_every: u64) -> Setup {
+        Setup {
+            snapshot_every,
+            faults: Faults::harsh,
+            bug: None,
+            adversaries: 0,
+        }
+    }
+}
+
+/// Faults are injected until this time.
+const FAULT_UNTIL: u64 = 4_000;
+
+pub fn replica_config(seed: u64, node: NodeId, setup: Setup) -> ReplicaConfig {
+    let mut cfg = ReplicaConfig::new(node, (1..=REPLICAS as u64).collect());
+    cfg.seed = seed.wrapping_mul(31).wrapping_add(node);
+    cfg.batch_max = 8;
+    cfg.retry_ticks = 5;
+    cfg.snapshot_every = setup.snapshot_every;
+    cfg.planted_bug = setup.bug;
+    cfg
+}
+
+fn client_payloads(c: u64) -> Vec<Vec<u8>> {
+    (1..=REQUESTS_PER_CLIENT)
+        .map(|s| {
+            RegisterOp::Append {
+                key: format!("k{}", (c + s) % 3),
+                value: vec![c as u8, s as u8],
+            }
+            .encode()
+        })
+        .collect()
+}
+
+fn client_id(node: NodeId) -> u64 {
+    100 + node
+}
+
+/// Whether `client` is one of the adversarial clients.
+pub fn is_adversary(client: u64) -> bool {
+    client > client_id((REPLICAS + CLIENTS) as NodeId)
+}
+
+impl Node {
+    fn boot(seed: u64, setup: Setup, boot: Boot) -> Result<Node, String> {
+        if boot.node as usize > REPLICAS + CLIENTS {
+            // Clients never crash: this is their only start.
+            return Ok(Node::Adversary(Adversary::new(client_id(boot.node), seed)));
+        }
+        if boot.node as usize > REPLICAS {
+            let c = boot.node - REPLICAS as u64 - 1;
+            let replicas = (1..=REPLICAS as u64).collect();
+            let client = Client::new(client_id(boot.node), replicas, c as usize, 15);
+            return Ok(Node::Client(client, client_payloads(c)));
+        }
+        let mut cfg = replica_config(seed, boot.node, setup);
+        cfg.seed ^= boot.incarnation << 32;
+        let log = decode_log(&boot.log).map_err(|e| e.to_string())?;
+        let replica = Replica::open(cfg, log, Register::new()).map_err(|e| e.to_string())?;
+        Ok(Node::Replica {
+            replica: Box::new(replica),
+            announced: false,
+        })
+    }
+}
+
+fn push_client_actions(
+    client: u64,
+    actions: Vec<ClientAction>,
+    out: &mut Vec<Output<OrderMsg, Note>>,
+) {
+    for a in actions {
+        match a {
+            ClientAction::Send { to, msg } => out.push(Output::Send { to, msg }),
+            ClientAction::Done { seq, response } => out.push(Output::Deliver(Note::Done {
+                client,
+                seq,
+                response,
+            })),
+        }
+    }
+}
+
+impl Machine for Node {
+    type Msg = OrderMsg;
+    type Request = Vec<u8>;
+    type Delivery = Note;
+    type Error = OrderError;
+
+    fn step(
+        &mut self,
+        now: u64,
+        input: Input<OrderMsg, Vec<u8>>,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) -> Result<(), OrderError> {
+        match self {
+            Node::Replica { replica, announced } => {
+                if !*announced {
+                    *announced = true;
+                    out.push(Output::Deliver(Note::Started {
+                        base: replica.final_next() - 1,
+                    }));
+                }
+                let input = match input {
+                    Input::Request(_) => return Ok(()),
+                    Input::Message { from, msg } => Input::Message { from, msg },
+                    Input::Tick => Input::Tick,
+                    Input::Persisted { through } => Input::Persisted { through },
+                };
+                let mut actions: Vec<Action> = Vec::new();
+                replica.step(now, input, &mut actions)?;
+                out.extend(actions.into_iter().map(|a| match a {
+                    Output::Deliver(d) => Output::Deliver(Note::Delivered(d)),
+                    Output::Send { to, msg } => Output::Send { to, msg },
+                    Output::Persist(w) => Output::Persist(w),
+                    Output::Warn(w) => Output::Warn(w),
+                }));
+            }
+            Node::Client(client, to_submit) => {
+                let mut actions = Vec::new();
+                for payload in to_submit.drain(..) {
+                    client.step(ClientInput::Submit(payload), &mut actions);
+                }
+                let input = match input {
+                    Input::Tick => Some(ClientInput::Tick),
+                    Input::Message { from, msg } => Some(ClientInput::Message { from, msg }),
+                    Input::Request(payload) => Some(ClientInput::Submit(payload)),
+                    Input::Persisted { .. } => None,
+                };
+                if let Some(input) = input {
+                    client.step(input, &mut actions);
+                }
+                push_client_actions(client.id(), actions, out);
+            }
+            Node::Adversary(adversary) => adversary.step(now, input, out),
+        }
+        Ok(())
+    }
+}
+
+/// A replica rebuilt from its disk: its state and how many entries it applied, or why not.
+pub type Rebuilt = Result<(Register, u64), String>;
+
+pub struct Outcome {
+    pub run: Run<Note>,
+    /// Requests (client, seq) with their payloads, as submitted.
+    pub payloads: BTreeMap<(u64, u64), Vec<u8>>,
+    pub unanswered: usize,
+    pub finals: Vec<(u64, Register)>,
+    pub states: Vec<String>,
+    /// Each replica's state rebuilt from its disk alone (`Replica::recover`), with the number
+    /// of entries it applied, or why it could not be rebuilt.
+    pub recovered: Vec<(NodeId, Rebuilt)>,
+}
+
+pub fn simulate(seed: u64, setup: Setup) -> Outcome {
+    let clients_end = REPLICAS + CLIENTS;
+    let nodes = clients_end + setup.adversaries;
+    let mut payloads = BTreeMap::new();
+    for node in REPLICAS as u64 + 1..=clients_end as u64 {
+        let c = node - REPLICAS as u64 - 1;
+        for (s, op) in (1..).zip(client_payloads(c)) {
+            payloads.insert((client_id(node), s), op);
+        }
+    }
+    for node in clients_end as u64 + 1..=nodes as u64 {
+        let id = client_id(node);
+        for s in 1..=ADVERSARY_MAX_SEQ {
+            payloads.insert((id, s), adversary_payload(id, s));
+        }
+    }
+    let cfg = SimConfig {
+        seed,
+        nodes,
+        crashable: REPLICAS,
+        tick_every: 10,
+        fault_until: FAULT_UNTIL,
+        settle: 6_000,
+        faults: (setup.faults)(),
+    };
+    let mut sim = Sim::new(cfg, move |boot| Node::boot(seed, setup, boot));
+    let run = sim.run();
+    let mut unanswered = 0;
+    let mut finals = Vec::new();
+    let mut states = Vec::new();
+    for node in 1..=nodes as NodeId {
+        match sim.machine(node) {
+            Some(Node::Client(c, _)) => unanswered += c.unanswered(),
+            Some(Node::Replica { replica, .. }) => {
+                states.push(replica.describe());
+                finals.push((replica.final_next(), replica.machine().clone()));
+            }
+            Some(Node::Adversary(_)) | None => {}
+        }
+    }
+    let recovered = (1..=REPLICAS as NodeId)
+        .map(|node| {
+            let rebuilt = decode_log(&sim.disk(node))
+                .map_err(|e| e.to_string())
+                .and_then(|log| {
+                    let cfg = replica_config(seed, node, setup);
+                    Replica::recover(cfg, log, Register::new()).map_err(|e| e.to_string())
+                });
+            (node, rebuilt)
+        })
+        .collect();
+    Outcome {
+        run,
+        payloads,
+        unanswered,
+        finals,
+        states,
+        recovered,
+    }
+}
