@@ -25,7 +25,7 @@
 //! - A missing batch is fetched from the other replicas; lost batches, acknowledgements and
 //!   proposals are re-sent every `retry_ticks`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use prost::Message as _;
 use raft::eraftpb::{Entry, EntryType, HardState, Message, MessageType, Snapshot};
@@ -84,6 +84,9 @@ pub enum PlantedBug {
     /// Deliver (and apply) entries finally as soon as they are in the log, before Raft commits
     /// them.
     FinalBeforeCommit,
+    /// Deliver (and apply) committed entries before this replica's own write of them is
+    /// durable: a leader's readers then see entries that its crash can take back.
+    ApplyBeforeDurable,
 }
 
 impl ReplicaConfig {
@@ -192,6 +195,14 @@ pub struct Replica<S> {
     raft: RawNode<LogStore>,
     /// Records written since the last flush into a disk write.
     unflushed: Vec<Vec<u8>>,
+    /// Disk writes emitted so far (numbered from 1, as `Input::Persisted` counts them).
+    writes: u64,
+    /// Emitted writes not known durable yet, each with the last log index it makes durable.
+    unsynced: VecDeque<(u64, u64)>,
+    /// The last log index durable on this replica's disk: it applies nothing beyond it, so
+    /// what its readers see is on a majority's disks (the commit index counts this replica
+    /// as holding what it has only queued for writing).
+    durable_index: u64,
     machine: S,
     rng: u64,
     ticks: u64,
@@ -387,9 +398,14 @@ impl<S: StateMachine> Replica<S> {
             Vec::new()
         };
         let rng = cfg.seed ^ 0x6a09_e667_f3bc_c908;
+        // What the log held at start is on the disk.
+        let durable_index = raft.store().last();
         Ok(Replica {
             raft,
             unflushed,
+            writes: 0,
+            unsynced: VecDeque::new(),
+            durable_index,
             machine,
             rng,
             ticks: 0,
@@ -421,6 +437,11 @@ impl<S: StateMachine> Replica<S> {
             stats: OrderStats::default(),
             cfg,
         })
+    }
+
+    /// This replica's address (its Raft id).
+    pub fn id(&self) -> Addr {
+        self.cfg.id
     }
 
     /// The replicated state machine.
@@ -526,9 +547,28 @@ impl<S: StateMachine> Replica<S> {
     /// they are durable.
     fn flush(&mut self, out: &mut Vec<Action>) {
         if !self.unflushed.is_empty() {
-            out.push(Output::Persist(Write::Append(std::mem::take(
-                &mut self.unflushed,
-            ))));
+            let records = std::mem::take(&mut self.unflushed);
+            self.emit_write(Write::Append(records), out);
+        }
+    }
+
+    /// Emits a disk write. Every entry in the log store was queued in it or in an earlier
+    /// write, so once it is durable the whole log up to the store's last index is.
+    fn emit_write(&mut self, write: Write, out: &mut Vec<Action>) {
+        self.writes += 1;
+        self.unsynced
+            .push_back((self.writes, self.raft.store().last()));
+        out.push(Output::Persist(write));
+    }
+
+    /// The writes up to number `through` are durable.
+    fn persisted(&mut self, through: u64) {
+        while let Some(&(write, last)) = self.unsynced.front() {
+            if write > through {
+                break;
+            }
+            self.unsynced.pop_front();
+            self.durable_index = self.durable_index.max(last);
         }
     }
 
@@ -966,6 +1006,11 @@ impl<S: StateMachine> Replica<S> {
             }
             self.revoke(cut, out);
             self.in_log.retain(|_, at| *at < cut);
+            // The entries from `cut` on are new: no earlier write holds them.
+            self.durable_index = self.durable_index.min(cut - 1);
+            for (_, last) in &mut self.unsynced {
+                *last = (*last).min(cut - 1);
+            }
         }
         for e in ents {
             if let Some(id) = entry_batch(e) {
@@ -1109,7 +1154,8 @@ impl<S: StateMachine> Replica<S> {
         }
         let committed = match self.cfg.planted_bug {
             Some(PlantedBug::FinalBeforeCommit) => self.raft.store().last(),
-            None => self.commit,
+            Some(PlantedBug::ApplyBeforeDurable) => self.commit,
+            None => self.commit.min(self.durable_index),
         };
         while self.final_next <= committed && self.final_next < self.opt_next {
             let seq = self.final_next;
@@ -1244,9 +1290,10 @@ impl<S: StateMachine> Replica<S> {
         // Records queued before go first (the rewrite holds their facts too, but a write
         // emitted earlier is never dropped).
         self.flush(out);
-        out.push(Output::Persist(Write::Rewrite(
-            records.iter().map(Record::encode).collect(),
-        )));
+        self.emit_write(
+            Write::Rewrite(records.iter().map(Record::encode).collect()),
+            out,
+        );
         Ok(())
     }
 }
@@ -1270,7 +1317,7 @@ impl<S: StateMachine> Machine for Replica<S> {
             }
             Input::Message { from, msg } => self.on_message(from, msg, out)?,
             // Writes are ordered before what depends on them; nothing waits for this.
-            Input::Persisted { .. } => {}
+            Input::Persisted { through } => self.persisted(through),
         }
         self.handle_ready(out)?;
         self.deliver(out)?;

@@ -109,35 +109,69 @@ fn a_replica_with_a_damaged_log_refuses_to_start_and_the_others_go_on() {
     println!("damaged logs over the seeds: {damaged}");
 }
 
-/// A planted bug the simulation must catch: entries delivered finally before Raft commits them
-/// (a leader change then replaces what was applied).
+/// Disks that stall now and then: a replica, the leader included, runs ahead of its own
+/// durable log for a while.
+fn slow_disks() -> Faults {
+    Faults {
+        stall: 0.1,
+        stall_len: 300,
+        ..Faults::harsh()
+    }
+}
+
+/// What a replica applies is what a local reader sees: on disks that stall, with crashes
+/// that lose unsynced writes, no replica may apply an entry that a crash then takes back
+/// (it would hold another entry at that position than the others).
+#[test]
+fn nothing_is_applied_before_a_majority_holds_it_on_disk() {
+    check_seeds(60, "-p atomos-order --test sim", |seed| {
+        check(&simulate(
+            seed,
+            Setup {
+                faults: slow_disks,
+                ..Setup::new(10_000)
+            },
+        ))
+    });
+}
+
+/// Planted bugs the simulation must catch: entries delivered finally before Raft commits them
+/// (a leader change then replaces what was applied), and committed entries applied before this
+/// replica's own write of them is durable (on slow disks, a crash then takes back what a
+/// leader applied).
 #[test]
 fn planted_bugs_are_caught() {
-    let bug = PlantedBug::FinalBeforeCommit;
-    let tried = seeds(40);
-    let failing: Vec<(u64, String)> = tried
-        .iter()
-        .copied()
-        .filter_map(|seed| {
-            let setup = Setup {
-                bug: Some(bug),
-                ..Setup::new(10_000)
-            };
-            check(&simulate(seed, setup)).err().map(|e| (seed, e))
-        })
-        .collect();
-    assert!(
-        !failing.is_empty(),
-        "{bug:?} went unnoticed in {} seeds",
-        tried.len()
-    );
-    println!(
-        "{bug:?} fails {} of {} seeds; first: seed {}: {}",
-        failing.len(),
-        tried.len(),
-        failing[0].0,
-        failing[0].1
-    );
+    let bugs: [(PlantedBug, fn() -> Faults); 2] = [
+        (PlantedBug::FinalBeforeCommit, Faults::harsh),
+        (PlantedBug::ApplyBeforeDurable, slow_disks),
+    ];
+    for (bug, faults) in bugs {
+        let tried = seeds(60);
+        let failing: Vec<(u64, String)> = tried
+            .iter()
+            .copied()
+            .filter_map(|seed| {
+                let setup = Setup {
+                    bug: Some(bug),
+                    faults,
+                    ..Setup::new(10_000)
+                };
+                check(&simulate(seed, setup)).err().map(|e| (seed, e))
+            })
+            .collect();
+        assert!(
+            !failing.is_empty(),
+            "{bug:?} went unnoticed in {} seeds",
+            tried.len()
+        );
+        println!(
+            "{bug:?} fails {} of {} seeds; first: seed {}: {}",
+            failing.len(),
+            tried.len(),
+            failing[0].0,
+            failing[0].1
+        );
+    }
 }
 
 #[test]

@@ -165,6 +165,32 @@ pub fn check(o: &Outcome) -> Result<(), String> {
             ));
         }
     }
+    // Reads: what a replica's local readers saw at each moment is what the final order implies
+    // at the position it had applied (a read of an entry a crash took back would differ).
+    let mut replayed = Register::new();
+    let mut at = 0;
+    let mut reads: Vec<&(NodeId, u64, Register)> = o.reads.iter().collect();
+    reads.sort_by_key(|(_, applied, _)| *applied);
+    for (node, applied, seen) in reads {
+        if !(at + 1..=*applied).all(|s| final_order.contains_key(&s)) {
+            break;
+        }
+        for (_, requests) in final_order
+            .range(at + 1..)
+            .take_while(|(s, _)| **s <= *applied)
+        {
+            for r in requests {
+                replayed.apply(r);
+            }
+        }
+        at = *applied;
+        if *seen != replayed {
+            return Err(format!(
+                "a reader on replica {node} saw a state at {applied} that the final order does \
+                 not imply: {seen:?} vs {replayed:?}"
+            ));
+        }
+    }
     // Recovery: a replica rebuilt from its disk alone holds what the final order implies at
     // the position it reaches (replaying its log decides every duplicate as the live run did).
     for (node, rebuilt) in &o.recovered {

@@ -1,7 +1,9 @@
 //! The simulated cluster: three replicas, well-behaved clients and adversarial ones, the run's
 //! settings, and what a run leaves to check.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use atomos_order::{
     decode_log, Action, Client, ClientAction, ClientInput, Delivery, OrderError, OrderMsg,
@@ -119,6 +121,9 @@ pub enum Node {
     Replica {
         replica: Box<Replica<Register>>,
         announced: bool,
+        /// Where this node's reads go, and the position of its latest one.
+        reads: Reads,
+        last_read: u64,
     },
     /// A client and the payloads it submits when it starts.
     Client(Client, Vec<Vec<u8>>),
@@ -180,8 +185,12 @@ pub fn is_adversary(client: u64) -> bool {
     client > client_id((REPLICAS + CLIENTS) as NodeId)
 }
 
+/// What local readers saw: (node, entries applied, the state then), recorded the moment a
+/// replica's state changed (a reader on the node sees it at once, whatever its disk holds).
+pub type Reads = Rc<RefCell<Vec<(NodeId, u64, Register)>>>;
+
 impl Node {
-    fn boot(seed: u64, setup: Setup, boot: Boot) -> Result<Node, String> {
+    fn boot(seed: u64, setup: Setup, boot: Boot, reads: Reads) -> Result<Node, String> {
         if boot.node as usize > REPLICAS + CLIENTS {
             // Clients never crash: this is their only start.
             return Ok(Node::Adversary(Adversary::new(client_id(boot.node), seed)));
@@ -196,9 +205,12 @@ impl Node {
         cfg.seed ^= boot.incarnation << 32;
         let log = decode_log(&boot.log).map_err(|e| e.to_string())?;
         let replica = Replica::open(cfg, log, Register::new()).map_err(|e| e.to_string())?;
+        let last_read = replica.final_next() - 1;
         Ok(Node::Replica {
             replica: Box::new(replica),
             announced: false,
+            reads,
+            last_read,
         })
     }
 }
@@ -233,7 +245,12 @@ impl Machine for Node {
         out: &mut Vec<Output<OrderMsg, Note>>,
     ) -> Result<(), OrderError> {
         match self {
-            Node::Replica { replica, announced } => {
+            Node::Replica {
+                replica,
+                announced,
+                reads,
+                last_read,
+            } => {
                 if !*announced {
                     *announced = true;
                     out.push(Output::Deliver(Note::Started {
@@ -247,7 +264,15 @@ impl Machine for Node {
                     Input::Persisted { through } => Input::Persisted { through },
                 };
                 let mut actions: Vec<Action> = Vec::new();
+                let node = replica.id();
                 replica.step(now, input, &mut actions)?;
+                let applied = replica.final_next() - 1;
+                if applied != *last_read {
+                    *last_read = applied;
+                    reads
+                        .borrow_mut()
+                        .push((node, applied, replica.machine().clone()));
+                }
                 out.extend(actions.into_iter().map(|a| match a {
                     Output::Deliver(d) => Output::Deliver(Note::Delivered(d)),
                     Output::Send { to, msg } => Output::Send { to, msg },
@@ -290,6 +315,7 @@ pub struct Outcome {
     /// Each replica's state rebuilt from its disk alone (`Replica::recover`), with the number
     /// of entries it applied, or why it could not be rebuilt.
     pub recovered: Vec<(NodeId, Rebuilt)>,
+    pub reads: Vec<(NodeId, u64, Register)>,
 }
 
 pub fn simulate(seed: u64, setup: Setup) -> Outcome {
@@ -317,7 +343,11 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
         settle: 6_000,
         faults: (setup.faults)(),
     };
-    let mut sim = Sim::new(cfg, move |boot| Node::boot(seed, setup, boot));
+    let reads = Reads::default();
+    let recorder = reads.clone();
+    let mut sim = Sim::new(cfg, move |boot| {
+        Node::boot(seed, setup, boot, recorder.clone())
+    });
     let run = sim.run();
     let mut unanswered = 0;
     let mut finals = Vec::new();
@@ -350,5 +380,6 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
         finals,
         states,
         recovered,
+        reads: reads.take(),
     }
 }

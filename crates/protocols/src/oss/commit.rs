@@ -257,6 +257,7 @@ impl OssNode {
         out: &mut Vec<OssOutput>,
     ) -> Result<(), OssError> {
         self.durable = self.durable.max(through);
+        self.replica_durable(through, out)?;
         let done = self
             .local_queue
             .iter()

@@ -31,6 +31,27 @@ impl OssNode {
         self.carry(actions, out)
     }
 
+    /// This node's writes through `through` are durable: the control replica hears how far
+    /// its own are (it applies nothing its disk does not hold).
+    pub(super) fn replica_durable(
+        &mut self,
+        through: u64,
+        out: &mut Vec<OssOutput>,
+    ) -> Result<(), OssError> {
+        let mut replica_through = None;
+        while let Some(&(write, replica_write)) = self.replica_unsynced.front() {
+            if write > through {
+                break;
+            }
+            self.replica_unsynced.pop_front();
+            replica_through = Some(replica_write);
+        }
+        match replica_through {
+            Some(through) => self.replica_step(Input::Persisted { through }, out),
+            None => Ok(()),
+        }
+    }
+
     /// A control-log message from the network.
     pub(super) fn order_message(
         &mut self,
@@ -168,7 +189,10 @@ impl OssNode {
                 msg: OssMsg::Order(msg),
             }),
             Output::Persist(Write::Append(records)) => {
-                self.persist(records.into_iter().map(OssRecord::Order).collect(), out);
+                let write = self.persist(records.into_iter().map(OssRecord::Order).collect(), out);
+                self.replica_writes += 1;
+                self.replica_unsynced
+                    .push_back((write, self.replica_writes));
             }
             Output::Persist(Write::Rewrite(_)) => {
                 return Err(OssError::Unsupported("rewrite its log"))

@@ -2,7 +2,7 @@
 //! when the control log names it, its application's commits, and the control log's order
 //! replica beside them (see ARCHITECTURE.md, "OSS").
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use atomos_core::{Engine, Key};
@@ -260,6 +260,10 @@ pub struct OssNode {
     pub(super) writes: u64,
     /// Writes durable through this number.
     pub(super) durable: u64,
+    /// The control replica's writes so far (its own numbering, as its `Persisted` counts).
+    pub(super) replica_writes: u64,
+    /// The control replica's writes not yet durable: (this node's number, the replica's).
+    pub(super) replica_unsynced: VecDeque<(u64, u64)>,
     pub(super) ticks: u64,
     /// The incarnation record is written at the first step.
     pub(super) announced: bool,
@@ -430,6 +434,8 @@ impl OssNode {
             next_tx: 0,
             writes: 0,
             durable: 0,
+            replica_writes: 0,
+            replica_unsynced: VecDeque::new(),
             ticks: 0,
             announced: false,
             counters: OssCounters::default(),

@@ -1,0 +1,147 @@
+//! A replica applies an entry (and so lets its local readers see it) only once the entry is on
+//! its own disk: Raft counts a leader as holding what it has only queued for writing, so an
+//! entry that one follower acknowledged is "committed" while the leader's copy may still be
+//! lost in a crash, and an election can then replace it.
+//!
+//! Three replicas stepped by hand over an in-memory network; the leader's disk confirms
+//! nothing until the test says so.
+
+use std::collections::VecDeque;
+
+use atomos_order::{
+    Command, Input, OrderMsg, PlantedBug, Register, RegisterOp, Replica, ReplicaConfig, Request,
+};
+use atomos_seam::{Machine, Output};
+
+struct Cluster {
+    replicas: Vec<Replica<Register>>,
+    /// Writes each replica emitted.
+    written: Vec<u64>,
+    /// The replica whose disk confirms nothing for now.
+    stalled: Option<u64>,
+    queue: VecDeque<(u64, u64, OrderMsg)>,
+}
+
+impl Cluster {
+    fn new(bug: Option<PlantedBug>) -> Cluster {
+        let replicas = (1..=3)
+            .map(|id| {
+                let mut cfg = ReplicaConfig::new(id, vec![1, 2, 3]);
+                cfg.planted_bug = bug;
+                Replica::open(cfg, Vec::new(), Register::new()).expect("opens")
+            })
+            .collect();
+        Cluster {
+            replicas,
+            written: vec![0; 3],
+            stalled: None,
+            queue: VecDeque::new(),
+        }
+    }
+
+    fn replica(&self, id: u64) -> &Replica<Register> {
+        &self.replicas[id as usize - 1]
+    }
+
+    /// Steps replica `id`; what it sends is queued, and its writes are confirmed at once
+    /// unless its disk is stalled.
+    fn step(&mut self, id: u64, input: Input) {
+        let i = id as usize - 1;
+        let mut out = Vec::new();
+        self.replicas[i].step(0, input, &mut out).expect("steps");
+        let mut wrote = false;
+        for o in out {
+            match o {
+                Output::Send { to, msg } if (1..=3).contains(&to) => {
+                    self.queue.push_back((id, to, msg))
+                }
+                Output::Persist(_) => {
+                    self.written[i] += 1;
+                    wrote = true;
+                }
+                _ => {}
+            }
+        }
+        if wrote && self.stalled != Some(id) {
+            let through = self.written[i];
+            self.step(id, Input::Persisted { through });
+        }
+    }
+
+    fn pump(&mut self) {
+        while let Some((from, to, msg)) = self.queue.pop_front() {
+            self.step(to, Input::Message { from, msg });
+        }
+    }
+
+    /// Ticks replica 1 until it leads.
+    fn elect_1(&mut self) {
+        for _ in 0..200 {
+            if self.replica(1).is_leader() {
+                return;
+            }
+            self.step(1, Input::Tick);
+            self.pump();
+        }
+        panic!("replica 1 never led: {}", self.replica(1).describe());
+    }
+
+    /// Orders one append to register `k` through replica 1.
+    fn submit(&mut self) {
+        let request = Request {
+            client: 100,
+            seq: 1,
+            payload: RegisterOp::Append {
+                key: "k".into(),
+                value: vec![7],
+            }
+            .encode(),
+        };
+        self.step(
+            1,
+            Input::Message {
+                from: 100,
+                msg: OrderMsg::Request(request),
+            },
+        );
+        self.step(1, Input::Request(Command::Flush));
+        self.pump();
+        for _ in 0..5 {
+            for id in 1..=3 {
+                self.step(id, Input::Tick);
+            }
+            self.pump();
+        }
+    }
+}
+
+#[test]
+fn a_leader_applies_nothing_its_own_disk_does_not_hold() {
+    let mut c = Cluster::new(None);
+    c.elect_1();
+    c.stalled = Some(1);
+    c.submit();
+    // The followers hold the entry and the leader knows it committed...
+    assert_eq!(c.replica(2).machine().get("k"), Some(&[7u8][..]));
+    // ...but its own write of it is not durable: its readers must not see it yet.
+    assert_eq!(
+        c.replica(1).machine().get("k"),
+        None,
+        "{}",
+        c.replica(1).describe()
+    );
+    c.stalled = None;
+    let through = c.written[0];
+    c.step(1, Input::Persisted { through });
+    assert_eq!(c.replica(1).machine().get("k"), Some(&[7u8][..]));
+}
+
+/// The same run with the check removed: the leader applies what only a follower's disk holds.
+#[test]
+fn the_planted_bug_applies_before_the_leader_s_disk_holds_it() {
+    let mut c = Cluster::new(Some(PlantedBug::ApplyBeforeDurable));
+    c.elect_1();
+    c.stalled = Some(1);
+    c.submit();
+    assert_eq!(c.replica(1).machine().get("k"), Some(&[7u8][..]));
+}
