@@ -188,7 +188,10 @@ fn bad_values_name_their_key() {
         key_of(
             load(
                 None,
-                env(&[("ATOMOS_PEERS", "9223372036854775809=127.0.0.1:7000")])
+                env(&[
+                    ("ATOMOS_NODE_ID", "1"),
+                    ("ATOMOS_PEERS", "9223372036854775809=127.0.0.1:7000"),
+                ])
             )
             .unwrap_err()
         ),
@@ -251,10 +254,20 @@ fn bad_values_name_their_key() {
 #[test]
 fn inconsistent_membership_and_missing_secrets_are_refused() {
     assert_eq!(
-        key_of(load(None, env(&[("ATOMOS_PEERS", "2=127.0.0.1:7402")])).unwrap_err()),
+        key_of(
+            load(
+                None,
+                env(&[
+                    ("ATOMOS_NODE_ID", "1"),
+                    ("ATOMOS_PEERS", "2=127.0.0.1:7402")
+                ])
+            )
+            .unwrap_err()
+        ),
         "secret"
     );
     let dup = env(&[
+        ("ATOMOS_NODE_ID", "1"),
         ("ATOMOS_SECRET", SECRET),
         ("ATOMOS_PEERS", "2=127.0.0.1:7402,2=127.0.0.1:7403"),
     ]);
@@ -265,6 +278,7 @@ fn inconsistent_membership_and_missing_secrets_are_refused() {
     ]);
     assert_eq!(key_of(load(None, wrong_self).unwrap_err()), "peers");
     let short = env(&[
+        ("ATOMOS_NODE_ID", "1"),
         ("ATOMOS_SECRET", "only 31 bytes long, too short!!"),
         ("ATOMOS_PEERS", "2=127.0.0.1:7402"),
     ]);
@@ -294,4 +308,74 @@ fn unknown_keys_and_broken_files_are_errors() {
         load(Some(&missing), env(&[])),
         Err(ConfigError::Read { .. })
     ));
+}
+
+#[test]
+fn a_configuration_that_would_shrink_a_cluster_is_refused() {
+    let three = env(&[
+        ("ATOMOS_NODE_ID", "1"),
+        ("ATOMOS_SECRET", SECRET),
+        ("ATOMOS_LISTEN", "127.0.0.1:7401"),
+        ("ATOMOS_PEERS", "2=127.0.0.1:7402,3=127.0.0.1:7403"),
+    ]);
+    assert_eq!(load(None, three).unwrap().peers.len(), 2);
+    // An empty peer list from the environment.
+    let empty = env(&[("ATOMOS_NODE_ID", "1"), ("ATOMOS_PEERS", " ")]);
+    assert_eq!(key_of(load(None, empty).unwrap_err()), "ATOMOS_PEERS");
+    // A peer at this node's own address, and two peers at one address.
+    for list in [
+        "2=127.0.0.1:7401,3=127.0.0.1:7403",
+        "2=127.0.0.1:7402,3=127.0.0.1:7402",
+    ] {
+        let vars = env(&[
+            ("ATOMOS_NODE_ID", "1"),
+            ("ATOMOS_SECRET", SECRET),
+            ("ATOMOS_LISTEN", "127.0.0.1:7401"),
+            ("ATOMOS_PEERS", list),
+        ]);
+        assert_eq!(key_of(load(None, vars).unwrap_err()), "peers", "{list}");
+    }
+    // Peers and no node id (under tfa, which needs no order replica, it used to become 0).
+    let anonymous = env(&[
+        ("ATOMOS_PROTOCOL", "tfa"),
+        ("ATOMOS_SECRET", SECRET),
+        ("ATOMOS_PEERS", "2=127.0.0.1:7402"),
+    ]);
+    assert_eq!(key_of(load(None, anonymous).unwrap_err()), "node_id");
+}
+
+#[test]
+fn unknown_variables_are_refused_naming_the_one_meant() {
+    let err =
+        atomos::config::check_variables(["PATH", "ATOMOS_SIM_SEED", "ATOMOS_PROTOCL"]).unwrap_err();
+    assert_eq!(key_of(err.clone()), "ATOMOS_PROTOCL");
+    assert!(err.to_string().contains("ATOMOS_PROTOCOL"), "{err}");
+    assert!(atomos::config::check_variables(atomos::config::CONFIG_VARIABLES).is_ok());
+}
+
+#[test]
+fn keys_the_protocol_does_not_read_are_listed() {
+    let path = file("unused.toml", "oss_commit = \"distributed-token\"\n");
+    let s = load(
+        Some(&path),
+        env(&[
+            ("ATOMOS_COMMIT_TIMEOUT_MS", "100"),
+            ("ATOMOS_ANSWER_POLL_US", "5"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        s.unused,
+        [
+            "ATOMOS_ANSWER_POLL_US",
+            "ATOMOS_COMMIT_TIMEOUT_MS",
+            "oss_commit"
+        ]
+    );
+    let oss = load(
+        Some(&path),
+        env(&[("ATOMOS_PROTOCOL", "oss"), ("ATOMOS_NODE_ID", "1")]),
+    )
+    .unwrap();
+    assert!(oss.unused.is_empty(), "{:?}", oss.unused);
 }

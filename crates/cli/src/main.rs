@@ -166,12 +166,14 @@ fn main() -> ExitCode {
 }
 
 fn check_config(path: Option<PathBuf>) -> Result<bool, String> {
-    let settings = atomos::config::load(path.as_deref(), |name| std::env::var(name).ok())
-        .map_err(|e| e.to_string())?;
-    for w in atomos::config::exposure_warnings(path.as_deref(), &settings) {
+    let settings =
+        atomos::config::load_from_environment(path.as_deref()).map_err(|e| e.to_string())?;
+    let mut warnings = atomos::config::exposure_warnings(path.as_deref(), &settings);
+    warnings.extend(settings.unused_warnings());
+    for w in warnings {
         eprintln!("warning: {w}");
     }
-    println!("{settings:#?}");
+    print!("{}", atomos::config::effective_toml(&settings));
     Ok(true)
 }
 

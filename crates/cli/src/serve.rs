@@ -13,10 +13,12 @@ use crate::bank_load::BankLoad;
 
 /// Loads the configuration, starts the node and serves until told to stop.
 pub fn run(config: Option<&Path>) -> Result<bool, String> {
-    let settings = atomos::config::load(config, |name| std::env::var(name).ok())
+    let settings = atomos::config::load_from_environment(config)
         .map_err(|e| format!("the node does not start: {e}"))?;
     init_logging(&settings.log_level);
-    for w in atomos::config::exposure_warnings(config, &settings) {
+    let mut warnings = atomos::config::exposure_warnings(config, &settings);
+    warnings.extend(settings.unused_warnings());
+    for w in warnings {
         tracing::warn!("{w}");
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();

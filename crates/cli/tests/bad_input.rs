@@ -147,7 +147,7 @@ fn a_configuration_readable_by_others_holding_the_secret_is_warned_about() {
     let path = dir.join("node.toml");
     std::fs::write(
         &path,
-        "secret = \"0123456789abcdef0123456789abcdef\"\n[[peers]]\nid = 2\naddress = \"127.0.0.1:7402\"\n",
+        "node_id = 1\nsecret = \"0123456789abcdef0123456789abcdef\"\n[[peers]]\nid = 2\naddress = \"127.0.0.1:7402\"\n",
     )
     .unwrap();
     let check = |mode| {

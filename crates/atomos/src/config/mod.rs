@@ -56,9 +56,13 @@ use serde::Deserialize;
 
 use crate::node::Protocol;
 
+mod effective;
+mod environment;
 mod values;
 mod warnings;
 
+pub use effective::effective_toml;
+pub use environment::{check_variables, CONFIG_VARIABLES};
 pub use warnings::exposure_warnings;
 
 use values::{address, check_domains, check_members, metrics_address, parse_peer_list};
@@ -236,9 +240,22 @@ pub struct NodeSettings {
     pub runtime_threads: Option<usize>,
     /// The other members, by id.
     pub peers: Vec<Peer>,
+    /// Keys set (as the file's key or the variable that set them) that mean nothing under
+    /// the chosen protocol: a node warns about each at start.
+    pub unused: Vec<String>,
 }
 
 const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+/// [`load`] with the process's environment, after refusing any `ATOMOS_` variable that no
+/// setting reads ([`check_variables`]).
+pub fn load_from_environment(path: Option<&Path>) -> Result<NodeSettings, ConfigError> {
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect();
+    check_variables(names.iter().map(String::as_str))?;
+    load(path, |name| std::env::var(name).ok())
+}
 
 /// Reads `path` (if given) and the environment through `env`, applies defaults and validates.
 /// `env` is `|name| std::env::var(name).ok()` in the program, and a map in tests.
@@ -265,6 +282,29 @@ pub fn load(
             .map(|v| (var.to_string(), v))
             .or(from_file.map(|v| (key.to_string(), v)))
     };
+    // Keys that only some protocols read, by the name that set them (checked at the end).
+    let set = |var: &str, set_in_file: bool| -> Option<String> {
+        if env(var).is_some() {
+            Some(var.to_string())
+        } else if set_in_file {
+            Some(var.trim_start_matches("ATOMOS_").to_ascii_lowercase())
+        } else {
+            None
+        }
+    };
+    let protocol_keys = [
+        ("ATOMOS_ANSWER_POLL_US", file.answer_poll_us.is_some()),
+        ("ATOMOS_COMMIT_TIMEOUT_MS", file.commit_timeout_ms.is_some()),
+        ("ATOMOS_OSS_COMMIT", file.oss_commit.is_some()),
+        ("ATOMOS_OSS_DOMAINS", file.oss_domains.is_some()),
+        ("ATOMOS_ORDER_FSYNC", file.order_fsync.is_some()),
+        (
+            "ATOMOS_ORDER_SNAPSHOT_EVERY",
+            file.order_snapshot_every.is_some(),
+        ),
+        ("ATOMOS_ORDER_REJOIN", file.order_rejoin.is_some()),
+    ]
+    .map(|(var, in_file)| (var, set(var, in_file)));
 
     let cluster = match pick("ATOMOS_CLUSTER", "cluster", file.cluster) {
         Some((key, v)) if v.trim().is_empty() => return Err(invalid(&key, "must not be empty")),
@@ -544,6 +584,13 @@ pub fn load(
         ));
     }
     let peers = match env("ATOMOS_PEERS") {
+        Some(list) if list.trim().is_empty() => {
+            return Err(invalid(
+                "ATOMOS_PEERS",
+                "is set but empty: it would replace the file's members with none, and a node \
+                 of a cluster would then commit alone; unset it to use the file's peers",
+            ))
+        }
         Some(list) => parse_peer_list(&list)?,
         None => {
             let mut peers = Vec::new();
@@ -556,7 +603,26 @@ pub fn load(
             peers
         }
     };
+    if node_id == 0 && peers.iter().any(|p| p.id != node_id) {
+        return Err(invalid(
+            "node_id",
+            "a node with peers needs its own id, other than 0 (set `node_id` or ATOMOS_NODE_ID)",
+        ));
+    }
     let peers = check_members(node_id, listen, peers)?;
+    let uses_order_log = order || protocol.is_replicated();
+    let unused = protocol_keys
+        .into_iter()
+        .filter_map(|(var, set_as)| {
+            let used = match var {
+                "ATOMOS_ANSWER_POLL_US" => protocol == Protocol::Tfa,
+                "ATOMOS_COMMIT_TIMEOUT_MS" => protocol.is_ordered(),
+                "ATOMOS_OSS_COMMIT" | "ATOMOS_OSS_DOMAINS" => protocol == Protocol::Oss,
+                _ => uses_order_log,
+            };
+            set_as.filter(|_| !used)
+        })
+        .collect();
     if !peers.is_empty() && secret.is_none() {
         return Err(invalid(
             "secret",
@@ -589,5 +655,21 @@ pub fn load(
         sched_workers,
         runtime_threads,
         peers,
+        unused,
     })
+}
+
+impl NodeSettings {
+    /// Warnings about keys set that the chosen protocol does not read.
+    pub fn unused_warnings(&self) -> Vec<String> {
+        self.unused
+            .iter()
+            .map(|key| {
+                format!(
+                    "{key} is set but means nothing under protocol {}: it is ignored",
+                    self.protocol
+                )
+            })
+            .collect()
+    }
 }

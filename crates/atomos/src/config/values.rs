@@ -85,6 +85,24 @@ pub(super) fn check_members(
                 format!("node id {} is listed twice", p.id),
             ));
         }
+        if p.id != me && p.address == listen {
+            return Err(invalid(
+                "peers",
+                format!(
+                    "peer {} is listed at this node's own address {listen}",
+                    p.id
+                ),
+            ));
+        }
+        if let Some((other, _)) = seen.iter().find(|(id, a)| **id != p.id && **a == p.address) {
+            return Err(invalid(
+                "peers",
+                format!(
+                    "nodes {other} and {} are both listed at {}",
+                    p.id, p.address
+                ),
+            ));
+        }
         if p.id == me {
             if p.address != listen {
                 return Err(invalid(

@@ -1,0 +1,123 @@
+//! The effective configuration, written back as the TOML a file would hold.
+
+use atomos_core::ContentionPolicy;
+use atomos_protocols::oss::CommitMode;
+use toml::{Table, Value};
+
+use crate::disk::FsyncPolicy;
+use crate::service::Policy;
+
+use super::NodeSettings;
+
+fn text(value: impl ToString) -> Value {
+    Value::String(value.to_string())
+}
+
+fn integer(value: u64) -> Value {
+    Value::Integer(i64::try_from(value).unwrap_or(i64::MAX))
+}
+
+fn contention_name(policy: ContentionPolicy) -> &'static str {
+    match policy {
+        ContentionPolicy::AbortSelf => "abort-self",
+        ContentionPolicy::Backoff => "backoff",
+        ContentionPolicy::Priority => "priority",
+    }
+}
+
+fn fsync_name(policy: FsyncPolicy) -> String {
+    match policy {
+        FsyncPolicy::EveryBatch => "batch".to_string(),
+        FsyncPolicy::Never => "never".to_string(),
+        FsyncPolicy::Every(period) => format!("{}ms", period.as_millis()),
+    }
+}
+
+fn commit_mode_name(mode: CommitMode) -> &'static str {
+    CommitMode::NAMES
+        .iter()
+        .find(|(_, m)| *m == mode)
+        .map_or("?", |(name, _)| name)
+}
+
+/// A scheduling policy as the `sched` key spells it.
+fn sched_name(policy: Policy) -> String {
+    match policy {
+        Policy::Cmax(n) | Policy::Lazy(n) => format!("{}:{n}", policy.name()),
+        other => other.name().to_string(),
+    }
+}
+
+/// `settings` as a configuration file that gives the same node: every key with its value, the
+/// defaults included. The secret is never written: a comment says whether one is set.
+pub fn effective_toml(settings: &NodeSettings) -> String {
+    let s = settings;
+    let mut t = Table::new();
+    t.insert("cluster".into(), text(&s.cluster));
+    t.insert("node_id".into(), integer(s.node_id));
+    t.insert("listen".into(), text(s.listen));
+    t.insert("data_dir".into(), text(s.data_dir.display()));
+    t.insert("protocol".into(), text(s.protocol));
+    t.insert("contention".into(), text(contention_name(s.contention)));
+    t.insert("log_level".into(), text(&s.log_level));
+    if let Some(metrics) = s.metrics {
+        t.insert("metrics".into(), text(metrics));
+    }
+    t.insert("max_frame_bytes".into(), integer(s.max_frame_bytes as u64));
+    t.insert(
+        "busy_poll_us".into(),
+        integer(s.busy_poll.as_micros() as u64),
+    );
+    t.insert(
+        "answer_poll_us".into(),
+        integer(s.answer_poll.as_micros() as u64),
+    );
+    t.insert("order".into(), Value::Boolean(s.order));
+    t.insert("order_fsync".into(), text(fsync_name(s.order_fsync)));
+    t.insert(
+        "order_load_clients".into(),
+        integer(s.order_load_clients as u64),
+    );
+    t.insert(
+        "order_snapshot_every".into(),
+        integer(s.order_snapshot_every),
+    );
+    t.insert(
+        "bank_load_threads".into(),
+        integer(s.bank_load_threads as u64),
+    );
+    t.insert(
+        "commit_timeout_ms".into(),
+        integer(s.commit_limit.as_millis() as u64),
+    );
+    t.insert("order_rejoin".into(), Value::Boolean(s.order_rejoin));
+    t.insert("oss_commit".into(), text(commit_mode_name(s.oss_commit)));
+    t.insert(
+        "oss_domains".into(),
+        Value::Array(s.oss_domains.iter().map(text).collect()),
+    );
+    if let Some(sched) = s.sched {
+        t.insert("sched".into(), text(sched_name(sched)));
+    }
+    t.insert("sched_workers".into(), integer(s.sched_workers as u64));
+    if let Some(threads) = s.runtime_threads {
+        t.insert("runtime_threads".into(), integer(threads as u64));
+    }
+    let peers = s
+        .peers
+        .iter()
+        .map(|p| {
+            let mut peer = Table::new();
+            peer.insert("id".into(), integer(p.id));
+            peer.insert("address".into(), text(p.address));
+            Value::Table(peer)
+        })
+        .collect();
+    t.insert("peers".into(), Value::Array(peers));
+    let secret = if s.secret.is_some() {
+        "# secret: set (not shown)\n"
+    } else {
+        "# secret: not set\n"
+    };
+    format!("{secret}{t}")
+}
