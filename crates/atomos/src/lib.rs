@@ -37,6 +37,7 @@ pub mod config;
 pub mod disk;
 mod driver;
 pub mod health;
+pub mod hot_spots;
 mod linked;
 mod node;
 pub mod ordering;

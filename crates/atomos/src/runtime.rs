@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -151,6 +152,8 @@ pub struct NodeRuntime {
     stop: CancellationToken,
     /// How long an application thread waiting for TFA's answer polls before it sleeps.
     answer_poll: Duration,
+    /// Whether the hot-spot metrics name their objects' keys (see `crate::hot_spots`).
+    hot_spot_keys: Arc<AtomicBool>,
 }
 
 impl NodeRuntime {
@@ -202,6 +205,7 @@ impl NodeRuntime {
         let mut runtime =
             NodeRuntime::start(settings.node_id, node, rpc, Arc::new(transport), inbox);
         runtime.set_answer_poll(settings.answer_poll);
+        runtime.show_hot_spot_keys(settings.metrics_hot_spot_keys);
         if settings.order {
             runtime.start_order(order_config(settings)?)?;
         }
@@ -587,7 +591,13 @@ impl NodeRuntime {
             stop.clone(),
         ));
         tokio::spawn(probe(id, rpc.clone(), peers.clone(), stop.clone()));
-        tokio::spawn(publish_hot_spots(id, node.clone(), stop.clone()));
+        let hot_spot_keys = Arc::new(AtomicBool::new(false));
+        tokio::spawn(crate::hot_spots::publish(
+            id,
+            node.clone(),
+            hot_spot_keys.clone(),
+            stop.clone(),
+        ));
         NodeRuntime {
             id,
             node,
@@ -601,6 +611,7 @@ impl NodeRuntime {
             health: Health::new(),
             stop,
             answer_poll: DEFAULT_ANSWER_POLL,
+            hot_spot_keys,
         }
     }
 
@@ -610,6 +621,12 @@ impl NodeRuntime {
     /// millisecond each, never poll: polling took the CPU the protocol needs.)
     pub fn set_answer_poll(&mut self, poll: Duration) {
         self.answer_poll = poll;
+    }
+
+    /// Whether this node's hot-spot metrics name their objects' keys (application data; off
+    /// by default, when the series carry ranks only). Takes effect at the next publication.
+    pub fn show_hot_spot_keys(&self, show: bool) {
+        self.hot_spot_keys.store(show, Ordering::Relaxed);
     }
 
     /// Starts a transaction service on this node (once): clients' [`NodeMsg::Submit`]
@@ -745,31 +762,6 @@ async fn serve(
                 warn!(node = id, from, ?msg, "unexpected message ignored");
             }
             Inbound::Link { .. } => {}
-        }
-    }
-}
-
-/// How many of a node's hot spots its metrics show.
-const HOT_SPOTS_SHOWN: usize = 10;
-
-/// Publishes the node's hot spots (objects by conflicts) as metrics once a second:
-/// `atomos_hot_spot_conflicts_total{node, key}` for the ten objects with the most conflicts
-/// (an object that left the ten keeps its last count).
-async fn publish_hot_spots(id: NodeId, node: Node, stop: CancellationToken) {
-    let mut timer = tokio::time::interval(Duration::from_secs(1));
-    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = timer.tick() => {}
-        }
-        for (key, conflicts) in node.hot_spots(HOT_SPOTS_SHOWN) {
-            metrics::counter!(
-                "atomos_hot_spot_conflicts_total",
-                "node" => id.to_string(),
-                "key" => key.to_string()
-            )
-            .absolute(conflicts);
         }
     }
 }

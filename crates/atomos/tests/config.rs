@@ -372,6 +372,12 @@ fn keys_the_protocol_does_not_read_are_listed() {
             "oss_commit"
         ]
     );
+    assert!(
+        !s.metrics_hot_spot_keys,
+        "keys are application data: off unless asked"
+    );
+    let shown = load(None, env(&[("ATOMOS_METRICS_HOT_SPOT_KEYS", "true")])).unwrap();
+    assert!(shown.metrics_hot_spot_keys);
     let oss = load(
         Some(&path),
         env(&[("ATOMOS_PROTOCOL", "oss"), ("ATOMOS_NODE_ID", "1")]),

@@ -2,10 +2,12 @@
 
 use std::io::IsTerminal;
 use std::path::Path;
+use std::time::Duration;
 
 use atomos::config::NodeSettings;
 use atomos::NodeRuntime;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use metrics_util::MetricKindMask;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info};
 
@@ -61,6 +63,9 @@ async fn serve(settings: NodeSettings) -> Result<bool, String> {
                 &buckets,
             )
             .map_err(|e| format!("metrics buckets: {e}"))?
+            // Gauges are the hot spots' series: those of a key that left its rank stop being
+            // updated and go, so the series stay bounded when keys are shown.
+            .idle_timeout(MetricKindMask::GAUGE, Some(Duration::from_secs(10)))
             .install_recorder()
             .map_err(|e| format!("cannot record metrics: {e}"))?;
         metrics = Some((addr, handle));

@@ -63,6 +63,10 @@ pub fn effective_toml(settings: &NodeSettings) -> String {
     if let Some(metrics) = s.metrics {
         t.insert("metrics".into(), text(metrics));
     }
+    t.insert(
+        "metrics_hot_spot_keys".into(),
+        Value::Boolean(s.metrics_hot_spot_keys),
+    );
     t.insert("max_frame_bytes".into(), integer(s.max_frame_bytes as u64));
     t.insert(
         "busy_poll_us".into(),

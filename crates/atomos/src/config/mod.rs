@@ -11,6 +11,7 @@
 //! contention = "backoff"    # abort-self | backoff | priority
 //! log_level = "info"        # error | warn | info | debug | trace
 //! metrics = "9401"         # off unless set; a port alone is 127.0.0.1
+//! metrics_hot_spot_keys = false  # name hot spots' keys (application data) in metric labels
 //! max_frame_bytes = 16777216
 //! busy_poll_us = 100        # after network activity, keep a worker awake this long (0: never)
 //! answer_poll_us = 500      # a thread waiting for a TFA answer polls this long (0: never)
@@ -35,7 +36,7 @@
 //!
 //! Environment variables: `ATOMOS_CLUSTER`, `ATOMOS_NODE_ID`, `ATOMOS_LISTEN`,
 //! `ATOMOS_DATA_DIR`, `ATOMOS_SECRET`, `ATOMOS_PROTOCOL`, `ATOMOS_CONTENTION`,
-//! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_MAX_FRAME_BYTES`, `ATOMOS_BUSY_POLL_US`,
+//! `ATOMOS_LOG_LEVEL`, `ATOMOS_METRICS`, `ATOMOS_METRICS_HOT_SPOT_KEYS`, `ATOMOS_MAX_FRAME_BYTES`, `ATOMOS_BUSY_POLL_US`,
 //! `ATOMOS_ANSWER_POLL_US`, `ATOMOS_ORDER`,
 //! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, `ATOMOS_ORDER_SNAPSHOT_EVERY`,
 //! `ATOMOS_BANK_LOAD_THREADS`, `ATOMOS_COMMIT_TIMEOUT_MS`, `ATOMOS_ORDER_REJOIN`,
@@ -118,6 +119,7 @@ struct FileConfig {
     contention: Option<String>,
     log_level: Option<String>,
     metrics: Option<String>,
+    metrics_hot_spot_keys: Option<bool>,
     max_frame_bytes: Option<usize>,
     busy_poll_us: Option<u64>,
     answer_poll_us: Option<u64>,
@@ -190,6 +192,9 @@ pub struct NodeSettings {
     pub log_level: String,
     /// Address of the Prometheus text endpoint, if enabled.
     pub metrics: Option<SocketAddr>,
+    /// Whether the hot-spot metrics name their objects' keys, which are application data
+    /// (see [`crate::hot_spots`]); by default they carry ranks only.
+    pub metrics_hot_spot_keys: bool,
     /// Largest frame accepted from a peer.
     pub max_frame_bytes: usize,
     /// How long the transport busy-polls after network activity (see
@@ -442,6 +447,11 @@ pub fn load(
         },
         None => Ok(false),
     };
+    let metrics_hot_spot_keys = switch(pick(
+        "ATOMOS_METRICS_HOT_SPOT_KEYS",
+        "metrics_hot_spot_keys",
+        file.metrics_hot_spot_keys.map(|b| b.to_string()),
+    ))?;
     let order = switch(pick(
         "ATOMOS_ORDER",
         "order",
@@ -639,6 +649,7 @@ pub fn load(
         contention,
         log_level,
         metrics,
+        metrics_hot_spot_keys,
         max_frame_bytes,
         busy_poll,
         answer_poll,
