@@ -145,6 +145,15 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// The member serves as many client requests at once as it allows: this one was not
+    /// started (it never ran). Try again later, or another member.
+    #[error("procedure {name:?} not started: {reason}")]
+    Busy {
+        /// The procedure.
+        name: String,
+        /// The member's explanation.
+        reason: String,
+    },
     /// No answer came within the limit: an update may still run (it stays outstanding).
     #[error("procedure {name:?}: no answer within {limit:?}; it may still run")]
     OutcomeUnknown {
@@ -159,13 +168,16 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    fn from_refusal(name: &str, refusal: Refusal) -> ClientError {
+    /// A member's refusal; `limit` is the client's own, named when the outcome is unknown.
+    fn from_refusal(name: &str, refusal: Refusal, limit: Duration) -> ClientError {
         let name = name.to_string();
         match refusal {
             Refusal::NoSuchProcedure(_) => ClientError::NoSuchProcedure { name },
             Refusal::Types(reason) => ClientError::Types { name, reason },
             Refusal::Failed(reason) => ClientError::Failed { name, reason },
             Refusal::Refused(reason) => ClientError::Refused { name, reason },
+            Refusal::Busy(reason) => ClientError::Busy { name, reason },
+            Refusal::Unknown(_) => ClientError::OutcomeUnknown { name, limit },
         }
     }
 
@@ -347,7 +359,7 @@ impl Client {
         let bytes = match self.rpc.request(member, msg, self.cfg.limit).await {
             Ok(NodeMsg::SubmitAnswer(Ok(result))) => result,
             Ok(NodeMsg::SubmitAnswer(Err(refusal))) => {
-                return Err(ClientError::from_refusal(name, refusal))
+                return Err(ClientError::from_refusal(name, refusal, self.cfg.limit))
             }
             Ok(other) => {
                 return Err(ClientError::Refused {
@@ -465,7 +477,7 @@ impl Client {
         {
             Some((_, NodeMsg::QueryAnswer(Ok(result)))) => Ok(result),
             Some((_, NodeMsg::QueryAnswer(Err(refusal)))) => {
-                Err(ClientError::from_refusal(name, refusal))
+                Err(ClientError::from_refusal(name, refusal, self.cfg.limit))
             }
             Some((index, other)) => Err(ClientError::Refused {
                 name: name.to_string(),

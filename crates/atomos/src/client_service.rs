@@ -9,10 +9,16 @@
 //! - procedures with a priority ([`NodeMsg::Submit`]), run on the node's transaction service
 //!   (under the other protocols: their transactions run on the node that serves them).
 //!
-//! Anything else a client sends is dropped and logged; a request that cannot be ordered is
-//! answered at once with [`Answer::Refused`] at position 0 (it was never ordered).
+//! Anything else a client sends is dropped and logged. A request that no member can order (the
+//! cluster does not run `active`, or it is no invocation) is answered at once with
+//! [`Answer::Refused`] at position 0 (it never runs); one that only this node cannot order
+//! (the procedure is not registered here, the order replica has not started) is left
+//! unanswered, because a copy sent to another member may still run, and the client re-sends
+//! it to the next member with the same number.
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use atomos_core::{ProcedureKind, TxError};
 use atomos_net::rpc::{Reply, Rpc};
@@ -20,6 +26,7 @@ use atomos_net::transport::{Deliver, NodeId};
 use atomos_order::{OrderMsg, Request};
 use atomos_protocols::replicated::{Answer, Entry};
 use serde::{Deserialize, Serialize};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use crate::node::{Node, Protocol};
@@ -37,6 +44,11 @@ pub enum Refusal {
     Failed(String),
     /// The request cannot be served here (a write in a read-only query, and the like).
     Refused(String),
+    /// The node serves as many client requests as it allows at once: this one was not
+    /// started (it never ran); try again later or elsewhere.
+    Busy(String),
+    /// No outcome within the node's deadline for client requests: it may still run.
+    Unknown(String),
 }
 
 impl From<TxError> for Refusal {
@@ -49,12 +61,86 @@ impl From<TxError> for Refusal {
     }
 }
 
+/// How many client requests a node serves at once by default (each may hold a thread).
+pub const DEFAULT_CLIENT_REQUESTS_MAX: usize = 64;
+
+/// How long a node works on a client's request by default before it answers that the
+/// outcome is unknown.
+pub const DEFAULT_CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What bounds a node's work for clients: requests in flight (each query or submission holds
+/// a permit, and a thread, until it is answered) and how long each may take.
+pub(crate) struct ClientLimits {
+    /// Queries and submissions have permits of their own, so a flood of one kind (long
+    /// submissions waiting for their turn) leaves the other served.
+    queries: Arc<Semaphore>,
+    submissions: Arc<Semaphore>,
+    /// The permits each kind has in all (taken ones included).
+    total: AtomicUsize,
+    timeout_ms: AtomicU64,
+}
+
+impl ClientLimits {
+    pub(crate) fn new() -> ClientLimits {
+        ClientLimits {
+            queries: Arc::new(Semaphore::new(DEFAULT_CLIENT_REQUESTS_MAX)),
+            submissions: Arc::new(Semaphore::new(DEFAULT_CLIENT_REQUESTS_MAX)),
+            total: AtomicUsize::new(DEFAULT_CLIENT_REQUESTS_MAX),
+            timeout_ms: AtomicU64::new(DEFAULT_CLIENT_REQUEST_TIMEOUT.as_millis() as u64),
+        }
+    }
+
+    /// At most `max` queries and `max` submissions (at least 1) in flight, each answered
+    /// within `timeout`.
+    pub(crate) fn set(&self, max: usize, timeout: Duration) {
+        let max = max.max(1);
+        let total = self.total.swap(max, Ordering::Relaxed);
+        for permits in [&self.queries, &self.submissions] {
+            if max > total {
+                permits.add_permits(max - total);
+            } else {
+                // Permits taken now are forgotten as they come back.
+                let mut owed = total - max;
+                owed -= permits.forget_permits(owed);
+                if owed > 0 {
+                    let permits = permits.clone();
+                    tokio::spawn(async move {
+                        if let Ok(p) = permits.acquire_many_owned(owed as u32).await {
+                            p.forget();
+                        }
+                    });
+                }
+            }
+        }
+        self.timeout_ms
+            .store(timeout.as_millis().max(1) as u64, Ordering::Relaxed);
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+    }
+
+    fn total(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a node does not order a client's request.
+enum Unorderable {
+    /// No member orders it (the cluster's protocol, or a request that is no invocation):
+    /// answered with a refusal, which proves it never runs.
+    Never(String),
+    /// This node does not (the procedure is not registered here, say); another may.
+    NotHere(String),
+}
+
 /// Serves clients' messages and requests on behalf of `node`.
 pub(crate) struct ClientService {
     pub(crate) node: Node,
     pub(crate) rpc: Rpc<NodeMsg>,
     /// Where prioritized requests run, once the node started a transaction service.
     pub(crate) service: Arc<std::sync::OnceLock<Arc<TxService>>>,
+    pub(crate) limits: Arc<ClientLimits>,
 }
 
 impl ClientService {
@@ -83,28 +169,53 @@ impl ClientService {
         }
         match (self.check_update(&req), order) {
             (Ok(()), Some(order)) => order.message(from, OrderMsg::Request(req)),
-            (Ok(()), None) => self.refuse(from, &req, "this node runs no order replica".into()),
-            (Err(reason), _) => self.refuse(from, &req, reason),
+            (Ok(()), None) => self.pass(from, &req, "this node runs no order replica (yet)"),
+            (Err(Unorderable::Never(reason)), _) => self.refuse(from, &req, reason),
+            (Err(Unorderable::NotHere(reason)), _) => self.pass(from, &req, &reason),
         }
     }
 
-    /// Whether `req` is an invocation of an update procedure this node would order.
-    fn check_update(&self, req: &Request) -> Result<(), String> {
+    /// Whether `req` is an invocation of an update procedure this node would order, and if
+    /// not, whether any member could.
+    fn check_update(&self, req: &Request) -> Result<(), Unorderable> {
         let protocol = self.node.protocol();
         if protocol != Protocol::Active {
-            return Err(format!(
+            return Err(Unorderable::Never(format!(
                 "update procedures from clients need protocol active; this node runs {protocol}"
-            ));
+            )));
         }
         match Entry::decode(&req.payload) {
             Ok(Entry::Invoke { procedure, .. }) => match self.node.procedures().get(&procedure) {
                 Ok(p) if p.kind() == ProcedureKind::Update => Ok(()),
-                Ok(_) => Err(format!("{procedure:?} is read-only: query it instead")),
-                Err(e) => Err(e.to_string()),
+                Ok(_) => Err(Unorderable::NotHere(format!(
+                    "{procedure:?} is read-only here"
+                ))),
+                Err(e) => Err(Unorderable::NotHere(e.to_string())),
             },
-            Ok(other) => Err(format!("clients may only invoke procedures, not {other:?}")),
-            Err(e) => Err(format!("the request is no entry: {e}")),
+            Ok(other) => Err(Unorderable::Never(format!(
+                "clients may only invoke procedures, not {other:?}"
+            ))),
+            Err(e) => Err(Unorderable::Never(format!("the request is no entry: {e}"))),
         }
+    }
+
+    /// Leaves a request this node cannot order unanswered: another member may order it (or
+    /// has ordered a copy the client sent before), so no answer here may say that it did not
+    /// run. The client keeps its number and re-sends it to the next member.
+    fn pass(&self, client: NodeId, req: &Request, reason: &str) {
+        debug!(
+            client,
+            seq = req.seq,
+            reason,
+            "a client's invocation not ordered here: left to another member"
+        );
+    }
+
+    fn busy(&self, what: &str) -> Refusal {
+        Refusal::Busy(format!(
+            "this node serves {} client {what} at once, and as many are in flight",
+            self.limits.total()
+        ))
     }
 
     fn refuse(&self, client: NodeId, req: &Request, reason: String) {
@@ -145,10 +256,15 @@ impl ClientService {
                 procedure,
                 arguments,
             } => {
-                let node = self.node.clone();
+                let Some(permit) = permit(&self.limits.queries) else {
+                    let _ = reply.send(NodeMsg::QueryAnswer(Err(self.busy("queries"))));
+                    return;
+                };
+                let (node, timeout) = (self.node.clone(), self.limits.timeout());
                 tokio::task::spawn_blocking(move || {
-                    let answer = query(&node, &procedure, &arguments);
+                    let answer = query(&node, &procedure, &arguments, timeout);
                     let _ = reply.send(NodeMsg::QueryAnswer(answer));
+                    drop(permit);
                 });
             }
             NodeMsg::Submit {
@@ -163,6 +279,10 @@ impl ClientService {
                     ))));
                     return;
                 }
+                let Some(permit) = permit(&self.limits.submissions) else {
+                    let _ = reply.send(answer(Err(self.busy("submissions"))));
+                    return;
+                };
                 let Some(service) = self.service.get() else {
                     let _ = reply.send(answer(Err(Refusal::Refused(
                         "this node runs no transaction service".into(),
@@ -174,13 +294,23 @@ impl ClientService {
                         let _ = reply.send(answer(Err(Refusal::Refused(e.to_string()))));
                     }
                     Ok(ticket) => {
-                        // The wait may be long (the request waits for its turn).
+                        // The request waits for its turn, up to the deadline: then it may
+                        // still run, and the answer says so.
+                        let deadline = std::time::Instant::now() + self.limits.timeout();
+                        let timeout = self.limits.timeout();
                         tokio::task::spawn_blocking(move || {
-                            let result = match ticket.wait() {
-                                Ok((result, _)) => result.map_err(Refusal::from),
-                                Err(e) => Err(Refusal::Refused(e.to_string())),
+                            let result = if !ticket.wait_until(deadline) {
+                                Err(Refusal::Unknown(format!(
+                                    "no outcome within {timeout:?}: it may still run"
+                                )))
+                            } else {
+                                match ticket.wait() {
+                                    Ok((result, _)) => result.map_err(Refusal::from),
+                                    Err(e) => Err(Refusal::Refused(e.to_string())),
+                                }
                             };
                             let _ = reply.send(answer(result));
+                            drop(permit);
                         });
                     }
                 }
@@ -190,13 +320,22 @@ impl ClientService {
     }
 }
 
-/// Runs read-only procedure `name` on `node` from a snapshot.
-fn query(node: &Node, name: &str, arguments: &[u8]) -> Result<Vec<u8>, Refusal> {
+/// A permit for one more request in flight, if there is one left.
+fn permit(permits: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
+    permits.clone().try_acquire_owned().ok()
+}
+
+/// Runs read-only procedure `name` on `node` from a snapshot, giving up after `timeout`.
+fn query(node: &Node, name: &str, arguments: &[u8], timeout: Duration) -> Result<Vec<u8>, Refusal> {
     let procedure = node.procedures().get(name)?;
     if procedure.kind() != ProcedureKind::ReadOnly {
         return Err(Refusal::Refused(format!(
             "{name:?} is an update procedure: invoke it to have it ordered"
         )));
     }
-    Ok(node.atomically_read(|tx| procedure.call(tx, arguments))?)
+    Ok(node
+        .tx()
+        .read_only()
+        .timeout(timeout)
+        .run(|tx| procedure.call(tx, arguments))?)
 }

@@ -28,7 +28,8 @@ use tracing::{debug, info, warn};
 
 pub use crate::answer::DEFAULT_ANSWER_POLL;
 use crate::certify::{CertifyOptions, CertifySink};
-use crate::client_service::{ClientService, Refusal};
+use crate::client_service::{ClientLimits, ClientService, Refusal};
+pub use crate::client_service::{DEFAULT_CLIENT_REQUESTS_MAX, DEFAULT_CLIENT_REQUEST_TIMEOUT};
 use crate::config::NodeSettings;
 use crate::disk::FsyncPolicy;
 use crate::health::Health;
@@ -154,6 +155,8 @@ pub struct NodeRuntime {
     answer_poll: Duration,
     /// Whether the hot-spot metrics name their objects' keys (see `crate::hot_spots`).
     hot_spot_keys: Arc<AtomicBool>,
+    /// How many client requests are served at once, and for how long each.
+    client_limits: Arc<ClientLimits>,
 }
 
 impl NodeRuntime {
@@ -206,6 +209,10 @@ impl NodeRuntime {
             NodeRuntime::start(settings.node_id, node, rpc, Arc::new(transport), inbox);
         runtime.set_answer_poll(settings.answer_poll);
         runtime.show_hot_spot_keys(settings.metrics_hot_spot_keys);
+        runtime.set_client_limits(
+            settings.client_requests_max,
+            settings.client_request_timeout,
+        );
         if settings.order {
             runtime.start_order(order_config(settings)?)?;
         }
@@ -577,10 +584,12 @@ impl NodeRuntime {
         let order_inbox = Arc::new(OnceLock::new());
         let tfa = Arc::new(OnceLock::new());
         let service = Arc::new(OnceLock::new());
+        let client_limits = Arc::new(ClientLimits::new());
         let clients = ClientService {
             node: node.clone(),
             rpc: rpc.clone(),
             service: service.clone(),
+            limits: client_limits.clone(),
         };
         tokio::spawn(serve(
             id,
@@ -612,6 +621,7 @@ impl NodeRuntime {
             stop,
             answer_poll: DEFAULT_ANSWER_POLL,
             hot_spot_keys,
+            client_limits,
         }
     }
 
@@ -621,6 +631,15 @@ impl NodeRuntime {
     /// millisecond each, never poll: polling took the CPU the protocol needs.)
     pub fn set_answer_poll(&mut self, poll: Duration) {
         self.answer_poll = poll;
+    }
+
+    /// Serves at most `max` client queries and submissions at once (each holds a thread until
+    /// it is answered; one more is refused with `Busy` at once, never queued), and answers
+    /// each within `timeout` (a submission not done by then is answered as of unknown
+    /// outcome: it may still run). Defaults: [`DEFAULT_CLIENT_REQUESTS_MAX`] and
+    /// [`DEFAULT_CLIENT_REQUEST_TIMEOUT`]. Must be called inside a tokio runtime.
+    pub fn set_client_limits(&self, max: usize, timeout: Duration) {
+        self.client_limits.set(max, timeout);
     }
 
     /// Whether this node's hot-spot metrics name their objects' keys (application data; off

@@ -37,8 +37,15 @@ fn refuse(_: &mut Tx<'_>, why: &String) -> Result<(), TxError> {
     Err(TxError::abort(why.clone()))
 }
 
+/// Sleeps `ms` milliseconds in its transaction (a long request).
+fn nap(_: &mut Tx<'_>, ms: &u64) -> Result<(), TxError> {
+    std::thread::sleep(Duration::from_millis(*ms));
+    Ok(())
+}
+
 fn procedures() -> Procedures {
     let p = Procedures::new();
+    p.register("nap", ProcedureKind::Update, nap).unwrap();
     p.register("count", ProcedureKind::Update, count).unwrap();
     p.register("read", ProcedureKind::ReadOnly, read).unwrap();
     p.register("refuse", ProcedureKind::Update, refuse).unwrap();
@@ -284,12 +291,15 @@ async fn malformed_client_requests_change_nothing() {
         procedure: "read".into(),
         arguments: vec![],
     };
-    for (seq, payload) in [
-        (1, vec![0xff, 0x00, 0x13]),
-        (2, certify.encode()),
-        (3, unknown.encode()),
-        (4, read_only.encode()),
-    ] {
+    // Requests that no member orders are refused, which proves they never run. A procedure
+    // this member lacks, or holds as read-only, may be another member's update procedure: a
+    // refusal here could not say whether a copy sent elsewhere runs, so none comes (the
+    // client re-sends to the next member with the same number).
+    for seq in [3, 4] {
+        let payload = if seq == 3 { &unknown } else { &read_only }.encode();
+        rpc.send(1, request(seq, payload)).unwrap();
+    }
+    for (seq, payload) in [(1, vec![0xff, 0x00, 0x13]), (2, certify.encode())] {
         rpc.send(1, request(seq, payload)).unwrap();
         let reply = tokio::time::timeout(Duration::from_secs(5), async {
             loop {
@@ -301,6 +311,10 @@ async fn malformed_client_requests_change_nothing() {
                     ..
                 }) = inbox.recv().await
                 {
+                    assert!(
+                        s != 3 && s != 4,
+                        "request {s} was refused by a member that cannot know it never runs"
+                    );
                     if s == seq {
                         return response;
                     }
@@ -441,4 +455,77 @@ async fn under_active_submissions_are_refused_in_favour_of_ordered_invocations()
     for node in nodes.iter().flatten() {
         node.shutdown();
     }
+}
+
+/// The threads of this process.
+fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// 2,000 submissions to a node whose transaction service has one worker: the node works on
+/// at most its limit at once and refuses the rest with `Busy` at once, so its threads stay
+/// few (each submission waiting for its turn used to hold a blocking thread of its own, up to
+/// the runtime's 512), and queries are still answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_submissions_gets_busy_answers_and_no_thread_each() {
+    use atomos::service::ServiceConfig;
+    use std::sync::Arc;
+    let (nodes, members) = cluster(1, "local", "flood").await;
+    let node = nodes[0].as_ref().unwrap();
+    let _service = node
+        .start_service(ServiceConfig {
+            workers: 1,
+            ..ServiceConfig::default()
+        })
+        .unwrap();
+    node.set_client_limits(16, Duration::from_secs(5));
+    let client = Arc::new(Client::connect(client_config(&members, 1)).await.unwrap());
+    let before = threads();
+    let mut flood = tokio::task::JoinSet::new();
+    for _ in 0..2_000 {
+        let client = client.clone();
+        flood.spawn(async move { client.submit::<_, ()>("nap", &20u64, 2).await });
+    }
+    // While the flood is served: sample the threads and run queries.
+    let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watch = {
+        let (client, watching) = (client.clone(), watching.clone());
+        tokio::spawn(async move {
+            let (mut most, mut queries) = (0, 0);
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(threads());
+                let n: u64 = client.invoke("read", &"flood".to_string()).await.unwrap();
+                assert_eq!(n, 0);
+                queries += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            (most, queries)
+        })
+    };
+    let (mut done, mut busy) = (0, 0);
+    while let Some(joined) = flood.join_next().await {
+        match joined.unwrap() {
+            Ok(()) => done += 1,
+            Err(ClientError::Busy { .. }) => busy += 1,
+            Err(other) => panic!("a submission failed otherwise: {other}"),
+        }
+    }
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let (most, queries) = watch.await.unwrap();
+    assert_eq!(done + busy, 2_000);
+    assert!(done > 0 && busy > 0, "{done} done, {busy} busy");
+    assert!(queries > 1, "queries were not answered during the flood");
+    // At most 16 submissions and 16 queries hold a thread at once; a little slack for the
+    // runtime's own.
+    assert!(
+        most <= before + 40,
+        "threads grew from {before} to {most} under the flood"
+    );
+    println!("{done} done, {busy} busy, {queries} queries; threads {before} -> at most {most}");
+    node.shutdown();
 }

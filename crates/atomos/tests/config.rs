@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use atomos::config::{load, ConfigError};
 use atomos::{ContentionPolicy, Protocol};
@@ -384,4 +385,28 @@ fn keys_the_protocol_does_not_read_are_listed() {
     )
     .unwrap();
     assert!(oss.unused.is_empty(), "{:?}", oss.unused);
+}
+
+#[test]
+fn client_request_limits_are_read_and_checked() {
+    let d = load(None, env(&[])).unwrap();
+    assert_eq!(d.client_requests_max, 64);
+    assert_eq!(d.client_request_timeout, Duration::from_secs(10));
+    let s = load(
+        None,
+        env(&[
+            ("ATOMOS_CLIENT_REQUESTS_MAX", "8"),
+            ("ATOMOS_CLIENT_REQUEST_TIMEOUT_MS", "250"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(s.client_requests_max, 8);
+    assert_eq!(s.client_request_timeout, Duration::from_millis(250));
+    for (var, value) in [
+        ("ATOMOS_CLIENT_REQUESTS_MAX", "0"),
+        ("ATOMOS_CLIENT_REQUESTS_MAX", "100000"),
+        ("ATOMOS_CLIENT_REQUEST_TIMEOUT_MS", "0"),
+    ] {
+        assert_eq!(key_of(load(None, env(&[(var, value)])).unwrap_err()), var);
+    }
 }

@@ -128,6 +128,18 @@ impl<R: Send + 'static> Ticket<R> {
         !matches!(*self.shared.slot.lock(), Slot::Pending(_))
     }
 
+    /// Waits until it has ended or `deadline` has passed; returns whether it has ended (then
+    /// [`Ticket::wait`] returns at once).
+    pub fn wait_until(&self, deadline: Instant) -> bool {
+        let mut slot = self.shared.slot.lock();
+        while matches!(*slot, Slot::Pending(_)) {
+            if self.shared.done.wait_until(&mut slot, deadline).timed_out() {
+                return !matches!(*slot, Slot::Pending(_));
+            }
+        }
+        true
+    }
+
     /// Waits for it to end and returns its result and timing. A panic in the request is
     /// resumed here.
     pub fn wait(self) -> Result<(R, Timing), TicketError> {

@@ -107,6 +107,14 @@ pub fn effective_toml(settings: &NodeSettings) -> String {
     if let Some(threads) = s.runtime_threads {
         t.insert("runtime_threads".into(), integer(threads as u64));
     }
+    t.insert(
+        "client_requests_max".into(),
+        integer(s.client_requests_max as u64),
+    );
+    t.insert(
+        "client_request_timeout_ms".into(),
+        integer(s.client_request_timeout.as_millis() as u64),
+    );
     let peers = s
         .peers
         .iter()

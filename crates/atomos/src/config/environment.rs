@@ -4,7 +4,7 @@
 use super::{invalid, ConfigError};
 
 /// Every environment variable a node's configuration reads.
-pub const CONFIG_VARIABLES: [&str; 26] = [
+pub const CONFIG_VARIABLES: [&str; 28] = [
     "ATOMOS_CLUSTER",
     "ATOMOS_NODE_ID",
     "ATOMOS_LISTEN",
@@ -30,6 +30,8 @@ pub const CONFIG_VARIABLES: [&str; 26] = [
     "ATOMOS_SCHED",
     "ATOMOS_SCHED_WORKERS",
     "ATOMOS_RUNTIME_THREADS",
+    "ATOMOS_CLIENT_REQUESTS_MAX",
+    "ATOMOS_CLIENT_REQUEST_TIMEOUT_MS",
     "ATOMOS_PEERS",
 ];
 

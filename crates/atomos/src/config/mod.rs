@@ -28,6 +28,8 @@
 //!                           # none | preemptive | cmax[:N] | lazy[:N] (absent: no service)
 //! sched_workers = 2         # its worker threads (default: the machine's cores)
 //! runtime_threads = 2       # network runtime workers (default: one per core)
+//! client_requests_max = 64  # client queries and submissions served at once (more: Busy)
+//! client_request_timeout_ms = 10000  # a client's request answered within this
 //!
 //! [[peers]]
 //! id = 2
@@ -41,7 +43,8 @@
 //! `ATOMOS_ORDER_FSYNC`, `ATOMOS_ORDER_LOAD_CLIENTS`, `ATOMOS_ORDER_SNAPSHOT_EVERY`,
 //! `ATOMOS_BANK_LOAD_THREADS`, `ATOMOS_COMMIT_TIMEOUT_MS`, `ATOMOS_ORDER_REJOIN`,
 //! `ATOMOS_OSS_COMMIT`, `ATOMOS_OSS_DOMAINS` (prefixes separated by commas),
-//! `ATOMOS_SCHED`, `ATOMOS_SCHED_WORKERS`, `ATOMOS_RUNTIME_THREADS`, and
+//! `ATOMOS_SCHED`, `ATOMOS_SCHED_WORKERS`, `ATOMOS_RUNTIME_THREADS`,
+//! `ATOMOS_CLIENT_REQUESTS_MAX`, `ATOMOS_CLIENT_REQUEST_TIMEOUT_MS`, and
 //! `ATOMOS_PEERS` as `id=address,id=address`.
 
 use std::fmt;
@@ -135,6 +138,8 @@ struct FileConfig {
     sched: Option<String>,
     sched_workers: Option<usize>,
     runtime_threads: Option<usize>,
+    client_requests_max: Option<usize>,
+    client_request_timeout_ms: Option<u64>,
     peers: Option<Vec<FilePeer>>,
 }
 
@@ -243,6 +248,12 @@ pub struct NodeSettings {
     /// (`None`: one per core). Several nodes on one machine share its cores: fewer threads
     /// each may serve them better (measured for benchmark processes, see BENCHMARKS.md).
     pub runtime_threads: Option<usize>,
+    /// Client queries and submissions this node serves at once; one more is refused with
+    /// `Busy` at once (see `NodeRuntime::set_client_limits`).
+    pub client_requests_max: usize,
+    /// How long this node works on a client's request before answering that its outcome is
+    /// unknown.
+    pub client_request_timeout: Duration,
     /// The other members, by id.
     pub peers: Vec<Peer>,
     /// Keys set (as the file's key or the variable that set them) that mean nothing under
@@ -580,6 +591,41 @@ pub fn load(
         },
         None => crate::service::ServiceConfig::default().workers,
     };
+    let client_requests_max = match pick(
+        "ATOMOS_CLIENT_REQUESTS_MAX",
+        "client_requests_max",
+        file.client_requests_max.map(|n| n.to_string()),
+    ) {
+        Some((key, v)) => match v.trim().parse::<usize>() {
+            Ok(n @ 1..=4096) => n,
+            _ => {
+                return Err(invalid(
+                    &key,
+                    format!("{v:?} is not a number of requests from 1 to 4096"),
+                ))
+            }
+        },
+        None => crate::runtime::DEFAULT_CLIENT_REQUESTS_MAX,
+    };
+    let client_request_timeout = match pick(
+        "ATOMOS_CLIENT_REQUEST_TIMEOUT_MS",
+        "client_request_timeout_ms",
+        file.client_request_timeout_ms.map(|n| n.to_string()),
+    ) {
+        Some((key, v)) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| (1..=3_600_000).contains(&n))
+            .map(Duration::from_millis)
+            .ok_or_else(|| {
+                invalid(
+                    &key,
+                    format!("{v:?} is not a number of milliseconds from 1 to 3600000"),
+                )
+            })?,
+        None => crate::runtime::DEFAULT_CLIENT_REQUEST_TIMEOUT,
+    };
     if (order || protocol.is_replicated()) && node_id == 0 {
         return Err(invalid(
             "node_id",
@@ -665,6 +711,8 @@ pub fn load(
         sched,
         sched_workers,
         runtime_threads,
+        client_requests_max,
+        client_request_timeout,
         peers,
         unused,
     })
