@@ -99,6 +99,8 @@ pub struct FileDisk {
     policy: FsyncPolicy,
     /// Written and not yet fsynced since then (under [`FsyncPolicy::Every`]).
     dirty_since: Option<Instant>,
+    /// The log's format (`seam::wal`): appends frame records in it.
+    format: u32,
 }
 
 impl FileDisk {
@@ -125,16 +127,25 @@ impl FileDisk {
         if !existed {
             sync_dir(dir).map_err(io)?;
         }
-        let records = read_log(path, true)?;
-        Ok((
-            FileDisk {
-                path: path.to_path_buf(),
-                file,
-                policy,
-                dirty_since: None,
-            },
-            records,
-        ))
+        let (records, format, good_len) = read(path, true)?;
+        let mut disk = FileDisk {
+            path: path.to_path_buf(),
+            file,
+            policy,
+            dirty_since: None,
+            format,
+        };
+        if good_len == 0 {
+            // A new (or emptied) log starts with the file header of this build's format.
+            let mut header = Vec::new();
+            wal::file_header(&mut header);
+            disk.file.write_all(&header).map_err(io)?;
+            disk.format = wal::FORMAT;
+            if policy != FsyncPolicy::Never {
+                disk.file.sync_data().map_err(io)?;
+            }
+        }
+        Ok((disk, records))
     }
 
     fn io(&self, source: io::Error) -> DiskError {
@@ -162,7 +173,7 @@ impl FileDisk {
                 self.check_sizes(records)?;
                 let mut bytes = Vec::new();
                 for r in records {
-                    wal::frame(r, &mut bytes);
+                    wal::frame(self.format, r, &mut bytes);
                 }
                 self.file.write_all(&bytes).map_err(|e| self.io(e))?;
                 self.dirty_since.get_or_insert_with(Instant::now);
@@ -177,8 +188,9 @@ impl FileDisk {
     fn rewrite(&mut self, records: &[Vec<u8>]) -> Result<(), DiskError> {
         self.check_sizes(records)?;
         let mut bytes = Vec::new();
+        wal::file_header(&mut bytes);
         for r in records {
-            wal::frame(r, &mut bytes);
+            wal::frame(wal::FORMAT, r, &mut bytes);
         }
         let tmp = self.path.with_extension("rewrite");
         let at_tmp = |source| DiskError::Io {
@@ -202,6 +214,7 @@ impl FileDisk {
             .open(&self.path)
             .map_err(|e| self.io(e))?;
         self.dirty_since = None;
+        self.format = wal::FORMAT;
         Ok(())
     }
 
@@ -244,6 +257,11 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 /// final record is cut from the file (with a warning); without, it is only left out (for tools
 /// that inspect a stopped node's log). A damaged record before the tail is an error either way.
 pub fn read_log(path: &Path, repair: bool) -> Result<Vec<Vec<u8>>, DiskError> {
+    read(path, repair).map(|(records, _, _)| records)
+}
+
+/// [`read_log`], with the log's format and the length of its good part.
+fn read(path: &Path, repair: bool) -> Result<(Vec<Vec<u8>>, u32, usize), DiskError> {
     let io = |source| DiskError::Io {
         path: path.to_path_buf(),
         source,
@@ -251,7 +269,7 @@ pub fn read_log(path: &Path, repair: bool) -> Result<Vec<Vec<u8>>, DiskError> {
     let mut bytes = Vec::new();
     match File::open(path) {
         Ok(mut f) => f.read_to_end(&mut bytes).map_err(io)?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), wal::FORMAT, 0)),
         Err(e) => return Err(io(e)),
     };
     let parsed = wal::parse(&bytes).map_err(|c| DiskError::Corrupt {
@@ -271,7 +289,7 @@ pub fn read_log(path: &Path, repair: bool) -> Result<Vec<Vec<u8>>, DiskError> {
         f.set_len(parsed.good_len as u64).map_err(io)?;
         f.sync_all().map_err(io)?;
     }
-    Ok(parsed.records)
+    Ok((parsed.records, parsed.format, parsed.good_len))
 }
 
 /// What a [`DiskWorker`] reports.
@@ -528,7 +546,7 @@ mod tests {
         append(&mut d, &[b"one", b"two", b"three"]);
         drop(d);
         let mut bytes = fs::read(&path).unwrap();
-        bytes[wal::HEADER + 3 + wal::HEADER] ^= 0xff; // inside "two"
+        bytes[wal::FILE_HEADER + wal::HEADER + 3 + wal::HEADER] ^= 0xff; // inside "two"
         fs::write(&path, &bytes).unwrap();
         let before = fs::read(&path).unwrap();
         match FileDisk::open(&path, FsyncPolicy::EveryBatch) {
@@ -537,12 +555,45 @@ mod tests {
                 records_before,
                 ..
             }) => {
-                assert_eq!((offset, records_before), (wal::HEADER + 3, 1));
+                assert_eq!(
+                    (offset, records_before),
+                    (wal::FILE_HEADER + wal::HEADER + 3, 1)
+                );
             }
             Err(e) => panic!("wrong error: {e}"),
             Ok(_) => panic!("a corrupt log opened"),
         }
         assert_eq!(fs::read(&path).unwrap(), before, "the log was changed");
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// A log written before format 1 opens, takes appends in its own format, and is written
+    /// in format 1 by its next rewrite.
+    #[test]
+    fn a_log_of_format_0_is_read_appended_to_and_rewritten_in_format_1() {
+        let path = temp("format0");
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut old = Vec::new();
+        for r in [&b"one"[..], b"two"] {
+            wal::frame(0, r, &mut old);
+        }
+        fs::write(&path, &old).unwrap();
+        let (mut d, records) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        assert_eq!(records, vec![b"one".to_vec(), b"two".to_vec()]);
+        append(&mut d, &[b"three"]);
+        let bytes = fs::read(&path).unwrap();
+        assert!(
+            !bytes.starts_with(&wal::MAGIC),
+            "an old log changed format mid-file"
+        );
+        assert_eq!(wal::parse(&bytes).unwrap().records.len(), 3);
+        d.write(&Write::Rewrite(vec![b"four".to_vec()])).unwrap();
+        append(&mut d, &[b"five"]);
+        let bytes = fs::read(&path).unwrap();
+        assert!(bytes.starts_with(&wal::MAGIC));
+        let parsed = wal::parse(&bytes).unwrap();
+        assert_eq!(parsed.format, wal::FORMAT);
+        assert_eq!(parsed.records, vec![b"four".to_vec(), b"five".to_vec()]);
         let _ = fs::remove_dir_all(path.parent().unwrap());
     }
 

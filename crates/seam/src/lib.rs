@@ -17,9 +17,10 @@
 //! many writes under one fsync. [`Input::Persisted`] tells the machine how far its writes are
 //! durable, for machines that want to act on it. [`Gate`] is that rule as drivers keep it.
 //!
-//! [`wal`] is the write-ahead log's record framing (length, checksum, payload), shared by the
-//! file disk and the simulated one, with the rule that tells a torn final record (cut) from a
-//! corrupt one in the middle (refuse to start).
+//! [`wal`] is the write-ahead log's format (a file header naming the format, then records of
+//! length, the length's check, checksum and payload), shared by the file disk and the
+//! simulated one, with the rule that tells a torn final record (cut) from a corrupt one in the
+//! middle (refuse to start) without searching inside a damaged record's payload.
 
 #![deny(missing_docs)]
 

@@ -21,10 +21,15 @@ pub struct SimDisk {
     issued: u64,
 }
 
-fn framed(records: &[Vec<u8>]) -> Vec<u8> {
+/// `records` framed for a log that already holds `existing` bytes: a new log starts with the
+/// file header.
+fn framed(existing: usize, records: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
+    if existing == 0 {
+        wal::file_header(&mut out);
+    }
     for r in records {
-        wal::frame(r, &mut out);
+        wal::frame(wal::FORMAT, r, &mut out);
     }
     out
 }
@@ -57,8 +62,11 @@ impl SimDisk {
                 break;
             };
             match write {
-                Write::Append(records) => self.durable.extend(framed(&records)),
-                Write::Rewrite(records) => self.durable = framed(&records),
+                Write::Append(records) => {
+                    let bytes = framed(self.durable.len(), &records);
+                    self.durable.extend(bytes)
+                }
+                Write::Rewrite(records) => self.durable = framed(0, &records),
             }
         }
     }
@@ -69,7 +77,7 @@ impl SimDisk {
     pub fn crash(&mut self, torn: f64, rng: &mut SimRng) -> bool {
         let mut tore = false;
         if let Some((_, Write::Append(records))) = self.pending.front() {
-            let bytes = framed(records);
+            let bytes = framed(self.durable.len(), records);
             if bytes.len() > 1 && rng.chance(torn) {
                 let keep = 1 + rng.below(bytes.len() as u64 - 1) as usize;
                 if rng.chance(0.5) {
@@ -98,10 +106,7 @@ impl SimDisk {
             return false;
         }
         let victim = rng.below(parsed.records.len() as u64 - 1) as usize;
-        let start: usize = parsed.records[..victim]
-            .iter()
-            .map(|r| wal::HEADER + r.len())
-            .sum();
+        let start = parsed.starts[victim];
         let len = wal::HEADER + parsed.records[victim].len();
         let at = start + rng.below(len as u64) as usize;
         self.durable[at] ^= 0x5a;
