@@ -9,7 +9,7 @@ use atomos_order::{
     decode_log, Action, Client, ClientAction, ClientInput, Delivery, OrderError, OrderMsg,
     PlantedBug, Register, RegisterOp, Replica, ReplicaConfig, Request,
 };
-use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig};
+use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 
 pub const REPLICAS: usize = 3;
 pub const CLIENTS: usize = 4;
@@ -37,24 +37,19 @@ pub enum Note {
 /// ones keep mixing while the faults last. What it is answered becomes [`Note::Done`].
 pub struct Adversary {
     id: u64,
-    rng: u64,
+    rng: SimRng,
 }
 
 impl Adversary {
     fn new(id: u64, seed: u64) -> Adversary {
         Adversary {
             id,
-            rng: seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            rng: SimRng::new(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
         }
     }
 
     fn random(&mut self) -> u64 {
-        // splitmix64: deterministic, so a seed replays the same run.
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.rng.next_u64()
     }
 
     fn step(
