@@ -25,6 +25,7 @@ use atomos_net::rpc::{Reply, Rpc};
 use atomos_net::transport::{Deliver, NodeId};
 use atomos_order::{OrderMsg, Request};
 use atomos_protocols::replicated::{Answer, Entry};
+use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
@@ -72,48 +73,46 @@ pub const DEFAULT_CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// a permit, and a thread, until it is answered) and how long each may take.
 pub(crate) struct ClientLimits {
     /// Queries and submissions have permits of their own, so a flood of one kind (long
-    /// submissions waiting for their turn) leaves the other served.
-    queries: Arc<Semaphore>,
-    submissions: Arc<Semaphore>,
-    /// The permits each kind has in all (taken ones included).
+    /// submissions waiting for their turn) leaves the other served. New limits replace both
+    /// pools; a request holding a permit of the old pool keeps it until it is answered.
+    pools: RwLock<(Arc<Semaphore>, Arc<Semaphore>)>,
+    /// The permits each pool had when made.
     total: AtomicUsize,
     timeout_ms: AtomicU64,
 }
 
+/// The most requests of one kind a node may allow at once.
+const MAX_CLIENT_REQUESTS: usize = 1 << 16;
+
 impl ClientLimits {
     pub(crate) fn new() -> ClientLimits {
-        ClientLimits {
-            queries: Arc::new(Semaphore::new(DEFAULT_CLIENT_REQUESTS_MAX)),
-            submissions: Arc::new(Semaphore::new(DEFAULT_CLIENT_REQUESTS_MAX)),
-            total: AtomicUsize::new(DEFAULT_CLIENT_REQUESTS_MAX),
-            timeout_ms: AtomicU64::new(DEFAULT_CLIENT_REQUEST_TIMEOUT.as_millis() as u64),
-        }
+        let limits = ClientLimits {
+            pools: RwLock::new((Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)))),
+            total: AtomicUsize::new(0),
+            timeout_ms: AtomicU64::new(0),
+        };
+        limits.set(DEFAULT_CLIENT_REQUESTS_MAX, DEFAULT_CLIENT_REQUEST_TIMEOUT);
+        limits
     }
 
-    /// At most `max` queries and `max` submissions (at least 1) in flight, each answered
+    /// At most `max` queries and `max` submissions (1 to 65,536) in flight, each answered
     /// within `timeout`.
     pub(crate) fn set(&self, max: usize, timeout: Duration) {
-        let max = max.max(1);
-        let total = self.total.swap(max, Ordering::Relaxed);
-        for permits in [&self.queries, &self.submissions] {
-            if max > total {
-                permits.add_permits(max - total);
-            } else {
-                // Permits taken now are forgotten as they come back.
-                let mut owed = total - max;
-                owed -= permits.forget_permits(owed);
-                if owed > 0 {
-                    let permits = permits.clone();
-                    tokio::spawn(async move {
-                        if let Ok(p) = permits.acquire_many_owned(owed as u32).await {
-                            p.forget();
-                        }
-                    });
-                }
-            }
-        }
-        self.timeout_ms
-            .store(timeout.as_millis().max(1) as u64, Ordering::Relaxed);
+        let max = max.clamp(1, MAX_CLIENT_REQUESTS);
+        *self.pools.write() = (Arc::new(Semaphore::new(max)), Arc::new(Semaphore::new(max)));
+        self.total.store(max, Ordering::Relaxed);
+        self.timeout_ms.store(
+            timeout.as_millis().clamp(1, u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    fn queries(&self) -> Arc<Semaphore> {
+        self.pools.read().0.clone()
+    }
+
+    fn submissions(&self) -> Arc<Semaphore> {
+        self.pools.read().1.clone()
     }
 
     fn timeout(&self) -> Duration {
@@ -256,7 +255,7 @@ impl ClientService {
                 procedure,
                 arguments,
             } => {
-                let Some(permit) = permit(&self.limits.queries) else {
+                let Some(permit) = permit(self.limits.queries()) else {
                     let _ = reply.send(NodeMsg::QueryAnswer(Err(self.busy("queries"))));
                     return;
                 };
@@ -279,7 +278,7 @@ impl ClientService {
                     ))));
                     return;
                 }
-                let Some(permit) = permit(&self.limits.submissions) else {
+                let Some(permit) = permit(self.limits.submissions()) else {
                     let _ = reply.send(answer(Err(self.busy("submissions"))));
                     return;
                 };
@@ -321,8 +320,8 @@ impl ClientService {
 }
 
 /// A permit for one more request in flight, if there is one left.
-fn permit(permits: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
-    permits.clone().try_acquire_owned().ok()
+fn permit(permits: Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
+    permits.try_acquire_owned().ok()
 }
 
 /// Runs read-only procedure `name` on `node` from a snapshot, giving up after `timeout`.

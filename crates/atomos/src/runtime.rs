@@ -633,11 +633,13 @@ impl NodeRuntime {
         self.answer_poll = poll;
     }
 
-    /// Serves at most `max` client queries and submissions at once (each holds a thread until
-    /// it is answered; one more is refused with `Busy` at once, never queued), and answers
-    /// each within `timeout` (a submission not done by then is answered as of unknown
-    /// outcome: it may still run). Defaults: [`DEFAULT_CLIENT_REQUESTS_MAX`] and
-    /// [`DEFAULT_CLIENT_REQUEST_TIMEOUT`]. Must be called inside a tokio runtime.
+    /// Serves at most `max` client queries and as many submissions at once (1 to 65,536; each
+    /// holds a thread until it is answered; one more is refused with `Busy` at once, never
+    /// queued). A query runs with `timeout` as its transaction timeout (it fails when that
+    /// passes) and a submission waits that long for its outcome (then it is answered as of
+    /// unknown outcome: it may still run). Requests started before a call keep the limits
+    /// they started under. Defaults: [`DEFAULT_CLIENT_REQUESTS_MAX`] and
+    /// [`DEFAULT_CLIENT_REQUEST_TIMEOUT`].
     pub fn set_client_limits(&self, max: usize, timeout: Duration) {
         self.client_limits.set(max, timeout);
     }

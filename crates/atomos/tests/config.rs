@@ -385,6 +385,25 @@ fn keys_the_protocol_does_not_read_are_listed() {
     )
     .unwrap();
     assert!(oss.unused.is_empty(), "{:?}", oss.unused);
+    // The fsync policy is tfa's log's too, the commit timeout oss's commits' too; oss's
+    // control log is never compacted.
+    let tfa = load(
+        None,
+        env(&[("ATOMOS_PROTOCOL", "tfa"), ("ATOMOS_ORDER_FSYNC", "never")]),
+    )
+    .unwrap();
+    assert!(tfa.unused.is_empty(), "{:?}", tfa.unused);
+    let oss = load(
+        None,
+        env(&[
+            ("ATOMOS_PROTOCOL", "oss"),
+            ("ATOMOS_NODE_ID", "1"),
+            ("ATOMOS_COMMIT_TIMEOUT_MS", "100"),
+            ("ATOMOS_ORDER_SNAPSHOT_EVERY", "100"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(oss.unused, ["ATOMOS_ORDER_SNAPSHOT_EVERY"]);
 }
 
 #[test]

@@ -561,6 +561,14 @@ impl<S: StateMachine> Replica<S> {
         out.push(Output::Persist(write));
     }
 
+    /// The log after `index` was replaced: no write made so far holds its entries.
+    fn clamp_durable(&mut self, index: u64) {
+        self.durable_index = self.durable_index.min(index);
+        for (_, last) in &mut self.unsynced {
+            *last = (*last).min(index);
+        }
+    }
+
     /// The writes up to number `through` are durable.
     fn persisted(&mut self, through: u64) {
         while let Some(&(write, last)) = self.unsynced.front() {
@@ -1007,10 +1015,7 @@ impl<S: StateMachine> Replica<S> {
             self.revoke(cut, out);
             self.in_log.retain(|_, at| *at < cut);
             // The entries from `cut` on are new: no earlier write holds them.
-            self.durable_index = self.durable_index.min(cut - 1);
-            for (_, last) in &mut self.unsynced {
-                *last = (*last).min(cut - 1);
-            }
+            self.clamp_durable(cut - 1);
         }
         for e in ents {
             if let Some(id) = entry_batch(e) {
@@ -1076,9 +1081,13 @@ impl<S: StateMachine> Replica<S> {
     /// A snapshot Raft hands over because this replica's log is behind the leader's first
     /// entry: it replaces the log.
     fn install(&mut self, snap: Snapshot, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        let index = snap.get_metadata().index;
         self.restore_state(&snap, out)?;
         self.write(&Record::Installed(snap.encode_to_vec()));
         self.raft.mut_store().install(snap);
+        // The log after the snapshot starts anew (raft-rs installs one over entries of another
+        // term too): no earlier write holds what comes next.
+        self.clamp_durable(index);
         Ok(())
     }
 

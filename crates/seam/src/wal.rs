@@ -25,7 +25,12 @@
 //! Logs written before (format 0, no file header, `[length][checksum][payload]`) are still
 //! read, with the rule they were written under: a damaged record is corruption if a valid
 //! record starts anywhere after it. A node keeps appending to such a log in its format until
-//! its next compaction rewrites it in format 1.
+//! its next compaction rewrites it in format 1 (`oss.wal`, which is never compacted, stays in
+//! format 0 with its rule).
+//!
+//! Like the rest of the format, this assumes a torn append leaves a prefix of what was
+//! written, or zeros: a file system that wrote a record's later pages but not the page
+//! holding its length would make the reader search that record's payload.
 //!
 //! One case no framing can tell from a torn write: damage to the very last durable record.
 //! The reader takes it for torn and cuts it.
@@ -161,11 +166,13 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, Corrupt> {
         }
         return parse_v1(bytes);
     }
-    // No magic: a log of format 0, unless the header is damaged in a log of format 1 (a
-    // record of that format right after where the header ends tells).
-    if bytes
-        .get(FILE_HEADER..)
-        .is_some_and(|rest| record_at(rest).is_some())
+    // No magic: a log of format 0 if its first record holds, else a log of format 1 whose
+    // header is damaged when a record of that format starts right after where the header
+    // ends (a format-0 log's first record may hold those bytes: it is checked first).
+    if record_at_v0(bytes).is_none()
+        && bytes
+            .get(FILE_HEADER..)
+            .is_some_and(|rest| record_at(rest).is_some())
     {
         return Err(corrupt_header);
     }
@@ -376,6 +383,17 @@ mod tests {
             bytes.extend((0..3000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
             assert_eq!(parse(&bytes).unwrap().good_len, good);
         }
+    }
+
+    /// A log of format 0 whose first record holds, where a file header would end, bytes that
+    /// form a record of format 1: it is read as format 0, not refused as a damaged header.
+    #[test]
+    fn a_format_0_log_holding_a_format_1_record_in_its_first_value_is_read() {
+        let mut planted = b"12345678".to_vec();
+        frame(FORMAT, b"a client's bytes", &mut planted);
+        let bytes = log_v0(&[&planted, b"two"]);
+        let p = parse(&bytes).unwrap();
+        assert_eq!((p.format, p.records.len()), (0, 2));
     }
 
     /// A client's value holding a well-formed record, torn in the crash of its append: the

@@ -20,7 +20,7 @@
 //! order_load_clients = 0    # generated order load (tests, demos)
 //! order_snapshot_every = 10000  # final deliveries between snapshots (log compactions)
 //! bank_load_threads = 0     # threads moving money between shared accounts (tests, demos)
-//! commit_timeout_ms = 10000 # certify: a commit without a verdict by then is OutcomeUnknown
+//! commit_timeout_ms = 10000 # certify, active, oss: a commit without a verdict by then is OutcomeUnknown
 //! order_rejoin = false      # this node's data directory was lost: rejoin (vote once caught up)
 //! oss_commit = "ultra-peer" # oss: ultra-peer | distributed-token | coordinator-token
 //! oss_domains = []          # oss: key prefixes of consistency domains beside domain 0
@@ -29,7 +29,7 @@
 //! sched_workers = 2         # its worker threads (default: the machine's cores)
 //! runtime_threads = 2       # network runtime workers (default: one per core)
 //! client_requests_max = 64  # client queries and submissions served at once (more: Busy)
-//! client_request_timeout_ms = 10000  # a client's request answered within this
+//! client_request_timeout_ms = 10000  # a client's query runs, and its submission waits, this long
 //!
 //! [[peers]]
 //! id = 2
@@ -666,15 +666,19 @@ pub fn load(
         ));
     }
     let peers = check_members(node_id, listen, peers)?;
-    let uses_order_log = order || protocol.is_replicated();
+    // Which protocols read which keys: `order_fsync` every write-ahead log (the order
+    // register's, tfa's, the replicated stores', oss's); snapshots only the order replicas
+    // that compact (oss's control log never does); rejoining every replicated log.
     let unused = protocol_keys
         .into_iter()
         .filter_map(|(var, set_as)| {
             let used = match var {
                 "ATOMOS_ANSWER_POLL_US" => protocol == Protocol::Tfa,
-                "ATOMOS_COMMIT_TIMEOUT_MS" => protocol.is_ordered(),
+                "ATOMOS_COMMIT_TIMEOUT_MS" => protocol.is_ordered() || protocol == Protocol::Oss,
                 "ATOMOS_OSS_COMMIT" | "ATOMOS_OSS_DOMAINS" => protocol == Protocol::Oss,
-                _ => uses_order_log,
+                "ATOMOS_ORDER_FSYNC" => order || protocol != Protocol::Local,
+                "ATOMOS_ORDER_SNAPSHOT_EVERY" => order || protocol.is_ordered(),
+                _ => order || protocol.is_replicated(),
             };
             set_as.filter(|_| !used)
         })
