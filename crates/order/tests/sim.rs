@@ -109,16 +109,6 @@ fn a_replica_with_a_damaged_log_refuses_to_start_and_the_others_go_on() {
     println!("damaged logs over the seeds: {damaged}");
 }
 
-/// Disks that stall now and then: a replica, the leader included, runs ahead of its own
-/// durable log for a while.
-fn slow_disks() -> Faults {
-    Faults {
-        stall: 0.1,
-        stall_len: 300,
-        ..Faults::harsh()
-    }
-}
-
 /// What a replica applies is what a local reader sees: on disks that stall, with crashes
 /// that lose unsynced writes, no replica may apply an entry that a crash then takes back
 /// (it would hold another entry at that position than the others).
@@ -128,7 +118,7 @@ fn nothing_is_applied_before_a_majority_holds_it_on_disk() {
         check(&simulate(
             seed,
             Setup {
-                faults: slow_disks,
+                faults: Faults::stalling,
                 ..Setup::new(10_000)
             },
         ))
@@ -143,7 +133,7 @@ fn nothing_is_applied_before_a_majority_holds_it_on_disk() {
 fn planted_bugs_are_caught() {
     let bugs: [(PlantedBug, fn() -> Faults); 2] = [
         (PlantedBug::FinalBeforeCommit, Faults::harsh),
-        (PlantedBug::ApplyBeforeDurable, slow_disks),
+        (PlantedBug::ApplyBeforeDurable, Faults::stalling),
     ];
     for (bug, faults) in bugs {
         let tried = seeds(60);

@@ -102,15 +102,8 @@ fn a_replica_whose_disk_is_wiped_rejoins_and_loses_nothing() {
 /// the order layer's own simulation and `order/tests/durable_apply.rs` catch that bug.)
 #[test]
 fn disks_that_stall_lose_nothing_and_show_no_lost_write() {
-    fn faults() -> Faults {
-        Faults {
-            stall: 0.1,
-            stall_len: 300,
-            ..Faults::harsh()
-        }
-    }
     check_seeds(40, "-p atomos-protocols --test certify_sim", |seed| {
-        let o = simulate(seed, setup(), faults());
+        let o = simulate(seed, setup(), Faults::stalling());
         check(&o)?;
         check_lists(&o)?;
         Ok(())

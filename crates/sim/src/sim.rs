@@ -118,6 +118,18 @@ impl Faults {
     }
 }
 
+impl Faults {
+    /// [`Faults::harsh`] on disks that stall: one write in ten (and those after it) takes 300
+    /// time units more, so a node runs well ahead of its own durable log.
+    pub fn stalling() -> Faults {
+        Faults {
+            stall: 0.1,
+            stall_len: 300,
+            ..Faults::harsh()
+        }
+    }
+}
+
 /// One simulation's settings.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
