@@ -1,11 +1,13 @@
 //! Remote clients (HiperTM 3.3): a program that is no member of a cluster connects to it over
-//! TCP with the cluster secret and invokes the procedures its nodes registered.
+//! TCP with the cluster secret and a client key pair the members admit, and invokes the
+//! procedures its nodes registered.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), atomos::ClientError> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use atomos::{Client, ClientConfig};
-//! let members = vec![(1, "10.0.0.1:7400".parse().unwrap()), (2, "10.0.0.2:7400".parse().unwrap())];
-//! let client = Client::connect(ClientConfig::new("bank", b"secret".to_vec(), members)).await?;
+//! // The file `atomos cluster up` writes: cluster, secret, key file, members and their keys.
+//! let cfg = atomos::config::load_client(std::path::Path::new("cluster/client.toml"))?;
+//! let client = Client::connect(cfg).await?;
 //! let balance: i64 = client.invoke("balance", &"alice").await?;
 //! # Ok(()) }
 //! ```
@@ -23,8 +25,10 @@
 //!   in flight opens more clients. An invocation that got no answer within
 //!   [`ClientConfig::limit`] fails with [`ClientError::OutcomeUnknown`] and stays outstanding:
 //!   it may still run, and the client's next invocations wait behind it.
-//! - A client's id is random and lives as long as the client: a new client (a restarted
-//!   program) starts a new sequence, so exactly-once holds within one client's life.
+//! - A client's id is derived from its key and a number drawn when it connects (see
+//!   `atomos_net::roster::client_id`): it cannot speak for another key's ids, and a new client
+//!   (a restarted program) starts a new sequence, so exactly-once holds within one client's
+//!   life.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -34,9 +38,11 @@ use std::time::Duration;
 
 use atomos_core::{decode_result, encode_arguments, Outcome, ProcedureKind, TxError};
 use atomos_net::handshake::Identity;
+use atomos_net::keys::{KeyPair, PublicKey};
+use atomos_net::roster::Roster;
 use atomos_net::rpc::{Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
-use atomos_net::transport::{NodeId, Transport, CLIENT_BIT};
+use atomos_net::transport::{NodeId, Transport};
 use atomos_order::{ClientAction, ClientInput, OrderMsg};
 use atomos_protocols::replicated::{Answer, Entry};
 use parking_lot::RwLock;
@@ -59,8 +65,12 @@ pub struct ClientConfig {
     pub cluster: String,
     /// The cluster's secret (the one its members share).
     pub secret: Vec<u8>,
+    /// This client's key pair: the members admit its public key.
+    pub key: KeyPair,
     /// The members: id and address of each.
     pub members: Vec<(NodeId, SocketAddr)>,
+    /// The public keys each member may prove (two while it rotates its key).
+    pub member_keys: BTreeMap<NodeId, Vec<PublicKey>>,
     /// The member tried first (`None`: one picked at random, which spreads clients).
     pub reference: Option<NodeId>,
     /// A member that did not answer within this long is replaced by the next.
@@ -76,7 +86,9 @@ impl std::fmt::Debug for ClientConfig {
         f.debug_struct("ClientConfig")
             .field("cluster", &self.cluster)
             .field("secret", &"<hidden>")
+            .field("key", &self.key)
             .field("members", &self.members)
+            .field("member_keys", &self.member_keys)
             .field("reference", &self.reference)
             .field("resend_after", &self.resend_after)
             .field("limit", &self.limit)
@@ -85,17 +97,21 @@ impl std::fmt::Debug for ClientConfig {
 }
 
 impl ClientConfig {
-    /// A client of `cluster` with `secret`, reaching `members`; re-sends after 500 ms, gives
-    /// up on an invocation after 10 s, 16 MiB messages.
+    /// A client of `cluster` with `secret` and `key`, reaching `members` (id, address and
+    /// public key of each); re-sends after 500 ms, gives up on an invocation after 10 s, 16 MiB
+    /// messages.
     pub fn new(
         cluster: impl Into<String>,
         secret: impl Into<Vec<u8>>,
-        members: Vec<(NodeId, SocketAddr)>,
+        key: KeyPair,
+        members: Vec<(NodeId, SocketAddr, PublicKey)>,
     ) -> ClientConfig {
         ClientConfig {
             cluster: cluster.into(),
             secret: secret.into(),
-            members,
+            key,
+            member_keys: members.iter().map(|&(id, _, k)| (id, vec![k])).collect(),
+            members: members.into_iter().map(|(id, a, _)| (id, a)).collect(),
             reference: None,
             resend_after: Duration::from_millis(500),
             limit: Duration::from_secs(10),
@@ -234,10 +250,11 @@ impl Client {
                 "resend_after and limit must be longer than zero".into(),
             ));
         }
-        let id = CLIENT_BIT | (rand::random::<u64>() >> 1);
-        let identity = Identity::new(cfg.cluster.clone(), id, cfg.secret.clone())
+        let identity = Identity::client(cfg.cluster.clone(), cfg.secret.clone(), cfg.key.clone())
             .map_err(|e| ClientError::Config(e.to_string()))?;
-        let mut tcp = TcpConfig::new(identity, cfg.members.clone());
+        let id = identity.node();
+        let roster = Arc::new(Roster::new(cfg.member_keys.clone(), []));
+        let mut tcp = TcpConfig::new(identity, cfg.members.clone(), roster);
         tcp.max_frame = cfg.max_frame;
         let (rpc, inbox) = Rpc::new();
         let transport = Arc::new(
@@ -292,7 +309,8 @@ impl Client {
         Ok(client)
     }
 
-    /// This client's id (the client bit set; unique with overwhelming probability).
+    /// This client's id (the client bit set; derived from its key; unique with overwhelming
+    /// probability).
     pub fn id(&self) -> NodeId {
         self.id
     }

@@ -45,6 +45,7 @@ mod oss;
 pub mod runtime;
 pub mod service;
 mod tfa;
+pub mod trust;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

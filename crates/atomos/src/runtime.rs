@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use atomos_core::ProcedureKind;
 use atomos_net::handshake::Identity;
+use atomos_net::keys::KeyPair;
+use atomos_net::roster::Roster;
 use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{is_client, Deliver, FaultRules, NodeId, SendError, Transport};
@@ -38,6 +40,7 @@ use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig, SubmitError};
 use crate::oss::{OssCertifier, OssDriver, OssStart, TICK as OSS_TICK};
 use crate::service::{ServiceConfig, TxService};
 use crate::tfa::{TfaDriver, TfaSource, TfaStart, TICK};
+use crate::trust::roster_of;
 
 /// Messages of the node runtime itself. Protocols add their own variants as they arrive.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -93,6 +96,9 @@ pub enum RuntimeError {
     /// The node's identity is unusable (empty cluster name).
     #[error("node identity: {0}")]
     Identity(#[from] atomos_net::handshake::IdentityError),
+    /// No key pair could be made for a node without one.
+    #[error("cannot make a key pair: {0}")]
+    Key(String),
     /// The listening address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -157,6 +163,8 @@ pub struct NodeRuntime {
     hot_spot_keys: Arc<AtomicBool>,
     /// How many client requests are served at once, and for how long each.
     client_limits: Arc<ClientLimits>,
+    /// Which keys the TCP transport admits (none for other transports).
+    pub(crate) roster: Option<Arc<Roster>>,
 }
 
 impl NodeRuntime {
@@ -172,14 +180,20 @@ impl NodeRuntime {
         settings: &NodeSettings,
         procedures: atomos_core::Procedures,
     ) -> Result<NodeRuntime, RuntimeError> {
-        // Without peers nobody needs the secret; a random one keeps the port closed to all.
+        // Without peers nobody needs the secret or this node's key: random ones keep the port
+        // closed to all but the clients listed.
         let secret = match &settings.secret {
             Some(s) => s.expose().to_vec(),
             None => rand::random::<[u8; 32]>().to_vec(),
         };
-        let identity = Identity::new(settings.cluster.clone(), settings.node_id, secret)?;
+        let key = match &settings.key {
+            Some(key) => key.clone(),
+            None => KeyPair::generate().map_err(|e| RuntimeError::Key(e.to_string()))?,
+        };
+        let identity = Identity::member(settings.cluster.clone(), settings.node_id, secret, key)?;
+        let roster = Arc::new(roster_of(settings));
         let members = settings.peers.iter().map(|p| (p.id, p.address)).collect();
-        let mut cfg = TcpConfig::new(identity, members);
+        let mut cfg = TcpConfig::new(identity, members, roster.clone());
         cfg.max_frame = settings.max_frame_bytes;
         cfg.busy_poll = settings.busy_poll;
         let (rpc, inbox) = Rpc::new();
@@ -207,6 +221,7 @@ impl NodeRuntime {
         );
         let mut runtime =
             NodeRuntime::start(settings.node_id, node, rpc, Arc::new(transport), inbox);
+        runtime.roster = Some(roster);
         runtime.set_answer_poll(settings.answer_poll);
         runtime.show_hot_spot_keys(settings.metrics_hot_spot_keys);
         runtime.set_client_limits(
@@ -622,6 +637,7 @@ impl NodeRuntime {
             answer_poll: DEFAULT_ANSWER_POLL,
             hot_spot_keys,
             client_limits,
+            roster: None,
         }
     }
 

@@ -1,4 +1,5 @@
-//! Remote clients over TCP: a program outside the cluster, holding its secret, invokes update
+//! Remote clients over TCP: a program outside the cluster, holding its secret and a client key
+//! the members list, invokes update
 //! procedures (ordered, run once on every replica) and read-only ones (run on one member),
 //! fails over when its reference replica stops, and gets each result exactly once.
 
@@ -9,7 +10,8 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use atomos::config::{load, NodeSettings};
+use atomos::config::{load, write_key_file, NodeSettings};
+use atomos::net::keys::KeyPair;
 use atomos::{Client, ClientConfig, ClientError, NodeRuntime, ProcedureKind, Procedures};
 use atomos::{TRef, Tx, TxError};
 
@@ -59,18 +61,33 @@ fn free_addresses(n: usize) -> Vec<SocketAddr> {
     listeners.iter().map(|l| l.local_addr().unwrap()).collect()
 }
 
+/// Member `id`'s key pair (derived from its id: tests only).
+fn member_key(id: u64) -> KeyPair {
+    KeyPair::from_private([id as u8; 32]).unwrap()
+}
+
+/// The key pair of the clients these tests run (the members admit it as "test").
+fn client_key() -> KeyPair {
+    KeyPair::from_private([0xc1; 32]).unwrap()
+}
+
 fn settings(id: u64, addrs: &[SocketAddr], protocol: &str, dir: &Path) -> NodeSettings {
     let peers: Vec<String> = addrs
         .iter()
         .enumerate()
-        .map(|(i, a)| format!("{}={a}", i + 1))
+        .map(|(i, a)| format!("{}={a}/{}", i + 1, member_key(i as u64 + 1).public()))
         .collect();
+    std::fs::create_dir_all(dir).unwrap();
+    let key_file = dir.join(format!("node-{id}.key"));
+    write_key_file(&key_file, &member_key(id), "a test member", true).unwrap();
     let vars = [
         ("ATOMOS_CLUSTER", CLUSTER.to_string()),
         ("ATOMOS_NODE_ID", id.to_string()),
         ("ATOMOS_LISTEN", addrs[id as usize - 1].to_string()),
         ("ATOMOS_PEERS", peers.join(",")),
         ("ATOMOS_SECRET", SECRET.to_string()),
+        ("ATOMOS_KEY_FILE", key_file.display().to_string()),
+        ("ATOMOS_CLIENTS", format!("test={}", client_key().public())),
         ("ATOMOS_PROTOCOL", protocol.to_string()),
         (
             "ATOMOS_DATA_DIR",
@@ -115,7 +132,11 @@ async fn cluster(
 }
 
 fn client_config(members: &[(u64, SocketAddr)], reference: u64) -> ClientConfig {
-    let mut cfg = ClientConfig::new(CLUSTER, SECRET.as_bytes().to_vec(), members.to_vec());
+    let members = members
+        .iter()
+        .map(|&(id, addr)| (id, addr, member_key(id).public()))
+        .collect();
+    let mut cfg = ClientConfig::new(CLUSTER, SECRET.as_bytes().to_vec(), client_key(), members);
     cfg.reference = Some(reference);
     cfg.resend_after = Duration::from_millis(300);
     cfg.limit = Duration::from_secs(20);
@@ -248,6 +269,7 @@ async fn update_procedures_from_clients_need_active() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_client_requests_change_nothing() {
     use atomos::net::handshake::Identity;
+    use atomos::net::roster::Roster;
     use atomos::net::rpc::{Inbound, Rpc};
     use atomos::net::tcp::{TcpConfig, TcpTransport};
     use atomos::net::transport::CLIENT_BIT;
@@ -257,11 +279,19 @@ async fn malformed_client_requests_change_nothing() {
     use std::sync::Arc;
 
     let (nodes, members) = cluster(3, "active", "malformed").await;
-    let me = CLIENT_BIT | 77;
-    let identity = Identity::new(CLUSTER, me, SECRET).unwrap();
+    let identity = Identity::client(CLUSTER, SECRET, client_key()).unwrap();
+    let me = identity.node();
     let (rpc, mut inbox) = Rpc::<NodeMsg>::new();
-    let transport =
-        TcpTransport::connect(TcpConfig::new(identity, members.clone()), rpc.deliverer());
+    let roster = Arc::new(Roster::new(
+        members
+            .iter()
+            .map(|&(id, _)| (id, vec![member_key(id).public()])),
+        [],
+    ));
+    let transport = TcpTransport::connect(
+        TcpConfig::new(identity, members.clone(), roster),
+        rpc.deliverer(),
+    );
     rpc.attach(Arc::new(transport.unwrap()));
     // Wait for the link to member 1.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

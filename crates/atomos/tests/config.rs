@@ -4,8 +4,26 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use atomos::config::{load, ConfigError};
+use atomos::config::{load, load_client, write_key_file, ConfigError};
+use atomos::net::keys::KeyPair;
 use atomos::{ContentionPolicy, Protocol};
+
+/// Key pair `n` (derived from `n`: tests only).
+fn keys(n: u8) -> KeyPair {
+    KeyPair::from_private([n; 32]).unwrap()
+}
+
+/// Key pair `n`'s public key, in hex.
+fn pk(n: u8) -> String {
+    keys(n).public().to_string()
+}
+
+/// A key file holding key pair `n`, readable by its owner only; its path.
+fn key_file(n: u8) -> String {
+    let path = file(&format!("key-{n}.key"), "");
+    write_key_file(&path, &keys(n), "a test", true).unwrap();
+    path.display().to_string()
+}
 
 fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = pairs
@@ -47,11 +65,12 @@ fn defaults_work_without_a_file() {
 fn a_file_with_a_membership_list_and_environment_overrides() {
     let path = file(
         "full.toml",
-        r#"
+        &r#"
 cluster = "prod"
 node_id = 1
 listen = "127.0.0.1:7401"
 secret = "0123456789abcdef0123456789abcdef-file"
+key_file = "KEY_FILE"
 contention = "priority"
 log_level = "debug"
 metrics = "127.0.0.1:9401"
@@ -59,17 +78,43 @@ metrics = "127.0.0.1:9401"
 [[peers]]
 id = 1
 address = "127.0.0.1:7401"
+public_key = "PK1"
 
 [[peers]]
 id = 2
 address = "127.0.0.1:7402"
-"#,
+public_key = ["PK2", "PK22"]
+
+[[clients]]
+name = "app"
+public_key = "PK9"
+"#
+        .replace("KEY_FILE", &key_file(1))
+        .replace("PK1", &pk(1))
+        .replace("PK22", &pk(22))
+        .replace("PK2", &pk(2))
+        .replace("PK9", &pk(9)),
     );
     let s = load(Some(&path), env(&[])).unwrap();
     assert_eq!((s.cluster.as_str(), s.node_id), ("prod", 1));
     assert_eq!(s.contention, ContentionPolicy::Priority);
     assert_eq!(s.peers.len(), 1, "this node is dropped from its own peers");
     assert_eq!(s.peers[0].id, 2);
+    assert_eq!(
+        s.peers[0].public_keys,
+        vec![keys(2).public(), keys(22).public()],
+        "a member rotating its key lists two"
+    );
+    assert_eq!(s.key.as_ref().map(KeyPair::public), Some(keys(1).public()));
+    assert_eq!(s.clients.len(), 1);
+    assert_eq!(
+        (s.clients[0].name.as_str(), s.clients[0].public_key),
+        ("app", keys(9).public())
+    );
+    assert!(
+        !format!("{s:?}").contains(keys(1).private_hex().as_str()),
+        "the private key is never printed"
+    );
     assert_eq!(
         s.secret.as_ref().unwrap().expose(),
         b"0123456789abcdef0123456789abcdef-file"
@@ -84,10 +129,19 @@ address = "127.0.0.1:7402"
         env(&[
             ("ATOMOS_SECRET", "0123456789abcdef0123456789abcdef-env"),
             ("ATOMOS_LISTEN", "127.0.0.1:7501"),
-            ("ATOMOS_PEERS", "3=127.0.0.1:7503"),
+            ("ATOMOS_PEERS", &format!("3=127.0.0.1:7503/{}", pk(3))),
+            ("ATOMOS_CLIENTS", &format!("a={},b={}", pk(10), pk(11))),
         ]),
     )
     .unwrap();
+    assert_eq!(s.peers[0].public_keys, vec![keys(3).public()]);
+    assert_eq!(
+        s.clients
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b"]
+    );
     assert_eq!(
         s.secret.unwrap().expose(),
         b"0123456789abcdef0123456789abcdef-env"
@@ -313,11 +367,14 @@ fn unknown_keys_and_broken_files_are_errors() {
 
 #[test]
 fn a_configuration_that_would_shrink_a_cluster_is_refused() {
+    let peers = format!("2=127.0.0.1:7402/{},3=127.0.0.1:7403/{}", pk(2), pk(3));
+    let own_key = key_file(1);
     let three = env(&[
         ("ATOMOS_NODE_ID", "1"),
         ("ATOMOS_SECRET", SECRET),
+        ("ATOMOS_KEY_FILE", &own_key),
         ("ATOMOS_LISTEN", "127.0.0.1:7401"),
-        ("ATOMOS_PEERS", "2=127.0.0.1:7402,3=127.0.0.1:7403"),
+        ("ATOMOS_PEERS", &peers),
     ]);
     assert_eq!(load(None, three).unwrap().peers.len(), 2);
     // An empty peer list from the environment.
@@ -428,4 +485,142 @@ fn client_request_limits_are_read_and_checked() {
     ] {
         assert_eq!(key_of(load(None, env(&[(var, value)])).unwrap_err()), var);
     }
+}
+
+#[test]
+fn member_and_client_keys_are_read_and_checked() {
+    let own = key_file(1);
+    let base = |extra: &[(&'static str, String)]| {
+        let mut vars = vec![
+            ("ATOMOS_NODE_ID", "1".to_string()),
+            ("ATOMOS_SECRET", SECRET.to_string()),
+            ("ATOMOS_KEY_FILE", own.clone()),
+            ("ATOMOS_LISTEN", "127.0.0.1:7401".to_string()),
+            ("ATOMOS_PEERS", format!("2=127.0.0.1:7402/{}", pk(2))),
+        ];
+        for (k, v) in extra {
+            vars.retain(|(key, _)| key != k);
+            vars.push((k, v.clone()));
+        }
+        move |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.clone())
+        }
+    };
+    assert!(load(None, base(&[])).is_ok());
+    let refused = |extra: &[(&'static str, String)]| {
+        let err = load(None, base(extra)).unwrap_err();
+        (key_of(err.clone()), err.to_string())
+    };
+    // No key file, though the node has peers.
+    let err = load(
+        None,
+        env(&[
+            ("ATOMOS_NODE_ID", "1"),
+            ("ATOMOS_SECRET", SECRET),
+            ("ATOMOS_PEERS", &format!("2=127.0.0.1:7402/{}", pk(2))),
+        ]),
+    )
+    .unwrap_err();
+    assert_eq!(key_of(err), "key_file");
+    // A key file others may read.
+    let open = file("open.key", "");
+    write_key_file(&open, &keys(1), "a test", true).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (key, text) = refused(&[("ATOMOS_KEY_FILE", open.display().to_string())]);
+    assert_eq!(key, "ATOMOS_KEY_FILE");
+    assert!(text.contains("chmod 600"), "{text}");
+    // Not a key file; a key file whose public key is not its private key's.
+    let junk = file("junk.key", "hello");
+    std::fs::set_permissions(&junk, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(
+        refused(&[("ATOMOS_KEY_FILE", junk.display().to_string())]).0,
+        "ATOMOS_KEY_FILE"
+    );
+    let lying = file(
+        "lying.key",
+        &format!(
+            "public_key = \"{}\"\nprivate_key = \"{}\"\n",
+            pk(2),
+            keys(1).private_hex().as_str()
+        ),
+    );
+    std::fs::set_permissions(&lying, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (key, text) = refused(&[("ATOMOS_KEY_FILE", lying.display().to_string())]);
+    assert_eq!(key, "ATOMOS_KEY_FILE");
+    assert!(text.contains("does not belong"), "{text}");
+    // A member without a key, a malformed key, one key for two members, this node listed
+    // with a key that is not its own.
+    let (key, text) = refused(&[("ATOMOS_PEERS", "2=127.0.0.1:7402".into())]);
+    assert_eq!(key, "peers");
+    assert!(text.contains("member 2 has no public_key"), "{text}");
+    assert_eq!(
+        refused(&[("ATOMOS_PEERS", "2=127.0.0.1:7402/abc".into())]).0,
+        "ATOMOS_PEERS"
+    );
+    let shared = format!("2=127.0.0.1:7402/{},3=127.0.0.1:7403/{}", pk(2), pk(2));
+    assert_eq!(refused(&[("ATOMOS_PEERS", shared)]).0, "peers");
+    let not_mine = format!("1=127.0.0.1:7401/{},2=127.0.0.1:7402/{}", pk(5), pk(2));
+    assert_eq!(refused(&[("ATOMOS_PEERS", not_mine)]).0, "peers");
+    let mine = format!("1=127.0.0.1:7401/{},2=127.0.0.1:7402/{}", pk(1), pk(2));
+    assert!(load(None, base(&[("ATOMOS_PEERS", mine)])).is_ok());
+    // Clients: a member's key, a name twice, malformed entries.
+    assert_eq!(
+        refused(&[("ATOMOS_CLIENTS", format!("app={}", pk(2)))]).0,
+        "clients"
+    );
+    assert_eq!(
+        refused(&[("ATOMOS_CLIENTS", format!("app={},app={}", pk(8), pk(9)))]).0,
+        "clients"
+    );
+    assert_eq!(
+        refused(&[("ATOMOS_CLIENTS", "app".into())]).0,
+        "ATOMOS_CLIENTS"
+    );
+    assert_eq!(
+        refused(&[("ATOMOS_CLIENTS", "app=12".into())]).0,
+        "ATOMOS_CLIENTS"
+    );
+    let path = file(
+        "bad-client.toml",
+        "[[clients]]\nname = \"app\"\npublic_key = \"zz\"\n",
+    );
+    assert_eq!(
+        key_of(load(Some(&path), env(&[])).unwrap_err()),
+        "clients[0].public_key"
+    );
+}
+
+#[test]
+fn a_client_configuration_file_is_read_and_checked() {
+    let client_key = file("client.key", "");
+    write_key_file(&client_key, &keys(30), "a test client", true).unwrap();
+    let text = format!(
+        "cluster = \"prod\"\nsecret = \"{SECRET}\"\nkey_file = \"client.key\"\nlimit_ms = 2500\n\
+         [[members]]\nid = 1\naddress = \"127.0.0.1:7401\"\npublic_key = \"{}\"\n\
+         [[members]]\nid = 2\naddress = \"127.0.0.1:7402\"\npublic_key = [\"{}\", \"{}\"]\n",
+        pk(1),
+        pk(2),
+        pk(22)
+    );
+    let cfg = load_client(&file("client.toml", &text)).unwrap();
+    assert_eq!(cfg.cluster, "prod");
+    assert_eq!(
+        cfg.key.public(),
+        keys(30).public(),
+        "key_file is beside the file"
+    );
+    assert_eq!(cfg.members.len(), 2);
+    assert_eq!(
+        cfg.member_keys[&2],
+        vec![keys(2).public(), keys(22).public()]
+    );
+    assert_eq!(cfg.limit, Duration::from_millis(2500));
+    let bad = |text: String| key_of(load_client(&file("bad-client-cfg.toml", &text)).unwrap_err());
+    assert_eq!(bad(text.replace(&pk(1), "nothex")), "members[0].public_key");
+    assert_eq!(bad(text.replace("client.key", "missing.key")), "key_file");
+    assert_eq!(bad(text.replace(SECRET, "short")), "secret");
+    assert_eq!(bad(text.replace("2500", "0")), "limit_ms");
 }

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use atomos::disk::FsyncPolicy;
 use atomos::net::handshake::Identity;
+use atomos::net::keys::KeyPair;
+use atomos::net::roster::Roster;
 use atomos::net::tcp::{TcpConfig, TcpTransport};
 use atomos::net::transport::Transport;
 use atomos::order::{OrderMsg, Register, RegisterOp, ReplicaConfig};
@@ -28,9 +30,13 @@ fn start(
     let ids: Vec<u64> = members.iter().map(|m| m.0).collect();
     let mut cfg = OrderNodeConfig::new(ReplicaConfig::new(id, ids));
     cfg.wal = Some((dir.join(format!("node-{id}.wal")), fsync));
+    // Keys derived from the ids: tests only.
+    let key = |id: u64| KeyPair::from_private([id as u8; 32]).unwrap();
+    let roster = Roster::new(members.iter().map(|&(m, _)| (m, vec![key(m).public()])), []);
     let tcp = TcpConfig::new(
-        Identity::new("order-test", id, "s").unwrap(),
+        Identity::member("order-test", id, "s", key(id)).unwrap(),
         members.to_vec(),
+        Arc::new(roster),
     );
     let node = OrderNode::start(cfg, Register::new(), move |deliver| {
         let t: Arc<dyn Transport<OrderMsg>> =

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use atomos::disk::FsyncPolicy;
-use atomos::net::handshake::Identity;
 use atomos::net::memory::MemoryNetwork;
 use atomos::net::rpc::{Envelope, Rpc};
 use atomos::net::tcp::{TcpConfig, TcpTransport};
@@ -268,10 +267,11 @@ fn tcp_member(
     config: &NodeConfig,
     busy_poll: Duration,
 ) -> Result<NodeRuntime, String> {
-    let identity = Identity::new("bench", id, "bench secret").map_err(|e| e.to_string())?;
+    let identity = crate::keys::member_identity("bench", id)?;
     let peers = addrs.iter().filter(|(p, _)| *p != id).copied().collect();
     let (rpc, inbox) = Rpc::new();
-    let mut tcp = TcpConfig::new(identity, peers);
+    let roster = crate::keys::roster(addrs.iter().map(|(p, _)| *p));
+    let mut tcp = TcpConfig::new(identity, peers, roster);
     tcp.busy_poll = busy_poll;
     let transport: Arc<dyn Transport<Envelope<NodeMsg>>> =
         Arc::new(TcpTransport::start(tcp, listener, rpc.deliverer()).map_err(|e| e.to_string())?);

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod executor;
 pub mod footprint;
 pub mod harness;
+pub mod keys;
 pub mod net;
 pub mod open_loop;
 pub mod order;

@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use atomos::net::handshake::Identity;
 use atomos::net::rpc::{Envelope, Inbound, Rpc};
 use atomos::net::tcp::{TcpConfig, TcpTransport};
 use atomos::net::transport::{LinkRule, SendError, Transport};
@@ -248,10 +247,10 @@ async fn two_nodes() -> Result<(Arc<AtomicU64>, Vec<Node>), String> {
     let mut nodes = Vec::new();
     let mut up = Vec::new();
     for (id, listener) in (1..=2u64).zip(listeners) {
-        let identity = Identity::new("bench", id, "bench secret").map_err(|e| e.to_string())?;
+        let identity = crate::keys::member_identity("bench", id)?;
         let (rpc, mut inbox) = Rpc::<NetMsg>::new();
         let transport = TcpTransport::start(
-            TcpConfig::new(identity, members.clone()),
+            TcpConfig::new(identity, members.clone(), crate::keys::roster([1, 2])),
             listener,
             rpc.deliverer(),
         )

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atomos::disk::FsyncPolicy;
-use atomos::net::handshake::Identity;
 use atomos::net::tcp::{TcpConfig, TcpTransport};
 use atomos::net::transport::{LinkRule, Transport};
 use atomos::order::{OrderMsg, Register, ReplicaConfig};
@@ -190,8 +189,9 @@ fn start(
     members: &[(u64, SocketAddr)],
     listener: TcpListener,
 ) -> Result<OrderNode, String> {
-    let identity = Identity::new("bench-order", m.id, "bench secret").map_err(|e| e.to_string())?;
-    let tcp = TcpConfig::new(identity, members.to_vec());
+    let identity = crate::keys::member_identity("bench-order", m.id)?;
+    let roster = crate::keys::roster(members.iter().map(|(id, _)| *id));
+    let tcp = TcpConfig::new(identity, members.to_vec(), roster);
     let connect = move |deliver| {
         let t: Arc<dyn Transport<OrderMsg>> =
             Arc::new(TcpTransport::start(tcp, listener, deliver)?);

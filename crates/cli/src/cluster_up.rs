@@ -1,4 +1,6 @@
-//! `atomos cluster up`: N node processes on loopback with a generated secret and configuration.
+//! `atomos cluster up`: N node processes on loopback with a generated secret, a key pair per
+//! member, a client key pair the members admit (`client.key`, with `client.toml` for programs
+//! that connect as clients), and configuration.
 
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
@@ -8,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use atomos::net::keys::KeyPair;
 use atomos::protocols::oss::CommitMode;
 use atomos::Protocol;
 use tokio::signal::unix::{signal, SignalKind};
@@ -78,6 +81,11 @@ pub fn run(args: UpArgs) -> Result<bool, String> {
             let _ = write!(s, "{b:02x}");
             s
         });
+    // Absolute, so that the files name each other wherever a node is started from.
+    let dir = fs::canonicalize(&args.dir)
+        .map_err(|e| format!("cannot find {}: {e}", args.dir.display()))?;
+    let keys = Keys::generate(&dir, args.nodes)?;
+    write_client_config(&dir, &args, &secret, &keys)?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut members = Vec::new();
     for id in 1..=args.nodes {
@@ -85,7 +93,7 @@ pub fn run(args: UpArgs) -> Result<bool, String> {
         let listen = format!("127.0.0.1:{port}");
         let metrics = format!("127.0.0.1:{}", port + METRICS_OFFSET);
         let config = args.dir.join(format!("node-{id}.toml"));
-        write_config(&config, &args, protocol, id, &secret)?;
+        write_config(&config, &args, protocol, id, &secret, &keys)?;
         let log_path = args.dir.join(format!("node-{id}.log"));
         let log = File::create(&log_path)
             .map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
@@ -113,6 +121,11 @@ pub fn run(args: UpArgs) -> Result<bool, String> {
         });
     }
     say!(
+        "clients connect with {} (its key: {})",
+        dir.join("client.toml").display(),
+        dir.join("client.key").display()
+    );
+    say!(
         "cluster of {} nodes ({protocol}) is up; Ctrl-C stops it.",
         members.len()
     );
@@ -127,12 +140,70 @@ pub fn run(args: UpArgs) -> Result<bool, String> {
     Ok(true)
 }
 
+/// The cluster's generated keys: one per member, one client's.
+struct Keys {
+    /// Member i's key file and public key at i - 1.
+    members: Vec<(PathBuf, KeyPair)>,
+    client: KeyPair,
+}
+
+impl Keys {
+    /// Makes the keys and writes them to `dir` (`node-N.key`, `client.key`), replacing older
+    /// ones.
+    fn generate(dir: &Path, nodes: usize) -> Result<Keys, String> {
+        let write = |name: String, what: &str| -> Result<(PathBuf, KeyPair), String> {
+            let keys = KeyPair::generate().map_err(|e| e.to_string())?;
+            let path = dir.join(name);
+            atomos::config::write_key_file(&path, &keys, what, true)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok((path, keys))
+        };
+        let members = (1..=nodes)
+            .map(|id| write(format!("node-{id}.key"), &format!("member {id}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (_, client) = write("client.key".into(), "client \"client\"")?;
+        Ok(Keys { members, client })
+    }
+}
+
+/// Writes `text` to `path`, readable by its owner only (it holds the secret).
+fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// `client.toml`: what a program needs to connect as the generated client.
+fn write_client_config(dir: &Path, args: &UpArgs, secret: &str, keys: &Keys) -> Result<(), String> {
+    let mut text = String::new();
+    let _ = writeln!(text, "cluster = \"loopback\"");
+    let _ = writeln!(text, "secret = \"{secret}\"");
+    let _ = writeln!(text, "key_file = \"client.key\"");
+    for (i, (_, key)) in keys.members.iter().enumerate() {
+        let _ = writeln!(
+            text,
+            "\n[[members]]\nid = {}\naddress = \"127.0.0.1:{}\"\npublic_key = \"{}\"",
+            i + 1,
+            args.base_port as usize + i,
+            key.public()
+        );
+    }
+    write_private(&dir.join("client.toml"), &text)
+}
+
 fn write_config(
     path: &Path,
     args: &UpArgs,
     protocol: Protocol,
     id: usize,
     secret: &str,
+    keys: &Keys,
 ) -> Result<(), String> {
     let mut text = String::new();
     let port = |n: usize| args.base_port as usize + n - 1;
@@ -142,6 +213,8 @@ fn write_config(
     let data = args.dir.join("data").join(id.to_string());
     let _ = writeln!(text, "data_dir = {:?}", data.display().to_string());
     let _ = writeln!(text, "secret = \"{secret}\"");
+    let key_file = keys.members[id - 1].0.display().to_string();
+    let _ = writeln!(text, "key_file = {key_file:?}");
     let _ = writeln!(text, "protocol = \"{protocol}\"");
     let _ = writeln!(text, "log_level = \"info\"");
     let metrics = port(id) + METRICS_OFFSET as usize;
@@ -159,20 +232,17 @@ fn write_config(
     for n in 1..=args.nodes {
         let _ = writeln!(
             text,
-            "\n[[peers]]\nid = {n}\naddress = \"127.0.0.1:{}\"",
-            port(n)
+            "\n[[peers]]\nid = {n}\naddress = \"127.0.0.1:{}\"\npublic_key = \"{}\"",
+            port(n),
+            keys.members[n - 1].1.public()
         );
     }
-    // The file holds the secret: readable by its owner only.
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    file.write_all(text.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let _ = writeln!(
+        text,
+        "\n[[clients]]\nname = \"client\"\npublic_key = \"{}\"",
+        keys.client.public()
+    );
+    write_private(path, &text)
 }
 
 /// Reports nodes that exit on their own until Ctrl-C or SIGTERM.

@@ -1,6 +1,6 @@
 //! The `atomos` command.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -58,6 +58,22 @@ enum Command {
         /// The TOML file (every key can also be set by an ATOMOS_... environment variable).
         #[arg(long)]
         config: Option<PathBuf>,
+    },
+    /// Makes a key pair for a member or a client and writes it to a file readable by its owner
+    /// only; prints the public key and the lines that admit it.
+    Keygen {
+        /// The key file to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Replace the file if it exists.
+        #[arg(long)]
+        force: bool,
+        /// The key is member ID's: print its `[[peers]]` entry.
+        #[arg(long, value_name = "ID", conflicts_with = "client")]
+        member: Option<u64>,
+        /// The key is a client's, known by NAME: print its `[[clients]]` entry.
+        #[arg(long, value_name = "NAME")]
+        client: Option<String>,
     },
     /// Manages a cluster of node processes on this machine.
     #[command(subcommand)]
@@ -134,6 +150,12 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(*args),
         Command::Report { files, out } => report(&files, &out),
         Command::CheckConfig { config } => check_config(config),
+        Command::Keygen {
+            out,
+            force,
+            member,
+            client,
+        } => keygen(&out, force, member, client),
         Command::Node { config } => serve::run(config.as_deref()),
         Command::Cluster(ClusterCommand::Up {
             nodes,
@@ -174,6 +196,47 @@ fn check_config(path: Option<PathBuf>) -> Result<bool, String> {
         eprintln!("warning: {w}");
     }
     print!("{}", atomos::config::effective_toml(&settings));
+    Ok(true)
+}
+
+fn keygen(
+    out: &Path,
+    force: bool,
+    member: Option<u64>,
+    client: Option<String>,
+) -> Result<bool, String> {
+    if member.is_some_and(atomos::net::transport::is_client) {
+        return Err("--member: a member's id is below 2^63".into());
+    }
+    if client.as_deref().is_some_and(|c| c.trim().is_empty()) {
+        return Err("--client: the name must not be empty".into());
+    }
+    let keys = atomos::net::keys::KeyPair::generate().map_err(|e| e.to_string())?;
+    let what = match (&member, &client) {
+        (Some(id), _) => format!("member {id}"),
+        (_, Some(name)) => format!("client {name:?}"),
+        _ => "an atomos member or client".to_string(),
+    };
+    atomos::config::write_key_file(out, &keys, &what, force).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            format!("{} exists: give --force to replace it", out.display())
+        } else {
+            format!("cannot write {}: {e}", out.display())
+        }
+    })?;
+    let public = keys.public();
+    println!("wrote {} (readable by its owner only)", out.display());
+    println!("public key: {public}");
+    match (member, client) {
+        (Some(id), _) => println!(
+            "\nevery member's configuration lists it (`key_file = {:?}` in member {id}'s own):\n\n[[peers]]\nid = {id}\naddress = \"HOST:PORT\"\npublic_key = \"{public}\"",
+            out.display().to_string()
+        ),
+        (_, Some(name)) => println!(
+            "\nthe members admit it with (then SIGHUP them):\n\n[[clients]]\nname = {name:?}\npublic_key = \"{public}\""
+        ),
+        _ => {}
+    }
     Ok(true)
 }
 

@@ -1,7 +1,8 @@
-//! `atomos node`: runs one node until SIGTERM or Ctrl-C.
+//! `atomos node`: runs one node until SIGTERM or Ctrl-C; on SIGHUP it re-reads its
+//! configuration and admits the clients and members' keys it lists from then on.
 
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use atomos::config::NodeSettings;
@@ -9,7 +10,7 @@ use atomos::NodeRuntime;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use metrics_util::MetricKindMask;
 use tokio::signal::unix::{signal, SignalKind};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::bank_load::BankLoad;
 
@@ -31,7 +32,29 @@ pub fn run(config: Option<&Path>) -> Result<bool, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(serve(settings))
+    runtime.block_on(serve(settings, config.map(Path::to_path_buf)))
+}
+
+/// Re-reads the configuration (file and environment) and reloads the keys it lists; a
+/// configuration that does not load changes nothing.
+fn reload_keys(node: &NodeRuntime, config: Option<&Path>) {
+    let settings = match atomos::config::load_from_environment(config) {
+        Ok(settings) => settings,
+        Err(e) => {
+            warn!("SIGHUP: the configuration does not load, nothing changed: {e}");
+            return;
+        }
+    };
+    match node.reload_keys(&settings) {
+        Ok(r) => info!(
+            clients = settings.clients.len(),
+            added = ?r.clients_added,
+            removed = ?r.clients_removed,
+            members_rekeyed = ?r.members_rekeyed,
+            "SIGHUP: keys reloaded"
+        ),
+        Err(e) => warn!("SIGHUP: keys not reloaded: {e}"),
+    }
 }
 
 /// Structured logs on standard error, at the configured level.
@@ -44,7 +67,7 @@ fn init_logging(level: &str) {
         .init();
 }
 
-async fn serve(settings: NodeSettings) -> Result<bool, String> {
+async fn serve(settings: NodeSettings, config: Option<PathBuf>) -> Result<bool, String> {
     // Installed before the node starts, so every counter it registers is exported.
     let mut metrics = None;
     if let Some(addr) = settings.metrics {
@@ -72,6 +95,8 @@ async fn serve(settings: NodeSettings) -> Result<bool, String> {
     }
     let mut terminate =
         signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let mut hangup =
+        signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
     // The binary's own procedures, the same on every node (under `active` every replica runs
     // them): registered before the protocol starts.
     let procedures = atomos::Procedures::new();
@@ -99,10 +124,13 @@ async fn serve(settings: NodeSettings) -> Result<bool, String> {
             first == Some(settings.node_id),
         )
     });
-    let failure = tokio::select! {
-        _ = terminate.recv() => { info!("SIGTERM: shutting down"); None }
-        _ = tokio::signal::ctrl_c() => { info!("interrupted: shutting down"); None }
-        cause = health.failed() => Some(cause),
+    let failure = loop {
+        tokio::select! {
+            _ = terminate.recv() => { info!("SIGTERM: shutting down"); break None }
+            _ = tokio::signal::ctrl_c() => { info!("interrupted: shutting down"); break None }
+            cause = health.failed() => break Some(cause),
+            _ = hangup.recv() => reload_keys(&node, config.as_deref()),
+        }
     };
     if let Some(load) = load {
         // Its threads may wait on answers from peers: stop them before the node.

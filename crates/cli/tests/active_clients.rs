@@ -1,6 +1,6 @@
 //! Remote clients of a real `active` cluster: `atomos cluster up --nodes 3 --protocol active
-//! --bank-load 1` runs three node processes; this test's process holds the cluster secret and
-//! runs clients (`atomos::Client`) that invoke `bank-load.client-transfer` without pause,
+//! --bank-load 1` runs three node processes; this test's process connects with the client
+//! configuration and key it wrote, and runs clients (`atomos::Client`) that invoke `bank-load.client-transfer` without pause,
 //! each checking that every answer is its next count (an invocation lost or run twice would
 //! skip or repeat one). The Raft leader is killed with SIGKILL and restarted, then the
 //! clients' reference replica. Afterwards: every replica counts exactly what each client saw
@@ -21,28 +21,10 @@ const CLIENT_TRANSFER: &str = "bank-load.client-transfer";
 const CLIENT_COUNT: &str = "bank-load.client-count";
 const CLIENTS: u64 = 3;
 
-/// The value of `key = "..."` (or `key = N`) in a node's configuration file.
-fn config_value(text: &str, key: &str) -> String {
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key} = ")))
-        .unwrap_or_else(|| panic!("no {key} in the configuration"))
-        .trim_matches('"')
-        .to_string()
-}
-
-fn client_config(dir: &Path, nodes: usize, reference: u64) -> ClientConfig {
-    let text = std::fs::read_to_string(dir.join("node-1.toml")).unwrap();
-    let members = (1..=nodes)
-        .map(|n| {
-            let t = std::fs::read_to_string(dir.join(format!("node-{n}.toml"))).unwrap();
-            (n as u64, config_value(&t, "listen").parse().unwrap())
-        })
-        .collect();
-    let mut cfg = ClientConfig::new(
-        config_value(&text, "cluster"),
-        config_value(&text, "secret").into_bytes(),
-        members,
-    );
+/// The client configuration `cluster up` wrote, reaching every member first through
+/// `reference`.
+fn client_config(dir: &Path, reference: u64) -> ClientConfig {
+    let mut cfg = atomos::config::load_client(&dir.join("client.toml")).unwrap();
     cfg.reference = Some(reference);
     cfg.resend_after = Duration::from_millis(400);
     cfg.limit = Duration::from_secs(60);
@@ -94,7 +76,7 @@ fn remote_clients_fail_over_through_kills_and_nothing_runs_twice_or_is_lost() {
     let acked: Arc<Vec<AtomicU64>> = Arc::new((0..CLIENTS).map(|_| AtomicU64::new(0)).collect());
     let mut clients = Vec::new();
     for c in 0..CLIENTS {
-        let cfg = client_config(&dir, nodes, reference as u64 + 1);
+        let cfg = client_config(&dir, reference as u64 + 1);
         let (stop, acked) = (stop.clone(), acked.clone());
         clients.push(runtime.spawn(async move {
             let client = Client::connect(cfg).await.expect("the client connects");
@@ -154,7 +136,7 @@ fn remote_clients_fail_over_through_kills_and_nothing_runs_twice_or_is_lost() {
 
     // Every replica counts exactly what each client saw acknowledged.
     for member in 1..=nodes as u64 {
-        let cfg = client_config(&dir, nodes, member);
+        let cfg = client_config(&dir, member);
         runtime.block_on(async {
             let reader = Client::connect(cfg).await.expect("a reader connects");
             for c in 0..CLIENTS {

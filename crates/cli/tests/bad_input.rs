@@ -139,15 +139,79 @@ fn bad_input_is_a_clear_error_with_status_2_and_never_a_panic() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
 }
 
+/// Runs `atomos keygen --out path` with `args` (replacing an older file); returns the public
+/// key it printed.
+fn keygen(path: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new(ATOMOS)
+        .args(["keygen", "--force", "--out"])
+        .arg(path)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("public key: "))
+        .unwrap_or_else(|| panic!("no public key printed:\n{text}"))
+        .to_string()
+}
+
+#[test]
+fn keygen_writes_a_private_file_and_never_overwrites_one_unasked() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("atomos-keygen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("client.key");
+    let _ = std::fs::remove_file(&path);
+    let out = Command::new(ATOMOS)
+        .args(["keygen", "--client", "app", "--out"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        printed.contains("[[clients]]") && printed.contains("name = \"app\""),
+        "{printed}"
+    );
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let written = std::fs::read_to_string(&path).unwrap();
+    // Again without --force: refused, the key kept.
+    let out = Command::new(ATOMOS)
+        .args(["keygen", "--out"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+    // The private key is in the file, never on the screen.
+    let private = written
+        .lines()
+        .find_map(|l| l.strip_prefix("private_key = "))
+        .unwrap()
+        .trim_matches('"');
+    assert!(!printed.contains(private));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_configuration_readable_by_others_holding_the_secret_is_warned_about() {
     use std::os::unix::fs::PermissionsExt;
     let dir = std::env::temp_dir().join(format!("atomos-exposed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("node.toml");
+    let own = dir.join("node-1.key");
+    keygen(&own, &["--member", "1"]);
+    let two = keygen(&dir.join("node-2.key"), &["--member", "2"]);
     std::fs::write(
         &path,
-        "node_id = 1\nsecret = \"0123456789abcdef0123456789abcdef\"\n[[peers]]\nid = 2\naddress = \"127.0.0.1:7402\"\n",
+        format!(
+            "node_id = 1\nsecret = \"0123456789abcdef0123456789abcdef\"\nkey_file = {:?}\n\
+             [[peers]]\nid = 2\naddress = \"127.0.0.1:7402\"\npublic_key = \"{two}\"\n",
+            own.display().to_string()
+        ),
     )
     .unwrap();
     let check = |mode| {

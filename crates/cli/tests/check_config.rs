@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use atomos::net::keys::KeyPair;
+
 const ATOMOS: &str = env!("CARGO_BIN_EXE_atomos");
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
 
@@ -14,11 +16,20 @@ fn three_replica_file(name: &str, extra: &str) -> PathBuf {
         std::env::temp_dir().join(format!("atomos-check-config-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("node.toml");
+    // Keys derived from the ids: tests only.
+    let key = |id: u8| KeyPair::from_private([id; 32]).unwrap();
+    let key_file = dir.join("node-1.key");
+    atomos::config::write_key_file(&key_file, &key(1), "member 1", true).unwrap();
     let text = format!(
         "cluster = \"test\"\nlisten = \"127.0.0.1:7401\"\nprotocol = \"certify\"\n{extra}\n\
-         [[peers]]\nid = 1\naddress = \"127.0.0.1:7401\"\n\
-         [[peers]]\nid = 2\naddress = \"127.0.0.1:7402\"\n\
-         [[peers]]\nid = 3\naddress = \"127.0.0.1:7403\"\n"
+         key_file = {:?}\n\
+         [[peers]]\nid = 1\naddress = \"127.0.0.1:7401\"\npublic_key = \"{}\"\n\
+         [[peers]]\nid = 2\naddress = \"127.0.0.1:7402\"\npublic_key = \"{}\"\n\
+         [[peers]]\nid = 3\naddress = \"127.0.0.1:7403\"\npublic_key = \"{}\"\n",
+        key_file.display().to_string(),
+        key(1).public(),
+        key(2).public(),
+        key(3).public()
     );
     std::fs::write(&path, text).unwrap();
     path
@@ -93,6 +104,13 @@ fn keys_the_protocol_does_not_read_are_warned_about_and_the_output_is_toml() {
     assert_eq!(effective["node_id"].as_integer(), Some(1));
     assert_eq!(effective["protocol"].as_str(), Some("certify"));
     assert_eq!(effective["peers"].as_array().map(Vec::len), Some(2));
+    assert!(effective["peers"][0]["public_key"].as_str().is_some());
+    assert!(effective["key_file"].as_str().is_some());
     assert!(!stdout.contains(SECRET), "the secret was printed");
+    let private = KeyPair::from_private([1; 32]).unwrap().private_hex();
+    assert!(
+        !stdout.contains(private.as_str()),
+        "the private key was printed"
+    );
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }

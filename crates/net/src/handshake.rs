@@ -1,23 +1,31 @@
 //! The connection handshake, as a state machine without I/O: the Noise protocol framework
-//! (pattern `NNpsk0`, via the `snow` crate), keyed by the cluster secret.
+//! (pattern `XXpsk0`, via the `snow` crate), keyed by the cluster secret and by each side's own
+//! static key pair (see [`keys`](crate::keys)).
 //!
 //! 1. Both sides send a [`Preamble`] in the clear: the wire version and the cluster name, so a
 //!    node of another version or cluster gets a clear refusal. Nothing secret is in it.
-//! 2. The dialler (initiator) sends Noise's first message: a fresh ephemeral key and its node
-//!    id, encrypted under a key mixed from a pre-shared key derived from the cluster secret
-//!    (and the cluster name). Only a peer that knows the secret can produce or read it.
+//! 2. The dialler (initiator) sends Noise's first message: a fresh ephemeral key and its
+//!    [`Claim`] (member id, or a client's connection number), encrypted under a key mixed from
+//!    a pre-shared key derived from the cluster secret (and the cluster name). Only a peer that
+//!    knows the secret can produce or read it.
 //! 3. The acceptor (responder) opens it (a peer that does not know the secret is refused here,
 //!    before it was sent anything that depends on the secret), and answers with its ephemeral
-//!    key and its node id, sealed under keys from both ephemeral keys and the secret.
-//! 4. The dialler opens that answer, and sends an empty sealed record that proves it holds its
-//!    ephemeral key: the acceptor counts the dialler as authenticated only then, so a replayed
-//!    first message establishes nothing.
+//!    key, its static public key and its member id, sealed under keys from both ephemeral keys,
+//!    the secret, and its static key: only the holder of that static key's private half can
+//!    produce it.
+//! 4. The dialler opens that answer and checks, in its [`Roster`], that the static key is one
+//!    pinned for the member it dialled. It then sends its own static public key, sealed and
+//!    mixed with its private key: the acceptor counts the dialler as authenticated only then,
+//!    and only if the roster admits that key with the claim of step 2 (a member's key for that
+//!    member id, or a client's key, the client's id derived from it). A replayed first message
+//!    establishes nothing.
 //!
 //! Both preambles are Noise's prologue: a preamble changed on the way fails the handshake.
 //! From then on every byte is sealed (see [`secure`](crate::secure)). The ephemeral keys come
 //! from the operating system's random source, through `snow`.
 
 use std::fmt;
+use std::sync::Arc;
 
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -25,11 +33,14 @@ use sha2::Sha256;
 use snow::{Builder, HandshakeState};
 
 use crate::frame;
+use crate::keys::{KeyPair, PublicKey, KEY_BYTES};
+use crate::roster::{client_id, Claim, Rejection, Roster};
 use crate::secure::{self, Opener, Sealer};
+use crate::transport::{is_client, NodeId, CLIENT_BIT};
 use crate::wire::WIRE_VERSION;
 
 /// The Noise protocol every connection speaks.
-pub const NOISE_PATTERN: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
+pub const NOISE_PATTERN: &str = "Noise_XXpsk0_25519_ChaChaPoly_BLAKE2s";
 
 /// Largest frame accepted before the peer has proved it knows the secret: a handshake needs
 /// far less, and an unauthenticated peer gets no room for more.
@@ -39,7 +50,7 @@ pub const MAX_HANDSHAKE_FRAME: usize = 512;
 pub const MAX_CLUSTER_NAME: usize = 255;
 
 /// Fixed bytes of the Noise prologue and of the pre-shared key's derivation.
-const LABEL: &[u8] = b"atomos noise v1\0";
+const LABEL: &[u8] = b"atomos noise v2\0";
 
 /// What each side sends first, in the clear.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,12 +61,15 @@ pub struct Preamble {
     pub cluster: String,
 }
 
-/// This node's identity for handshakes.
+/// This node's (or client's) identity for handshakes: its cluster, the cluster secret, its own
+/// key pair, and what it claims to be.
 #[derive(Clone)]
 pub struct Identity {
     cluster: String,
-    node: u64,
+    claim: Claim,
+    node: NodeId,
     secret: Vec<u8>,
+    keys: KeyPair,
 }
 
 impl fmt::Debug for Identity {
@@ -63,6 +77,7 @@ impl fmt::Debug for Identity {
         f.debug_struct("Identity")
             .field("cluster", &self.cluster)
             .field("node", &self.node)
+            .field("key", &self.keys.public())
             .field("secret", &"<hidden>")
             .finish()
     }
@@ -80,16 +95,56 @@ pub enum IdentityError {
     /// The cluster name is longer than [`MAX_CLUSTER_NAME`] bytes.
     #[error("the cluster name is {0} bytes long; at most {MAX_CLUSTER_NAME} are allowed")]
     LongCluster(usize),
+    /// A member's id has the client bit set.
+    #[error("member id {0} has the client bit set: a member's id must be below {CLIENT_BIT}")]
+    ClientBit(NodeId),
 }
 
 impl Identity {
-    /// Node `node` of `cluster`, authenticated with `secret`.
-    pub fn new(
+    /// Member `node` of `cluster`, which knows `secret` and holds `keys`.
+    pub fn member(
         cluster: impl Into<String>,
-        node: u64,
+        node: NodeId,
         secret: impl Into<Vec<u8>>,
+        keys: KeyPair,
     ) -> Result<Identity, IdentityError> {
-        let (cluster, secret) = (cluster.into(), secret.into());
+        if is_client(node) {
+            return Err(IdentityError::ClientBit(node));
+        }
+        Identity::checked(
+            cluster.into(),
+            Claim::Member(node),
+            node,
+            secret.into(),
+            keys,
+        )
+    }
+
+    /// A client of `cluster`, which knows `secret` and holds `keys`. Its id is derived from its
+    /// key and a number drawn now (see [`client_id`]): each call makes a new one.
+    pub fn client(
+        cluster: impl Into<String>,
+        secret: impl Into<Vec<u8>>,
+        keys: KeyPair,
+    ) -> Result<Identity, IdentityError> {
+        let nonce = rand::random::<u64>();
+        let node = client_id(&keys.public(), nonce);
+        Identity::checked(
+            cluster.into(),
+            Claim::Client { nonce },
+            node,
+            secret.into(),
+            keys,
+        )
+    }
+
+    fn checked(
+        cluster: String,
+        claim: Claim,
+        node: NodeId,
+        secret: Vec<u8>,
+        keys: KeyPair,
+    ) -> Result<Identity, IdentityError> {
         if cluster.is_empty() {
             return Err(IdentityError::EmptyCluster);
         }
@@ -101,19 +156,26 @@ impl Identity {
         }
         Ok(Identity {
             cluster,
+            claim,
             node,
             secret,
+            keys,
         })
     }
 
-    /// The node id.
-    pub fn node(&self) -> u64 {
+    /// The node id: a member's own, or a client's derived one (with [`CLIENT_BIT`] set).
+    pub fn node(&self) -> NodeId {
         self.node
+    }
+
+    /// The public key this identity proves.
+    pub fn public_key(&self) -> PublicKey {
+        self.keys.public()
     }
 
     /// Noise's pre-shared key: HMAC-SHA256 keyed with the secret over a label and the cluster.
     fn psk(&self) -> [u8; 32] {
-        // HMAC accepts keys of any length; `Identity::new` refuses an empty one.
+        // HMAC accepts keys of any length; `Identity::checked` refuses an empty one.
         let mut mac =
             <Hmac<Sha256> as Mac>::new_from_slice(&self.secret).expect("HMAC takes any key length");
         mac.update(LABEL);
@@ -125,7 +187,7 @@ impl Identity {
 /// Which end of the connection a side is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
-    /// The side that dialled: it speaks first and proves itself first.
+    /// The side that dialled: it speaks first and proves itself last.
     Initiator,
     /// The side that accepted.
     Responder,
@@ -150,13 +212,16 @@ pub enum Refusal {
         /// The peer's.
         theirs: u16,
     },
-    /// The peer's handshake does not open with the cluster secret: it does not know it, or
-    /// the handshake was tampered with.
+    /// The peer's handshake does not open with the cluster secret and the keys it claims: it
+    /// does not know the secret, does not hold its key, or the handshake was tampered with.
     #[error("peer's handshake does not open with the cluster secret")]
     BadProof,
     /// The peer claims this node's own id.
     #[error("peer claims this node's own id {0}")]
     SameNode(u64),
+    /// The peer proved a key that the roster does not admit with its claim.
+    #[error("{0}")]
+    Rejected(#[from] Rejection),
     /// Bytes that are not the handshake message expected now.
     #[error("malformed handshake: {0}")]
     Malformed(String),
@@ -179,8 +244,10 @@ pub enum Progress {
     Pending,
     /// The peer is authenticated; from now on every byte is sealed with these.
     Established {
-        /// The peer's node id.
-        peer: u64,
+        /// The peer's node id (a client's derived from its key).
+        peer: NodeId,
+        /// The static key the peer proved.
+        key: PublicKey,
         /// Seals what this side sends.
         sealer: Sealer,
         /// Opens what the peer sends.
@@ -192,7 +259,9 @@ impl fmt::Debug for Progress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Progress::Pending => write!(f, "Pending"),
-            Progress::Established { peer, .. } => write!(f, "Established {{ peer: {peer} }}"),
+            Progress::Established { peer, key, .. } => {
+                write!(f, "Established {{ peer: {peer}, key: {key:?} }}")
+            }
         }
     }
 }
@@ -203,11 +272,10 @@ enum State {
     AwaitFirst(Box<HandshakeState>),
     /// Initiator: the acceptor's answer.
     AwaitAnswer(Box<HandshakeState>),
-    /// Responder: the dialler's first sealed record.
+    /// Responder: the dialler's static key, proving its claim.
     AwaitConfirm {
-        peer: u64,
-        sealer: Sealer,
-        opener: Opener,
+        noise: Box<HandshakeState>,
+        claim: Claim,
     },
     Over(&'static str),
 }
@@ -215,9 +283,10 @@ enum State {
 /// One side of one connection's handshake.
 pub struct Handshake {
     me: Identity,
+    roster: Arc<Roster>,
     role: Role,
-    /// The dialler's expected peer: any other is refused before it is sent the confirmation.
-    expect: Option<u64>,
+    /// The dialler's peer: any other is refused before it is sent the dialler's key.
+    dialled: Option<NodeId>,
     preamble: Vec<u8>,
     state: State,
 }
@@ -227,33 +296,49 @@ impl fmt::Debug for Handshake {
         f.debug_struct("Handshake")
             .field("me", &self.me)
             .field("role", &self.role)
+            .field("dialled", &self.dialled)
             .finish_non_exhaustive()
     }
 }
 
 impl Handshake {
-    /// Starts a handshake and appends the frames to send now (the preamble) to `out`.
-    pub fn start(me: Identity, role: Role, out: &mut Vec<u8>) -> Handshake {
+    /// Starts dialling member `peer` (only it is accepted, proven by a key `roster` pins for
+    /// it) and appends the frames to send now (the preamble) to `out`.
+    pub fn dial(me: Identity, roster: Arc<Roster>, peer: NodeId, out: &mut Vec<u8>) -> Handshake {
+        Handshake::start(me, roster, Some(peer), out)
+    }
+
+    /// Starts answering a peer that connected (admitted as `roster` says) and appends the
+    /// frames to send now (the preamble) to `out`.
+    pub fn accept(me: Identity, roster: Arc<Roster>, out: &mut Vec<u8>) -> Handshake {
+        Handshake::start(me, roster, None, out)
+    }
+
+    fn start(
+        me: Identity,
+        roster: Arc<Roster>,
+        dialled: Option<NodeId>,
+        out: &mut Vec<u8>,
+    ) -> Handshake {
         let preamble = Preamble {
             wire_version: WIRE_VERSION,
             cluster: me.cluster.clone(),
         };
-        // A string and an integer always encode; the name is bounded by `Identity::new`.
+        // A string and an integer always encode; the name is bounded by `Identity::checked`.
         let preamble = postcard::to_stdvec(&preamble).unwrap_or_default();
         let _ = frame::encode(&preamble, MAX_HANDSHAKE_FRAME, out);
         Handshake {
             me,
-            role,
-            expect: None,
+            roster,
+            role: if dialled.is_some() {
+                Role::Initiator
+            } else {
+                Role::Responder
+            },
+            dialled,
             preamble,
             state: State::AwaitPreamble,
         }
-    }
-
-    /// As the dialler, refuses any peer but `peer` (before sending it the confirmation, so a
-    /// node reached by mistake or redirection never counts this one as authenticated).
-    pub fn expect_peer(&mut self, peer: u64) {
-        self.expect = Some(peer);
     }
 
     /// Feeds one frame's payload from the peer and appends the frames to send to `out`. After
@@ -286,11 +371,12 @@ impl Handshake {
                 let builder = Builder::new(NOISE_PATTERN.parse().map_err(noise)?)
                     .psk(0, &psk)
                     .and_then(|b| b.prologue(&prologue))
+                    .and_then(|b| b.local_private_key(self.me.keys.private_bytes()))
                     .map_err(noise)?;
                 match self.role {
                     Role::Initiator => {
                         let mut noise_state = builder.build_initiator().map_err(noise)?;
-                        self.write_noise(&mut noise_state, out)?;
+                        write_noise(&mut noise_state, &encode_claim(self.me.claim), out)?;
                         self.state = State::AwaitAnswer(Box::new(noise_state));
                     }
                     Role::Responder => {
@@ -301,50 +387,58 @@ impl Handshake {
                 Ok(Progress::Pending)
             }
             State::AwaitFirst(mut noise_state) => {
-                let peer = self.read_noise(&mut noise_state, payload)?;
-                self.write_noise(&mut noise_state, out)?;
-                let (sealer, opener) = into_channel(*noise_state)?;
+                let claim = decode_claim(&read_noise(&mut noise_state, payload)?)?;
+                if claim == Claim::Member(self.me.node) {
+                    return Err(Refusal::SameNode(self.me.node));
+                }
+                write_noise(&mut noise_state, &encode_claim(self.me.claim), out)?;
                 self.state = State::AwaitConfirm {
-                    peer,
-                    sealer,
-                    opener,
+                    noise: noise_state,
+                    claim,
                 };
                 Ok(Progress::Pending)
             }
             State::AwaitAnswer(mut noise_state) => {
-                let peer = self.read_noise(&mut noise_state, payload)?;
-                if let Some(expected) = self.expect.filter(|&e| e != peer) {
-                    return Err(Refusal::UnexpectedPeer {
-                        expected,
-                        found: peer,
-                    });
+                let claim = decode_claim(&read_noise(&mut noise_state, payload)?)?;
+                let found = match claim {
+                    Claim::Member(found) => found,
+                    Claim::Client { .. } => {
+                        return Err(Refusal::Malformed(
+                            "the acceptor claims to be a client".into(),
+                        ))
+                    }
+                };
+                // The answer is sealed with the acceptor's static key: it holds that key.
+                let key = remote_static(&noise_state)?;
+                let peer = self.roster.admit(claim, &key)?;
+                if let Some(expected) = self.dialled.filter(|&e| e != peer) {
+                    return Err(Refusal::UnexpectedPeer { expected, found });
                 }
-                let (mut sealer, opener) = into_channel(*noise_state)?;
-                sealer
-                    .seal_record(&[], out)
-                    .map_err(|e| Refusal::Malformed(e.to_string()))?;
+                write_noise(&mut noise_state, &[], out)?;
+                let (sealer, opener) = into_channel(*noise_state)?;
                 self.state = State::Over("finished");
                 Ok(Progress::Established {
                     peer,
+                    key,
                     sealer,
                     opener,
                 })
             }
             State::AwaitConfirm {
-                peer,
-                sealer,
-                mut opener,
+                noise: mut noise_state,
+                claim,
             } => {
-                let mut plain = Vec::new();
-                opener
-                    .open(payload, &mut plain)
-                    .map_err(|_| Refusal::BadProof)?;
+                let plain = read_noise(&mut noise_state, payload)?;
                 if !plain.is_empty() {
                     return Err(Refusal::Malformed("the confirmation carries data".into()));
                 }
+                let key = remote_static(&noise_state)?;
+                let peer = self.roster.admit(claim, &key)?;
+                let (sealer, opener) = into_channel(*noise_state)?;
                 self.state = State::Over("finished");
                 Ok(Progress::Established {
                     peer,
+                    key,
                     sealer,
                     opener,
                 })
@@ -371,36 +465,60 @@ impl Handshake {
         }
         Ok(payload)
     }
+}
 
-    /// Appends this side's next Noise message, carrying its node id, as a frame.
-    fn write_noise(
-        &self,
-        noise_state: &mut HandshakeState,
-        out: &mut Vec<u8>,
-    ) -> Result<(), Refusal> {
-        let mut message = [0u8; MAX_HANDSHAKE_FRAME];
-        let n = noise_state
-            .write_message(&self.me.node.to_be_bytes(), &mut message)
-            .map_err(noise)?;
-        frame::encode(&message[..n], MAX_HANDSHAKE_FRAME, out)
-            .map_err(|e| Refusal::Malformed(e.to_string()))
-    }
+/// A claim on the wire: a kind byte (0 member, 1 client) and the id or number, big-endian.
+fn encode_claim(claim: Claim) -> [u8; 9] {
+    let (kind, value) = match claim {
+        Claim::Member(id) => (0, id),
+        Claim::Client { nonce } => (1, nonce),
+    };
+    let mut bytes = [kind; 9];
+    bytes[1..].copy_from_slice(&value.to_be_bytes());
+    bytes
+}
 
-    /// Opens the peer's Noise message; returns the node id it carries.
-    fn read_noise(&self, noise_state: &mut HandshakeState, payload: &[u8]) -> Result<u64, Refusal> {
-        let mut plain = [0u8; MAX_HANDSHAKE_FRAME];
-        let n = noise_state
-            .read_message(payload, &mut plain)
-            .map_err(|_| Refusal::BadProof)?;
-        let node: [u8; 8] = plain[..n]
-            .try_into()
-            .map_err(|_| Refusal::Malformed(format!("a node id of {n} bytes")))?;
-        let node = u64::from_be_bytes(node);
-        if node == self.me.node {
-            return Err(Refusal::SameNode(node));
-        }
-        Ok(node)
+fn decode_claim(bytes: &[u8]) -> Result<Claim, Refusal> {
+    let malformed = || Refusal::Malformed(format!("a claim of {} bytes", bytes.len()));
+    let (&kind, value) = bytes.split_first().ok_or_else(malformed)?;
+    let value = u64::from_be_bytes(value.try_into().map_err(|_| malformed())?);
+    match kind {
+        0 => Ok(Claim::Member(value)),
+        1 => Ok(Claim::Client { nonce: value }),
+        other => Err(Refusal::Malformed(format!("a claim of kind {other}"))),
     }
+}
+
+/// Appends this side's next Noise message, carrying `payload`, as a frame.
+fn write_noise(
+    noise_state: &mut HandshakeState,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), Refusal> {
+    let mut message = [0u8; MAX_HANDSHAKE_FRAME];
+    let n = noise_state
+        .write_message(payload, &mut message)
+        .map_err(noise)?;
+    frame::encode(&message[..n], MAX_HANDSHAKE_FRAME, out)
+        .map_err(|e| Refusal::Malformed(e.to_string()))
+}
+
+/// Opens the peer's Noise message; returns its payload.
+fn read_noise(noise_state: &mut HandshakeState, payload: &[u8]) -> Result<Vec<u8>, Refusal> {
+    let mut plain = [0u8; MAX_HANDSHAKE_FRAME];
+    let n = noise_state
+        .read_message(payload, &mut plain)
+        .map_err(|_| Refusal::BadProof)?;
+    Ok(plain[..n].to_vec())
+}
+
+/// The static key the peer proved in the message just read.
+fn remote_static(noise_state: &HandshakeState) -> Result<PublicKey, Refusal> {
+    let key: [u8; KEY_BYTES] = noise_state
+        .get_remote_static()
+        .and_then(|k| k.try_into().ok())
+        .ok_or_else(|| Refusal::Malformed("no static key from the peer".into()))?;
+    Ok(PublicKey::from(key))
 }
 
 fn into_channel(noise_state: HandshakeState) -> Result<(Sealer, Opener), Refusal> {

@@ -5,8 +5,11 @@
 //! - [`wire`]: every message travels in an envelope carrying the wire version, encoded with a
 //!   compact binary codec (postcard); a frame decodes to a whole message or to an error, never
 //!   to part of one.
+//! - [`keys`]: every member and client has a static key pair of its own.
+//! - [`roster`]: which keys a node admits, as which member or client.
 //! - [`handshake`]: the sans-I/O state machine that opens every connection: wire version and
-//!   cluster name, then a Noise `NNpsk0` handshake keyed by the cluster secret.
+//!   cluster name, then a Noise `XXpsk0` handshake keyed by the cluster secret in which each
+//!   side proves its own key, admitted by the [`roster`].
 //! - [`secure`]: after the handshake every byte travels in records sealed with
 //!   ChaCha20-Poly1305; a tampered, injected, replayed or reordered record does not open.
 //!
@@ -25,7 +28,9 @@
 mod counters;
 pub mod frame;
 pub mod handshake;
+pub mod keys;
 pub mod memory;
+pub mod roster;
 pub mod rpc;
 pub mod secure;
 pub mod spin;

@@ -1,17 +1,45 @@
 //! The Noise handshake between two sides, driven by hand over real frames, and the sealed
 //! records that follow it.
 
+use std::sync::Arc;
+
 use atomos_net::frame::{self, Decoder, DEFAULT_MAX_FRAME};
 use atomos_net::handshake::{
-    Handshake, Identity, IdentityError, Preamble, Progress, Refusal, Role, MAX_CLUSTER_NAME,
+    Handshake, Identity, IdentityError, Preamble, Progress, Refusal, MAX_CLUSTER_NAME,
 };
+use atomos_net::keys::KeyPair;
+use atomos_net::roster::{Rejection, Roster};
 use atomos_net::secure::{Opener, SealError, Sealer, MAX_PLAIN};
+use atomos_net::transport::{is_client, CLIENT_BIT};
 use atomos_net::wire::WIRE_VERSION;
 
 const KEY: &str = "a cluster secret of thirty-two bytes!";
 
+fn key_from(label: u8, n: u64) -> KeyPair {
+    let mut private = [label; 32];
+    private[..8].copy_from_slice(&n.to_be_bytes());
+    KeyPair::from_private(private).unwrap()
+}
+
+fn member_key(node: u64) -> KeyPair {
+    key_from(b'm', node)
+}
+
+fn client_key(n: u64) -> KeyPair {
+    key_from(b'c', n)
+}
+
+/// Members 1 to 3 and clients 1 and 2 ("client-1", "client-2").
+fn roster() -> Arc<Roster> {
+    Arc::new(Roster::new(
+        (1..=3).map(|n| (n, vec![member_key(n).public()])),
+        (1..=2).map(|n| (client_key(n).public(), format!("client-{n}"))),
+    ))
+}
+
+/// Member `node` of `cluster` with `secret`, holding its own key.
 fn id(cluster: &str, node: u64, secret: &str) -> Identity {
-    Identity::new(cluster, node, secret).unwrap()
+    Identity::member(cluster, node, secret, member_key(node)).unwrap()
 }
 
 /// The frames' payloads in `bytes`.
@@ -47,22 +75,36 @@ impl Side {
                 peer,
                 sealer,
                 opener,
+                ..
             }) => self.ended = Some(Ok((peer, sealer, opener))),
             Err(e) => self.ended = Some(Err(e)),
         }
     }
 }
 
-/// Runs the dialler `i` and the acceptor `r` until neither has anything more to say.
+/// Runs the dialler `i` and the acceptor `r` until neither has anything more to say; the
+/// dialler means to reach `r`'s member id.
 fn connect(i: Identity, r: Identity) -> (Side, Side) {
+    let to = r.node();
+    connect_with(i, roster(), r, roster(), to)
+}
+
+/// [`connect`] with rosters of each side's own, the dialler meaning to reach member `to`.
+fn connect_with(
+    i: Identity,
+    roster_i: Arc<Roster>,
+    r: Identity,
+    roster_r: Arc<Roster>,
+    to: u64,
+) -> (Side, Side) {
     let (mut to_r, mut to_i) = (Vec::new(), Vec::new());
     let mut si = Side {
-        hs: Handshake::start(i, Role::Initiator, &mut to_r),
+        hs: Handshake::dial(i, roster_i, to, &mut to_r),
         ended: None,
         sent: Vec::new(),
     };
     let mut sr = Side {
-        hs: Handshake::start(r, Role::Responder, &mut to_i),
+        hs: Handshake::accept(r, roster_r, &mut to_i),
         ended: None,
         sent: Vec::new(),
     };
@@ -184,7 +226,7 @@ fn another_cluster_or_wire_version_is_refused_clearly() {
     assert!(matches!(refusal(&r), Refusal::WrongCluster { .. }));
 
     let mut out = Vec::new();
-    let mut h = Handshake::start(id("prod", 1, KEY), Role::Responder, &mut out);
+    let mut h = Handshake::accept(id("prod", 1, KEY), roster(), &mut out);
     let preamble = Preamble {
         wire_version: WIRE_VERSION + 1,
         cluster: "prod".into(),
@@ -208,7 +250,7 @@ fn a_replayed_first_message_establishes_nothing() {
     let recorded = i.sent.clone();
     assert_eq!(recorded.len(), 3, "preamble, first message, confirmation");
     let mut out = Vec::new();
-    let mut replayed = Handshake::start(id("c", 2, KEY), Role::Responder, &mut out);
+    let mut replayed = Handshake::accept(id("c", 2, KEY), roster(), &mut out);
     assert!(matches!(
         replayed.step(&recorded[0], &mut out),
         Ok(Progress::Pending)
@@ -228,8 +270,8 @@ fn tampered_preambles_self_connections_and_late_messages_are_refused() {
     // A preamble changed on the way (same cluster and version, other bytes) breaks the
     // handshake: both preambles are bound into it.
     let (mut to_r, mut to_i) = (Vec::new(), Vec::new());
-    let mut hi = Handshake::start(id("c", 1, KEY), Role::Initiator, &mut to_r);
-    let mut hr = Handshake::start(id("c", 2, KEY), Role::Responder, &mut to_i);
+    let mut hi = Handshake::dial(id("c", 1, KEY), roster(), 2, &mut to_r);
+    let mut hr = Handshake::accept(id("c", 2, KEY), roster(), &mut to_i);
     let mut preamble_of_r = frames(&to_i).remove(0);
     preamble_of_r.push(0); // trailing byte: postcard ignores it, the prologue does not
     let mut first = Vec::new();
@@ -248,7 +290,7 @@ fn tampered_preambles_self_connections_and_late_messages_are_refused() {
     assert!(i.ended.is_none());
 
     let mut out = Vec::new();
-    let mut h = Handshake::start(id("c", 1, KEY), Role::Responder, &mut out);
+    let mut h = Handshake::accept(id("c", 1, KEY), roster(), &mut out);
     assert!(matches!(
         h.step(&[0xff; 8], &mut out),
         Err(Refusal::Malformed(_))
@@ -258,39 +300,49 @@ fn tampered_preambles_self_connections_and_late_messages_are_refused() {
 #[test]
 fn bad_identities_are_configuration_errors() {
     assert_eq!(
-        Identity::new("c", 1, "").unwrap_err(),
+        Identity::member("c", 1, "", member_key(1)).unwrap_err(),
         IdentityError::EmptySecret
     );
     assert_eq!(
-        Identity::new("", 1, "k").unwrap_err(),
+        Identity::member("", 1, "k", member_key(1)).unwrap_err(),
         IdentityError::EmptyCluster
     );
     let long = "x".repeat(MAX_CLUSTER_NAME + 1);
     assert_eq!(
-        Identity::new(long.as_str(), 1, "k").unwrap_err(),
+        Identity::member(long.as_str(), 1, "k", member_key(1)).unwrap_err(),
         IdentityError::LongCluster(MAX_CLUSTER_NAME + 1)
+    );
+    assert_eq!(
+        Identity::member("c", CLIENT_BIT | 1, "k", member_key(1)).unwrap_err(),
+        IdentityError::ClientBit(CLIENT_BIT | 1)
+    );
+    assert_eq!(
+        Identity::client("c", "", client_key(1)).unwrap_err(),
+        IdentityError::EmptySecret
     );
     // The longest name still fits a handshake frame.
     let mut out = Vec::new();
-    let _ = Handshake::start(
+    let _ = Handshake::dial(
         id(&"y".repeat(MAX_CLUSTER_NAME), 1, KEY),
-        Role::Initiator,
+        roster(),
+        2,
         &mut out,
     );
     assert_eq!(frames(&out).len(), 1);
     assert!(out.len() <= frame::PREFIX + atomos_net::handshake::MAX_HANDSHAKE_FRAME);
+    let shown = format!("{:?}", id("c", 1, "topsecret"));
+    assert!(!shown.contains("topsecret"), "Debug hides the secret");
     assert!(
-        !format!("{:?}", id("c", 1, "topsecret")).contains("topsecret"),
-        "Debug hides the secret"
+        !shown.contains(member_key(1).private_hex().as_str()),
+        "Debug hides the private key"
     );
 }
 
 #[test]
 fn a_dialler_reaching_another_node_refuses_it_before_confirming() {
     let (mut to_r, mut to_i) = (Vec::new(), Vec::new());
-    let mut dialler = Handshake::start(id("c", 1, KEY), Role::Initiator, &mut to_r);
-    dialler.expect_peer(2);
-    let mut other = Handshake::start(id("c", 3, KEY), Role::Responder, &mut to_i);
+    let mut dialler = Handshake::dial(id("c", 1, KEY), roster(), 2, &mut to_r);
+    let mut other = Handshake::accept(id("c", 3, KEY), roster(), &mut to_i);
     let mut refused = None;
     let mut sent_after_refusal = false;
     while !to_r.is_empty() || !to_i.is_empty() {
@@ -313,4 +365,120 @@ fn a_dialler_reaching_another_node_refuses_it_before_confirming() {
         })
     );
     assert!(!sent_after_refusal, "node 3 was sent no confirmation");
+}
+
+/// Runs the handshake of a dialler holding `key` and claiming member `claimed` with member 1;
+/// returns how member 1 ended it.
+fn claim_member(claimed: u64, key: KeyPair) -> Refusal {
+    let impostor = Identity::member("c", claimed, KEY, key).unwrap();
+    let (_, r) = connect_with(impostor, roster(), id("c", 1, KEY), roster(), 1);
+    refusal(&r)
+}
+
+#[test]
+fn a_client_key_claiming_a_member_id_is_refused() {
+    assert_eq!(
+        claim_member(2, client_key(1)),
+        Refusal::Rejected(Rejection::ClientAsMember {
+            claimed: 2,
+            client: "client-1".into()
+        })
+    );
+}
+
+#[test]
+fn a_members_key_claiming_another_members_id_is_refused() {
+    assert_eq!(
+        claim_member(3, member_key(2)),
+        Refusal::Rejected(Rejection::OtherMembersKey {
+            claimed: 3,
+            holder: 2
+        })
+    );
+}
+
+#[test]
+fn unknown_keys_are_refused_as_members_and_as_clients() {
+    let stranger = key_from(b's', 9);
+    assert_eq!(
+        claim_member(2, stranger.clone()),
+        Refusal::Rejected(Rejection::WrongMemberKey {
+            claimed: 2,
+            key: stranger.public().fingerprint()
+        })
+    );
+    assert_eq!(
+        claim_member(7, stranger.clone()),
+        Refusal::Rejected(Rejection::NotAMember(7))
+    );
+    let client = Identity::client("c", KEY, stranger.clone()).unwrap();
+    let (_, r) = connect(client, id("c", 1, KEY));
+    assert_eq!(
+        refusal(&r),
+        Refusal::Rejected(Rejection::UnknownClient(stranger.public().fingerprint()))
+    );
+    // A member's key does not pass as a client's either.
+    let member_as_client = Identity::client("c", KEY, member_key(2)).unwrap();
+    let (_, r) = connect(member_as_client, id("c", 1, KEY));
+    assert_eq!(refusal(&r), Refusal::Rejected(Rejection::MemberAsClient(2)));
+}
+
+#[test]
+fn a_client_is_known_by_the_id_its_key_makes() {
+    let client = Identity::client("c", KEY, client_key(2)).unwrap();
+    let its_id = client.node();
+    assert!(is_client(its_id));
+    let (i, r) = connect(client, id("c", 1, KEY));
+    assert_eq!(established(r).0, its_id);
+    assert_eq!(established(i).0, 1);
+    // Every connection of a client draws a new id; another key never makes this one.
+    let again = Identity::client("c", KEY, client_key(2)).unwrap();
+    assert_ne!(again.node(), its_id);
+}
+
+#[test]
+fn a_member_whose_key_rotates_is_admitted_with_either_key_while_both_are_listed() {
+    let new_key = key_from(b'n', 2);
+    let both = || {
+        Arc::new(Roster::new(
+            [
+                (1, vec![member_key(1).public()]),
+                (2, vec![member_key(2).public(), new_key.public()]),
+            ],
+            [],
+        ))
+    };
+    for key in [member_key(2), new_key.clone()] {
+        // As dialler and as acceptor.
+        let two = Identity::member("c", 2, KEY, key.clone()).unwrap();
+        let (i, r) = connect_with(two.clone(), both(), id("c", 1, KEY), both(), 1);
+        assert_eq!((established(i).0, established(r).0), (1, 2));
+        let (i, r) = connect_with(id("c", 1, KEY), both(), two, both(), 2);
+        assert_eq!((established(i).0, established(r).0), (2, 1));
+    }
+    // Once the old key is retired, it is refused.
+    let retired = both();
+    retired.set_member_keys([(2, vec![new_key.public()])]);
+    let old = Identity::member("c", 2, KEY, member_key(2)).unwrap();
+    let (_, r) = connect_with(old, both(), id("c", 1, KEY), retired, 1);
+    assert!(matches!(
+        refusal(&r),
+        Refusal::Rejected(Rejection::WrongMemberKey { claimed: 2, .. })
+    ));
+}
+
+#[test]
+fn a_dialler_refuses_an_acceptor_without_the_dialled_members_key_before_proving_itself() {
+    // Something at member 2's address that knows the secret but not member 2's key.
+    let impostor = Identity::member("c", 2, KEY, key_from(b's', 2)).unwrap();
+    let (i, r) = connect_with(id("c", 1, KEY), roster(), impostor, roster(), 2);
+    assert!(matches!(
+        refusal(&i),
+        Refusal::Rejected(Rejection::WrongMemberKey { claimed: 2, .. })
+    ));
+    assert!(
+        r.ended.is_none(),
+        "the impostor never learns the dialler's key"
+    );
+    assert_eq!(i.sent.len(), 2, "preamble and first message only");
 }

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use atomos_net::frame::DEFAULT_MAX_FRAME;
-use atomos_net::handshake::{Handshake, Identity, Progress, Role};
+use atomos_net::handshake::Identity;
 use atomos_net::memory::MemoryNetwork;
 use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::secure::Sealer;
@@ -138,29 +138,13 @@ async fn fault_rules_cut_and_delay_links() {
     assert!(started.elapsed() >= Duration::from_millis(30));
 }
 
-/// Completes a real handshake as node `id` on a raw socket; returns the socket and what seals
-/// the records it sends.
+/// Completes a real handshake as member `id` with node 3 at `addr` on a raw socket; returns
+/// the socket and what seals the records it sends.
 async fn raw_peer(addr: SocketAddr, id: NodeId) -> (TcpStream, Sealer) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let mut out = Vec::new();
-    let me = Identity::new("test", id, SECRET).unwrap();
-    let mut hs = Handshake::start(me, Role::Initiator, &mut out);
-    s.write_all(&out).await.unwrap();
-    let mut dec = atomos_net::frame::Decoder::new(DEFAULT_MAX_FRAME);
-    let mut buf = [0u8; 1024];
-    loop {
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(n > 0, "closed during the handshake");
-        dec.push(&buf[..n]);
-        while let Some(p) = dec.next_frame().unwrap() {
-            out.clear();
-            let progress = hs.step(p, &mut out).unwrap();
-            s.write_all(&out).await.unwrap();
-            if let Progress::Established { sealer, .. } = progress {
-                return (s, sealer);
-            }
-        }
-    }
+    let members: Vec<(NodeId, SocketAddr)> = (1..=3).map(|n| (n, addr)).collect();
+    let me = Identity::member("test", id, SECRET, member_key(id)).unwrap();
+    let (s, sealer, _) = raw_handshake(addr, 3, me, roster(&members)).await.unwrap();
+    (s, sealer)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

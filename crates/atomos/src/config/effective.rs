@@ -49,7 +49,8 @@ fn sched_name(policy: Policy) -> String {
 }
 
 /// `settings` as a configuration file that gives the same node: every key with its value, the
-/// defaults included. The secret is never written: a comment says whether one is set.
+/// defaults included. The secret is never written: a comment says whether one is set. The
+/// key file is named, and this node's public key said in a comment.
 pub fn effective_toml(settings: &NodeSettings) -> String {
     let s = settings;
     let mut t = Table::new();
@@ -57,6 +58,9 @@ pub fn effective_toml(settings: &NodeSettings) -> String {
     t.insert("node_id".into(), integer(s.node_id));
     t.insert("listen".into(), text(s.listen));
     t.insert("data_dir".into(), text(s.data_dir.display()));
+    if let Some(path) = &s.key_file {
+        t.insert("key_file".into(), text(path.display()));
+    }
     t.insert("protocol".into(), text(s.protocol));
     t.insert("contention".into(), text(contention_name(s.contention)));
     t.insert("log_level".into(), text(&s.log_level));
@@ -122,14 +126,39 @@ pub fn effective_toml(settings: &NodeSettings) -> String {
             let mut peer = Table::new();
             peer.insert("id".into(), integer(p.id));
             peer.insert("address".into(), text(p.address));
+            let keys: Vec<Value> = p.public_keys.iter().map(text).collect();
+            match keys.len() {
+                0 => {}
+                1 => {
+                    peer.insert("public_key".into(), keys[0].clone());
+                }
+                _ => {
+                    peer.insert("public_key".into(), Value::Array(keys));
+                }
+            }
             Value::Table(peer)
         })
         .collect();
     t.insert("peers".into(), Value::Array(peers));
+    let clients = s
+        .clients
+        .iter()
+        .map(|c| {
+            let mut client = Table::new();
+            client.insert("name".into(), text(&c.name));
+            client.insert("public_key".into(), text(c.public_key));
+            Value::Table(client)
+        })
+        .collect();
+    t.insert("clients".into(), Value::Array(clients));
     let secret = if s.secret.is_some() {
         "# secret: set (not shown)\n"
     } else {
         "# secret: not set\n"
     };
-    format!("{secret}{t}")
+    let key = match &s.key {
+        Some(key) => format!("# this node's public key: {}\n", key.public()),
+        None => "# this node's key: none (a node alone makes one at start)\n".to_string(),
+    };
+    format!("{secret}{key}{t}")
 }

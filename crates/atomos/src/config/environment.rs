@@ -4,12 +4,13 @@
 use super::{invalid, ConfigError};
 
 /// Every environment variable a node's configuration reads.
-pub const CONFIG_VARIABLES: [&str; 28] = [
+pub const CONFIG_VARIABLES: [&str; 30] = [
     "ATOMOS_CLUSTER",
     "ATOMOS_NODE_ID",
     "ATOMOS_LISTEN",
     "ATOMOS_DATA_DIR",
     "ATOMOS_SECRET",
+    "ATOMOS_KEY_FILE",
     "ATOMOS_PROTOCOL",
     "ATOMOS_CONTENTION",
     "ATOMOS_LOG_LEVEL",
@@ -33,6 +34,7 @@ pub const CONFIG_VARIABLES: [&str; 28] = [
     "ATOMOS_CLIENT_REQUESTS_MAX",
     "ATOMOS_CLIENT_REQUEST_TIMEOUT_MS",
     "ATOMOS_PEERS",
+    "ATOMOS_CLIENTS",
 ];
 
 /// Variables of the project's tests and tools, which are not node settings.

@@ -7,6 +7,7 @@
 //! listen = "127.0.0.1:7401"
 //! data_dir = "./data/1"
 //! secret = "..."            # or ATOMOS_SECRET; at least 32 bytes
+//! key_file = "node-1.key"   # this member's key pair (`atomos keygen`); mode 600
 //! protocol = "local"
 //! contention = "backoff"    # abort-self | backoff | priority
 //! log_level = "info"        # error | warn | info | debug | trace
@@ -34,6 +35,11 @@
 //! [[peers]]
 //! id = 2
 //! address = "127.0.0.1:7402"
+//! public_key = "..."        # member 2's public key; a list of keys while one is rotated
+//!
+//! [[clients]]               # the clients admitted (re-read on SIGHUP)
+//! name = "app"
+//! public_key = "..."
 //! ```
 //!
 //! Environment variables: `ATOMOS_CLUSTER`, `ATOMOS_NODE_ID`, `ATOMOS_LISTEN`,
@@ -44,8 +50,9 @@
 //! `ATOMOS_BANK_LOAD_THREADS`, `ATOMOS_COMMIT_TIMEOUT_MS`, `ATOMOS_ORDER_REJOIN`,
 //! `ATOMOS_OSS_COMMIT`, `ATOMOS_OSS_DOMAINS` (prefixes separated by commas),
 //! `ATOMOS_SCHED`, `ATOMOS_SCHED_WORKERS`, `ATOMOS_RUNTIME_THREADS`,
-//! `ATOMOS_CLIENT_REQUESTS_MAX`, `ATOMOS_CLIENT_REQUEST_TIMEOUT_MS`, and
-//! `ATOMOS_PEERS` as `id=address,id=address`.
+//! `ATOMOS_CLIENT_REQUESTS_MAX`, `ATOMOS_CLIENT_REQUEST_TIMEOUT_MS`, `ATOMOS_KEY_FILE`,
+//! `ATOMOS_PEERS` as `id=address/key,id=address/key` (several keys as `key/key`), and
+//! `ATOMOS_CLIENTS` as `name=key,name=key`.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -54,22 +61,30 @@ use std::time::Duration;
 
 use crate::disk::FsyncPolicy;
 use atomos_core::ContentionPolicy;
+use atomos_net::keys::{KeyPair, PublicKey};
 use atomos_net::transport::is_client;
 use atomos_protocols::oss::CommitMode;
 use serde::Deserialize;
 
 use crate::node::Protocol;
 
+mod client;
 mod effective;
 mod environment;
+mod key_file;
 mod values;
 mod warnings;
 
+pub use client::load_client;
 pub use effective::effective_toml;
 pub use environment::{check_variables, CONFIG_VARIABLES};
+pub use key_file::{key_file_text, read_key_file, write_key_file};
 pub use warnings::exposure_warnings;
 
-use values::{address, check_domains, check_members, metrics_address, parse_peer_list};
+use values::{
+    address, check_domains, check_keys, check_members, metrics_address, parse_client_list,
+    parse_peer_list, public_keys,
+};
 
 /// Why a configuration cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -118,6 +133,7 @@ struct FileConfig {
     listen: Option<String>,
     data_dir: Option<PathBuf>,
     secret: Option<String>,
+    key_file: Option<PathBuf>,
     protocol: Option<String>,
     contention: Option<String>,
     log_level: Option<String>,
@@ -141,6 +157,7 @@ struct FileConfig {
     client_requests_max: Option<usize>,
     client_request_timeout_ms: Option<u64>,
     peers: Option<Vec<FilePeer>>,
+    clients: Option<Vec<FileClient>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,6 +165,31 @@ struct FileConfig {
 struct FilePeer {
     id: u64,
     address: String,
+    public_key: Option<OneOrMany>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileClient {
+    name: String,
+    public_key: String,
+}
+
+/// A key, or a list of keys (a member whose key is being rotated).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(key) => vec![key],
+            OneOrMany::Many(keys) => keys,
+        }
+    }
 }
 
 /// A member of the cluster.
@@ -157,6 +199,17 @@ pub struct Peer {
     pub id: u64,
     /// Where it listens.
     pub address: SocketAddr,
+    /// The keys it may prove (one; two while it rotates its key).
+    pub public_keys: Vec<PublicKey>,
+}
+
+/// A client the members admit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientKey {
+    /// What the operator calls it (in logs and metrics).
+    pub name: String,
+    /// The key it proves.
+    pub public_key: PublicKey,
 }
 
 /// The cluster's shared secret; never printed.
@@ -189,6 +242,11 @@ pub struct NodeSettings {
     pub data_dir: PathBuf,
     /// The cluster secret (required when the cluster has other members).
     pub secret: Option<Secret>,
+    /// The file this member's key pair was read from (required when the cluster has other
+    /// members).
+    pub key_file: Option<PathBuf>,
+    /// This member's key pair, read from `key_file`.
+    pub key: Option<KeyPair>,
     /// The consistency protocol.
     pub protocol: Protocol,
     /// The contention manager.
@@ -256,6 +314,8 @@ pub struct NodeSettings {
     pub client_request_timeout: Duration,
     /// The other members, by id.
     pub peers: Vec<Peer>,
+    /// The clients admitted.
+    pub clients: Vec<ClientKey>,
     /// Keys set (as the file's key or the variable that set them) that mean nothing under
     /// the chosen protocol: a node warns about each at start.
     pub unused: Vec<String>,
@@ -651,13 +711,43 @@ pub fn load(
         None => {
             let mut peers = Vec::new();
             for (i, p) in file.peers.unwrap_or_default().into_iter().enumerate() {
+                let keys = p.public_key.map(OneOrMany::into_vec).unwrap_or_default();
                 peers.push(Peer {
                     id: p.id,
                     address: address(&format!("peers[{i}].address"), &p.address)?,
+                    public_keys: public_keys(&format!("peers[{i}].public_key"), &keys)?,
                 });
             }
             peers
         }
+    };
+    let clients = match env("ATOMOS_CLIENTS") {
+        Some(list) => parse_client_list(&list)?,
+        None => {
+            let mut clients = Vec::new();
+            for (i, c) in file.clients.unwrap_or_default().into_iter().enumerate() {
+                let key = format!("clients[{i}].public_key");
+                let public_key = public_keys(&key, std::slice::from_ref(&c.public_key))?[0];
+                clients.push(ClientKey {
+                    name: c.name,
+                    public_key,
+                });
+            }
+            clients
+        }
+    };
+    let (key_file, key) = match pick(
+        "ATOMOS_KEY_FILE",
+        "key_file",
+        file.key_file.map(|p| p.to_string_lossy().into_owned()),
+    ) {
+        Some((name, v)) if v.trim().is_empty() => return Err(invalid(&name, "must not be empty")),
+        Some((name, v)) => {
+            let path = PathBuf::from(v);
+            let key = read_key_file(&name, &path)?;
+            (Some(path), Some(key))
+        }
+        None => (None, None),
     };
     if node_id == 0 && peers.iter().any(|p| p.id != node_id) {
         return Err(invalid(
@@ -665,6 +755,7 @@ pub fn load(
             "a node with peers needs its own id, other than 0 (set `node_id` or ATOMOS_NODE_ID)",
         ));
     }
+    let members = peers.clone();
     let peers = check_members(node_id, listen, peers)?;
     // Which protocols read which keys: `order_fsync` every write-ahead log (the order
     // register's, tfa's, the replicated stores', oss's); snapshots only the order replicas
@@ -689,12 +780,22 @@ pub fn load(
             "a cluster with other members needs a secret (set `secret` or ATOMOS_SECRET)",
         ));
     }
+    if !peers.is_empty() && key.is_none() {
+        return Err(invalid(
+            "key_file",
+            "a cluster with other members needs this member's key pair (`atomos keygen --out \
+             FILE` makes one; set `key_file` or ATOMOS_KEY_FILE)",
+        ));
+    }
+    check_keys(node_id, key.as_ref(), &members, &clients)?;
     Ok(NodeSettings {
         cluster,
         node_id,
         listen,
         data_dir,
         secret,
+        key_file,
+        key,
         protocol,
         contention,
         log_level,
@@ -718,6 +819,7 @@ pub fn load(
         client_requests_max,
         client_request_timeout,
         peers,
+        clients,
         unused,
     })
 }

@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::str::FromStr;
 
+use atomos_net::keys::{KeyPair, PublicKey};
 use atomos_net::transport::is_client;
 
-use super::{invalid, ConfigError, Peer};
+use super::{invalid, ClientKey, ConfigError, Peer};
 
 /// The metrics endpoint's address: a port alone means 127.0.0.1.
 pub(super) fn metrics_address(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
@@ -42,25 +43,133 @@ pub(super) fn check_domains(key: &str, prefixes: &[String]) -> Result<(), Config
     Ok(())
 }
 
+/// Public keys in hex, blamed on `key` if one is not.
+pub(super) fn public_keys(key: &str, keys: &[String]) -> Result<Vec<PublicKey>, ConfigError> {
+    keys.iter()
+        .map(|k| {
+            k.parse::<PublicKey>().map_err(|e| {
+                invalid(
+                    key,
+                    format!("{e} (a public key, as `atomos keygen` prints)"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `ATOMOS_PEERS`: `id=address/key,...`, several keys of one member as `key/key`.
 pub(super) fn parse_peer_list(list: &str) -> Result<Vec<Peer>, ConfigError> {
     let mut peers = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let Some((id, addr)) = item.split_once('=') else {
+        let Some((id, rest)) = item.split_once('=') else {
             return Err(invalid(
                 "ATOMOS_PEERS",
-                format!("{item:?} is not id=address"),
+                format!("{item:?} is not id=address/public_key"),
             ));
         };
         let id = id
             .trim()
             .parse()
             .map_err(|_| invalid("ATOMOS_PEERS", format!("{id:?} is not a node id")))?;
+        let mut parts = rest.split('/');
+        let addr = parts.next().unwrap_or_default();
+        let keys: Vec<String> = parts.map(str::to_string).collect();
         peers.push(Peer {
             id,
             address: address("ATOMOS_PEERS", addr)?,
+            public_keys: public_keys("ATOMOS_PEERS", &keys)?,
         });
     }
     Ok(peers)
+}
+
+/// `ATOMOS_CLIENTS`: `name=key,...`.
+pub(super) fn parse_client_list(list: &str) -> Result<Vec<ClientKey>, ConfigError> {
+    let mut clients = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((name, key)) = item.split_once('=') else {
+            return Err(invalid(
+                "ATOMOS_CLIENTS",
+                format!("{item:?} is not name=public_key"),
+            ));
+        };
+        clients.push(ClientKey {
+            name: name.trim().to_string(),
+            public_key: public_keys("ATOMOS_CLIENTS", &[key.to_string()])?[0],
+        });
+    }
+    Ok(clients)
+}
+
+/// Every other member has a key; this node's entry, if it lists keys, lists its own; no key
+/// belongs to two principals; clients have names, each once.
+pub(super) fn check_keys(
+    me: u64,
+    own: Option<&KeyPair>,
+    members: &[Peer],
+    clients: &[ClientKey],
+) -> Result<(), ConfigError> {
+    let mut holders: BTreeMap<PublicKey, String> = BTreeMap::new();
+    let mut hold = |key: PublicKey, who: String| match holders.insert(key, who.clone()) {
+        Some(other) if other != who => Err(invalid(
+            if who.starts_with("client") {
+                "clients"
+            } else {
+                "peers"
+            },
+            format!(
+                "the public key {} is listed for both {other} and {who}: every member and \
+                 client has a key of its own",
+                key.fingerprint()
+            ),
+        )),
+        _ => Ok(()),
+    };
+    for p in members {
+        if p.id == me {
+            if let Some(own) =
+                own.filter(|k| !p.public_keys.is_empty() && !p.public_keys.contains(&k.public()))
+            {
+                return Err(invalid(
+                    "peers",
+                    format!(
+                        "this node's own entry ({me}) lists public keys of which none is its \
+                         key file's ({})",
+                        own.public()
+                    ),
+                ));
+            }
+        } else if p.public_keys.is_empty() {
+            return Err(invalid(
+                "peers",
+                format!(
+                    "member {} has no public_key: a member's connections are authenticated by \
+                     its key (its `atomos keygen` printed it)",
+                    p.id
+                ),
+            ));
+        }
+        for key in &p.public_keys {
+            hold(*key, format!("member {}", p.id))?;
+        }
+    }
+    if let Some(own) = own {
+        hold(own.public(), format!("member {me}"))?;
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for c in clients {
+        if c.name.trim().is_empty() {
+            return Err(invalid("clients", "a client's name must not be empty"));
+        }
+        if !names.insert(c.name.as_str()) {
+            return Err(invalid(
+                "clients",
+                format!("the client name {:?} is listed twice", c.name),
+            ));
+        }
+        hold(c.public_key, format!("client {:?}", c.name))?;
+    }
+    Ok(())
 }
 
 /// The membership list may name this node too (one list for the whole cluster): then its

@@ -20,6 +20,7 @@ use super::{Link, LinkFrame, Reason, Shared};
 use crate::counters::connection_event;
 use crate::frame::Decoder;
 use crate::handshake::{Handshake, Progress, Role, MAX_HANDSHAKE_FRAME};
+use crate::keys::PublicKey;
 use crate::secure::{Opener, Sealer, MAX_RECORD};
 use crate::transport::NodeId;
 use crate::wire;
@@ -28,6 +29,8 @@ use crate::wire;
 pub(super) struct Opened {
     stream: TcpStream,
     pub(super) peer: NodeId,
+    /// The static key the peer proved.
+    pub(super) key: PublicKey,
     sealer: Sealer,
     opener: Opener,
     /// Holds the sealed records that arrived with the end of the handshake.
@@ -52,10 +55,11 @@ where
         None => Role::Responder,
     };
     let mut out = Vec::new();
-    let mut handshake = Handshake::start(shared.cfg.identity.clone(), role, &mut out);
-    if let Some(peer) = expect {
-        handshake.expect_peer(peer);
-    }
+    let (me, roster) = (shared.cfg.identity.clone(), shared.cfg.roster.clone());
+    let mut handshake = match expect {
+        Some(peer) => Handshake::dial(me, roster, peer, &mut out),
+        None => Handshake::accept(me, roster, &mut out),
+    };
     stream.write_all(&out).await.map_err(io_err)?;
     let mut records = Decoder::new(MAX_HANDSHAKE_FRAME);
     let mut buf = [0u8; 1024];
@@ -74,6 +78,7 @@ where
             }
             if let Progress::Established {
                 peer,
+                key,
                 sealer,
                 opener,
             } = progress
@@ -94,6 +99,7 @@ where
                 return Ok(Opened {
                     stream,
                     peer,
+                    key,
                     sealer,
                     opener,
                     records,
@@ -135,6 +141,12 @@ where
     }
     connection_event(me, Some(link.peer), "up");
     shared.deliver.link(link.peer, true);
+    tokio::spawn(close_when_revoked(
+        shared.cfg.roster.clone(),
+        link.peer,
+        opened.key,
+        conn.clone(),
+    ));
 
     let (rd, wr) = opened.stream.into_split();
     let writer = tokio::spawn(write_loop(
@@ -165,6 +177,32 @@ where
             connection_event(me, Some(link.peer), "down");
         }
         shared.deliver.link(link.peer, false);
+    }
+}
+
+/// Closes the connection of `peer`, proven with `key`, once the roster no longer admits that
+/// key (a client revoked, a member's old key retired); ends with the connection.
+async fn close_when_revoked(
+    roster: Arc<crate::roster::Roster>,
+    peer: NodeId,
+    key: PublicKey,
+    conn: CancellationToken,
+) {
+    let mut changes = roster.subscribe();
+    loop {
+        if !roster.still_admits(peer, &key) {
+            warn!(
+                peer,
+                key = %key.fingerprint(),
+                "the peer's key is no longer admitted: its connection closes"
+            );
+            conn.cancel();
+            return;
+        }
+        tokio::select! {
+            _ = conn.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
     }
 }
 

@@ -20,8 +20,11 @@
 //!   with the reason; nothing of a damaged record is delivered.
 //! - Messages are delivered at most once: bytes queued or in flight when a connection breaks
 //!   are lost, and protocols above recover.
+//! - **Identities**: each side proves its own static key; the [`Roster`] shared through
+//!   [`TcpConfig::roster`] says which keys are which member's and which are clients'. A
+//!   connection whose key the roster stops admitting (a reload) closes.
 //! - **Clients**: a member also accepts connections from clients (ids with
-//!   [`CLIENT_BIT`] set, authenticated with the same secret) unless
+//!   [`CLIENT_BIT`] set, derived from their keys, which the roster lists) unless
 //!   [`TcpConfig::accept_clients`] is off. A client's link lives as long as its connection:
 //!   sending to a client that is not connected fails with [`SendError::UnknownPeer`]. A client
 //!   runs [`TcpTransport::connect`]: it listens nowhere and dials every member.
@@ -51,6 +54,7 @@ use tracing::{debug, warn};
 use crate::counters::{connection_event, LinkCounters};
 use crate::frame::DEFAULT_MAX_FRAME;
 use crate::handshake::Identity;
+use crate::roster::Roster;
 use crate::transport::{
     is_client, Deliver, FaultRules, NodeId, SendError, Transport, Verdict, CLIENT_BIT,
 };
@@ -70,10 +74,12 @@ pub enum LinkFrame<M> {
 /// Settings of a TCP transport. [`TcpConfig::new`] gives defaults suited to a LAN.
 #[derive(Clone, Debug)]
 pub struct TcpConfig {
-    /// Who this node is (cluster, id, secret).
+    /// Who this node is (cluster, id, secret, key pair).
     pub identity: Identity,
     /// The other members and where they listen.
     pub peers: Vec<(NodeId, SocketAddr)>,
+    /// The keys admitted: every member in `peers` must have one.
+    pub roster: Arc<Roster>,
     /// Largest frame accepted or sent, in bytes.
     pub max_frame: usize,
     /// An idle connection carries a keep-alive this often.
@@ -90,7 +96,8 @@ pub struct TcpConfig {
     pub max_backlog: usize,
     /// Accepted connections that may be handshaking at once; more are closed unanswered.
     pub max_pending_handshakes: usize,
-    /// Whether clients (ids with [`CLIENT_BIT`] set, holding the cluster secret) may connect.
+    /// Whether clients (ids with [`CLIENT_BIT`] set, holding a client key of the roster) may
+    /// connect.
     pub accept_clients: bool,
     /// For this long after the transport last read or wrote, one task keeps a runtime
     /// worker from sleeping, so the next message is seen at once (zero: never). This trades a
@@ -103,10 +110,15 @@ impl TcpConfig {
     /// handshake, re-dial after 20 ms doubling up to 1 s, 64 MiB of backlog per peer, 64
     /// connections handshaking at once, clients accepted, busy polling for
     /// [`DEFAULT_BUSY_POLL`] after activity.
-    pub fn new(identity: Identity, peers: Vec<(NodeId, SocketAddr)>) -> TcpConfig {
+    pub fn new(
+        identity: Identity,
+        peers: Vec<(NodeId, SocketAddr)>,
+        roster: Arc<Roster>,
+    ) -> TcpConfig {
         TcpConfig {
             identity,
             peers,
+            roster,
             max_frame: DEFAULT_MAX_FRAME,
             keepalive: Duration::from_millis(500),
             dead_after: Duration::from_secs(3),
@@ -217,6 +229,7 @@ where
                 "member id {peer} has the client bit set: a member's id must be below {CLIENT_BIT}"
             )));
         }
+        check_keys(&cfg)?;
         let shared = Shared::new(cfg, listener.local_addr()?, deliver);
         tokio::spawn(shared.busy.clone().run(shared.stop.clone()));
         tokio::spawn(accept_loop(shared.clone(), listener));
@@ -238,6 +251,7 @@ where
                 "client id {me} lacks the client bit ({CLIENT_BIT})"
             )));
         }
+        check_keys(&cfg)?;
         let nowhere = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
         let shared = Shared::new(cfg, nowhere, deliver);
         tokio::spawn(shared.busy.clone().run(shared.stop.clone()));
@@ -342,6 +356,22 @@ where
 /// Why a connection could not be opened or was closed.
 type Reason = String;
 
+/// Refuses a configuration with a member whose key the roster does not pin.
+fn check_keys(cfg: &TcpConfig) -> io::Result<()> {
+    let me = cfg.identity.node();
+    match cfg
+        .peers
+        .iter()
+        .find(|(id, _)| *id != me && cfg.roster.member_keys(*id).is_empty())
+    {
+        Some((peer, _)) => Err(invalid(format!(
+            "member {peer} has no public key in the roster: its connections could not be \
+             authenticated"
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn invalid(reason: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, reason)
 }
@@ -387,7 +417,7 @@ impl<M> Shared<M> {
         })
     }
 
-    /// Whether a connection from `peer`, authenticated with the secret, may be used: a member
+    /// Whether a connection from `peer`, authenticated by its key, may be used: a member
     /// always; a client only by a member that accepts clients, on a connection it accepted.
     fn admits(&self, peer: NodeId, accepted: bool) -> bool {
         self.links.contains_key(&peer)

@@ -6,12 +6,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use atomos_net::handshake::Identity;
+use atomos_net::handshake::{Handshake, Identity, Progress, Refusal};
+use atomos_net::keys::KeyPair;
+use atomos_net::roster::Roster;
 use atomos_net::rpc::{Envelope, Inbound, Rpc};
+use atomos_net::secure::{Opener, Sealer};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::NodeId;
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,8 +36,46 @@ pub struct TestNode {
     pub links: mpsc::UnboundedReceiver<(NodeId, bool)>,
 }
 
+/// Member `id`'s key pair (derived from its id: tests only).
+pub fn member_key(id: NodeId) -> KeyPair {
+    let mut private = [b'm'; 32];
+    private[..8].copy_from_slice(&id.to_be_bytes());
+    KeyPair::from_private(private).unwrap()
+}
+
+/// Client `n`'s key pair (derived from `n`: tests only).
+pub fn client_key(n: u64) -> KeyPair {
+    let mut private = [b'c'; 32];
+    private[..8].copy_from_slice(&n.to_be_bytes());
+    KeyPair::from_private(private).unwrap()
+}
+
+/// Clients 1 to [`CLIENTS_ADMITTED`] are in every test roster, as "client-N".
+pub const CLIENTS_ADMITTED: u64 = 4;
+
+/// The roster of `members` (their keys from [`member_key`]) and the admitted clients.
+pub fn roster(members: &[(NodeId, SocketAddr)]) -> Arc<Roster> {
+    Arc::new(Roster::new(
+        members
+            .iter()
+            .map(|&(id, _)| (id, vec![member_key(id).public()])),
+        (1..=CLIENTS_ADMITTED).map(|n| (client_key(n).public(), format!("client-{n}"))),
+    ))
+}
+
+/// Member `id` of cluster "test" with `secret`, among `peers`, its roster from [`roster`].
 pub fn config(id: NodeId, secret: &str, peers: &[(NodeId, SocketAddr)]) -> TcpConfig {
-    let mut cfg = TcpConfig::new(Identity::new("test", id, secret).unwrap(), peers.to_vec());
+    let identity = Identity::member("test", id, secret, member_key(id)).unwrap();
+    let mut cfg = TcpConfig::new(identity, peers.to_vec(), roster(peers));
+    cfg.reconnect_max = Duration::from_millis(200);
+    cfg
+}
+
+/// Client `n` (its key from [`client_key`]) of cluster "test" with `secret`, reaching
+/// `members`.
+pub fn client_config(n: u64, secret: &str, members: &[(NodeId, SocketAddr)]) -> TcpConfig {
+    let identity = Identity::client("test", secret, client_key(n)).unwrap();
+    let mut cfg = TcpConfig::new(identity, members.to_vec(), roster(members));
     cfg.reconnect_max = Duration::from_millis(200);
     cfg
 }
@@ -110,4 +153,36 @@ pub async fn wait_link(node: &mut TestNode, peer: NodeId, up: bool) {
     })
     .await
     .unwrap_or_else(|_| panic!("link to {peer} never became up={up}"));
+}
+
+/// Dials `addr` as `me`, expecting member `to` (admitted by `roster`), and runs the handshake
+/// on the raw socket; returns the socket and the sealed channel, or the refusal (a closed
+/// connection counts as `BadProof`).
+pub async fn raw_handshake(
+    addr: SocketAddr,
+    to: NodeId,
+    me: Identity,
+    roster: Arc<Roster>,
+) -> Result<(TcpStream, Sealer, Opener), Refusal> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut out = Vec::new();
+    let mut hs = Handshake::dial(me, roster, to, &mut out);
+    s.write_all(&out).await.unwrap();
+    let mut dec = atomos_net::frame::Decoder::new(atomos_net::frame::DEFAULT_MAX_FRAME);
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = s.read(&mut buf).await.unwrap_or(0);
+        if n == 0 {
+            return Err(Refusal::BadProof);
+        }
+        dec.push(&buf[..n]);
+        while let Some(p) = dec.next_frame().unwrap() {
+            out.clear();
+            let progress = hs.step(p, &mut out)?;
+            s.write_all(&out).await.unwrap();
+            if let Progress::Established { sealer, opener, .. } = progress {
+                return Ok((s, sealer, opener));
+            }
+        }
+    }
 }
