@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use atomos_core::{Certification, Certifier, CertifyError, LockOutcome, Outcome, TxError, Verdict};
-use atomos_protocols::replicated::{node_bits, Answer, Entry};
+use atomos_protocols::replicated::{Answer, Entry, LockOwner};
 use tracing::warn;
 
 use crate::ordering::Submitter;
@@ -48,23 +48,30 @@ impl Default for CertifyOptions {
 pub(crate) struct CertifySink {
     submitter: Submitter,
     limit: Duration,
-    /// `node << 48 | run << 32`: makes the engine's family ids unique in the cluster.
-    owner_prefix: u64,
+    /// This node's id and its run: with them the engine's family ids are unique in the
+    /// cluster.
+    node: u64,
+    run: u64,
 }
 
 impl CertifySink {
-    /// The sink of node `node` in its run `run` (16 bits, different at each start).
-    pub(crate) fn new(submitter: Submitter, limit: Duration, node: u64, run: u16) -> CertifySink {
+    /// The sink of node `node` in its run `run` (different at each start).
+    pub(crate) fn new(submitter: Submitter, limit: Duration, node: u64, run: u64) -> CertifySink {
         CertifySink {
             submitter,
             limit,
-            owner_prefix: (node_bits(node) << 48) | ((run as u64) << 32),
+            node,
+            run,
         }
     }
 
-    /// The cluster-wide identity of this node's transaction family `owner`.
-    fn owner(&self, owner: u64) -> u64 {
-        self.owner_prefix | (owner & 0xFFFF_FFFF)
+    /// The cluster-wide identity of this node's transaction family `family`.
+    fn owner(&self, family: u64) -> LockOwner {
+        LockOwner {
+            node: self.node,
+            run: self.run,
+            family,
+        }
     }
 
     /// Orders `entry` and returns the store's answer.
@@ -99,7 +106,7 @@ impl Certifier for CertifySink {
     }
 
     fn abstract_lock(&self, owner: u64, name: &str) -> Result<LockOutcome, CertifyError> {
-        let entry = Entry::Lock {
+        let entry = Entry::LockFor {
             owner: self.owner(owner),
             name: name.to_string(),
         };
@@ -114,7 +121,7 @@ impl Certifier for CertifySink {
     }
 
     fn release_abstract(&self, owner: u64, names: Vec<String>) {
-        let entry = Entry::Unlock {
+        let entry = Entry::UnlockFor {
             owner: self.owner(owner),
             names,
         };

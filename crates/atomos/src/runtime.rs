@@ -20,7 +20,7 @@ use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{is_client, Deliver, FaultRules, NodeId, SendError, Transport};
 use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig, StateMachine};
 use atomos_protocols::oss::{OssConfig, OssMsg};
-use atomos_protocols::replicated::{node_bits, Answer, Entry, ReplicatedStore};
+use atomos_protocols::replicated::{Answer, Entry, ReplicatedStore};
 use atomos_protocols::tfa::{TfaConfig, TfaMsg};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -340,7 +340,7 @@ impl NodeRuntime {
                 ))
             }
         };
-        let run = rand::random::<u16>();
+        let run = rand::random::<u64>();
         let sink = Arc::new(CertifySink::new(
             submitter.clone(),
             options.commit_limit,
@@ -357,11 +357,7 @@ impl NodeRuntime {
         // Abstract locks this node's earlier runs held die with them: ordered once a leader
         // takes it, on a thread of its own (the order node runs on this runtime).
         let (node, stop) = (self.id, self.stop.clone());
-        let release = Entry::ReleaseStale {
-            node: node_bits(node),
-            keep: run as u64,
-        }
-        .encode();
+        let release = Entry::ReleaseStaleRuns { node, keep: run }.encode();
         std::thread::spawn(move || {
             while !stop.is_cancelled() {
                 match submitter.submit_wait(release.clone(), Duration::from_secs(5)) {

@@ -18,16 +18,19 @@ pub enum Entry {
     /// Changes nothing: once a replica has applied it, it has applied everything ordered
     /// before it (linearizable reads wait for one).
     Barrier,
-    /// Take abstract lock `name` for transaction family `owner` (open nesting).
+    /// Take abstract lock `name` for transaction family `owner` (open nesting). Written by
+    /// builds whose owners packed the node and the run in 16 bits each: still read (as
+    /// [`LockOwner::from_packed`]), no longer written; see [`Entry::LockFor`].
     Lock {
-        /// The family (unique in the cluster: it carries its node; see [`owner_node`]).
+        /// The family, packed as `node << 48 | run << 32 | family`.
         owner: u64,
         /// The lock.
         name: String,
     },
-    /// Release the family's abstract locks among `names`.
+    /// Release the family's abstract locks among `names`. Read as written by earlier builds
+    /// (see [`Entry::Lock`]); see [`Entry::UnlockFor`].
     Unlock {
-        /// The family.
+        /// The family, packed.
         owner: u64,
         /// The locks.
         names: Vec<String>,
@@ -36,7 +39,8 @@ pub enum Entry {
     Collect,
     /// Release every abstract lock held by a family of node `node` ([`node_bits`]) other than
     /// those of its run `keep` (a restarted node's earlier run held them and is gone); later
-    /// requests of the node's other runs are refused.
+    /// requests of the node's other runs are refused. Read as written by earlier builds (see
+    /// [`Entry::Lock`]); see [`Entry::ReleaseStaleRuns`].
     ReleaseStale {
         /// The node.
         node: u64,
@@ -60,20 +64,68 @@ pub enum Entry {
         /// The encoded arguments.
         arguments: Vec<u8>,
     },
+    /// Take abstract lock `name` for transaction family `owner` (open nesting).
+    LockFor {
+        /// The family, unique in the cluster.
+        owner: LockOwner,
+        /// The lock.
+        name: String,
+    },
+    /// Release the family's abstract locks among `names`.
+    UnlockFor {
+        /// The family.
+        owner: LockOwner,
+        /// The locks.
+        names: Vec<String>,
+    },
+    /// Release every abstract lock held by a family of node `node` other than those of its
+    /// run `keep` (a restarted node's earlier run held them and is gone); later requests of
+    /// the node's other runs are refused.
+    ReleaseStaleRuns {
+        /// The node.
+        node: u64,
+        /// Its current run (families of this run keep their locks).
+        keep: u64,
+    },
 }
 
-/// The node a lock owner belongs to: owners are `node << 48 | run << 32 | family`, with the
-/// node's id in 16 bits ([`node_bits`]).
+/// Who holds an abstract lock: transaction family `family` of run `run` (one start) of node
+/// `node`, each at full width, so no two nodes, runs or families share an owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct LockOwner {
+    /// The node.
+    pub node: u64,
+    /// The node's run.
+    pub run: u64,
+    /// The family, numbered by the node's engine.
+    pub family: u64,
+}
+
+impl LockOwner {
+    /// An owner as earlier builds packed it: `node << 48 | run << 32 | family`, the node and
+    /// the run in 16 bits each ([`owner_node`], [`owner_run`]), the family in 32.
+    pub fn from_packed(owner: u64) -> LockOwner {
+        LockOwner {
+            node: owner_node(owner),
+            run: owner_run(owner),
+            family: owner & 0xFFFF_FFFF,
+        }
+    }
+}
+
+/// The node a packed lock owner (of [`Entry::Lock`]) belongs to: packed owners are
+/// `node << 48 | run << 32 | family`, with the node's id in 16 bits ([`node_bits`]).
 pub fn owner_node(owner: u64) -> u64 {
     owner >> 48
 }
 
-/// A node's id as lock owners carry it (16 bits).
+/// A node's id as packed lock owners carry it (16 bits).
 pub fn node_bits(node: u64) -> u64 {
     node & 0xFFFF
 }
 
-/// The run (one start of a node) a lock owner belongs to.
+/// The run (one start of a node) a packed lock owner belongs to.
 pub fn owner_run(owner: u64) -> u64 {
     (owner >> 32) & 0xFFFF
 }

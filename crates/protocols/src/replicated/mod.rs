@@ -19,5 +19,5 @@ mod collect;
 mod entry;
 mod store;
 
-pub use entry::{node_bits, owner_node, owner_run, Answer, Entry};
+pub use entry::{node_bits, owner_node, owner_run, Answer, Entry, LockOwner};
 pub use store::{PlantedBug, ReplicatedStore, StoreStats};

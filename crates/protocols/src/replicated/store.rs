@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::collect::{Reachability, Write};
-use super::entry::{owner_node, owner_run, Answer, Entry};
+use super::entry::{Answer, Entry, LockOwner};
 
 /// What a store applied since it started (or was restored).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,13 +54,83 @@ pub enum PlantedBug {
     CommitAtOpt,
 }
 
-/// A snapshot: the objects and abstract locks at a log position.
-#[derive(Serialize, Deserialize)]
+/// A snapshot: the objects and abstract locks at a log position. Encoded as the snapshot of
+/// earlier builds (whose lock owners were packed into a `u64`), with no packed locks or runs,
+/// followed by [`OwnersAtFullWidth`]: a snapshot of an earlier build (nothing follows) still
+/// restores, its packed owners read as [`LockOwner::from_packed`].
 struct Snapshot {
+    position: u64,
+    objects: Vec<SnapshotObject>,
+    locks: Vec<(String, LockOwner)>,
+    runs: Vec<(u64, u64)>,
+}
+
+/// The layout of earlier builds' snapshots, which a snapshot still starts with.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct PackedSnapshot {
     position: u64,
     objects: Vec<SnapshotObject>,
     locks: Vec<(String, u64)>,
     runs: Vec<(u64, u64)>,
+}
+
+/// What follows [`PackedSnapshot`] in a snapshot of this build.
+#[derive(Deserialize)]
+struct OwnersAtFullWidth {
+    locks: Vec<(String, LockOwner)>,
+    runs: Vec<(u64, u64)>,
+}
+
+/// [`PackedSnapshot`] and [`OwnersAtFullWidth`] borrowed, to encode (serde writes a slice as
+/// it writes a `Vec`).
+#[derive(Serialize)]
+struct SnapshotParts<'a> {
+    position: u64,
+    objects: &'a [SnapshotObject],
+    no_packed_locks: &'a [(String, u64)],
+    no_packed_runs: &'a [(u64, u64)],
+    locks: &'a [(String, LockOwner)],
+    runs: &'a [(u64, u64)],
+}
+
+impl Snapshot {
+    fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
+        postcard::to_stdvec(&SnapshotParts {
+            position: self.position,
+            objects: &self.objects,
+            no_packed_locks: &[],
+            no_packed_runs: &[],
+            locks: &self.locks,
+            runs: &self.runs,
+        })
+    }
+
+    fn decode(data: &[u8]) -> Result<Snapshot, String> {
+        let (packed, rest): (PackedSnapshot, &[u8]) =
+            postcard::take_from_bytes(data).map_err(|e| format!("snapshot: {e}"))?;
+        let mut locks: Vec<(String, LockOwner)> = packed
+            .locks
+            .into_iter()
+            .map(|(name, owner)| (name, LockOwner::from_packed(owner)))
+            .collect();
+        let mut runs = packed.runs;
+        if !rest.is_empty() {
+            let (wide, left): (OwnersAtFullWidth, &[u8]) = postcard::take_from_bytes(rest)
+                .map_err(|e| format!("snapshot's lock owners: {e}"))?;
+            if !left.is_empty() {
+                return Err(format!("snapshot: {} bytes after its end", left.len()));
+            }
+            locks.extend(wide.locks);
+            runs.extend(wide.runs);
+        }
+        Ok(Snapshot {
+            position: packed.position,
+            objects: packed.objects,
+            locks,
+            runs,
+        })
+    }
 }
 
 /// One replica's store: the node's engine, changed only through the log. Every finally
@@ -70,7 +140,7 @@ pub struct ReplicatedStore {
     engine: Arc<Engine>,
     position: u64,
     /// Abstract locks (open nesting): name -> owning family.
-    locks: BTreeMap<String, u64>,
+    locks: BTreeMap<String, LockOwner>,
     /// Each node's current run, as its last `ReleaseStale` said: families of its other runs
     /// are gone and take no lock.
     runs: BTreeMap<u64, u64>,
@@ -153,7 +223,7 @@ impl ReplicatedStore {
     }
 
     fn decode_snapshot(data: &[u8]) -> Result<Snapshot, String> {
-        let s: Snapshot = postcard::from_bytes(data).map_err(|e| format!("snapshot: {e}"))?;
+        let s = Snapshot::decode(data)?;
         if s.objects.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err("snapshot: objects are not sorted by key, each once".into());
         }
@@ -168,6 +238,40 @@ impl ReplicatedStore {
 }
 
 impl ReplicatedStore {
+    /// Takes abstract lock `name` for `owner` at `position`, unless another family holds it
+    /// or `owner`'s run is gone: a request of a node's earlier run, ordered after that node
+    /// restarted, is refused, as its family would hold the lock forever.
+    fn lock(&mut self, owner: LockOwner, name: String, position: u64) -> Answer {
+        let gone = self
+            .runs
+            .get(&owner.node)
+            .is_some_and(|&run| run != owner.run);
+        match self.locks.get(&name) {
+            _ if gone => Answer::LockHeld { position },
+            Some(&o) if o == owner => Answer::Locked {
+                position,
+                taken: false,
+            },
+            Some(_) => Answer::LockHeld { position },
+            None => {
+                self.locks.insert(name, owner);
+                Answer::Locked {
+                    position,
+                    taken: true,
+                }
+            }
+        }
+    }
+
+    /// Releases those of `names` that `owner` holds.
+    fn unlock(&mut self, owner: LockOwner, names: Vec<String>) {
+        for n in names {
+            if self.locks.get(&n) == Some(&owner) {
+                self.locks.remove(&n);
+            }
+        }
+    }
+
     /// Applies one finally delivered request; `slot` is its place among the optimistic
     /// deliveries (known when the order layer says it).
     fn apply_at(&mut self, slot: Option<(u64, u32)>, request: &Request) -> Vec<u8> {
@@ -199,37 +303,22 @@ impl ReplicatedStore {
                 self.stats.barriers += 1;
                 Answer::Applied { position }
             }
+            Ok(Entry::LockFor { owner, name }) => {
+                self.engine.mark_applied(position);
+                self.lock(owner, name, position)
+            }
             Ok(Entry::Lock { owner, name }) => {
                 self.engine.mark_applied(position);
-                // A request of a node's earlier run, ordered after that node restarted, is
-                // refused: its family is gone and would hold the lock forever.
-                let gone = self
-                    .runs
-                    .get(&owner_node(owner))
-                    .is_some_and(|&run| run != owner_run(owner));
-                match self.locks.get(&name) {
-                    _ if gone => Answer::LockHeld { position },
-                    Some(&o) if o == owner => Answer::Locked {
-                        position,
-                        taken: false,
-                    },
-                    Some(_) => Answer::LockHeld { position },
-                    None => {
-                        self.locks.insert(name, owner);
-                        Answer::Locked {
-                            position,
-                            taken: true,
-                        }
-                    }
-                }
+                self.lock(LockOwner::from_packed(owner), name, position)
+            }
+            Ok(Entry::UnlockFor { owner, names }) => {
+                self.engine.mark_applied(position);
+                self.unlock(owner, names);
+                Answer::Applied { position }
             }
             Ok(Entry::Unlock { owner, names }) => {
                 self.engine.mark_applied(position);
-                for n in names {
-                    if self.locks.get(&n) == Some(&owner) {
-                        self.locks.remove(&n);
-                    }
-                }
+                self.unlock(LockOwner::from_packed(owner), names);
                 Answer::Applied { position }
             }
             Ok(Entry::Collect) => {
@@ -307,11 +396,10 @@ impl ReplicatedStore {
                 }
                 Answer::Digested { position, digest }
             }
-            Ok(Entry::ReleaseStale { node, keep }) => {
+            Ok(Entry::ReleaseStaleRuns { node, keep } | Entry::ReleaseStale { node, keep }) => {
                 self.engine.mark_applied(position);
                 self.runs.insert(node, keep);
-                self.locks
-                    .retain(|_, o| owner_node(*o) != node || owner_run(*o) == keep);
+                self.locks.retain(|_, o| o.node != node || o.run == keep);
                 Answer::Applied { position }
             }
             Err(e) => {
@@ -397,12 +485,13 @@ impl StateMachine for ReplicatedStore {
     /// which `restore` refuses (loudly) rather than restoring a partial state.
     fn snapshot(&self) -> Vec<u8> {
         match self.engine.snapshot_objects() {
-            Ok(objects) => postcard::to_stdvec(&Snapshot {
+            Ok(objects) => Snapshot {
                 position: self.position,
                 objects,
                 locks: self.locks.iter().map(|(n, o)| (n.clone(), *o)).collect(),
                 runs: self.runs.iter().map(|(n, r)| (*n, *r)).collect(),
-            })
+            }
+            .encode()
             .unwrap_or_default(),
             Err(_) => Vec::new(),
         }

@@ -193,6 +193,125 @@ fn abstract_locks_are_taken_released_and_kept_in_snapshots() {
 }
 
 #[test]
+fn lock_owners_keep_full_width_node_run_and_family_ids() {
+    let mut s = store();
+    let ask = |s: &mut ReplicatedStore, e: Entry| Answer::decode(&s.apply(&request(&e))).unwrap();
+    let owner = |node, run, family| LockOwner { node, run, family };
+    let lock = |owner, name: &str| Entry::LockFor {
+        owner,
+        name: name.into(),
+    };
+    // Packed into 16 bits (what earlier builds wrote), nodes 1 and 65537 were one owner, and
+    // so were families 1 and 2^32 + 1 of one run.
+    let packed = |node: u64, run: u64, family: u64| (node << 48) | (run << 32) | family;
+    assert_eq!(
+        LockOwner::from_packed(packed(1, 5, 1)),
+        LockOwner::from_packed(packed(65537 & 0xFFFF, 5, 1))
+    );
+    let (one, far) = (owner(1, 5, 1), owner(65537, 5, 1));
+    assert_eq!(
+        ask(&mut s, lock(one, "x")),
+        Answer::Locked {
+            position: 1,
+            taken: true
+        }
+    );
+    // Node 65537's family with the same run and family numbers is another owner.
+    assert_eq!(
+        ask(&mut s, lock(far, "x")),
+        Answer::LockHeld { position: 2 }
+    );
+    assert_eq!(
+        ask(&mut s, lock(owner(1, 5, (1 << 32) + 1), "x")),
+        Answer::LockHeld { position: 3 }
+    );
+    // Node 65537 restarting (as run 9) releases its own earlier runs' locks, not node 1's.
+    ask(
+        &mut s,
+        Entry::ReleaseStaleRuns {
+            node: 65537,
+            keep: 9,
+        },
+    );
+    assert_eq!(
+        ask(&mut s, lock(one, "x")),
+        Answer::Locked {
+            position: 5,
+            taken: false
+        },
+        "node 65537's restart released node 1's lock"
+    );
+    // Neither does node 65537 release node 1's lock by unlocking.
+    ask(
+        &mut s,
+        Entry::UnlockFor {
+            owner: far,
+            names: vec!["x".into()],
+        },
+    );
+    assert_eq!(
+        ask(&mut s, lock(one, "x")),
+        Answer::Locked {
+            position: 7,
+            taken: false
+        }
+    );
+    // Runs at full width: run 2^16 + 5 is not run 5.
+    ask(
+        &mut s,
+        Entry::ReleaseStaleRuns {
+            node: 1,
+            keep: (1 << 16) + 5,
+        },
+    );
+    assert_eq!(
+        ask(&mut s, lock(owner(1, 5, 2), "y")),
+        Answer::LockHeld { position: 9 },
+        "a family of node 1's gone run took a lock"
+    );
+    assert_eq!(
+        ask(&mut s, lock(owner(65537, 9, 1), "x")),
+        Answer::Locked {
+            position: 10,
+            taken: true
+        },
+        "node 1's gone run still held its lock"
+    );
+    // Snapshots keep full-width owners and runs.
+    let mut copy = store();
+    copy.restore(&s.snapshot()).unwrap();
+    assert_eq!(copy.locks, s.locks);
+    assert_eq!(copy.runs, s.runs);
+}
+
+#[test]
+fn snapshots_of_earlier_builds_with_packed_owners_still_restore() {
+    let objects = vec![(Key::from("k"), 1, tagged("k", 3))];
+    let earlier = PackedSnapshot {
+        position: 4,
+        objects,
+        locks: vec![("x".into(), (2 << 48) | (7 << 32) | 9)],
+        runs: vec![(2, 7)],
+    };
+    let bytes = postcard::to_stdvec(&earlier).unwrap();
+    let mut s = store();
+    s.restore(&bytes).unwrap();
+    assert_eq!(
+        s.locks["x"],
+        LockOwner {
+            node: 2,
+            run: 7,
+            family: 9
+        }
+    );
+    assert_eq!(s.runs[&2], 7);
+    // Bytes after a snapshot's end are refused.
+    let mut longer = s.snapshot();
+    longer.push(0);
+    assert!(store().restore(&longer).is_err());
+}
+
+#[test]
 fn a_restored_store_holds_the_same_objects_and_refuses_bad_snapshots() {
     let mut a = store();
     let k = Key::from("k");
@@ -213,20 +332,22 @@ fn a_restored_store_holds_the_same_objects_and_refuses_bad_snapshots() {
         vec![1, 2, 3],
         snap[..snap.len() - 1].to_vec(),
         // An object newer than the snapshot's position.
-        postcard::to_stdvec(&Snapshot {
+        Snapshot {
             position: 1,
             objects: vec![(k.clone(), 2, None)],
             locks: vec![],
             runs: vec![],
-        })
+        }
+        .encode()
         .unwrap(),
         // The same key twice.
-        postcard::to_stdvec(&Snapshot {
+        Snapshot {
             position: 5,
             objects: vec![(k.clone(), 1, None), (k.clone(), 2, None)],
             locks: vec![],
             runs: vec![],
-        })
+        }
+        .encode()
         .unwrap(),
     ] {
         let mut c = store();
