@@ -467,6 +467,12 @@ impl<S: StateMachine> Replica<S> {
         self.stats
     }
 
+    /// Requests this replica took into its batches that are not delivered or dropped yet
+    /// (bookkeeping that must not grow with the requests it has served).
+    pub fn requests_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
     /// Whether this replica is the Raft leader now.
     pub fn is_leader(&self) -> bool {
         self.raft.raft.state == raft::StateRole::Leader
@@ -1192,6 +1198,13 @@ impl<S: StateMachine> Replica<S> {
                 self.stats.requests_delivered += 1;
             }
             if let Some(id) = p.batch {
+                // Requests of the batch that were not delivered (older than one of their
+                // client's already ordered) are done too: they never run.
+                if let Some(requests) = self.batches.get(&id) {
+                    for r in requests {
+                        self.in_flight.remove(&(r.client, r.seq));
+                    }
+                }
                 self.delivered_batches.insert(id);
                 self.proposed.remove(&id);
                 self.fetch_sent.remove(&id);

@@ -4,7 +4,7 @@
 //! lost in a crash, and an election can then replace it.
 //!
 //! Three replicas stepped by hand over an in-memory network; the leader's disk confirms
-//! nothing until the test says so.
+//! nothing until the test says so. Also here: what a replica keeps of requests that never run.
 
 use std::collections::VecDeque;
 
@@ -88,22 +88,29 @@ impl Cluster {
 
     /// Orders one append to register `k` through replica 1.
     fn submit(&mut self) {
-        let request = Request {
-            client: 100,
-            seq: 1,
-            payload: RegisterOp::Append {
-                key: "k".into(),
-                value: vec![7],
-            }
-            .encode(),
-        };
-        self.step(
-            1,
-            Input::Message {
-                from: 100,
-                msg: OrderMsg::Request(request),
-            },
-        );
+        self.submit_numbered(&[1]);
+    }
+
+    /// Orders appends of client 100 numbered `seqs`, in this order, in one batch of replica 1.
+    fn submit_numbered(&mut self, seqs: &[u64]) {
+        for &seq in seqs {
+            let request = Request {
+                client: 100,
+                seq,
+                payload: RegisterOp::Append {
+                    key: "k".into(),
+                    value: vec![7],
+                }
+                .encode(),
+            };
+            self.step(
+                1,
+                Input::Message {
+                    from: 100,
+                    msg: OrderMsg::Request(request),
+                },
+            );
+        }
         self.step(1, Input::Request(Command::Flush));
         self.pump();
         for _ in 0..5 {
@@ -144,4 +151,16 @@ fn the_planted_bug_applies_before_the_leader_s_disk_holds_it() {
     c.stalled = Some(1);
     c.submit();
     assert_eq!(c.replica(1).machine().get("k"), Some(&[7u8][..]));
+}
+
+/// A request ordered after a higher-numbered one of its client never runs; the replica that
+/// batched it forgets it once its batch is delivered, instead of keeping it forever.
+#[test]
+fn requests_that_never_run_leave_no_bookkeeping_behind() {
+    let mut c = Cluster::new(None);
+    c.elect_1();
+    c.submit_numbered(&[7, 5, 6, 8]);
+    // 7 and 8 ran; 5 and 6 came after 7 and never run.
+    assert_eq!(c.replica(1).machine().get("k"), Some(&[7u8, 7][..]));
+    assert_eq!(c.replica(1).requests_in_flight(), 0);
 }
