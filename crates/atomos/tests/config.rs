@@ -554,27 +554,31 @@ fn member_and_client_keys_are_read_and_checked() {
     // A member without a key, a malformed key, one key for two members, this node listed
     // with a key that is not its own.
     let (key, text) = refused(&[("ATOMOS_PEERS", "2=127.0.0.1:7402".into())]);
-    assert_eq!(key, "peers");
+    assert_eq!(key, "ATOMOS_PEERS");
     assert!(text.contains("member 2 has no public_key"), "{text}");
     assert_eq!(
         refused(&[("ATOMOS_PEERS", "2=127.0.0.1:7402/abc".into())]).0,
         "ATOMOS_PEERS"
     );
     let shared = format!("2=127.0.0.1:7402/{},3=127.0.0.1:7403/{}", pk(2), pk(2));
-    assert_eq!(refused(&[("ATOMOS_PEERS", shared)]).0, "peers");
+    assert_eq!(refused(&[("ATOMOS_PEERS", shared)]).0, "ATOMOS_PEERS");
     let not_mine = format!("1=127.0.0.1:7401/{},2=127.0.0.1:7402/{}", pk(5), pk(2));
-    assert_eq!(refused(&[("ATOMOS_PEERS", not_mine)]).0, "peers");
+    assert_eq!(refused(&[("ATOMOS_PEERS", not_mine)]).0, "ATOMOS_PEERS");
     let mine = format!("1=127.0.0.1:7401/{},2=127.0.0.1:7402/{}", pk(1), pk(2));
     assert!(load(None, base(&[("ATOMOS_PEERS", mine)])).is_ok());
     // Clients: a member's key, a name twice, malformed entries.
     assert_eq!(
         refused(&[("ATOMOS_CLIENTS", format!("app={}", pk(2)))]).0,
-        "clients"
+        "ATOMOS_CLIENTS"
     );
     assert_eq!(
         refused(&[("ATOMOS_CLIENTS", format!("app={},app={}", pk(8), pk(9)))]).0,
-        "clients"
+        "ATOMOS_CLIENTS"
     );
+    // A node alone that lists clients needs its own key and the secret: otherwise it makes
+    // random ones and no client could ever connect.
+    let alone = env(&[("ATOMOS_CLIENTS", &format!("app={}", pk(8)))]);
+    assert_eq!(key_of(load(None, alone).unwrap_err()), "key_file");
     assert_eq!(
         refused(&[("ATOMOS_CLIENTS", "app".into())]).0,
         "ATOMOS_CLIENTS"
@@ -586,6 +590,19 @@ fn member_and_client_keys_are_read_and_checked() {
     let path = file(
         "bad-client.toml",
         "[[clients]]\nname = \"app\"\npublic_key = \"zz\"\n",
+    );
+    let twice = file(
+        "twice-client.toml",
+        &format!(
+            "[[clients]]\nname = \"app\"\npublic_key = \"{}\"\n\
+             [[clients]]\nname = \"app\"\npublic_key = \"{}\"\n",
+            pk(8),
+            pk(9)
+        ),
+    );
+    assert_eq!(
+        key_of(load(Some(&twice), base(&[])).unwrap_err()),
+        "clients"
     );
     assert_eq!(
         key_of(load(Some(&path), env(&[])).unwrap_err()),

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -175,6 +175,9 @@ fn write_private(path: &Path, text: &str) -> Result<(), String> {
         .mode(0o600)
         .open(path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    // A file that existed keeps its mode through `open`: make it the owner's alone.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("cannot restrict {}: {e}", path.display()))?;
     file.write_all(text.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
@@ -245,16 +248,20 @@ fn write_config(
     write_private(path, &text)
 }
 
-/// Reports nodes that exit on their own until Ctrl-C or SIGTERM.
+/// Reports nodes that exit on their own until Ctrl-C, SIGTERM or SIGHUP (its terminal
+/// closed: the nodes, which reload their keys on SIGHUP, must not outlive it).
 async fn watch(members: &mut [Member]) -> Result<(), String> {
     let mut terminate =
         signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
     let mut interrupt =
         signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
+    let mut hangup =
+        signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
     loop {
         tokio::select! {
             _ = terminate.recv() => return Ok(()),
             _ = interrupt.recv() => return Ok(()),
+            _ = hangup.recv() => return Ok(()),
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
         for m in members.iter_mut().filter(|m| !m.exited) {

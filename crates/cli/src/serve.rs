@@ -38,6 +38,14 @@ pub fn run(config: Option<&Path>) -> Result<bool, String> {
 /// Re-reads the configuration (file and environment) and reloads the keys it lists; a
 /// configuration that does not load changes nothing.
 fn reload_keys(node: &NodeRuntime, config: Option<&Path>) {
+    for var in ["ATOMOS_CLIENTS", "ATOMOS_PEERS"] {
+        if std::env::var_os(var).is_some() {
+            warn!(
+                "SIGHUP: {var} is set, so the keys it lists are still those of this process's \
+                 start and the file's are not read: restart the node to change them"
+            );
+        }
+    }
     let settings = match atomos::config::load_from_environment(config) {
         Ok(settings) => settings,
         Err(e) => {

@@ -115,10 +115,11 @@ fn a_revoked_client_is_refused_within_one_reload_and_readmitted_by_the_next() {
         signal(*pid, libc::SIGHUP);
     }
     wait_logged(&dir, nodes, "SIGHUP: keys reloaded", 2);
-    let readmitted = runtime.block_on(Client::connect(client_config(&dir)));
-    assert!(readmitted.is_ok(), "the client was not admitted again");
+    let readmitted = runtime
+        .block_on(Client::connect(client_config(&dir)))
+        .expect("the client was not admitted again");
 
-    // A reload that does not load changes nothing and says so.
+    // A reload that does not load changes nothing and says so: the client still reads.
     std::fs::write(dir.join("node-1.toml"), "this is not toml").unwrap();
     signal(pids[0], libc::SIGHUP);
     wait_logged(
@@ -128,6 +129,16 @@ fn a_revoked_client_is_refused_within_one_reload_and_readmitted_by_the_next() {
         1,
     );
     std::fs::write(dir.join("node-1.toml"), &original[0]).unwrap();
+    let mut cfg = client_config(&dir);
+    cfg.members.retain(|(id, _)| *id == 1);
+    let through_one = runtime
+        .block_on(Client::connect(cfg))
+        .expect("node 1 refused the client after a broken reload");
+    let count: u64 = runtime
+        .block_on(through_one.invoke(CLIENT_COUNT, &7u64))
+        .unwrap();
+    assert_eq!(count, 0);
+    drop(readmitted);
 
     signal(up.id(), libc::SIGTERM);
     assert!(wait_exit(&mut up, Duration::from_secs(15)).success());

@@ -5,7 +5,7 @@
 //! 1. Both sides send a [`Preamble`] in the clear: the wire version and the cluster name, so a
 //!    node of another version or cluster gets a clear refusal. Nothing secret is in it.
 //! 2. The dialler (initiator) sends Noise's first message: a fresh ephemeral key and its
-//!    [`Claim`] (member id, or a client's connection number), encrypted under a key mixed from
+//!    [`Claim`] (member id, or the number a client's id derives from), encrypted under a key mixed from
 //!    a pre-shared key derived from the cluster secret (and the cluster name). Only a peer that
 //!    knows the secret can produce or read it.
 //! 3. The acceptor (responder) opens it (a peer that does not know the secret is refused here,

@@ -129,11 +129,12 @@ impl KeyPair {
         let pair = builder
             .generate_keypair()
             .map_err(|e| KeyError::Crypto(format!("{e}")))?;
+        let generated = Zeroizing::new(pair.private);
         let mut private = Zeroizing::new([0u8; KEY_BYTES]);
-        if pair.private.len() != KEY_BYTES {
+        if generated.len() != KEY_BYTES {
             return Err(KeyError::Crypto("a private key of the wrong length".into()));
         }
-        private.copy_from_slice(&pair.private);
+        private.copy_from_slice(&generated);
         KeyPair::from_private(*private)
     }
 

@@ -4,8 +4,8 @@
 //!
 //! - A peer claiming member id `n` is admitted only with one of the keys pinned for `n`. A
 //!   client key never passes as a member, whatever id it claims.
-//! - A client's id is not its to choose: it is derived from its key and a number it draws per
-//!   connection ([`client_id`]), so a client can speak only for its own key.
+//! - A client's id is not its to choose: it is derived from its key and a number it draws once
+//!   per identity ([`client_id`]), so a client can speak only for its own key.
 //! - The roster can change while connections run (a reload of the configuration): every
 //!   connection is told ([`Roster::subscribe`]) and closes itself once its key is no longer
 //!   admitted. Members may have several keys at once while one is rotated.
@@ -26,7 +26,8 @@ pub enum Claim {
     Member(NodeId),
     /// A client; its id is derived from its key and this number.
     Client {
-        /// Drawn at random for each connection of the client process.
+        /// Drawn at random when the client's identity is made (once per `Identity::client`,
+        /// the same on every connection of that identity).
         nonce: u64,
     },
 }

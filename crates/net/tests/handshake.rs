@@ -431,7 +431,7 @@ fn a_client_is_known_by_the_id_its_key_makes() {
     let (i, r) = connect(client, id("c", 1, KEY));
     assert_eq!(established(r).0, its_id);
     assert_eq!(established(i).0, 1);
-    // Every connection of a client draws a new id; another key never makes this one.
+    // Every client identity draws a new id; another key never makes this one.
     let again = Identity::client("c", KEY, client_key(2)).unwrap();
     assert_ne!(again.node(), its_id);
 }

@@ -1,6 +1,6 @@
 //! Identities over TCP: a connection proves a key, and the key decides who it is. Holding the
 //! cluster secret is not enough to pose as a member; revoked clients and retired member keys
-//! lose their connections at once; a member's key rotates while the cluster runs.
+//! lose their established connections at once; a member's key rotates while the cluster runs.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -32,17 +32,18 @@ async fn until_answered(node: &TestNode, to: NodeId) {
     .unwrap_or_else(|_| panic!("{to} never answered"));
 }
 
-/// Whether member `to` at `addr` refuses `me`: the dialler's side of the handshake can end
-/// before the acceptor checked its key, so a refusal may show as the connection closing.
+/// Whether member `to` at `addr` refuses `me`. The dialler's side of the handshake ends
+/// (the acceptor proved the key pinned for `to`) before the acceptor checks the dialler's key,
+/// so a refusal shows as the acceptor closing the connection within a second.
 async fn refuses(
     addr: SocketAddr,
     to: NodeId,
     me: Identity,
     members: &[(NodeId, SocketAddr)],
 ) -> bool {
-    let Ok((mut stream, _, _)) = raw_handshake(addr, to, me, roster(members)).await else {
-        return true;
-    };
+    let (mut stream, _, _) = raw_handshake(addr, to, me, roster(members))
+        .await
+        .expect("the dialler's side of the handshake completes");
     let mut buf = [0u8; 256];
     let closed = tokio::time::timeout(Duration::from_secs(1), async {
         loop {
@@ -145,6 +146,23 @@ async fn unknown_client_keys_are_refused_and_revoked_clients_lose_their_connecti
     // Admitted again, it reconnects by itself.
     roster.set_clients([(client_key(1).public(), "client-1".to_string())]);
     until_answered(&known, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_retired_key_loses_its_established_link() {
+    let (mut ls, members) = listeners(2).await;
+    let cfg = config(1, SECRET, &members);
+    let roster = cfg.roster.clone();
+    let mut one = start(cfg, ls.remove(0));
+    let _two = start(config(2, SECRET, &members), ls.remove(0));
+    until_answered(&one, 2).await;
+    // Member 2's key is replaced in member 1's roster while their link runs: it closes, and
+    // member 2, still holding the old key, does not get back in.
+    roster.set_member_keys([(2, vec![KeyPair::generate().unwrap().public()])]);
+    wait_link(&mut one, 2, false).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!answers(&one, 2).await, "the retired key still talks");
+    assert!(!link_changes(&mut one).contains(&(2, true)));
 }
 
 /// Starts member `id` holding `key` on `addr` (re-bound after the member it replaces stopped).

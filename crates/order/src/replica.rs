@@ -1073,6 +1073,10 @@ impl<S: StateMachine> Replica<S> {
         if self.opt_next > self.final_next {
             self.revoke(self.final_next, out);
         }
+        // What the snapshot covers is done: delivered, or older than its client's last.
+        let clients = &self.clients;
+        self.in_flight
+            .retain(|(c, seq)| clients.get(c).is_none_or(|(last, _)| seq > last));
         self.forget_delivered_batches(index);
         self.in_log.retain(|_, at| *at > index);
         self.missing = None;

@@ -10,12 +10,13 @@
 //! private key: a key that others could have read proves nothing.
 
 use std::fs::OpenOptions;
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use atomos_net::keys::KeyPair;
 use serde::Deserialize;
+use zeroize::Zeroizing;
 
 use super::{invalid, ConfigError};
 
@@ -31,9 +32,11 @@ struct KeyFileText {
 /// the private key's is refused.
 pub fn read_key_file(key: &str, path: &Path) -> Result<KeyPair, ConfigError> {
     let shown = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| invalid(key, format!("cannot read the key file {shown}: {e}")))?;
-    let mode = meta.permissions().mode() & 0o777;
+    let cannot_read =
+        |e: std::io::Error| invalid(key, format!("cannot read the key file {shown}: {e}"));
+    // One open: the mode checked is the mode of the file read.
+    let mut file = std::fs::File::open(path).map_err(cannot_read)?;
+    let mode = file.metadata().map_err(cannot_read)?.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(invalid(
             key,
@@ -43,9 +46,9 @@ pub fn read_key_file(key: &str, path: &Path) -> Result<KeyPair, ConfigError> {
             ),
         ));
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| invalid(key, format!("cannot read the key file {shown}: {e}")))?;
-    let parsed: KeyFileText = toml::from_str(&text).map_err(|e| {
+    let mut text = Zeroizing::new(String::new());
+    file.read_to_string(&mut text).map_err(cannot_read)?;
+    let parsed: KeyFileText = toml::from_str(text.as_str()).map_err(|e| {
         invalid(
             key,
             format!(
@@ -54,18 +57,20 @@ pub fn read_key_file(key: &str, path: &Path) -> Result<KeyPair, ConfigError> {
             ),
         )
     })?;
-    KeyPair::from_hex(&parsed.private_key, Some(&parsed.public_key))
+    let private = Zeroizing::new(parsed.private_key);
+    KeyPair::from_hex(private.as_str(), Some(&parsed.public_key))
         .map_err(|e| invalid(key, format!("{shown}: {e}")))
 }
 
-/// The text of a key file holding `keys`, described as `what` ("member 1", "client app").
-pub fn key_file_text(keys: &KeyPair, what: &str) -> String {
-    format!(
+/// The text of a key file holding `keys`, described as `what` ("member 1", "client app");
+/// wiped from memory when dropped.
+pub fn key_file_text(keys: &KeyPair, what: &str) -> Zeroizing<String> {
+    Zeroizing::new(format!(
         "# atomos key pair of {what}: keep this file readable by its owner only\n\
          public_key = \"{}\"\nprivate_key = \"{}\"\n",
         keys.public(),
         keys.private_hex().as_str()
-    )
+    ))
 }
 
 /// Writes `keys` to a new file at `path`, readable and writable by its owner only. An existing

@@ -83,7 +83,7 @@ pub use warnings::exposure_warnings;
 
 use values::{
     address, check_domains, check_keys, check_members, metrics_address, parse_client_list,
-    parse_peer_list, public_keys,
+    parse_peer_list, public_keys, KeySources,
 };
 
 /// Why a configuration cannot be used.
@@ -787,7 +787,26 @@ pub fn load(
              FILE` makes one; set `key_file` or ATOMOS_KEY_FILE)",
         ));
     }
-    check_keys(node_id, key.as_ref(), &members, &clients)?;
+    if !clients.is_empty() && (key.is_none() || secret.is_none()) {
+        return Err(invalid(
+            if key.is_none() { "key_file" } else { "secret" },
+            "clients are listed, but without this node's own key pair and the cluster secret \
+             none could connect (a node alone makes random ones); set both",
+        ));
+    }
+    let sources = KeySources {
+        peers: if env("ATOMOS_PEERS").is_some() {
+            "ATOMOS_PEERS"
+        } else {
+            "peers"
+        },
+        clients: if env("ATOMOS_CLIENTS").is_some() {
+            "ATOMOS_CLIENTS"
+        } else {
+            "clients"
+        },
+    };
+    check_keys(node_id, key.as_ref(), &members, &clients, sources)?;
     Ok(NodeSettings {
         cluster,
         node_id,

@@ -101,6 +101,14 @@ pub(super) fn parse_client_list(list: &str) -> Result<Vec<ClientKey>, ConfigErro
     Ok(clients)
 }
 
+/// Where the members and the clients were read from (the file's key or the variable), to
+/// blame in errors.
+#[derive(Clone, Copy)]
+pub(super) struct KeySources {
+    pub(super) peers: &'static str,
+    pub(super) clients: &'static str,
+}
+
 /// Every other member has a key; this node's entry, if it lists keys, lists its own; no key
 /// belongs to two principals; clients have names, each once.
 pub(super) fn check_keys(
@@ -108,14 +116,15 @@ pub(super) fn check_keys(
     own: Option<&KeyPair>,
     members: &[Peer],
     clients: &[ClientKey],
+    sources: KeySources,
 ) -> Result<(), ConfigError> {
     let mut holders: BTreeMap<PublicKey, String> = BTreeMap::new();
     let mut hold = |key: PublicKey, who: String| match holders.insert(key, who.clone()) {
         Some(other) if other != who => Err(invalid(
             if who.starts_with("client") {
-                "clients"
+                sources.clients
             } else {
-                "peers"
+                sources.peers
             },
             format!(
                 "the public key {} is listed for both {other} and {who}: every member and \
@@ -131,7 +140,7 @@ pub(super) fn check_keys(
                 own.filter(|k| !p.public_keys.is_empty() && !p.public_keys.contains(&k.public()))
             {
                 return Err(invalid(
-                    "peers",
+                    sources.peers,
                     format!(
                         "this node's own entry ({me}) lists public keys of which none is its \
                          key file's ({})",
@@ -141,7 +150,7 @@ pub(super) fn check_keys(
             }
         } else if p.public_keys.is_empty() {
             return Err(invalid(
-                "peers",
+                sources.peers,
                 format!(
                     "member {} has no public_key: a member's connections are authenticated by \
                      its key (its `atomos keygen` printed it)",
@@ -159,11 +168,14 @@ pub(super) fn check_keys(
     let mut names = std::collections::BTreeSet::new();
     for c in clients {
         if c.name.trim().is_empty() {
-            return Err(invalid("clients", "a client's name must not be empty"));
+            return Err(invalid(
+                sources.clients,
+                "a client's name must not be empty",
+            ));
         }
         if !names.insert(c.name.as_str()) {
             return Err(invalid(
-                "clients",
+                sources.clients,
                 format!("the client name {:?} is listed twice", c.name),
             ));
         }

@@ -127,6 +127,18 @@ where
     M: Serialize + DeserializeOwned + Send + 'static,
 {
     let me = shared.cfg.identity.node();
+    // Watched from before the check, so a reload racing with this connection's start is
+    // either seen by the check or wakes the watcher.
+    let changes = shared.cfg.roster.subscribe();
+    if !shared.cfg.roster.still_admits(link.peer, &opened.key) {
+        warn!(
+            node = me,
+            peer = link.peer,
+            "the peer's key was revoked as it connected"
+        );
+        connection_event(me, Some(link.peer), "refused");
+        return;
+    }
     let conn = shared.stop.child_token();
     let generation = link.generation.fetch_add(1, Ordering::AcqRel) + 1;
     if let Some((_, old)) = link.current.lock().replace((generation, conn.clone())) {
@@ -143,6 +155,7 @@ where
     shared.deliver.link(link.peer, true);
     tokio::spawn(close_when_revoked(
         shared.cfg.roster.clone(),
+        changes,
         link.peer,
         opened.key,
         conn.clone(),
@@ -184,11 +197,11 @@ where
 /// key (a client revoked, a member's old key retired); ends with the connection.
 async fn close_when_revoked(
     roster: Arc<crate::roster::Roster>,
+    mut changes: tokio::sync::watch::Receiver<u64>,
     peer: NodeId,
     key: PublicKey,
     conn: CancellationToken,
 ) {
-    let mut changes = roster.subscribe();
     loop {
         if !roster.still_admits(peer, &key) {
             warn!(

@@ -54,6 +54,7 @@ use tracing::{debug, warn};
 use crate::counters::{connection_event, LinkCounters};
 use crate::frame::DEFAULT_MAX_FRAME;
 use crate::handshake::Identity;
+use crate::keys::PublicKey;
 use crate::roster::Roster;
 use crate::transport::{
     is_client, Deliver, FaultRules, NodeId, SendError, Transport, Verdict, CLIENT_BIT,
@@ -166,6 +167,8 @@ struct Link {
     current: Mutex<Option<(u64, CancellationToken)>>,
     generation: AtomicU64,
     counters: LinkCounters,
+    /// A client's link: the key its connection proved (members' links outlive connections).
+    key: Option<PublicKey>,
 }
 
 #[derive(Default)]
@@ -386,6 +389,7 @@ impl Link {
             current: Mutex::new(None),
             generation: AtomicU64::new(0),
             counters,
+            key: None,
         }
     }
 }
@@ -427,17 +431,30 @@ impl<M> Shared<M> {
                 && !is_client(self.cfg.identity.node()))
     }
 
-    /// A fresh link for client `peer`'s new connection; an older connection of the same
-    /// client is closed (the client re-connected).
-    fn client_connected(&self, peer: NodeId, from: SocketAddr) -> Arc<Link> {
+    /// A fresh link for client `peer`'s new connection, proven with `key`; an older
+    /// connection of the same client is closed (the client re-connected). `None` if a client
+    /// with another key holds that id now (ids derive from keys: a collision, or an attempt to
+    /// take another client's link).
+    fn client_connected(
+        &self,
+        peer: NodeId,
+        key: PublicKey,
+        from: SocketAddr,
+    ) -> Option<Arc<Link>> {
         let me = self.cfg.identity.node();
-        let link = Arc::new(Link::new(peer, from, LinkCounters::for_clients(me)));
-        if let Some(old) = self.clients.lock().insert(peer, link.clone()) {
+        let mut link = Link::new(peer, from, LinkCounters::for_clients(me));
+        link.key = Some(key);
+        let link = Arc::new(link);
+        let mut clients = self.clients.lock();
+        if clients.get(&peer).is_some_and(|old| old.key != Some(key)) {
+            return None;
+        }
+        if let Some(old) = clients.insert(peer, link.clone()) {
             if let Some((_, conn)) = old.current.lock().take() {
                 conn.cancel();
             }
         }
-        link
+        Some(link)
     }
 
     /// Forgets client `link` once its connection ended (unless a newer one replaced it).
@@ -491,9 +508,17 @@ where
                     Some(link) => run_connection(&shared, link, opened).await,
                     None => {
                         // `open_connection` admits no other peer than a member or a client.
-                        let link = shared.client_connected(opened.peer, from);
-                        run_connection(&shared, &link, opened).await;
-                        shared.client_gone(&link);
+                        match shared.client_connected(opened.peer, opened.key, from) {
+                            Some(link) => {
+                                run_connection(&shared, &link, opened).await;
+                                shared.client_gone(&link);
+                            }
+                            None => {
+                                warn!(node = me, client = opened.peer, %from,
+                                    "refused a client whose id another client's key holds");
+                                connection_event(me, Some(opened.peer), "refused");
+                            }
+                        }
                     }
                 },
                 Err((reason, peer)) => {

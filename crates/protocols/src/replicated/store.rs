@@ -55,15 +55,19 @@ pub enum PlantedBug {
 }
 
 /// A snapshot: the objects and abstract locks at a log position. Encoded as the snapshot of
-/// earlier builds (whose lock owners were packed into a `u64`), with no packed locks or runs,
-/// followed by [`OwnersAtFullWidth`]: a snapshot of an earlier build (nothing follows) still
-/// restores, its packed owners read as [`LockOwner::from_packed`].
+/// earlier builds (whose lock owners were packed into a `u64`), with no packed locks and one
+/// run, [`FULL_WIDTH_FOLLOWS`], that says [`OwnersAtFullWidth`] follows: a snapshot of an
+/// earlier build (no such run) still restores, its packed owners read as
+/// [`LockOwner::from_packed`], and a snapshot of this build cut short is refused.
 struct Snapshot {
     position: u64,
     objects: Vec<SnapshotObject>,
     locks: Vec<(String, LockOwner)>,
     runs: Vec<(u64, u64)>,
 }
+
+/// The run entry (of no node: ids are below 2^63) that marks a snapshot of this build.
+const FULL_WIDTH_FOLLOWS: (u64, u64) = (u64::MAX, u64::MAX);
 
 /// The layout of earlier builds' snapshots, which a snapshot still starts with.
 #[derive(Deserialize)]
@@ -100,7 +104,7 @@ impl Snapshot {
             position: self.position,
             objects: &self.objects,
             no_packed_locks: &[],
-            no_packed_runs: &[],
+            no_packed_runs: &[FULL_WIDTH_FOLLOWS],
             locks: &self.locks,
             runs: &self.runs,
         })
@@ -115,7 +119,11 @@ impl Snapshot {
             .map(|(name, owner)| (name, LockOwner::from_packed(owner)))
             .collect();
         let mut runs = packed.runs;
-        if !rest.is_empty() {
+        let full_width = runs == [FULL_WIDTH_FOLLOWS];
+        if full_width {
+            runs.clear();
+        }
+        if full_width || !rest.is_empty() {
             let (wide, left): (OwnersAtFullWidth, &[u8]) = postcard::take_from_bytes(rest)
                 .map_err(|e| format!("snapshot's lock owners: {e}"))?;
             if !left.is_empty() {

@@ -305,10 +305,15 @@ fn snapshots_of_earlier_builds_with_packed_owners_still_restore() {
         }
     );
     assert_eq!(s.runs[&2], 7);
-    // Bytes after a snapshot's end are refused.
-    let mut longer = s.snapshot();
+    // Bytes after a snapshot's end are refused, and a snapshot of this build cut anywhere,
+    // even right where the earlier layout ends.
+    let whole = s.snapshot();
+    let mut longer = whole.clone();
     longer.push(0);
     assert!(store().restore(&longer).is_err());
+    for cut in 1..whole.len() {
+        assert!(store().restore(&whole[..cut]).is_err(), "cut at {cut}");
+    }
 }
 
 #[test]
