@@ -19,15 +19,24 @@ struct Cluster {
     written: Vec<u64>,
     /// The replica whose disk confirms nothing for now.
     stalled: Option<u64>,
+    /// The replica no Raft message reaches for now (its peers' batches and acknowledgements
+    /// still do).
+    deaf: Option<u64>,
     queue: VecDeque<(u64, u64, OrderMsg)>,
 }
 
 impl Cluster {
     fn new(bug: Option<PlantedBug>) -> Cluster {
+        Cluster::with(bug, ReplicaConfig::new(1, vec![1, 2, 3]).snapshot_every)
+    }
+
+    /// Replicas snapshotting (and compacting their logs) every `snapshot_every` entries.
+    fn with(bug: Option<PlantedBug>, snapshot_every: u64) -> Cluster {
         let replicas = (1..=3)
             .map(|id| {
                 let mut cfg = ReplicaConfig::new(id, vec![1, 2, 3]);
                 cfg.planted_bug = bug;
+                cfg.snapshot_every = snapshot_every;
                 Replica::open(cfg, Vec::new(), Register::new()).expect("opens")
             })
             .collect();
@@ -35,6 +44,7 @@ impl Cluster {
             replicas,
             written: vec![0; 3],
             stalled: None,
+            deaf: None,
             queue: VecDeque::new(),
         }
     }
@@ -70,7 +80,9 @@ impl Cluster {
 
     fn pump(&mut self) {
         while let Some((from, to, msg)) = self.queue.pop_front() {
-            self.step(to, Input::Message { from, msg });
+            if self.deaf != Some(to) || !matches!(msg, OrderMsg::Raft(_)) {
+                self.step(to, Input::Message { from, msg });
+            }
         }
     }
 
@@ -93,9 +105,27 @@ impl Cluster {
 
     /// Orders appends of client 100 numbered `seqs`, in this order, in one batch of replica 1.
     fn submit_numbered(&mut self, seqs: &[u64]) {
+        self.submit_through(1, 100, seqs);
+    }
+
+    /// Orders appends of `client` numbered `seqs`, in this order, in one batch of replica
+    /// `via`.
+    fn submit_through(&mut self, via: u64, client: u64, seqs: &[u64]) {
+        self.send_requests(via, client, seqs);
+        for _ in 0..5 {
+            for id in 1..=3 {
+                self.step(id, Input::Tick);
+            }
+            self.pump();
+        }
+    }
+
+    /// Hands `client`'s requests `seqs` to replica `via`, seals its batch and delivers what
+    /// follows.
+    fn send_requests(&mut self, via: u64, client: u64, seqs: &[u64]) {
         for &seq in seqs {
             let request = Request {
-                client: 100,
+                client,
                 seq,
                 payload: RegisterOp::Append {
                     key: "k".into(),
@@ -104,21 +134,15 @@ impl Cluster {
                 .encode(),
             };
             self.step(
-                1,
+                via,
                 Input::Message {
-                    from: 100,
+                    from: client,
                     msg: OrderMsg::Request(request),
                 },
             );
         }
-        self.step(1, Input::Request(Command::Flush));
+        self.step(via, Input::Request(Command::Flush));
         self.pump();
-        for _ in 0..5 {
-            for id in 1..=3 {
-                self.step(id, Input::Tick);
-            }
-            self.pump();
-        }
     }
 }
 
@@ -163,4 +187,37 @@ fn requests_that_never_run_leave_no_bookkeeping_behind() {
     // 7 and 8 ran; 5 and 6 came after 7 and never run.
     assert_eq!(c.replica(1).machine().get("k"), Some(&[7u8, 7][..]));
     assert_eq!(c.replica(1).requests_in_flight(), 0);
+}
+
+/// A replica whose batch the others ordered while it heard no Raft message, and who then
+/// installs a snapshot covering it, forgets the batch's requests too.
+#[test]
+fn requests_a_snapshot_covers_leave_no_bookkeeping_behind() {
+    let mut c = Cluster::with(None, 2);
+    c.elect_1();
+    c.deaf = Some(3);
+    // Replica 3 batches client 200's request; 1 and 2 acknowledge and order it.
+    c.send_requests(3, 200, &[1]);
+    // More entries, so that 1 and 2 snapshot and compact past what 3 holds.
+    for seq in 1..=6 {
+        c.submit_through(1, 100, &[seq]);
+    }
+    assert_eq!(c.replica(1).machine().get("k").map(<[u8]>::len), Some(7));
+    c.deaf = None;
+    for _ in 0..300 {
+        if c.replica(3).stats().snapshots_installed > 0 {
+            break;
+        }
+        for id in 1..=3 {
+            c.step(id, Input::Tick);
+        }
+        c.pump();
+    }
+    assert!(
+        c.replica(3).stats().snapshots_installed > 0,
+        "{}",
+        c.replica(3).describe()
+    );
+    assert_eq!(c.replica(3).machine().get("k").map(<[u8]>::len), Some(7));
+    assert_eq!(c.replica(3).requests_in_flight(), 0);
 }
