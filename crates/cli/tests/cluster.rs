@@ -3,35 +3,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
-use common::{cluster_up, signal, wait_exit, ATOMOS};
-
-/// Waits until `path` has a line, after its first `skip` lines, containing every one of
-/// `needles`; returns that line's index.
-fn wait_for_line(path: &Path, skip: usize, needles: &[&str]) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if let Some(i) = text
-            .lines()
-            .enumerate()
-            .skip(skip)
-            .find(|(_, l)| needles.iter().all(|n| l.contains(n)))
-            .map(|(i, _)| i)
-        {
-            return i;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never logged {needles:?}:\n{text}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use common::{cluster_up, signal, wait_exit, wait_for_line, ATOMOS};
 
 fn start_node(config: &Path, log: &Path, env: &[(&str, &str)]) -> Child {
     Command::new(ATOMOS)

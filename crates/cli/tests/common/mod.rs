@@ -182,3 +182,27 @@ pub fn free_base_port(nodes: usize) -> u16 {
     }
     panic!("no free range of ports for {nodes} nodes");
 }
+
+/// Waits until `path` has a line, after its first `skip` lines, containing every one of
+/// `needles`; returns that line's index.
+pub fn wait_for_line(path: &Path, skip: usize, needles: &[&str]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(i) = text
+            .lines()
+            .enumerate()
+            .skip(skip)
+            .find(|(_, l)| needles.iter().all(|n| l.contains(n)))
+            .map(|(i, _)| i)
+        {
+            return i;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never logged {needles:?}:\n{text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
