@@ -619,54 +619,46 @@ pub fn load(
         },
         None => None,
     };
-    let runtime_threads = match pick(
-        "ATOMOS_RUNTIME_THREADS",
-        "runtime_threads",
-        file.runtime_threads.map(|n| n.to_string()),
-    ) {
+    // A count from 1 to `max` of `what`, if set.
+    let bounded = |picked: Option<(String, String)>, max: usize, what: &str| match picked {
         Some((key, v)) => match v.trim().parse::<usize>() {
-            Ok(n @ 1..=1024) => Some(n),
-            _ => {
-                return Err(invalid(
-                    &key,
-                    format!("{v:?} is not a number of threads from 1 to 1024"),
-                ))
-            }
+            Ok(n) if (1..=max).contains(&n) => Ok(Some(n)),
+            _ => Err(invalid(
+                &key,
+                format!("{v:?} is not a number of {what} from 1 to {max}"),
+            )),
         },
-        None => None,
+        None => Ok(None),
     };
-    let sched_workers = match pick(
-        "ATOMOS_SCHED_WORKERS",
-        "sched_workers",
-        file.sched_workers.map(|n| n.to_string()),
-    ) {
-        Some((key, v)) => match v.trim().parse::<usize>() {
-            Ok(n @ 1..=1024) => n,
-            _ => {
-                return Err(invalid(
-                    &key,
-                    format!("{v:?} is not a number of workers from 1 to 1024"),
-                ))
-            }
-        },
-        None => crate::service::ServiceConfig::default().workers,
-    };
-    let client_requests_max = match pick(
-        "ATOMOS_CLIENT_REQUESTS_MAX",
-        "client_requests_max",
-        file.client_requests_max.map(|n| n.to_string()),
-    ) {
-        Some((key, v)) => match v.trim().parse::<usize>() {
-            Ok(n @ 1..=4096) => n,
-            _ => {
-                return Err(invalid(
-                    &key,
-                    format!("{v:?} is not a number of requests from 1 to 4096"),
-                ))
-            }
-        },
-        None => crate::runtime::DEFAULT_CLIENT_REQUESTS_MAX,
-    };
+    let runtime_threads = bounded(
+        pick(
+            "ATOMOS_RUNTIME_THREADS",
+            "runtime_threads",
+            file.runtime_threads.map(|n| n.to_string()),
+        ),
+        1024,
+        "threads",
+    )?;
+    let sched_workers = bounded(
+        pick(
+            "ATOMOS_SCHED_WORKERS",
+            "sched_workers",
+            file.sched_workers.map(|n| n.to_string()),
+        ),
+        1024,
+        "workers",
+    )?
+    .unwrap_or(crate::service::ServiceConfig::default().workers);
+    let client_requests_max = bounded(
+        pick(
+            "ATOMOS_CLIENT_REQUESTS_MAX",
+            "client_requests_max",
+            file.client_requests_max.map(|n| n.to_string()),
+        ),
+        4096,
+        "requests",
+    )?
+    .unwrap_or(crate::runtime::DEFAULT_CLIENT_REQUESTS_MAX);
     let client_request_timeout = match pick(
         "ATOMOS_CLIENT_REQUEST_TIMEOUT_MS",
         "client_request_timeout_ms",
