@@ -9,7 +9,7 @@ use atomos_core::{Certification, Certifier, CertifyError, LockOutcome, Outcome, 
 use atomos_protocols::replicated::{Answer, Entry, LockOwner};
 use tracing::warn;
 
-use crate::ordering::Submitter;
+use crate::ordering::{RequestOutcome, SubmitError, Submitter, Ticket};
 
 /// How long a commit waits for its verdict by default before it is reported as
 /// [`TxError::OutcomeUnknown`](atomos_core::TxError::OutcomeUnknown).
@@ -74,14 +74,25 @@ impl CertifySink {
         }
     }
 
-    /// Orders `entry` and returns the store's answer.
+    /// Orders `entry` and returns the store's answer. An entry not ordered within the limit
+    /// never runs (it is refused); one whose fate is not known then carries the ticket to
+    /// ask [`outcome`] about.
     fn order(&self, entry: Entry) -> Result<Answer, CertifyError> {
         let bytes = self
             .submitter
             .submit_wait(entry.encode(), self.limit)
-            .map_err(|e| CertifyError::OutcomeUnknown(format!("it was sent to be ordered: {e}")))?;
+            .map_err(|e| match e {
+                SubmitError::Expired(_) => CertifyError::Refused(e.to_string()),
+                SubmitError::TimedOut { ticket, .. } => CertifyError::OutcomeUnknown {
+                    reason: format!("it was sent to be ordered: {e}"),
+                    ticket: Some(ticket.0),
+                },
+                SubmitError::Stopped => {
+                    CertifyError::unknown(format!("it was sent to be ordered: {e}"))
+                }
+            })?;
         Answer::decode(&bytes).map_err(|e| {
-            CertifyError::OutcomeUnknown(format!("the replica's answer does not decode: {e}"))
+            CertifyError::unknown(format!("the replica's answer does not decode: {e}"))
         })
     }
 }
@@ -95,7 +106,7 @@ impl Certifier for CertifySink {
         match self.order(entry)? {
             Answer::Committed { version } => Ok(Verdict::Committed { version }),
             Answer::Conflict { .. } => Ok(Verdict::Conflict),
-            other => Err(CertifyError::OutcomeUnknown(format!(
+            other => Err(CertifyError::unknown(format!(
                 "the replica answered a certification with {other:?}"
             ))),
         }
@@ -114,7 +125,7 @@ impl Certifier for CertifySink {
             Answer::Locked { taken: true, .. } => Ok(LockOutcome::Taken),
             Answer::Locked { taken: false, .. } => Ok(LockOutcome::AlreadyHeld),
             Answer::LockHeld { .. } => Ok(LockOutcome::HeldByAnother),
-            other => Err(CertifyError::OutcomeUnknown(format!(
+            other => Err(CertifyError::unknown(format!(
                 "the replica answered a lock request with {other:?}"
             ))),
         }
@@ -142,10 +153,55 @@ impl crate::node::Invoker for CertifySink {
             Ok(Answer::Invoked { position, outcome }) => Ok((position, outcome)),
             Ok(other) => Err(TxError::OutcomeUnknown {
                 reason: format!("the replica answered an invocation with {other:?}"),
+                ticket: None,
             }),
-            Err(CertifyError::OutcomeUnknown(reason)) => Err(TxError::OutcomeUnknown { reason }),
+            Err(CertifyError::OutcomeUnknown { reason, ticket }) => {
+                Err(TxError::OutcomeUnknown { reason, ticket })
+            }
             Err(CertifyError::Refused(reason)) => Err(TxError::Refused { reason }),
         }
+    }
+}
+
+/// What became of a commit or an update invocation whose caller heard
+/// [`TxError::OutcomeUnknown`](atomos_core::TxError::OutcomeUnknown) with a ticket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// It ran: the transaction committed (or the procedure returned).
+    Committed,
+    /// It did not commit and never will: a conflict, the procedure failed, or it was not
+    /// ordered before its deadline (the commit limit).
+    NotCommitted {
+        /// Why.
+        reason: String,
+    },
+    /// Not decided yet: the cluster has had no majority since. It is decided once a
+    /// majority returns (refused, if its deadline has passed in the log by then).
+    Pending,
+    /// This node cannot tell: the ticket is not one of its (or too old, or the node
+    /// restarted since).
+    Unknown,
+}
+
+/// What became of the entry `ticket` names on this node (see [`CommitOutcome`]).
+pub(crate) fn outcome(submitter: &Submitter, ticket: u64) -> CommitOutcome {
+    match submitter.outcome(Ticket(ticket)) {
+        RequestOutcome::Applied(bytes) => match Answer::decode(&bytes) {
+            Ok(Answer::Conflict { .. }) => CommitOutcome::NotCommitted {
+                reason: "it conflicted with a transaction ordered before it".into(),
+            },
+            Ok(Answer::Invoked {
+                outcome: Outcome::Failed(reason),
+                ..
+            }) => CommitOutcome::NotCommitted { reason },
+            Ok(Answer::Refused { reason, .. }) => CommitOutcome::NotCommitted { reason },
+            _ => CommitOutcome::Committed,
+        },
+        RequestOutcome::Expired => CommitOutcome::NotCommitted {
+            reason: "it was not ordered before its deadline (the commit limit)".into(),
+        },
+        RequestOutcome::Pending => CommitOutcome::Pending,
+        RequestOutcome::Unknown => CommitOutcome::Unknown,
     }
 }
 
@@ -187,7 +243,10 @@ pub(crate) fn housekeeping(
                     }
                 }
                 Err(crate::ordering::SubmitError::Stopped) => return,
-                Err(crate::ordering::SubmitError::TimedOut(_)) => {}
+                Err(
+                    crate::ordering::SubmitError::TimedOut { .. }
+                    | crate::ordering::SubmitError::Expired(_),
+                ) => {}
             }
         }
     }

@@ -43,7 +43,7 @@ use atomos_net::roster::Roster;
 use atomos_net::rpc::{Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{NodeId, Transport};
-use atomos_order::{ClientAction, ClientInput, OrderMsg};
+use atomos_order::{ClientAction, ClientInput};
 use atomos_protocols::replicated::{Answer, Entry};
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
@@ -170,7 +170,16 @@ pub enum ClientError {
         /// The member's explanation.
         reason: String,
     },
-    /// No answer came within the limit: an update may still run (it stays outstanding).
+    /// The update was not ordered within the client's limit: it never runs.
+    #[error("procedure {name:?} not ordered within {limit:?}: it never runs")]
+    Expired {
+        /// The procedure.
+        name: String,
+        /// The limit that passed.
+        limit: Duration,
+    },
+    /// No answer came within the limit: an update may still run (it stays outstanding, and
+    /// is decided by its deadline, the limit, once a majority of the cluster is back).
     #[error("procedure {name:?}: no answer within {limit:?}; it may still run")]
     OutcomeUnknown {
         /// The procedure.
@@ -219,7 +228,9 @@ struct Catalog {
 }
 
 /// An update invocation handed to the driver: its order-layer payload and who waits.
-type Submission = (Vec<u8>, oneshot::Sender<Vec<u8>>);
+/// The update's payload, its deadline (see `atomos_order::Request::deadline_ms`), and who
+/// waits for its answer (`None`: it expired).
+type Submission = (Vec<u8>, u64, oneshot::Sender<Option<Vec<u8>>>);
 
 /// A connection to a cluster that invokes its procedures. Cheap to share (`Arc`); dropping
 /// it (or [`Client::close`]) closes its connections.
@@ -534,7 +545,9 @@ impl Client {
             name: name.to_string(),
             limit: self.cfg.limit,
         };
-        let deadline = Instant::now() + self.cfg.limit;
+        // Ordered by the limit or never; its expiry is heard a little after.
+        let deadline_ms = crate::ordering::deadline_after(self.cfg.limit);
+        let wait_until = Instant::now() + self.cfg.limit + crate::ordering::EXPIRY_GRACE;
         // Submitted in turn, so the driver's numbering matches the waiters (and a caller that
         // gave up still leaves its invocation ahead of the next).
         let response = {
@@ -542,10 +555,16 @@ impl Client {
                 .await
                 .map_err(|_| unknown())?;
             self.submissions
-                .send((payload, tx))
+                .send((payload, deadline_ms, tx))
                 .map_err(|_| ClientError::Closed)?;
-            match tokio::time::timeout_at(deadline, rx).await {
-                Ok(Ok(response)) => response,
+            match tokio::time::timeout_at(wait_until, rx).await {
+                Ok(Ok(Some(response))) => response,
+                Ok(Ok(None)) => {
+                    return Err(ClientError::Expired {
+                        name: name.to_string(),
+                        limit: self.cfg.limit,
+                    })
+                }
                 Ok(Err(_)) => return Err(ClientError::Closed),
                 Err(_) => return Err(unknown()),
             }
@@ -590,7 +609,7 @@ async fn drive(
     resends: Arc<AtomicU64>,
     stop: CancellationToken,
 ) {
-    let mut waiting: BTreeMap<u64, oneshot::Sender<Vec<u8>>> = BTreeMap::new();
+    let mut waiting: BTreeMap<u64, oneshot::Sender<Option<Vec<u8>>>> = BTreeMap::new();
     let mut next_seq = 1u64;
     let mut ticks = tokio::time::interval(TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -599,16 +618,18 @@ async fn drive(
         let input = tokio::select! {
             _ = stop.cancelled() => return,
             submission = submitted.recv() => match submission {
-                Some((payload, waiter)) => {
+                Some((payload, deadline_ms, waiter)) => {
                     // The state machine numbers submissions 1, 2, 3, ... in arrival order.
                     waiting.insert(next_seq, waiter);
                     next_seq += 1;
-                    ClientInput::Submit(payload)
+                    ClientInput::Submit { payload, deadline_ms }
                 }
                 None => return,
             },
             inbound = inbox.recv() => match inbound {
-                Some(Inbound::Message { from, msg: NodeMsg::Order(msg @ OrderMsg::Reply { .. }) }) => {
+                Some(Inbound::Message { from, msg: NodeMsg::Order(msg) })
+                    if msg.answered_client().is_some() =>
+                {
                     ClientInput::Message { from, msg }
                 }
                 Some(_) => continue,
@@ -623,7 +644,12 @@ async fn drive(
                 ClientAction::Send { to, msg } => drop(rpc.send(to, NodeMsg::Order(msg))),
                 ClientAction::Done { seq, response } => {
                     if let Some(waiter) = waiting.remove(&seq) {
-                        let _ = waiter.send(response);
+                        let _ = waiter.send(Some(response));
+                    }
+                }
+                ClientAction::Expired { seq } => {
+                    if let Some(waiter) = waiting.remove(&seq) {
+                        let _ = waiter.send(None);
                     }
                 }
             }

@@ -39,6 +39,16 @@ impl Cluster {
     /// Starts `n` nodes running `protocol`. Under [`Protocol::Local`] each node keeps its own
     /// objects; the nodes still answer each other's requests.
     pub fn in_process(n: usize, protocol: Protocol) -> Result<Cluster, ClusterError> {
+        Cluster::in_process_with(n, protocol, CertifyOptions::default())
+    }
+
+    /// [`Cluster::in_process`], with `options` for `certify` and `active` (under `oss` only
+    /// its commit limit counts; ignored under the others).
+    pub fn in_process_with(
+        n: usize,
+        protocol: Protocol,
+        options: CertifyOptions,
+    ) -> Result<Cluster, ClusterError> {
         if n == 0 {
             return Err(ClusterError::Empty);
         }
@@ -71,12 +81,12 @@ impl Cluster {
                     let mut replica = ReplicaConfig::new(m.id(), ids.clone());
                     // Drawn anew at each start (batch numbers and election jitter).
                     replica.seed = rand::random();
-                    m.start_certify(OrderNodeConfig::new(replica), CertifyOptions::default())
+                    m.start_certify(OrderNodeConfig::new(replica), options)
                 }
                 Protocol::Oss => {
                     let mut cfg = OssConfig::new(m.id(), ids.clone());
                     cfg.replica.seed = rand::random();
-                    m.start_oss(cfg, None, crate::DEFAULT_COMMIT_LIMIT)
+                    m.start_oss(cfg, None, options.commit_limit)
                 }
             };
             started.map_err(|e| ClusterError::Protocol(e.to_string()))?;

@@ -132,6 +132,8 @@ pub(crate) struct Runner<M: Machine> {
     unkept: u64,
     told: u64,
     epoch: Instant,
+    /// The time at `epoch`, in units (0 unless [`Runner::on_wall_clock`]).
+    origin: u64,
     unit: Duration,
 }
 
@@ -150,8 +152,21 @@ impl<M: Machine> Runner<M> {
             unkept: 0,
             told: 0,
             epoch: Instant::now(),
+            origin: 0,
             unit,
         }
+    }
+
+    /// Counts the machine's time from the Unix epoch by the system clock as it reads now
+    /// (and from then on by the monotonic clock, so it never goes back): for machines whose
+    /// times are compared across nodes.
+    pub(crate) fn on_wall_clock(mut self) -> Runner<M> {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.epoch = Instant::now();
+        self.origin = (since_epoch.as_nanos() / self.unit.as_nanos().max(1)) as u64;
+        self
     }
 
     /// Runs `machine` writing its log on this thread (see [`InlineDisk`]). With `held`, the
@@ -177,7 +192,7 @@ impl<M: Machine> Runner<M> {
 
     /// The time now, in the machine's unit.
     pub(crate) fn now(&self) -> u64 {
-        (self.epoch.elapsed().as_nanos() / self.unit.as_nanos().max(1)) as u64
+        self.origin + (self.epoch.elapsed().as_nanos() / self.unit.as_nanos().max(1)) as u64
     }
 
     /// Steps the machine with `input` and carries out its outputs: writes go to the disk

@@ -143,7 +143,7 @@ impl Certifier for OssCertifier {
                 "it touches keys of more than one consistency domain".into(),
             )),
             Some(OssDelivery::Aborted { .. }) => Ok(Verdict::Conflict),
-            None => Err(CertifyError::OutcomeUnknown(format!(
+            None => Err(CertifyError::unknown(format!(
                 "no answer within {} ms",
                 self.0.limit.as_millis()
             ))),
@@ -153,8 +153,8 @@ impl Certifier for OssCertifier {
     fn barrier(&self) -> Result<u64, CertifyError> {
         match self.0.call(|tx| OssRequest::Barrier { tx }) {
             Some(OssDelivery::Committed { version, .. }) => Ok(version),
-            _ => Err(CertifyError::OutcomeUnknown(
-                "the barrier was not answered in time".into(),
+            _ => Err(CertifyError::unknown(
+                "the barrier was not answered in time",
             )),
         }
     }

@@ -363,7 +363,7 @@ impl NodeRuntime {
                 match submitter.submit_wait(release.clone(), Duration::from_secs(5)) {
                     Ok(_) => break,
                     Err(SubmitError::Stopped) => return,
-                    Err(SubmitError::TimedOut(_)) => {}
+                    Err(SubmitError::TimedOut { .. } | SubmitError::Expired(_)) => {}
                 }
             }
             crate::certify::housekeeping(&submitter, &stop, node, options);
@@ -389,6 +389,17 @@ impl NodeRuntime {
             other => Err(RuntimeError::Certify(format!(
                 "collection answered {other:?}"
             ))),
+        }
+    }
+
+    /// Under `certify` and `active`: what became of a commit or update invocation of this
+    /// node that failed with [`TxError::OutcomeUnknown`](atomos_core::TxError) carrying
+    /// `ticket`. [`CommitOutcome::Pending`](crate::CommitOutcome::Pending) until a majority
+    /// of the cluster decides it (by its deadline, the commit limit, if that has passed).
+    pub fn outcome(&self, ticket: u64) -> crate::CommitOutcome {
+        match (&self.order, self.node.protocol().is_ordered()) {
+            (Some(order), true) => crate::certify::outcome(&order.submitter(), ticket),
+            _ => crate::CommitOutcome::Unknown,
         }
     }
 

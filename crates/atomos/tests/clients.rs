@@ -307,6 +307,7 @@ async fn malformed_client_requests_change_nothing() {
             client: me,
             seq,
             payload,
+            deadline_ms: atomos::order::NO_DEADLINE,
         }))
     };
     let certify = Entry::Certify {
@@ -371,6 +372,7 @@ async fn malformed_client_requests_change_nothing() {
             arguments: atomos::encode_arguments("count", &"stolen".to_string()).unwrap(),
         }
         .encode(),
+        deadline_ms: atomos::order::NO_DEADLINE,
     }));
     rpc.send(1, stolen).unwrap();
     rpc.send(1, NodeMsg::Order(OrderMsg::Raft(vec![1, 2, 3])))

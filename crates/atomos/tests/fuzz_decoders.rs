@@ -598,6 +598,7 @@ impl OrderCluster {
                 value: vec![self.seq as u8],
             }
             .encode(),
+            deadline_ms: atomos::order::NO_DEADLINE,
         };
         let to = 1 + self.seq % 3;
         let msg = OrderMsg::Request(request);

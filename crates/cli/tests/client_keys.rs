@@ -77,6 +77,9 @@ fn a_revoked_client_is_refused_within_one_reload_and_readmitted_by_the_next() {
         .unwrap();
     assert_eq!(count, 0);
 
+    // Every member watches SIGHUP once it logged its start (before that, the signal's default
+    // action would end it).
+    wait_logged(&dir, nodes, "node started", 1);
     // Revoked: the members' configurations lose the [[clients]] entry and are reloaded.
     let original: Vec<String> = (1..=nodes)
         .map(|n| std::fs::read_to_string(dir.join(format!("node-{n}.toml"))).unwrap())

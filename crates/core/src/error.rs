@@ -92,6 +92,9 @@ pub enum TxError {
     OutcomeUnknown {
         /// What happened.
         reason: String,
+        /// The request's ticket at the node that sent it, if the node can be asked what became
+        /// of it (`NodeRuntime::outcome` under `certify` and `active`).
+        ticket: Option<u64>,
     },
     /// The node could not reach a majority of its cluster in time (a linearizable
     /// transaction's barrier was not ordered, or not applied here). Nothing was changed.

@@ -216,8 +216,8 @@ impl Engine {
                 }
                 Err(TxError::Conflict)
             }
-            Err(crate::ordered::CertifyError::OutcomeUnknown(reason)) => {
-                Err(TxError::OutcomeUnknown { reason })
+            Err(crate::ordered::CertifyError::OutcomeUnknown { reason, ticket }) => {
+                Err(TxError::OutcomeUnknown { reason, ticket })
             }
             Err(crate::ordered::CertifyError::Refused(reason)) => Err(TxError::Refused { reason }),
         }

@@ -106,7 +106,7 @@ impl<'e> Tx<'e> {
                     st.abort = Some(AbortCause::AbstractLock);
                     Err(TxError::Conflict)
                 }
-                Err(CertifyError::OutcomeUnknown(reason)) => {
+                Err(CertifyError::OutcomeUnknown { reason, .. }) => {
                     // It may be held now: releasing it at the end covers that case.
                     st.abstract_locks.push(name.to_string());
                     Err(TxError::ClusterUnavailable { reason })

@@ -54,11 +54,27 @@ pub enum Verdict {
 pub enum CertifyError {
     /// The request may or may not have been ordered (the replica lost the cluster, or
     /// stopped): the transaction may have committed, and must not be re-run blindly.
-    #[error("{0}")]
-    OutcomeUnknown(String),
+    #[error("{reason}")]
+    OutcomeUnknown {
+        /// What happened.
+        reason: String,
+        /// What to ask the node about later, if it can tell (see
+        /// [`TxError::OutcomeUnknown`](crate::TxError::OutcomeUnknown)).
+        ticket: Option<u64>,
+    },
     /// The protocol will never commit the transaction as it is: nothing was ordered.
     #[error("refused: {0}")]
     Refused(String),
+}
+
+impl CertifyError {
+    /// An unknown outcome nobody can be asked about later.
+    pub fn unknown(reason: impl Into<String>) -> CertifyError {
+        CertifyError::OutcomeUnknown {
+            reason: reason.into(),
+            ticket: None,
+        }
+    }
 }
 
 /// How a request for an abstract lock in the replicated lock table was decided.

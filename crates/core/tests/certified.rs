@@ -24,7 +24,7 @@ struct Log {
 impl Certifier for Log {
     fn certify(&self, c: Certification) -> Result<Verdict, CertifyError> {
         if *self.cut_off.lock() {
-            return Err(CertifyError::OutcomeUnknown("cut off".into()));
+            return Err(CertifyError::unknown("cut off"));
         }
         let mut position = self.position.lock();
         *position += 1;
@@ -45,7 +45,7 @@ impl Certifier for Log {
 
     fn barrier(&self) -> Result<u64, CertifyError> {
         if *self.cut_off.lock() {
-            return Err(CertifyError::OutcomeUnknown("cut off".into()));
+            return Err(CertifyError::unknown("cut off"));
         }
         let mut position = self.position.lock();
         *position += 1;

@@ -8,8 +8,14 @@ use crate::types::{Addr, OrderMsg, Request};
 /// What a client reacts to.
 #[derive(Clone, Debug)]
 pub enum ClientInput {
-    /// The application wants this payload ordered and applied.
-    Submit(Vec<u8>),
+    /// The application wants this payload ordered and applied, if that happens by log time
+    /// `deadline_ms` ([`crate::NO_DEADLINE`]: whenever).
+    Submit {
+        /// What the state machine is asked to do.
+        payload: Vec<u8>,
+        /// The request's deadline (see [`Request::deadline_ms`]).
+        deadline_ms: u64,
+    },
     /// Time passed.
     Tick,
     /// A message arrived.
@@ -38,9 +44,17 @@ pub enum ClientAction {
         /// The state machine's answer.
         response: Vec<u8>,
     },
+    /// Request `seq` was not ordered before its deadline: it never runs.
+    Expired {
+        /// The request's number.
+        seq: u64,
+    },
 }
 
-/// One client. Deterministic: re-sends are counted in ticks.
+/// One client. Deterministic: re-sends are counted in ticks. A request is re-sent until it is
+/// answered or reported expired, past its deadline too: a replica answers a late copy with
+/// [`OrderMsg::Expired`] once its log's time is past the deadline, or orders it, and it then
+/// expires there.
 #[derive(Clone, Debug)]
 pub struct Client {
     id: u64,
@@ -48,7 +62,7 @@ pub struct Client {
     target: usize,
     next_seq: u64,
     outstanding: Option<(Request, u64)>,
-    queue: VecDeque<Vec<u8>>,
+    queue: VecDeque<(Vec<u8>, u64)>,
     resend_ticks: u64,
     ticks: u64,
     resends: u64,
@@ -112,11 +126,12 @@ impl Client {
         if self.outstanding.is_some() {
             return;
         }
-        if let Some(payload) = self.queue.pop_front() {
+        if let Some((payload, deadline_ms)) = self.queue.pop_front() {
             let req = Request {
                 client: self.id,
                 seq: self.next_seq,
                 payload,
+                deadline_ms,
             };
             self.next_seq += 1;
             self.outstanding = Some((req, self.ticks));
@@ -127,8 +142,11 @@ impl Client {
     /// Reacts to one input.
     pub fn step(&mut self, input: ClientInput, out: &mut Vec<ClientAction>) {
         match input {
-            ClientInput::Submit(payload) => {
-                self.queue.push_back(payload);
+            ClientInput::Submit {
+                payload,
+                deadline_ms,
+            } => {
+                self.queue.push_back((payload, deadline_ms));
                 self.next(out);
             }
             ClientInput::Tick => {
@@ -156,6 +174,17 @@ impl Client {
                 if client == self.id && current == Some(seq) {
                     self.outstanding = None;
                     out.push(ClientAction::Done { seq, response });
+                    self.next(out);
+                }
+            }
+            ClientInput::Message {
+                msg: OrderMsg::Expired { client, seq },
+                ..
+            } => {
+                let current = self.outstanding.as_ref().map(|(r, _)| r.seq);
+                if client == self.id && current == Some(seq) {
+                    self.outstanding = None;
+                    out.push(ClientAction::Expired { seq });
                     self.next(out);
                 }
             }

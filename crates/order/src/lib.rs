@@ -31,4 +31,7 @@ pub use logging::raft_logger;
 pub use record::{decode_log, Record};
 pub use register::{Register, RegisterOp};
 pub use replica::{Command, Input, OrderError, OrderStats, PlantedBug, Replica, ReplicaConfig};
-pub use types::{Action, Addr, BatchId, Delivery, OrderMsg, Request, StateMachine};
+pub use types::{
+    Action, Addr, BatchId, Delivery, OrderMsg, Request, RequestWithoutDeadline, StateMachine,
+    NO_DEADLINE,
+};

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::replica::OrderError;
-use crate::types::{BatchId, Request};
+use crate::types::{BatchId, Request, RequestWithoutDeadline};
 
 /// One durable fact.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -26,6 +26,19 @@ pub enum Record {
     /// A snapshot (protobuf), received from the leader or taken here at compaction: it replaces
     /// the whole log before the records that follow it.
     Installed(Vec<u8>),
+    /// A batch this replica formed or received, as logs written before requests had
+    /// deadlines hold it (read, never written).
+    BatchWithoutDeadlines {
+        /// Its id.
+        id: BatchId,
+        /// Its requests.
+        requests: Vec<RequestWithoutDeadline>,
+    },
+    /// This replica lost its log and rejoins: it votes for nobody until it has caught up
+    /// (see `lost_log`); kept across restarts until [`Record::Rejoined`].
+    Rejoining,
+    /// It caught up after losing its log.
+    Rejoined,
     /// A batch this replica formed or received.
     Batch {
         /// Its id.
@@ -33,11 +46,6 @@ pub enum Record {
         /// Its requests.
         requests: Vec<Request>,
     },
-    /// This replica lost its log and rejoins: it votes for nobody until it has caught up
-    /// (see `lost_log`); kept across restarts until [`Record::Rejoined`].
-    Rejoining,
-    /// It caught up after losing its log.
-    Rejoined,
 }
 
 impl Record {
@@ -72,9 +80,28 @@ mod tests {
                 client: 9,
                 seq: 1,
                 payload: vec![1, 2, 3],
+                deadline_ms: 1_700_000_000_000,
             }],
         };
         assert_eq!(Record::decode(&r.encode()).unwrap(), r);
         assert!(decode_log(&[r.encode(), vec![0xff; 3]]).is_err());
+    }
+
+    /// A batch written before requests had deadlines (variant 3, requests without the field)
+    /// is still read, as requests that never expire.
+    #[test]
+    fn batches_written_without_deadlines_are_read() {
+        let old = [3u8, 1, 2, 1, 9, 1, 3, 1, 2, 3];
+        assert_eq!(
+            Record::decode(&old).unwrap(),
+            Record::BatchWithoutDeadlines {
+                id: BatchId { origin: 1, n: 2 },
+                requests: vec![RequestWithoutDeadline {
+                    client: 9,
+                    seq: 1,
+                    payload: vec![1, 2, 3],
+                }],
+            }
+        );
     }
 }

@@ -22,6 +22,12 @@
 //! - Requests are deduplicated in log order, so every replica drops the same duplicates: a
 //!   request is delivered only if its number is above every number its client had delivered
 //!   (finally or optimistically) at earlier positions, a function of the log prefix alone.
+//! - Every entry carries its proposer's clock reading (in the Raft entry's context). The log's
+//!   time at an entry is the latest reading on it and before it: a function of the log alone,
+//!   which never goes back. A request whose deadline is before the log's time at its entry
+//!   expires there (it never runs, and counts as its client's latest request), on every replica
+//!   alike; a copy that reaches a replica whose final log time is past its deadline is answered
+//!   at once.
 //! - A missing batch is fetched from the other replicas; lost batches, acknowledgements and
 //!   proposals are re-sent every `retry_ticks`.
 
@@ -87,6 +93,9 @@ pub enum PlantedBug {
     /// Deliver (and apply) committed entries before this replica's own write of them is
     /// durable: a leader's readers then see entries that its crash can take back.
     ApplyBeforeDurable,
+    /// Decide whether a request expired by this replica's own clock instead of the log's
+    /// time: replicas whose clocks differ then run different requests.
+    ExpireByOwnClock,
 }
 
 impl ReplicaConfig {
@@ -176,17 +185,94 @@ pub struct OrderStats {
     pub peers_restarted: u64,
 }
 
+/// What a snapshot holds besides Raft's metadata. Fields are only ever appended (postcard
+/// encodes them in order), so a snapshot written by an earlier build decodes as a prefix.
 #[derive(Serialize, Deserialize)]
 struct SnapshotData {
     machine: Vec<u8>,
+    /// Per client: its latest request's number and answer (empty if it expired).
     clients: Vec<(u64, u64, Vec<u8>)>,
     delivered_batches: Vec<BatchId>,
+    /// The log's time at the snapshot's position.
+    log_time: u64,
+    /// The clients whose latest request expired.
+    expired: Vec<u64>,
+}
+
+/// A snapshot as builds before request deadlines wrote it.
+#[derive(Deserialize)]
+struct SnapshotDataWithoutTime {
+    machine: Vec<u8>,
+    clients: Vec<(u64, u64, Vec<u8>)>,
+    delivered_batches: Vec<BatchId>,
+}
+
+impl SnapshotData {
+    /// Decodes a snapshot of this build or of an earlier one (without log time: 0, and no
+    /// expired requests). The current layout extends the earlier one, so earlier bytes fail
+    /// only for want of the new fields.
+    fn decode(bytes: &[u8]) -> Result<SnapshotData, String> {
+        postcard::from_bytes::<SnapshotData>(bytes).or_else(|e| {
+            postcard::from_bytes::<SnapshotDataWithoutTime>(bytes)
+                .map(|old| SnapshotData {
+                    machine: old.machine,
+                    clients: old.clients,
+                    delivered_batches: old.delivered_batches,
+                    log_time: 0,
+                    expired: Vec::new(),
+                })
+                .map_err(|_| e.to_string())
+        })
+    }
+
+    /// The clients' table it holds.
+    fn clients(&self) -> BTreeMap<u64, (u64, Last)> {
+        let expired: BTreeSet<u64> = self.expired.iter().copied().collect();
+        self.clients
+            .iter()
+            .map(|(c, s, r)| {
+                let last = if expired.contains(c) {
+                    Last::Expired
+                } else {
+                    Last::Answered(r.clone())
+                };
+                (*c, (*s, last))
+            })
+            .collect()
+    }
+}
+
+/// What became of a client's latest finally delivered request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Last {
+    /// It ran; the state machine's answer.
+    Answered(Vec<u8>),
+    /// It expired (it never ran).
+    Expired,
+}
+
+impl Last {
+    /// What a client that sent request `seq` (the one this is the outcome of) is told.
+    fn message(&self, client: u64, seq: u64) -> OrderMsg {
+        match self {
+            Last::Answered(response) => OrderMsg::Reply {
+                client,
+                seq,
+                response: response.clone(),
+            },
+            Last::Expired => OrderMsg::Expired { client, seq },
+        }
+    }
 }
 
 /// An entry optimistically delivered and not yet final.
 struct Pending {
     batch: Option<BatchId>,
     requests: Vec<Request>,
+    /// Requests of the entry's batch that expired there: (client, seq).
+    expired: Vec<(u64, u64)>,
+    /// The log's time at the entry.
+    time: u64,
 }
 
 /// One replica. `S` is the replicated state machine.
@@ -206,6 +292,13 @@ pub struct Replica<S> {
     machine: S,
     rng: u64,
     ticks: u64,
+    /// The clock reading of the current step (milliseconds since the Unix epoch in
+    /// production): what this replica stamps on the entries it proposes.
+    now_ms: u64,
+    /// The log's time at the last optimistically delivered entry...
+    opt_time: u64,
+    /// ...and at the last finally delivered one.
+    final_time: u64,
 
     batches: BTreeMap<BatchId, Vec<Request>>,
     delivered_batches: BTreeSet<BatchId>,
@@ -223,8 +316,8 @@ pub struct Replica<S> {
     /// Requests in this replica's batches that are not delivered yet.
     in_flight: BTreeSet<(u64, u64)>,
 
-    /// Per client: the last delivered request number and its answer.
-    clients: BTreeMap<u64, (u64, Vec<u8>)>,
+    /// Per client: the last delivered request number and what became of it.
+    clients: BTreeMap<u64, (u64, Last)>,
     /// Per client: the request waiting for an answer here, and where to send it.
     awaiting: BTreeMap<u64, (u64, Addr)>,
 
@@ -258,6 +351,20 @@ fn encode_entry_data(id: BatchId) -> Vec<u8> {
     postcard::to_stdvec(&id).unwrap_or_default()
 }
 
+/// An entry's context: its proposer's clock reading.
+fn encode_stamp(now_ms: u64) -> Vec<u8> {
+    postcard::to_stdvec(&now_ms).unwrap_or_default()
+}
+
+/// The clock reading an entry carries (0 for none: a leader's empty entry, or an entry
+/// written before entries were stamped).
+fn entry_stamp(e: &Entry) -> u64 {
+    if e.context.is_empty() {
+        return 0;
+    }
+    postcard::from_bytes(&e.context).unwrap_or(0)
+}
+
 fn entry_batch(e: &Entry) -> Option<BatchId> {
     if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
         return None;
@@ -265,19 +372,33 @@ fn entry_batch(e: &Entry) -> Option<BatchId> {
     postcard::from_bytes(&e.data).ok()
 }
 
-/// The requests of a batch that are delivered at its entry, in the batch's order: each one
-/// whose number is above every number its client had delivered before it in the log (finally,
-/// in `clients`; optimistically and not revoked, in `pending`; or earlier in this batch). The
-/// others are duplicates, or older than a request already ordered, and never run. Both tables
-/// hold exactly what the entries before this one delivered, so the verdict is a function of
-/// the log prefix alone: the same on every replica and every replay of a log, however a
-/// client's numbers arrive. The admitted requests are added to `pending`.
+/// What becomes of a batch's requests at its entry.
+struct Admission {
+    /// The requests delivered there, in the batch's order.
+    admitted: Vec<Request>,
+    /// The requests that expired there: (client, seq).
+    expired: Vec<(u64, u64)>,
+}
+
+/// Decides a batch's requests at its entry, where the log's time is `time`, in the batch's
+/// order. A request whose number is not above every number its client had delivered before it
+/// in the log (finally, in `clients`; optimistically and not revoked, in `pending`; or earlier
+/// in this batch) is a duplicate, or older than a request already ordered, and is dropped.
+/// Of the others, one whose deadline is before `time` expires; the rest are admitted. Both
+/// expired and admitted requests count as delivered (they are added to `pending`). Both tables
+/// hold exactly what the entries before this one delivered and `time` is the log's, so the
+/// verdict is a function of the log prefix alone: the same on every replica and every replay
+/// of a log, however a client's numbers arrive.
 fn admit_newest(
     batch: &[Request],
-    clients: &BTreeMap<u64, (u64, Vec<u8>)>,
+    time: u64,
+    clients: &BTreeMap<u64, (u64, Last)>,
     pending: &mut BTreeSet<(u64, u64)>,
-) -> Vec<Request> {
-    let mut admitted = Vec::new();
+) -> Admission {
+    let mut admission = Admission {
+        admitted: Vec::new(),
+        expired: Vec::new(),
+    };
     for r in batch {
         let last_final = clients.get(&r.client).map_or(0, |(seq, _)| *seq);
         let last_pending = pending
@@ -286,10 +407,14 @@ fn admit_newest(
             .map_or(0, |(_, seq)| *seq);
         if r.seq > last_final.max(last_pending) {
             pending.insert((r.client, r.seq));
-            admitted.push(r.clone());
+            if r.deadline_ms < time {
+                admission.expired.push((r.client, r.seq));
+            } else {
+                admission.admitted.push(r.clone());
+            }
         }
     }
-    admitted
+    admission
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -335,6 +460,9 @@ impl<S: StateMachine> Replica<S> {
                 Record::Batch { id, requests } => {
                     batches.insert(id, requests);
                 }
+                Record::BatchWithoutDeadlines { id, requests } => {
+                    batches.insert(id, requests.into_iter().map(Request::from).collect());
+                }
                 Record::Rejoining => rejoining = Some(true),
                 Record::Rejoined => rejoining = Some(false),
             }
@@ -342,17 +470,15 @@ impl<S: StateMachine> Replica<S> {
         let base = store.snapshot_index();
         let mut clients = BTreeMap::new();
         let mut delivered_batches = BTreeSet::new();
+        let mut log_time = 0;
         if base > 0 {
-            let data: SnapshotData = postcard::from_bytes(&store.latest_snapshot().data)
+            let data = SnapshotData::decode(&store.latest_snapshot().data)
                 .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
             machine
                 .restore(&data.machine)
                 .map_err(OrderError::Corrupt)?;
-            clients = data
-                .clients
-                .into_iter()
-                .map(|(c, s, r)| (c, (s, r)))
-                .collect();
+            clients = data.clients();
+            log_time = data.log_time;
             delivered_batches = data.delivered_batches.into_iter().collect();
         }
         let commit = store.hard_state().commit.max(base);
@@ -409,6 +535,9 @@ impl<S: StateMachine> Replica<S> {
             machine,
             rng,
             ticks: 0,
+            now_ms: 0,
+            opt_time: log_time,
+            final_time: log_time,
             batches,
             delivered_batches,
             in_log,
@@ -486,6 +615,12 @@ impl<S: StateMachine> Replica<S> {
     /// The next position to be finally delivered.
     pub fn final_next(&self) -> u64 {
         self.final_next
+    }
+
+    /// The log's time at the last finally delivered entry (see [`Delivery::Final`]): a
+    /// request with an earlier deadline that has not run by now never will.
+    pub fn log_time(&self) -> u64 {
+        self.final_time
     }
 
     /// A one-line account of where this replica stands (for diagnostics).
@@ -759,7 +894,9 @@ impl<S: StateMachine> Replica<S> {
                         // The origin persisted the batch before sending it and this replica
                         // has just persisted it (the proposal's messages wait for that write):
                         // a majority holds it.
-                        let _ = self.raft.propose(Vec::new(), encode_entry_data(id));
+                        let _ = self
+                            .raft
+                            .propose(encode_stamp(self.now_ms), encode_entry_data(id));
                     }
                 }
             }
@@ -826,7 +963,7 @@ impl<S: StateMachine> Replica<S> {
             | OrderMsg::State { .. } => {
                 tracing::warn!(from, "replica message from a non-member dropped");
             }
-            OrderMsg::Reply { .. } => {}
+            OrderMsg::Reply { .. } | OrderMsg::Expired { .. } => {}
         }
         Ok(())
     }
@@ -859,20 +996,28 @@ impl<S: StateMachine> Replica<S> {
         req: Request,
         out: &mut Vec<Action>,
     ) -> Result<(), OrderError> {
-        if let Some((last, response)) = self.clients.get(&req.client) {
+        if let Some((last, outcome)) = self.clients.get(&req.client) {
             if *last >= req.seq {
                 if *last == req.seq {
                     out.push(Output::Send {
                         to: from,
-                        msg: OrderMsg::Reply {
-                            client: req.client,
-                            seq: req.seq,
-                            response: response.clone(),
-                        },
+                        msg: outcome.message(req.client, req.seq),
                     });
                 }
                 return Ok(());
             }
+        }
+        if req.deadline_ms < self.final_time {
+            // No copy ran at a final position (its client's table says so), and every later
+            // position's time is past the deadline: it never runs.
+            out.push(Output::Send {
+                to: from,
+                msg: OrderMsg::Expired {
+                    client: req.client,
+                    seq: req.seq,
+                },
+            });
+            return Ok(());
         }
         self.awaiting.insert(req.client, (req.seq, from));
         if self.in_flight.insert((req.client, req.seq)) {
@@ -921,7 +1066,9 @@ impl<S: StateMachine> Replica<S> {
     fn propose(&mut self, id: BatchId) {
         self.proposed.insert(id, self.ticks);
         // Dropped when there is no leader: retried after `retry_ticks`.
-        let _ = self.raft.propose(Vec::new(), encode_entry_data(id));
+        let _ = self
+            .raft
+            .propose(encode_stamp(self.now_ms), encode_entry_data(id));
     }
 
     fn send_raft(&mut self, msgs: Vec<Message>, out: &mut Vec<Action>) {
@@ -1041,8 +1188,16 @@ impl<S: StateMachine> Replica<S> {
         self.pending_requests = self
             .pending
             .values()
-            .flat_map(|p| p.requests.iter().map(|r| (r.client, r.seq)))
+            .flat_map(|p| {
+                let ran = p.requests.iter().map(|r| (r.client, r.seq));
+                ran.chain(p.expired.iter().copied())
+            })
             .collect();
+        self.opt_time = self
+            .pending
+            .values()
+            .next_back()
+            .map_or(self.final_time, |p| p.time);
         self.opt_next = from;
         self.machine.revoked(from);
         out.push(Output::Deliver(Delivery::Revoke { from }));
@@ -1051,7 +1206,7 @@ impl<S: StateMachine> Replica<S> {
     /// Whether a snapshot's state decodes (ours and the machine's), changing nothing: a
     /// snapshot from a peer that fails is refused before anything of it is taken.
     fn check_snapshot(&self, snap: &Snapshot) -> Result<(), String> {
-        let data: SnapshotData = postcard::from_bytes(&snap.data).map_err(|e| e.to_string())?;
+        let data = SnapshotData::decode(&snap.data)?;
         self.machine.check_snapshot(&data.machine)
     }
 
@@ -1059,16 +1214,12 @@ impl<S: StateMachine> Replica<S> {
     /// delivered batches. Optimistic deliveries not yet final are revoked.
     fn restore_state(&mut self, snap: &Snapshot, out: &mut Vec<Action>) -> Result<(), OrderError> {
         let index = snap.get_metadata().index;
-        let data: SnapshotData = postcard::from_bytes(&snap.data)
+        let data = SnapshotData::decode(&snap.data)
             .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
         self.machine
             .restore(&data.machine)
             .map_err(OrderError::Corrupt)?;
-        self.clients = data
-            .clients
-            .into_iter()
-            .map(|(c, s, r)| (c, (s, r)))
-            .collect();
+        self.clients = data.clients();
         self.delivered_batches = data.delivered_batches.into_iter().collect();
         if self.opt_next > self.final_next {
             self.revoke(self.final_next, out);
@@ -1082,6 +1233,8 @@ impl<S: StateMachine> Replica<S> {
         self.missing = None;
         self.opt_next = index + 1;
         self.final_next = index + 1;
+        self.final_time = data.log_time;
+        self.opt_time = data.log_time;
         self.commit = self.commit.max(index);
         self.stats.snapshots_installed += 1;
         out.push(Output::Deliver(Delivery::Installed { seq: index }));
@@ -1137,14 +1290,23 @@ impl<S: StateMachine> Replica<S> {
     fn deliver(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
         while self.opt_next <= self.raft.store().last() {
             let seq = self.opt_next;
-            let batch = self.raft.store().entry(seq).and_then(entry_batch);
+            let entry = self.raft.store().entry(seq);
+            let batch = entry.and_then(entry_batch);
+            let time = self.opt_time.max(entry.map_or(0, entry_stamp));
             let duplicate = batch.is_some_and(|id| {
                 self.delivered_batches.contains(&id)
                     || self.pending.values().any(|p| p.batch == Some(id))
             });
-            let requests = match batch {
+            // What decides expiry: the log's time, unless a planted bug makes it the clock.
+            let expiry_time = match self.cfg.planted_bug {
+                Some(PlantedBug::ExpireByOwnClock) => self.now_ms,
+                _ => time,
+            };
+            let admission = match batch {
                 Some(id) if !duplicate => match self.batches.get(&id) {
-                    Some(reqs) => admit_newest(reqs, &self.clients, &mut self.pending_requests),
+                    Some(reqs) => {
+                        admit_newest(reqs, expiry_time, &self.clients, &mut self.pending_requests)
+                    }
                     None => {
                         if self.missing.is_none_or(|(m, _)| m != id) {
                             self.missing = Some((id, self.ticks));
@@ -1153,8 +1315,12 @@ impl<S: StateMachine> Replica<S> {
                         break;
                     }
                 },
-                _ => Vec::new(),
+                _ => Admission {
+                    admitted: Vec::new(),
+                    expired: Vec::new(),
+                },
             };
+            let requests = admission.admitted;
             self.machine.optimistic(seq, &requests);
             out.push(Output::Deliver(Delivery::Opt {
                 seq,
@@ -1165,8 +1331,11 @@ impl<S: StateMachine> Replica<S> {
                 Pending {
                     batch: if duplicate { None } else { batch },
                     requests,
+                    expired: admission.expired,
+                    time,
                 },
             );
+            self.opt_time = time;
             self.opt_next += 1;
             self.stats.opt_delivered += 1;
             self.missing = None;
@@ -1174,31 +1343,23 @@ impl<S: StateMachine> Replica<S> {
         let committed = match self.cfg.planted_bug {
             Some(PlantedBug::FinalBeforeCommit) => self.raft.store().last(),
             Some(PlantedBug::ApplyBeforeDurable) => self.commit,
-            None => self.commit.min(self.durable_index),
+            None | Some(PlantedBug::ExpireByOwnClock) => self.commit.min(self.durable_index),
         };
         while self.final_next <= committed && self.final_next < self.opt_next {
             let seq = self.final_next;
             let Some(p) = self.pending.remove(&seq) else {
                 break;
             };
+            for &(client, seq) in &p.expired {
+                self.pending_requests.remove(&(client, seq));
+                self.in_flight.remove(&(client, seq));
+                self.record_last(client, seq, Last::Expired, out);
+            }
             for (index, r) in p.requests.iter().enumerate() {
                 self.pending_requests.remove(&(r.client, r.seq));
                 let response = self.machine.apply_final(seq, index as u32, r);
                 self.in_flight.remove(&(r.client, r.seq));
-                if let Some(&(wanted, to)) = self.awaiting.get(&r.client) {
-                    if wanted == r.seq {
-                        self.awaiting.remove(&r.client);
-                        out.push(Output::Send {
-                            to,
-                            msg: OrderMsg::Reply {
-                                client: r.client,
-                                seq: r.seq,
-                                response: response.clone(),
-                            },
-                        });
-                    }
-                }
-                self.clients.insert(r.client, (r.seq, response));
+                self.record_last(r.client, r.seq, Last::Answered(response), out);
                 self.stats.requests_delivered += 1;
             }
             if let Some(id) = p.batch {
@@ -1216,11 +1377,36 @@ impl<S: StateMachine> Replica<S> {
             for text in self.machine.take_alarms() {
                 out.push(Output::Deliver(Delivery::Alarm { seq, text }));
             }
-            out.push(Output::Deliver(Delivery::Final { seq }));
+            out.push(Output::Deliver(Delivery::Final {
+                seq,
+                time_ms: p.time,
+            }));
+            self.final_time = p.time;
             self.final_next += 1;
             self.stats.final_delivered += 1;
         }
         self.maybe_snapshot(out)
+    }
+
+    /// Request `seq` of `client` was finally delivered with `outcome`: its client's table
+    /// keeps it if it is the client's highest, and a client waiting for it here hears of it.
+    fn record_last(&mut self, client: u64, seq: u64, outcome: Last, out: &mut Vec<Action>) {
+        if let Some(&(wanted, to)) = self.awaiting.get(&client) {
+            if wanted == seq {
+                self.awaiting.remove(&client);
+                out.push(Output::Send {
+                    to,
+                    msg: outcome.message(client, seq),
+                });
+            }
+        }
+        if self
+            .clients
+            .get(&client)
+            .is_none_or(|(last, _)| *last < seq)
+        {
+            self.clients.insert(client, (seq, outcome));
+        }
     }
 
     /// Takes a snapshot at the last finally delivered entry once `snapshot_every` entries have
@@ -1249,9 +1435,22 @@ impl<S: StateMachine> Replica<S> {
             clients: self
                 .clients
                 .iter()
-                .map(|(c, (s, r))| (*c, *s, r.clone()))
+                .map(|(c, (s, last))| {
+                    let response = match last {
+                        Last::Answered(r) => r.clone(),
+                        Last::Expired => Vec::new(),
+                    };
+                    (*c, *s, response)
+                })
                 .collect(),
             delivered_batches: self.delivered_batches.iter().copied().collect(),
+            log_time: self.final_time,
+            expired: self
+                .clients
+                .iter()
+                .filter(|(_, (_, last))| *last == Last::Expired)
+                .map(|(c, _)| *c)
+                .collect(),
         };
         let mut snap = Snapshot {
             data: postcard::to_stdvec(&data).map_err(|e| OrderError::Corrupt(e.to_string()))?,
@@ -1332,8 +1531,10 @@ impl<S: StateMachine> Machine for Replica<S> {
 
     /// Reacts to one input; appends messages to send, disk writes and deliveries to `out`
     /// (every record a message or delivery depends on is written before it: see
-    /// [`atomos_seam`]). The replica counts time in ticks, so `now` is not used.
-    fn step(&mut self, _now: u64, input: Input, out: &mut Vec<Action>) -> Result<(), OrderError> {
+    /// [`atomos_seam`]). The replica counts its timers in ticks; `now` (milliseconds since the
+    /// Unix epoch in production) is only stamped on the entries it proposes.
+    fn step(&mut self, now: u64, input: Input, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        self.now_ms = now;
         match input {
             Input::Tick => self.tick(out)?,
             Input::Request(Command::Flush) => {

@@ -11,6 +11,14 @@ pub type Addr = atomos_seam::NodeId;
 /// however often it is re-sent. A request ordered after one of its client's with the same or a
 /// higher number is never delivered: the same verdict on every replica, whatever order a
 /// client's numbers arrive in.
+///
+/// A request ordered at a position where the log's time (see [`Delivery::Final`]) is past its
+/// `deadline_ms` expires: it never runs, and its client is told so ([`OrderMsg::Expired`]).
+/// A client gives every copy of a request the same deadline; the log's time never goes back,
+/// so once one replica's final log time is past a request's deadline and the request has not
+/// run, no copy of it can. (A copy sent with another deadline is decided on its own: the first
+/// copy ordered decides the number, and a client told that one copy expired has learnt of that
+/// copy only.)
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Request {
@@ -20,6 +28,35 @@ pub struct Request {
     pub seq: u64,
     /// What the replicated state machine is asked to do.
     pub payload: Vec<u8>,
+    /// The last log time (milliseconds since the Unix epoch, by the members' clocks) at which
+    /// the request may still be ordered; [`NO_DEADLINE`] for none.
+    pub deadline_ms: u64,
+}
+
+/// A request's deadline when it has none: it never expires.
+pub const NO_DEADLINE: u64 = u64::MAX;
+
+/// A request as logs written before requests had deadlines hold it (read as one without a
+/// deadline).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestWithoutDeadline {
+    /// The client.
+    pub client: u64,
+    /// The client's sequence number.
+    pub seq: u64,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+impl From<RequestWithoutDeadline> for Request {
+    fn from(r: RequestWithoutDeadline) -> Request {
+        Request {
+            client: r.client,
+            seq: r.seq,
+            payload: r.payload,
+            deadline_ms: NO_DEADLINE,
+        }
+    }
 }
 
 /// A batch of requests, named by the replica that formed it and its number there.
@@ -84,6 +121,25 @@ pub enum OrderMsg {
         /// What the state machine answered.
         response: Vec<u8>,
     },
+    /// The client's request never runs: it was not ordered before its deadline. Sent once the
+    /// entry where it expired is final, or at once to a copy that arrives later.
+    Expired {
+        /// The client.
+        client: u64,
+        /// The request's number.
+        seq: u64,
+    },
+}
+
+impl OrderMsg {
+    /// The client this message answers, if it is an answer to a client ([`OrderMsg::Reply`]
+    /// or [`OrderMsg::Expired`]): what routes it to the client rather than to a replica.
+    pub fn answered_client(&self) -> Option<u64> {
+        match self {
+            OrderMsg::Reply { client, .. } | OrderMsg::Expired { client, .. } => Some(*client),
+            _ => None,
+        }
+    }
 }
 
 /// What a replica hands to the layers above, besides messages to send.
@@ -102,6 +158,10 @@ pub enum Delivery {
     Final {
         /// The entry.
         seq: u64,
+        /// The log's time at the entry: the latest of the times its proposers stamped on it and
+        /// on every entry before it (milliseconds since the Unix epoch by the proposers'
+        /// clocks; 0 before any stamp). The same on every replica; it never goes back.
+        time_ms: u64,
     },
     /// A leader change replaced the entries from `from` on: every optimistic delivery at or
     /// above `from` is void.

@@ -132,6 +132,7 @@ impl Cluster {
                     value: vec![7],
                 }
                 .encode(),
+                deadline_ms: atomos_order::NO_DEADLINE,
             };
             self.step(
                 via,

@@ -125,17 +125,44 @@ fn nothing_is_applied_before_a_majority_holds_it_on_disk() {
     });
 }
 
+/// Requests with deadlines, replicas whose clocks disagree by up to 150 ms, clients (and
+/// adversarial ones) whose requests live up to 400 ms: under every fault, replicas agree at
+/// every position on the log's time and on which requests expired there, nothing runs where
+/// the log's time is past its deadline, nothing reported expired ever runs, and every request
+/// gets an outcome.
+#[test]
+fn deadlines_are_decided_by_the_log_alone() {
+    let (mut expired, mut answered) = (0, 0);
+    check_seeds(60, "-p atomos-order --test sim", |seed| {
+        let o = simulate(seed, Setup::deadlines(10_000));
+        expired += count(&o, |n| matches!(n, Note::Expired { .. }));
+        answered += count(&o, |n| matches!(n, Note::Done { .. }));
+        check(&o)
+    });
+    println!("over the seeds: {answered} requests answered, {expired} expired");
+    assert!(expired > 0, "no request ever expired");
+    assert!(answered > expired, "most requests should run in time");
+}
+
 /// Planted bugs the simulation must catch: entries delivered finally before Raft commits them
-/// (a leader change then replaces what was applied), and committed entries applied before this
+/// (a leader change then replaces what was applied), committed entries applied before this
 /// replica's own write of them is durable (on slow disks, a crash then takes back what a
-/// leader applied).
+/// leader applied), and expiry decided by each replica's own clock (replicas whose clocks
+/// differ run different requests).
 #[test]
 fn planted_bugs_are_caught() {
-    let bugs: [(PlantedBug, fn() -> Faults); 2] = [
-        (PlantedBug::FinalBeforeCommit, Faults::harsh),
-        (PlantedBug::ApplyBeforeDurable, Faults::stalling),
+    let bugs: [(PlantedBug, Setup); 3] = [
+        (PlantedBug::FinalBeforeCommit, Setup::new(10_000)),
+        (
+            PlantedBug::ApplyBeforeDurable,
+            Setup {
+                faults: Faults::stalling,
+                ..Setup::new(10_000)
+            },
+        ),
+        (PlantedBug::ExpireByOwnClock, Setup::deadlines(10_000)),
     ];
-    for (bug, faults) in bugs {
+    for (bug, setup) in bugs {
         let tried = seeds(60);
         let failing: Vec<(u64, String)> = tried
             .iter()
@@ -143,8 +170,7 @@ fn planted_bugs_are_caught() {
             .filter_map(|seed| {
                 let setup = Setup {
                     bug: Some(bug),
-                    faults,
-                    ..Setup::new(10_000)
+                    ..setup
                 };
                 check(&simulate(seed, setup)).err().map(|e| (seed, e))
             })

@@ -92,13 +92,13 @@ struct Capture(Mutex<Option<Certification>>);
 impl Certifier for Capture {
     fn certify(&self, c: Certification) -> Result<Verdict, CertifyError> {
         *self.0.lock() = Some(c);
-        Err(CertifyError::OutcomeUnknown("captured".into()))
+        Err(CertifyError::unknown("captured"))
     }
     fn barrier(&self) -> Result<u64, CertifyError> {
-        Err(CertifyError::OutcomeUnknown("no barriers".into()))
+        Err(CertifyError::unknown("no barriers"))
     }
     fn abstract_lock(&self, _: u64, _: &str) -> Result<LockOutcome, CertifyError> {
-        Err(CertifyError::OutcomeUnknown("no locks".into()))
+        Err(CertifyError::unknown("no locks"))
     }
     fn release_abstract(&self, _: u64, _: Vec<String>) {}
 }

@@ -123,6 +123,7 @@ impl<T> Drop for Pending<T> {
         if self.value.take().is_some() {
             self.slot.put(Err(TxError::OutcomeUnknown {
                 reason: "the linked commit was abandoned before its outcome was known".into(),
+                ticket: None,
             }));
         }
     }
@@ -179,6 +180,7 @@ pub struct Linked {
 fn earlier_failed(e: &TxError) -> TxError {
     TxError::OutcomeUnknown {
         reason: format!("an earlier linked commit failed: {e}"),
+        ticket: None,
     }
 }
 
@@ -357,6 +359,7 @@ impl Linked {
         let outcome = wait_for(&commit).unwrap_or_else(|| {
             Err(TxError::OutcomeUnknown {
                 reason: "the job certifying a linked commit panicked".into(),
+                ticket: None,
             })
         });
         match outcome {
@@ -382,7 +385,10 @@ impl Linked {
                 Err(e) => {
                     let reason = e.to_string();
                     fail(e);
-                    return Err(TxError::OutcomeUnknown { reason });
+                    return Err(TxError::OutcomeUnknown {
+                        reason,
+                        ticket: None,
+                    });
                 }
             };
             let Some(deferred) = deferred else {
@@ -449,6 +455,7 @@ impl Drop for Linked {
                 if !matches!(done, Some(Some(Ok(_)))) {
                     fail(TxError::OutcomeUnknown {
                         reason: "the chain was dropped while its thread panicked".into(),
+                        ticket: None,
                     });
                 }
                 continue;

@@ -152,24 +152,74 @@ pub const MACHINE_COUNTERS_EVERY: Duration = Duration::from_millis(100);
 /// Why a submitted request has no answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
-    /// The node stopped before the request was answered.
+    /// The node stopped before the request was answered (it may still run).
     #[error("the order node stopped")]
     Stopped,
-    /// No answer came in time (the request may still be ordered later).
-    #[error("no answer within {0:?}")]
-    TimedOut(Duration),
+    /// The request was not ordered before its deadline: it never runs.
+    #[error("not ordered within {0:?}: it never runs")]
+    Expired(Duration),
+    /// Neither answer nor expiry came in time (the cluster has had no majority since): the
+    /// request may still run if a majority returns before its deadline passes in the log.
+    /// Ask [`Submitter::outcome`] with the ticket.
+    #[error("no outcome within {limit:?} (ask for ticket {ticket} later)")]
+    TimedOut {
+        /// How long the caller waited.
+        limit: Duration,
+        /// What to ask [`Submitter::outcome`] about.
+        ticket: Ticket,
+    },
+}
+
+/// A request whose caller stopped waiting before its outcome was known, to ask
+/// [`Submitter::outcome`] about. Numbered per node start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticket(pub u64);
+
+impl std::fmt::Display for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What became of a request its caller stopped waiting for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestOutcome {
+    /// It ran; the state machine's answer.
+    Applied(Vec<u8>),
+    /// It was not ordered before its deadline: it never runs.
+    Expired,
+    /// Not decided yet: the cluster has had no majority since it was sent. It is decided
+    /// once a majority returns (by its deadline, if that has passed by then).
+    Pending,
+    /// This node does not know the ticket (it stopped since, or the ticket is older than the
+    /// [`WATCHED_MAX`] it keeps).
+    Unknown,
+}
+
+/// How many requests whose callers stopped waiting a node keeps the outcome of (the latest).
+pub const WATCHED_MAX: usize = 65_536;
+
+/// How long [`Submitter::submit_wait`] waits past a request's deadline to hear that it
+/// expired (a re-sent copy is answered so by any replica whose log's time passed it).
+pub const EXPIRY_GRACE: Duration = Duration::from_secs(1);
+
+/// The answer a local client hands its waiter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Answer {
+    Applied(Vec<u8>),
+    Expired,
 }
 
 /// Where a request's answer goes.
 enum Reply {
     /// An async caller.
-    Async(oneshot::Sender<Vec<u8>>),
+    Async(oneshot::Sender<Answer>),
     /// A thread (or fiber) waiting in [`Submitter::submit_wait`].
-    Blocking(Replier<Vec<u8>>),
+    Blocking(Replier<Answer>),
 }
 
 impl Reply {
-    fn send(self, answer: Vec<u8>) {
+    fn send(self, answer: Answer) {
         match self {
             Reply::Async(tx) => {
                 let _ = tx.send(answer);
@@ -180,9 +230,70 @@ impl Reply {
 }
 
 enum Event {
-    Net { from: NodeId, msg: OrderMsg },
-    Submit { payload: Vec<u8>, reply: Reply },
+    Net {
+        from: NodeId,
+        msg: OrderMsg,
+    },
+    Submit {
+        payload: Vec<u8>,
+        deadline_ms: u64,
+        reply: Reply,
+    },
     Disk(DiskEvent),
+}
+
+/// The log's time for a request that may be ordered for `limit` from now: milliseconds since
+/// the Unix epoch by this node's clock (which the log's time follows; see
+/// `atomos_order::Request::deadline_ms`).
+pub fn deadline_after(limit: Duration) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (now.as_millis() as u64).saturating_add(limit.as_millis().min(u64::MAX as u128) as u64)
+}
+
+/// The requests whose callers stopped waiting, by ticket: each one's answer slot, which its
+/// local client still fills.
+#[derive(Default)]
+struct Watched {
+    slots: BTreeMap<u64, Arc<AnswerSlot<Option<Answer>>>>,
+    /// Outcomes taken from their slots.
+    known: BTreeMap<u64, RequestOutcome>,
+}
+
+impl Watched {
+    fn watch(&mut self, ticket: u64, slot: Arc<AnswerSlot<Option<Answer>>>) {
+        self.slots.insert(ticket, slot);
+        while self.slots.len() + self.known.len() > WATCHED_MAX {
+            let oldest_slot = self.slots.keys().next().copied();
+            let oldest_known = self.known.keys().next().copied();
+            match (oldest_slot, oldest_known) {
+                (Some(a), Some(b)) if b < a => self.known.remove(&b),
+                (Some(a), _) => self.slots.remove(&a).map(|_| RequestOutcome::Unknown),
+                (None, Some(b)) => self.known.remove(&b),
+                (None, None) => break,
+            };
+        }
+    }
+
+    fn outcome(&mut self, ticket: u64) -> RequestOutcome {
+        if let Some(known) = self.known.get(&ticket) {
+            return known.clone();
+        }
+        let Some(slot) = self.slots.get(&ticket) else {
+            return RequestOutcome::Unknown;
+        };
+        let outcome = match slot.take() {
+            None => return RequestOutcome::Pending,
+            Some(Some(Answer::Applied(response))) => RequestOutcome::Applied(response),
+            Some(Some(Answer::Expired)) => RequestOutcome::Expired,
+            // The node stopped with the request unanswered.
+            Some(None) => RequestOutcome::Unknown,
+        };
+        self.slots.remove(&ticket);
+        self.known.insert(ticket, outcome.clone());
+        outcome
+    }
 }
 
 /// Submits requests to an order node from any thread, blocking until the answer comes.
@@ -190,30 +301,48 @@ enum Event {
 #[derive(Clone)]
 pub struct Submitter {
     tx: mpsc::UnboundedSender<Event>,
+    shared: Arc<Shared>,
 }
 
 impl Submitter {
-    /// Orders `payload` and returns the state machine's answer once it is finally delivered,
-    /// or fails if the node stops or `limit` passes first. Blocks the calling thread, or
-    /// suspends the calling fiber (do not call it from async code).
+    /// Orders `payload` if that happens within `limit` and returns the state machine's answer
+    /// once it is finally delivered. Fails with [`SubmitError::Expired`] if it was not ordered
+    /// in time (it never runs), with [`SubmitError::TimedOut`] if that is not known either
+    /// [`EXPIRY_GRACE`] after the limit (ask [`Submitter::outcome`] later), or if the node
+    /// stops. Blocks the calling thread, or suspends the calling fiber (do not call it from
+    /// async code).
     pub fn submit_wait(&self, payload: Vec<u8>, limit: Duration) -> Result<Vec<u8>, SubmitError> {
         let now = Instant::now();
         // A limit too large for the clock waits a year.
-        let deadline = now
-            .checked_add(limit)
+        let wait_until = now
+            .checked_add(limit.saturating_add(EXPIRY_GRACE))
             .unwrap_or(now + Duration::from_secs(365 * 86_400));
         let slot = Arc::new(AnswerSlot::default());
         self.tx
             .send(Event::Submit {
                 payload,
+                deadline_ms: deadline_after(limit),
                 reply: Reply::Blocking(Replier::new(slot.clone())),
             })
             .map_err(|_| SubmitError::Stopped)?;
-        match slot.wait_until(deadline, Duration::ZERO) {
-            Some(Some(answer)) => Ok(answer),
+        match slot.wait_until(wait_until, Duration::ZERO) {
+            Some(Some(Answer::Applied(answer))) => Ok(answer),
+            Some(Some(Answer::Expired)) => Err(SubmitError::Expired(limit)),
             Some(None) => Err(SubmitError::Stopped),
-            None => Err(SubmitError::TimedOut(limit)),
+            None => {
+                let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
+                self.shared.watched.lock().watch(ticket, slot);
+                Err(SubmitError::TimedOut {
+                    limit,
+                    ticket: Ticket(ticket),
+                })
+            }
         }
+    }
+
+    /// What became of the request `ticket` names (from [`SubmitError::TimedOut`]).
+    pub fn outcome(&self, ticket: Ticket) -> RequestOutcome {
+        self.shared.watched.lock().outcome(ticket.0)
     }
 }
 
@@ -229,6 +358,9 @@ struct Shared {
     deliveries: Mutex<Option<mpsc::UnboundedSender<Delivery>>>,
     inbox_dropped: AtomicU64,
     machine: Mutex<Vec<(&'static str, u64)>>,
+    /// Requests whose callers stopped waiting, and the number of the next such.
+    watched: Mutex<Watched>,
+    next_ticket: AtomicU64,
 }
 
 impl Shared {
@@ -319,6 +451,8 @@ impl OrderNode {
             deliveries: Mutex::new(None),
             inbox_dropped: AtomicU64::new(0),
             machine: Mutex::new(Vec::new()),
+            watched: Mutex::new(Watched::default()),
+            next_ticket: AtomicU64::new(1),
         });
         let transport = connect(Arc::new(ToTask {
             inbox: net_tx.clone(),
@@ -351,12 +485,14 @@ impl OrderNode {
         };
         let replica = Replica::open(cfg.replica.clone(), log, machine)?;
         let abandon = disk.as_ref().map(DiskWorker::abandoner);
-        // The replica counts time in ticks; the runner's clock is in milliseconds.
+        // The replica counts its timers in ticks; the runner's clock, in milliseconds since
+        // the Unix epoch, is what it stamps on the entries it proposes (the log's time).
         let unit = Duration::from_millis(1);
         let runner = match inline {
             Some(inline) => Runner::inline(replica, inline, unit, true),
             None => Runner::new(replica, disk, unit),
-        };
+        }
+        .on_wall_clock();
         let task = Task {
             runner,
             io: OrderIo {
@@ -388,22 +524,29 @@ impl OrderNode {
         })
     }
 
-    /// Orders `payload` and returns the state machine's answer once it is finally delivered.
+    /// Orders `payload`, whenever that happens (it has no deadline), and returns the state
+    /// machine's answer once it is finally delivered.
     pub async fn submit(&self, payload: Vec<u8>) -> Result<Vec<u8>, SubmitError> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(Event::Submit {
                 payload,
+                deadline_ms: atomos_order::NO_DEADLINE,
                 reply: Reply::Async(reply),
             })
             .map_err(|_| SubmitError::Stopped)?;
-        answer.await.map_err(|_| SubmitError::Stopped)
+        match answer.await {
+            Ok(Answer::Applied(response)) => Ok(response),
+            Ok(Answer::Expired) => Err(SubmitError::Expired(Duration::MAX)),
+            Err(_) => Err(SubmitError::Stopped),
+        }
     }
 
     /// A handle that submits from threads outside the async runtime.
     pub fn submitter(&self) -> Submitter {
         Submitter {
             tx: self.tx.clone(),
+            shared: self.shared.clone(),
         }
     }
 

@@ -20,7 +20,8 @@ use crate::disk::DiskEvent;
 use crate::driver::{Carry, RunError, Runner};
 
 use super::{
-    Event, LoadHooks, OrderNodeConfig, OrderNodeError, Reply, Shared, MACHINE_COUNTERS_EVERY,
+    Answer, Event, LoadHooks, OrderNodeConfig, OrderNodeError, Reply, Shared,
+    MACHINE_COUNTERS_EVERY,
 };
 
 /// Who waits for a client's answer.
@@ -87,15 +88,27 @@ impl Clients {
         })
     }
 
-    fn submit(&mut self, payload: Vec<u8>, reply: Waiter, out: &mut Vec<ClientAction>) {
+    fn submit(
+        &mut self,
+        payload: Vec<u8>,
+        deadline_ms: u64,
+        reply: Waiter,
+        out: &mut Vec<ClientAction>,
+    ) {
         let mut client = self.take();
-        client.step(ClientInput::Submit(payload), out);
+        let submit = ClientInput::Submit {
+            payload,
+            deadline_ms,
+        };
+        client.step(submit, out);
         self.active.insert(client.id(), (client, reply));
     }
 
+    /// Generated load has no deadline (every request of it is answered).
     fn submit_load(&mut self, out: &mut Vec<ClientAction>) {
         let payload = self.next_load();
-        self.submit(payload.clone(), Waiter::Load(payload), out);
+        let deadline = atomos_order::NO_DEADLINE;
+        self.submit(payload.clone(), deadline, Waiter::Load(payload), out);
     }
 }
 
@@ -123,7 +136,7 @@ impl<S: StateMachine> Carry<Replica<S>> for OrderIo {
     fn send(&mut self, to: Addr, msg: OrderMsg) {
         let me = self.me;
         match msg {
-            msg @ OrderMsg::Reply { .. } if to == me => {
+            msg if to == me && msg.answered_client().is_some() => {
                 answer(&mut self.clients, &self.shared, msg, &mut self.client_out)
             }
             msg if to == me => self.local.push_back((me, msg)),
@@ -141,7 +154,7 @@ impl<S: StateMachine> Carry<Replica<S>> for OrderIo {
                 shared.opt_delivered.fetch_add(1, Ordering::Relaxed);
                 shared.metrics.opt_delivered.increment(1);
             }
-            Delivery::Final { seq } => {
+            Delivery::Final { seq, .. } => {
                 if let Some(at) = self.opt_at.remove(seq) {
                     let delay = at.elapsed();
                     shared.metrics.opt_to_final.record(delay.as_secs_f64());
@@ -191,19 +204,20 @@ impl<S: StateMachine> Task<S> {
     fn on_event(&mut self, e: Event) -> Result<(), OrderNodeError> {
         let io = &mut self.io;
         match e {
-            Event::Net {
-                msg: msg @ OrderMsg::Reply { .. },
-                ..
-            } => {
+            Event::Net { msg, .. } if msg.answered_client().is_some() => {
                 // Answers to our clients' requests re-sent to other replicas.
                 answer(&mut io.clients, &io.shared, msg, &mut io.client_out);
             }
             Event::Net { from, msg } => {
                 self.step(Input::Message { from, msg })?;
             }
-            Event::Submit { payload, reply } => {
+            Event::Submit {
+                payload,
+                deadline_ms,
+                reply,
+            } => {
                 io.clients
-                    .submit(payload, Waiter::App(reply), &mut io.client_out);
+                    .submit(payload, deadline_ms, Waiter::App(reply), &mut io.client_out);
             }
             Event::Disk(DiskEvent::Durable { through, .. }) => {
                 self.runner.durable(through, &mut self.io)?;
@@ -223,7 +237,7 @@ impl<S: StateMachine> Task<S> {
                 ClientAction::Send { to, msg } => {
                     let _ = self.io.transport.send(to, msg);
                 }
-                ClientAction::Done { .. } => {}
+                ClientAction::Done { .. } | ClientAction::Expired { .. } => {}
             }
         }
         let mut produced = 0;
@@ -354,10 +368,9 @@ fn answer(
     reply: OrderMsg,
     client_out: &mut Vec<ClientAction>,
 ) {
-    let OrderMsg::Reply { client, .. } = &reply else {
+    let Some(client) = reply.answered_client() else {
         return;
     };
-    let client = *client;
     let Some((c, _)) = clients.active.get_mut(&client) else {
         return;
     };
@@ -369,15 +382,17 @@ fn answer(
         },
         &mut done,
     );
-    let Some(ClientAction::Done { response, .. }) = done.pop() else {
-        return;
+    let outcome = match done.pop() {
+        Some(ClientAction::Done { response, .. }) => Answer::Applied(response),
+        Some(ClientAction::Expired { .. }) => Answer::Expired,
+        _ => return,
     };
     let Some((mut c, waiter)) = clients.active.remove(&client) else {
         return;
     };
     match waiter {
         Waiter::App(reply) => {
-            reply.send(response);
+            reply.send(outcome);
             clients.idle.push(c);
         }
         Waiter::Load(done) => {
@@ -385,7 +400,11 @@ fn answer(
                 (h.answered)(&done);
             }
             let payload = clients.next_load();
-            c.step(ClientInput::Submit(payload.clone()), client_out);
+            let submit = ClientInput::Submit {
+                payload: payload.clone(),
+                deadline_ms: atomos_order::NO_DEADLINE,
+            };
+            c.step(submit, client_out);
             clients.active.insert(client, (c, Waiter::Load(payload)));
             shared.load_answered.fetch_add(1, Ordering::Relaxed);
         }

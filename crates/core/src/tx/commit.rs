@@ -131,8 +131,11 @@ impl TxState {
                 engine.note_conflict_of(None, &self.reads);
                 Err(AbortCause::CommitValidation.into())
             }
-            Err(crate::ordered::CertifyError::OutcomeUnknown(reason)) => {
-                Err(CommitFailure::Fatal(TxError::OutcomeUnknown { reason }))
+            Err(crate::ordered::CertifyError::OutcomeUnknown { reason, ticket }) => {
+                Err(CommitFailure::Fatal(TxError::OutcomeUnknown {
+                    reason,
+                    ticket,
+                }))
             }
             Err(crate::ordered::CertifyError::Refused(reason)) => {
                 Err(CommitFailure::Fatal(TxError::Refused { reason }))

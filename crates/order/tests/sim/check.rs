@@ -10,6 +10,8 @@ use crate::harness::{Note, Outcome};
 pub fn check(o: &Outcome) -> Result<(), String> {
     // seq -> the requests finally delivered there (by any replica, any incarnation).
     let mut final_order: BTreeMap<u64, Vec<Request>> = BTreeMap::new();
+    // seq -> the log's time there, as the first replica to deliver it finally said.
+    let mut times: BTreeMap<u64, u64> = BTreeMap::new();
     #[derive(Default)]
     struct View {
         opt: BTreeMap<u64, Vec<Request>>,
@@ -64,7 +66,18 @@ pub fn check(o: &Outcome) -> Result<(), String> {
             Note::Delivered(Delivery::Alarm { seq, text }) => {
                 return Err(format!("node {node} at {t}: alarm at entry {seq}: {text}"));
             }
-            Note::Delivered(Delivery::Final { seq }) => {
+            Note::Delivered(Delivery::Final { seq, time_ms }) => {
+                if *times.entry(*seq).or_insert(*time_ms) != *time_ms {
+                    return Err(format!(
+                        "node {node} at {t}: the log's time at {seq} is {time_ms}, elsewhere {}",
+                        times[seq]
+                    ));
+                }
+                if let Some(prev) = seq.checked_sub(1).and_then(|p| times.get(&p)) {
+                    if prev > time_ms {
+                        return Err(format!("the log's time went back at {seq}"));
+                    }
+                }
                 if *seq != v.final_next {
                     return Err(format!(
                         "node {node} at {t}: final-delivered {seq}, expected {}",
@@ -89,13 +102,19 @@ pub fn check(o: &Outcome) -> Result<(), String> {
                 }
                 v.final_next += 1;
             }
-            Note::Done { .. } => {}
+            Note::Done { .. } | Note::Expired { .. } => {}
         }
     }
-    // Integrity: at most once, and only what clients sent.
+    // Integrity: at most once, only what clients sent, and only before its deadline.
     let mut seen = BTreeSet::new();
     for (seq, requests) in &final_order {
         for r in requests {
+            if r.deadline_ms < times[seq] {
+                return Err(format!(
+                    "request {}:{} ran at {seq} where the log's time {} is past its deadline {}",
+                    r.client, r.seq, times[seq], r.deadline_ms
+                ));
+            }
             if !seen.insert((r.client, r.seq)) {
                 return Err(format!(
                     "request {}:{} delivered twice (again at {seq})",
@@ -106,6 +125,16 @@ pub fn check(o: &Outcome) -> Result<(), String> {
                 return Err(format!(
                     "request {}:{} was not sent like that",
                     r.client, r.seq
+                ));
+            }
+        }
+    }
+    // A request reported expired never ran.
+    for (_, _, note) in &o.run.notes {
+        if let Note::Expired { client, seq } = note {
+            if seen.contains(&(*client, *seq)) {
+                return Err(format!(
+                    "request {client}:{seq} was reported expired, but it ran"
                 ));
             }
         }

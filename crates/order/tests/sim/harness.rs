@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use atomos_order::{
     decode_log, Action, Client, ClientAction, ClientInput, Delivery, OrderError, OrderMsg,
-    PlantedBug, Register, RegisterOp, Replica, ReplicaConfig, Request,
+    PlantedBug, Register, RegisterOp, Replica, ReplicaConfig, Request, NO_DEADLINE,
 };
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 
@@ -29,6 +29,11 @@ pub enum Note {
         seq: u64,
         response: Vec<u8>,
     },
+    /// The client heard that its request expired.
+    Expired {
+        client: u64,
+        seq: u64,
+    },
 }
 
 /// A client that numbers its requests as no well-behaved client does: an older number after a
@@ -38,13 +43,16 @@ pub enum Note {
 pub struct Adversary {
     id: u64,
     rng: SimRng,
+    /// The longest time a request of its may live, if its requests have deadlines.
+    ttl_max: Option<u64>,
 }
 
 impl Adversary {
-    fn new(id: u64, seed: u64) -> Adversary {
+    fn new(id: u64, seed: u64, ttl_max: Option<u64>) -> Adversary {
         Adversary {
             id,
             rng: SimRng::new(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            ttl_max,
         }
     }
 
@@ -68,10 +76,21 @@ impl Adversary {
                 let seq = (centre + self.random() % 9)
                     .saturating_sub(4)
                     .clamp(1, ADVERSARY_MAX_SEQ);
+                // One deadline per number, as a client gives every copy of a request (a copy
+                // with another deadline would be told of its own fate only): from about when
+                // the number comes up, plus a time of its own.
+                let deadline_ms = match self.ttl_max {
+                    Some(max) => {
+                        let spread = self.id.wrapping_mul(31).wrapping_add(seq * 7919) % max;
+                        (seq.saturating_sub(5) * FAULT_UNTIL / ADVERSARY_MAX_SEQ) + spread
+                    }
+                    None => NO_DEADLINE,
+                };
                 let request = Request {
                     client: self.id,
                     seq,
                     payload: adversary_payload(self.id, seq),
+                    deadline_ms,
                 };
                 // To one, two or all three replicas at once.
                 let mask = 1 + self.random() % 7;
@@ -97,6 +116,10 @@ impl Adversary {
                 seq,
                 response,
             })),
+            Input::Message {
+                msg: OrderMsg::Expired { client, seq },
+                ..
+            } if client == self.id => out.push(Output::Deliver(Note::Expired { client, seq })),
             _ => {}
         }
     }
@@ -119,10 +142,55 @@ pub enum Node {
         /// Where this node's reads go, and the position of its latest one.
         reads: Reads,
         last_read: u64,
+        /// What sets this replica's clock apart (see [`replica_clock`]).
+        clock: (u64, Setup),
     },
-    /// A client and the payloads it submits when it starts.
-    Client(Client, Vec<Vec<u8>>),
+    /// A client and the payloads it has yet to submit (all at its start without deadlines;
+    /// one at a time, each when the one before is answered, with deadlines).
+    Client(Box<SimClient>),
     Adversary(Adversary),
+}
+
+/// A well-behaved client, what it has yet to submit, and the deadlines it gives.
+pub struct SimClient {
+    client: Client,
+    to_submit: Vec<Vec<u8>>,
+    ttl_max: Option<u64>,
+    rng: SimRng,
+}
+
+impl SimClient {
+    /// Submits what is due: everything at once without deadlines; with deadlines, the next
+    /// payload when nothing is outstanding, to live up to `now` plus a random time.
+    fn submit_due(&mut self, now: u64, actions: &mut Vec<ClientAction>) {
+        match self.ttl_max {
+            None => {
+                for payload in self.to_submit.drain(..) {
+                    let submit = ClientInput::Submit {
+                        payload,
+                        deadline_ms: NO_DEADLINE,
+                    };
+                    self.client.step(submit, actions);
+                }
+            }
+            Some(max) => {
+                if self.client.unanswered() == 0 && !self.to_submit.is_empty() {
+                    let payload = self.to_submit.remove(0);
+                    let deadline_ms = now + 1 + self.rng.next_u64() % max;
+                    let submit = ClientInput::Submit {
+                        payload,
+                        deadline_ms,
+                    };
+                    self.client.step(submit, actions);
+                }
+            }
+        }
+    }
+
+    /// Requests not answered yet, submitted or not.
+    pub fn unanswered(&self) -> usize {
+        self.client.unanswered() + self.to_submit.len()
+    }
 }
 
 /// How a run is set up.
@@ -133,6 +201,10 @@ pub struct Setup {
     pub bug: Option<PlantedBug>,
     /// Adversarial clients besides the well-behaved ones.
     pub adversaries: usize,
+    /// Requests live up to this long (a random time up to it, per request); `None`: forever.
+    pub ttl_max: Option<u64>,
+    /// Each replica's clock is off the simulation's by up to this much, either way.
+    pub clock_skew: u64,
 }
 
 impl Setup {
@@ -142,8 +214,32 @@ impl Setup {
             faults: Faults::harsh,
             bug: None,
             adversaries: 0,
+            ttl_max: None,
+            clock_skew: 0,
         }
     }
+
+    /// Requests living up to 400 ms, replicas' clocks off by up to 150 ms, two adversarial
+    /// clients.
+    pub fn deadlines(snapshot_every: u64) -> Setup {
+        Setup {
+            ttl_max: Some(400),
+            clock_skew: 150,
+            adversaries: 2,
+            ..Setup::new(snapshot_every)
+        }
+    }
+}
+
+/// What replica `node`'s clock reads when the simulation's reads `now`: off by a constant of
+/// its own, up to `setup.clock_skew` either way (never below 0).
+fn replica_clock(seed: u64, node: NodeId, setup: Setup, now: u64) -> u64 {
+    if setup.clock_skew == 0 {
+        return now;
+    }
+    let span = 2 * setup.clock_skew + 1;
+    let offset = SimRng::new(seed ^ node.wrapping_mul(0xA076_1D64_78BD_642F)).next_u64() % span;
+    (now + offset).saturating_sub(setup.clock_skew)
 }
 
 /// Faults are injected until this time.
@@ -188,13 +284,19 @@ impl Node {
     fn boot(seed: u64, setup: Setup, boot: Boot, reads: Reads) -> Result<Node, String> {
         if boot.node as usize > REPLICAS + CLIENTS {
             // Clients never crash: this is their only start.
-            return Ok(Node::Adversary(Adversary::new(client_id(boot.node), seed)));
+            let id = client_id(boot.node);
+            return Ok(Node::Adversary(Adversary::new(id, seed, setup.ttl_max)));
         }
         if boot.node as usize > REPLICAS {
             let c = boot.node - REPLICAS as u64 - 1;
             let replicas = (1..=REPLICAS as u64).collect();
             let client = Client::new(client_id(boot.node), replicas, c as usize, 15);
-            return Ok(Node::Client(client, client_payloads(c)));
+            return Ok(Node::Client(Box::new(SimClient {
+                client,
+                to_submit: client_payloads(c),
+                ttl_max: setup.ttl_max,
+                rng: SimRng::new(seed ^ boot.node),
+            })));
         }
         let mut cfg = replica_config(seed, boot.node, setup);
         cfg.seed ^= boot.incarnation << 32;
@@ -206,6 +308,7 @@ impl Node {
             announced: false,
             reads,
             last_read,
+            clock: (seed, setup),
         })
     }
 }
@@ -223,6 +326,9 @@ fn push_client_actions(
                 seq,
                 response,
             })),
+            ClientAction::Expired { seq } => {
+                out.push(Output::Deliver(Note::Expired { client, seq }))
+            }
         }
     }
 }
@@ -245,6 +351,7 @@ impl Machine for Node {
                 announced,
                 reads,
                 last_read,
+                clock,
             } => {
                 if !*announced {
                     *announced = true;
@@ -260,6 +367,7 @@ impl Machine for Node {
                 };
                 let mut actions: Vec<Action> = Vec::new();
                 let node = replica.id();
+                let now = replica_clock(clock.0, node, clock.1, now);
                 replica.step(now, input, &mut actions)?;
                 let applied = replica.final_next() - 1;
                 if applied != *last_read {
@@ -275,21 +383,19 @@ impl Machine for Node {
                     Output::Warn(w) => Output::Warn(w),
                 }));
             }
-            Node::Client(client, to_submit) => {
+            Node::Client(sim_client) => {
                 let mut actions = Vec::new();
-                for payload in to_submit.drain(..) {
-                    client.step(ClientInput::Submit(payload), &mut actions);
-                }
+                sim_client.submit_due(now, &mut actions);
                 let input = match input {
                     Input::Tick => Some(ClientInput::Tick),
                     Input::Message { from, msg } => Some(ClientInput::Message { from, msg }),
-                    Input::Request(payload) => Some(ClientInput::Submit(payload)),
-                    Input::Persisted { .. } => None,
+                    Input::Request(_) | Input::Persisted { .. } => None,
                 };
                 if let Some(input) = input {
-                    client.step(input, &mut actions);
+                    sim_client.client.step(input, &mut actions);
                 }
-                push_client_actions(client.id(), actions, out);
+                sim_client.submit_due(now, &mut actions);
+                push_client_actions(sim_client.client.id(), actions, out);
             }
             Node::Adversary(adversary) => adversary.step(now, input, out),
         }
@@ -349,7 +455,7 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
     let mut states = Vec::new();
     for node in 1..=nodes as NodeId {
         match sim.machine(node) {
-            Some(Node::Client(c, _)) => unanswered += c.unanswered(),
+            Some(Node::Client(c)) => unanswered += c.unanswered(),
             Some(Node::Replica { replica, .. }) => {
                 states.push(replica.describe());
                 finals.push((replica.final_next(), replica.machine().clone()));

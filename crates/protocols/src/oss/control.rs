@@ -197,6 +197,7 @@ mod tests {
             client: 1,
             seq: 1,
             payload: e.encode(),
+            deadline_ms: atomos_order::NO_DEADLINE,
         };
         c.apply(&r) == vec![1]
     }
@@ -251,6 +252,7 @@ mod tests {
             client: 1,
             seq: 2,
             payload: vec![0xff, 0xff],
+            deadline_ms: atomos_order::NO_DEADLINE,
         };
         assert_eq!(c.apply(&r), vec![0], "not an entry");
         // A snapshot restores the same state and tells the node about it.

@@ -61,7 +61,7 @@ impl OssNode {
     ) -> Result<(), OssError> {
         self.pump(
             match msg {
-                msg @ OrderMsg::Reply { .. } => Local::Client(msg),
+                msg if msg.answered_client().is_some() => Local::Client(msg),
                 msg => Local::Replica(from, msg),
             },
             out,
@@ -82,8 +82,12 @@ impl OssNode {
         out: &mut Vec<OssOutput>,
     ) -> Result<(), OssError> {
         let mut actions = Vec::new();
-        self.client
-            .step(ClientInput::Submit(entry.encode()), &mut actions);
+        // Control entries never expire: an epoch change must land however long it takes.
+        let submit = ClientInput::Submit {
+            payload: entry.encode(),
+            deadline_ms: atomos_order::NO_DEADLINE,
+        };
+        self.client.step(submit, &mut actions);
         self.carry_client(actions, out)
     }
 
@@ -121,7 +125,7 @@ impl OssNode {
                         match a {
                             Output::Send { to, msg } if to == self.cfg.id => {
                                 queue.push_back(match msg {
-                                    msg @ OrderMsg::Reply { .. } => Local::Client(msg),
+                                    msg if msg.answered_client().is_some() => Local::Client(msg),
                                     msg => Local::Replica(to, msg),
                                 })
                             }
@@ -168,7 +172,7 @@ impl OssNode {
             let from = self.cfg.id;
             self.pump(
                 match msg {
-                    msg @ OrderMsg::Reply { .. } => Local::Client(msg),
+                    msg if msg.answered_client().is_some() => Local::Client(msg),
                     msg => Local::Replica(from, msg),
                 },
                 out,

@@ -31,7 +31,7 @@ fn final_order(run: &Run<Note>) -> Result<BTreeMap<u64, Vec<Request>>, String> {
                 v.opt.clear();
                 v.final_next = seq + 1;
             }
-            Note::Delivered(Delivery::Final { seq }) => {
+            Note::Delivered(Delivery::Final { seq, .. }) => {
                 let Some(requests) = v.opt.remove(seq) else {
                     return Err(format!("node {node} at {t}: final {seq} never optimistic"));
                 };

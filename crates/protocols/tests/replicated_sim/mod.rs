@@ -104,17 +104,13 @@ struct Capture(Mutex<Option<Certification>>);
 impl Certifier for Capture {
     fn certify(&self, c: Certification) -> Result<Verdict, CertifyError> {
         *self.0.lock() = Some(c);
-        Err(CertifyError::OutcomeUnknown(
-            "captured for the simulation".into(),
-        ))
+        Err(CertifyError::unknown("captured for the simulation"))
     }
     fn barrier(&self) -> Result<u64, CertifyError> {
-        Err(CertifyError::OutcomeUnknown("no barriers here".into()))
+        Err(CertifyError::unknown("no barriers here"))
     }
     fn abstract_lock(&self, _: u64, _: &str) -> Result<LockOutcome, CertifyError> {
-        Err(CertifyError::OutcomeUnknown(
-            "no abstract locks here".into(),
-        ))
+        Err(CertifyError::unknown("no abstract locks here"))
     }
     fn release_abstract(&self, _: u64, _: Vec<String>) {}
 }
@@ -220,8 +216,11 @@ impl Node {
     /// Orders `entry` through this node's client; returns the request's number.
     fn submit_entry(&mut self, entry: Entry, out: &mut Vec<Output<OrderMsg, Note>>) -> u64 {
         let mut actions = Vec::new();
-        self.client
-            .step(ClientInput::Submit(entry.encode()), &mut actions);
+        let submit = ClientInput::Submit {
+            payload: entry.encode(),
+            deadline_ms: atomos_order::NO_DEADLINE,
+        };
+        self.client.step(submit, &mut actions);
         self.started += 1;
         self.push_client(actions, out);
         // One request at a time, numbered from 1: this one's number.
@@ -348,6 +347,8 @@ fn push_client(client: u64, actions: Vec<ClientAction>, out: &mut Vec<Output<Ord
                 seq,
                 response,
             })),
+            // Requests here have no deadline.
+            ClientAction::Expired { .. } => {}
         }
     }
 }
@@ -378,10 +379,7 @@ impl Machine for Node {
         }
         let input = match input {
             Input::Request(()) => return Ok(()),
-            Input::Message {
-                from,
-                msg: msg @ OrderMsg::Reply { .. },
-            } => {
+            Input::Message { from, msg } if msg.answered_client().is_some() => {
                 let mut actions = Vec::new();
                 self.client
                     .step(ClientInput::Message { from, msg }, &mut actions);

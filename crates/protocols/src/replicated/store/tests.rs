@@ -15,6 +15,7 @@ fn request(entry: &Entry) -> Request {
         client: 1,
         seq: 1,
         payload: entry.encode(),
+        deadline_ms: atomos_order::NO_DEADLINE,
     }
 }
 
@@ -117,6 +118,7 @@ fn certification_is_decided_by_the_newest_versions() {
         client: 1,
         seq: 3,
         payload: vec![0xff; 7],
+        deadline_ms: atomos_order::NO_DEADLINE,
     };
     assert!(matches!(
         Answer::decode(&s.apply(&junk)).unwrap(),
