@@ -225,6 +225,33 @@ impl SnapshotData {
         })
     }
 
+    /// What a snapshot holds of `machine`'s state and a replica's tables.
+    fn new(
+        machine: Vec<u8>,
+        clients: &BTreeMap<u64, (u64, Last)>,
+        delivered_batches: &BTreeSet<BatchId>,
+        log_time: u64,
+    ) -> SnapshotData {
+        let mut expired = Vec::new();
+        let clients = clients
+            .iter()
+            .map(|(c, (s, last))| match last {
+                Last::Answered(r) => (*c, *s, r.clone()),
+                Last::Expired => {
+                    expired.push(*c);
+                    (*c, *s, Vec::new())
+                }
+            })
+            .collect();
+        SnapshotData {
+            machine,
+            clients,
+            delivered_batches: delivered_batches.iter().copied().collect(),
+            log_time,
+            expired,
+        }
+    }
+
     /// The clients' table it holds.
     fn clients(&self) -> BTreeMap<u64, (u64, Last)> {
         let expired: BTreeSet<u64> = self.expired.iter().copied().collect();
@@ -894,9 +921,7 @@ impl<S: StateMachine> Replica<S> {
                         // The origin persisted the batch before sending it and this replica
                         // has just persisted it (the proposal's messages wait for that write):
                         // a majority holds it.
-                        let _ = self
-                            .raft
-                            .propose(encode_stamp(self.now_ms), encode_entry_data(id));
+                        self.propose_entry(id);
                     }
                 }
             }
@@ -1066,6 +1091,11 @@ impl<S: StateMachine> Replica<S> {
     fn propose(&mut self, id: BatchId) {
         self.proposed.insert(id, self.ticks);
         // Dropped when there is no leader: retried after `retry_ticks`.
+        self.propose_entry(id);
+    }
+
+    /// Proposes an entry ordering batch `id`, stamped with this replica's clock reading.
+    fn propose_entry(&mut self, id: BatchId) {
         let _ = self
             .raft
             .propose(encode_stamp(self.now_ms), encode_entry_data(id));
@@ -1430,28 +1460,12 @@ impl<S: StateMachine> Replica<S> {
             )));
             return Ok(());
         }
-        let data = SnapshotData {
+        let data = SnapshotData::new(
             machine,
-            clients: self
-                .clients
-                .iter()
-                .map(|(c, (s, last))| {
-                    let response = match last {
-                        Last::Answered(r) => r.clone(),
-                        Last::Expired => Vec::new(),
-                    };
-                    (*c, *s, response)
-                })
-                .collect(),
-            delivered_batches: self.delivered_batches.iter().copied().collect(),
-            log_time: self.final_time,
-            expired: self
-                .clients
-                .iter()
-                .filter(|(_, (_, last))| *last == Last::Expired)
-                .map(|(c, _)| *c)
-                .collect(),
-        };
+            &self.clients,
+            &self.delivered_batches,
+            self.final_time,
+        );
         let mut snap = Snapshot {
             data: postcard::to_stdvec(&data).map_err(|e| OrderError::Corrupt(e.to_string()))?,
             ..Snapshot::default()

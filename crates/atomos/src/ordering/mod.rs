@@ -252,47 +252,43 @@ pub fn deadline_after(limit: Duration) -> u64 {
     (now.as_millis() as u64).saturating_add(limit.as_millis().min(u64::MAX as u128) as u64)
 }
 
-/// The requests whose callers stopped waiting, by ticket: each one's answer slot, which its
-/// local client still fills.
+/// The requests whose callers stopped waiting, by ticket: each one's answer slot (which its
+/// local client still fills) until its outcome is taken from it. At most [`WATCHED_MAX`]; the
+/// oldest tickets go first.
 #[derive(Default)]
-struct Watched {
-    slots: BTreeMap<u64, Arc<AnswerSlot<Option<Answer>>>>,
-    /// Outcomes taken from their slots.
-    known: BTreeMap<u64, RequestOutcome>,
+struct Watched(BTreeMap<u64, Watch>);
+
+enum Watch {
+    Waiting(Arc<AnswerSlot<Option<Answer>>>),
+    Known(RequestOutcome),
 }
 
 impl Watched {
     fn watch(&mut self, ticket: u64, slot: Arc<AnswerSlot<Option<Answer>>>) {
-        self.slots.insert(ticket, slot);
-        while self.slots.len() + self.known.len() > WATCHED_MAX {
-            let oldest_slot = self.slots.keys().next().copied();
-            let oldest_known = self.known.keys().next().copied();
-            match (oldest_slot, oldest_known) {
-                (Some(a), Some(b)) if b < a => self.known.remove(&b),
-                (Some(a), _) => self.slots.remove(&a).map(|_| RequestOutcome::Unknown),
-                (None, Some(b)) => self.known.remove(&b),
-                (None, None) => break,
-            };
+        self.0.insert(ticket, Watch::Waiting(slot));
+        while self.0.len() > WATCHED_MAX {
+            self.0.pop_first();
         }
     }
 
     fn outcome(&mut self, ticket: u64) -> RequestOutcome {
-        if let Some(known) = self.known.get(&ticket) {
-            return known.clone();
-        }
-        let Some(slot) = self.slots.get(&ticket) else {
+        let Some(watch) = self.0.get_mut(&ticket) else {
             return RequestOutcome::Unknown;
         };
-        let outcome = match slot.take() {
-            None => return RequestOutcome::Pending,
-            Some(Some(Answer::Applied(response))) => RequestOutcome::Applied(response),
-            Some(Some(Answer::Expired)) => RequestOutcome::Expired,
-            // The node stopped with the request unanswered.
-            Some(None) => RequestOutcome::Unknown,
-        };
-        self.slots.remove(&ticket);
-        self.known.insert(ticket, outcome.clone());
-        outcome
+        if let Watch::Waiting(slot) = watch {
+            let known = match slot.take() {
+                None => return RequestOutcome::Pending,
+                Some(Some(Answer::Applied(response))) => RequestOutcome::Applied(response),
+                Some(Some(Answer::Expired)) => RequestOutcome::Expired,
+                // The node stopped with the request unanswered.
+                Some(None) => RequestOutcome::Unknown,
+            };
+            *watch = Watch::Known(known);
+        }
+        match watch {
+            Watch::Known(outcome) => outcome.clone(),
+            Watch::Waiting(_) => RequestOutcome::Pending,
+        }
     }
 }
 
@@ -605,5 +601,44 @@ impl OrderNode {
 impl Drop for OrderNode {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watched_request_is_pending_until_its_slot_fills_and_old_tickets_are_forgotten() {
+        let mut watched = Watched::default();
+        let slot = Arc::new(AnswerSlot::default());
+        watched.watch(1, slot.clone());
+        assert_eq!(watched.outcome(1), RequestOutcome::Pending);
+        slot.put(Some(Answer::Applied(vec![7])));
+        // Taken once, told every time after.
+        assert_eq!(watched.outcome(1), RequestOutcome::Applied(vec![7]));
+        assert_eq!(watched.outcome(1), RequestOutcome::Applied(vec![7]));
+        let expired = Arc::new(AnswerSlot::default());
+        expired.put(Some(Answer::Expired));
+        watched.watch(2, expired);
+        assert_eq!(watched.outcome(2), RequestOutcome::Expired);
+        let stopped = Arc::new(AnswerSlot::default());
+        stopped.put(None);
+        watched.watch(3, stopped);
+        assert_eq!(watched.outcome(3), RequestOutcome::Unknown);
+        assert_eq!(watched.outcome(99), RequestOutcome::Unknown);
+        for t in 4..4 + WATCHED_MAX as u64 {
+            watched.watch(t, Arc::new(AnswerSlot::default()));
+        }
+        assert_eq!(watched.0.len(), WATCHED_MAX);
+        assert_eq!(
+            watched.outcome(1),
+            RequestOutcome::Unknown,
+            "the oldest go first"
+        );
+        assert_eq!(
+            watched.outcome(4 + WATCHED_MAX as u64 - 1),
+            RequestOutcome::Pending
+        );
     }
 }
