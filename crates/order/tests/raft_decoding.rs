@@ -250,3 +250,34 @@ fn raft_messages_that_would_panic_raft_rs_are_refused() {
     stats.raft_refused = 0;
     assert_eq!(stats, OrderStats::default());
 }
+
+/// raft-proto's generated code is committed (`third_party/raft-proto`): an entry as raft-rs
+/// 0.7's protocol defines it (term 2, index 3, data, context) encodes to the bytes the
+/// protocol's field numbers give, and decodes back, so the committed code is the protocol's.
+#[test]
+fn the_committed_raft_messages_keep_the_protocols_field_numbers() {
+    let entry = Entry {
+        term: 2,
+        index: 3,
+        data: vec![1, 2],
+        context: vec![9],
+        ..Entry::default()
+    };
+    let bytes = [0x10, 2, 0x18, 3, 0x22, 2, 1, 2, 0x32, 1, 9];
+    assert_eq!(entry.encode_to_vec(), bytes);
+    assert_eq!(Entry::decode(&bytes[..]).unwrap(), entry);
+    let msg = Message {
+        msg_type: 3, // MsgAppend
+        to: 2,
+        from: 1,
+        term: 5,
+        entries: vec![entry],
+        ..Message::default()
+    };
+    let decoded = Message::decode(msg.encode_to_vec().as_slice()).unwrap();
+    assert_eq!(decoded, msg);
+    assert_eq!(
+        decoded.get_msg_type(),
+        raft::eraftpb::MessageType::MsgAppend
+    );
+}
