@@ -1,5 +1,6 @@
 //! Several nodes in one process over in-memory links, for tests and demos.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use atomos_net::memory::MemoryNetwork;
@@ -14,7 +15,7 @@ use crate::runtime::{NodeMsg, NodeRuntime};
 use atomos_order::ReplicaConfig;
 use atomos_protocols::tfa::TfaConfig;
 
-/// Why a cluster could not be built.
+/// Why a cluster could not be built, or a node of it killed or restarted.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// A cluster needs at least one node.
@@ -26,12 +27,27 @@ pub enum ClusterError {
     /// The runtime that drives the links could not start.
     #[error("cannot start the cluster's runtime: {0}")]
     Runtime(#[from] std::io::Error),
+    /// No running node has that id.
+    #[error("no running node {0}")]
+    NoSuchNode(NodeId),
+    /// The node runs, or is not one of the cluster's ids.
+    #[error("node {0} is running, or not one of this cluster's")]
+    NotStopped(NodeId),
+    /// The protocol does not come back from a node's loss in process.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// `n` nodes (ids 1..=n) in this process, linked by an in-memory network, driven by a runtime
 /// of their own. Use it from synchronous code (a test, a demo); dropping it stops every node.
+/// Under `certify` and `active` a node can be killed and restarted, as a process that loses
+/// its (in-memory) log would be.
 pub struct Cluster {
     members: Vec<NodeRuntime>,
+    network: Arc<MemoryNetwork<Envelope<NodeMsg>>>,
+    protocol: Protocol,
+    options: CertifyOptions,
+    n: usize,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -57,45 +73,95 @@ impl Cluster {
             .thread_name("atomos-cluster")
             .enable_all()
             .build()?;
-        let network = MemoryNetwork::<Envelope<NodeMsg>>::new();
-        let mut members: Vec<NodeRuntime> = runtime.block_on(async {
-            (1..=n as NodeId)
-                .map(|id| {
-                    let (rpc, inbox) = Rpc::new();
-                    let transport = network.join(id, rpc.deliverer());
-                    let node = Node::new(NodeConfig {
-                        protocol,
-                        ..NodeConfig::default()
-                    });
-                    NodeRuntime::start(id, node, rpc, transport, inbox)
-                })
-                .collect()
-        });
-        let ids: Vec<NodeId> = (1..=n as NodeId).collect();
-        let _guard = runtime.enter();
-        for m in &mut members {
-            let started = match protocol {
-                Protocol::Local => Ok(()),
-                Protocol::Tfa => m.start_tfa(ids.clone(), TfaConfig::default(), None),
-                Protocol::Certify | Protocol::Active => {
-                    let mut replica = ReplicaConfig::new(m.id(), ids.clone());
-                    // Drawn anew at each start (batch numbers and election jitter).
-                    replica.seed = rand::random();
-                    m.start_certify(OrderNodeConfig::new(replica), options)
-                }
-                Protocol::Oss => {
-                    let mut cfg = OssConfig::new(m.id(), ids.clone());
-                    cfg.replica.seed = rand::random();
-                    m.start_oss(cfg, None, options.commit_limit)
-                }
-            };
-            started.map_err(|e| ClusterError::Protocol(e.to_string()))?;
+        let mut cluster = Cluster {
+            members: Vec::new(),
+            network: MemoryNetwork::new(),
+            protocol,
+            options,
+            n,
+            runtime,
+        };
+        // Every node links first, then the protocols start (they reach each other at once).
+        let mut members: Vec<NodeRuntime> = (1..=n as NodeId).map(|id| cluster.link(id)).collect();
+        for member in &mut members {
+            cluster.start_protocol(member, false)?;
         }
-        drop(_guard);
-        Ok(Cluster { members, runtime })
+        cluster.members = members;
+        Ok(cluster)
     }
 
-    /// The node ids, 1..=n.
+    /// A node with id `id` on the cluster's network, no protocol started yet.
+    fn link(&self, id: NodeId) -> NodeRuntime {
+        self.runtime.block_on(async {
+            let (rpc, inbox) = Rpc::new();
+            let transport = self.network.join(id, rpc.deliverer());
+            let node = Node::new(NodeConfig {
+                protocol: self.protocol,
+                ..NodeConfig::default()
+            });
+            NodeRuntime::start(id, node, rpc, transport, inbox)
+        })
+    }
+
+    /// Starts the cluster's protocol on `member`; `rejoin` if it lost the log of an earlier
+    /// start.
+    fn start_protocol(&self, member: &mut NodeRuntime, rejoin: bool) -> Result<(), ClusterError> {
+        let ids: Vec<NodeId> = (1..=self.n as NodeId).collect();
+        let _guard = self.runtime.enter();
+        let started = match self.protocol {
+            Protocol::Local => Ok(()),
+            Protocol::Tfa => member.start_tfa(ids, TfaConfig::default(), None),
+            Protocol::Certify | Protocol::Active => {
+                let mut replica = ReplicaConfig::new(member.id(), ids);
+                // Drawn anew at each start (batch numbers and election jitter).
+                replica.seed = rand::random();
+                replica.rejoin = rejoin;
+                member.start_certify(OrderNodeConfig::new(replica), self.options)
+            }
+            Protocol::Oss => {
+                let mut cfg = OssConfig::new(member.id(), ids);
+                cfg.replica.seed = rand::random();
+                member.start_oss(cfg, None, self.options.commit_limit)
+            }
+        };
+        started.map_err(|e| ClusterError::Protocol(e.to_string()))
+    }
+
+    /// Kills node `id` as a crash would: it stops at once, and its log (kept in memory) is
+    /// gone. Application threads holding its [`Node`] get errors from it from now on.
+    pub fn kill(&mut self, id: NodeId) -> Result<(), ClusterError> {
+        let at = self
+            .members
+            .iter()
+            .position(|m| m.id() == id)
+            .ok_or(ClusterError::NoSuchNode(id))?;
+        self.members.remove(at).shutdown();
+        Ok(())
+    }
+
+    /// Starts node `id` again after [`Cluster::kill`], with an empty log: under `certify` and
+    /// `active` it rejoins as a replica that lost its log (it neither votes nor campaigns
+    /// until it has caught up from the others). Its [`Node`] is a new one: take it from
+    /// [`Cluster::node`]. Other protocols lose what the killed node held, and are refused.
+    pub fn restart(&mut self, id: NodeId) -> Result<(), ClusterError> {
+        if !matches!(self.protocol, Protocol::Certify | Protocol::Active) {
+            return Err(ClusterError::Unsupported(format!(
+                "only certify and active bring a node back in process; {} keeps objects or \
+                 ordering state only on the node that died",
+                self.protocol
+            )));
+        }
+        if id == 0 || id > self.n as NodeId || self.member(id).is_some() {
+            return Err(ClusterError::NotStopped(id));
+        }
+        let mut member = self.link(id);
+        self.start_protocol(&mut member, true)?;
+        self.members.push(member);
+        self.members.sort_by_key(|m| m.id());
+        Ok(())
+    }
+
+    /// The ids of the running nodes (1..=n while none is killed).
     pub fn ids(&self) -> Vec<NodeId> {
         self.members.iter().map(|m| m.id()).collect()
     }

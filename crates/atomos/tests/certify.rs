@@ -357,3 +357,36 @@ fn a_replica_cut_off_reports_its_commit_as_unknown_and_never_reruns_it() {
     n2.atomically(|tx| tx.modify(&x, |v| *v += 10)).unwrap();
     assert_eq!(n2.atomically_read(|tx| Ok(*tx.read(&x)?)).unwrap(), 10);
 }
+
+/// A replica killed (its in-memory log lost with it) while the others commit, then restarted
+/// empty: it rejoins, catches up from the others, and serves the same state; a killed node
+/// cannot be killed twice, nor a running one restarted.
+#[test]
+fn a_killed_replica_restarts_empty_and_catches_up() {
+    let mut c = cluster(3);
+    let x: TRef<u64> = TRef::new("restart/x");
+    c.node(1)
+        .unwrap()
+        .atomically(|tx| tx.create(&x, 0))
+        .unwrap();
+    c.kill(3).unwrap();
+    assert!(c.node(3).is_none());
+    assert!(c.kill(3).is_err());
+    assert!(c.restart(2).is_err(), "node 2 runs");
+    for _ in 0..50 {
+        c.node(1)
+            .unwrap()
+            .atomically(|tx| tx.modify(&x, |v| *v += 1))
+            .unwrap();
+    }
+    c.restart(3).unwrap();
+    let n3 = c.node(3).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while n3.sync().is_err() {
+        assert!(Instant::now() < deadline, "node 3 never caught up");
+    }
+    assert_eq!(n3.atomically_read(|tx| Ok(*tx.read(&x)?)).unwrap(), 50);
+    n3.atomically(|tx| tx.modify(&x, |v| *v += 1)).unwrap();
+    let stores = settled(&c);
+    assert!(stores.windows(2).all(|w| w[0] == w[1]));
+}

@@ -5,12 +5,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use atomos::Protocol;
-use atomos_bench::{BenchConfig, WorkloadKind};
 use clap::{Parser, Subcommand};
 
 mod bank_load;
 mod bench;
 mod cluster_up;
+mod demo;
 mod http;
 mod serve;
 mod sweep;
@@ -30,15 +30,20 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Runs a short bank workload on an embedded node, with a live progress line, and checks
-    /// that the total balance never changed.
+    /// Runs a bank on three replicas in this process with a live progress line, kills the
+    /// leader a third of the way in and brings it back two thirds in, and checks that every
+    /// replica ends with the same balances and the money they started with
+    /// (`--protocol local`: one embedded node).
     Demo {
         /// Seconds to run.
-        #[arg(long, default_value_t = 3.0)]
+        #[arg(long, default_value_t = 9.0)]
         duration: f64,
-        /// Worker threads.
-        #[arg(long, default_value_t = 2)]
+        /// Threads moving money (spread over the replicas).
+        #[arg(long, default_value_t = 6)]
         threads: usize,
+        /// The protocol: certify (the default), active, tfa, oss or local.
+        #[arg(long, default_value = "certify", value_parser = parse_protocol)]
+        protocol: Protocol,
     },
     /// Runs a benchmark workload and reports throughput, abort rate, latency and its invariant.
     Bench(Box<BenchArgs>),
@@ -146,7 +151,16 @@ fn main() -> ExitCode {
         }
     }
     let result = match cli.command {
-        Command::Demo { duration, threads } => demo(duration, threads),
+        Command::Demo {
+            duration,
+            threads,
+            protocol,
+        } => seconds(duration, "--duration").and_then(|d| {
+            if !(1..=1024).contains(&threads) {
+                return Err(format!("--threads must be 1 to 1024, not {threads}"));
+            }
+            demo::run(protocol, d, threads)
+        }),
         Command::Bench(args) => bench::run(*args),
         Command::Report { files, out } => report(&files, &out),
         Command::CheckConfig { config } => check_config(config),
@@ -253,43 +267,9 @@ fn seconds(s: f64, what: &str) -> Result<Duration, String> {
     }
 }
 
-fn demo(duration: f64, threads: usize) -> Result<bool, String> {
-    println!(
-        "atomos demo: {threads} threads move money between 1,024 accounts on an embedded node;"
-    );
-    println!("a fifth of the transactions read every balance as one snapshot.");
-    let report = atomos_bench::run(&BenchConfig {
-        workload: WorkloadKind::Bank,
-        protocol: Protocol::Local,
-        nodes: 1,
-        transport: Default::default(),
-        link_delay: Duration::ZERO,
-        threads,
-        objects: 1024,
-        read_ratio: 0.2,
-        duration: seconds(duration, "--duration")?,
-        progress: true,
-        ..BenchConfig::default()
-    })
-    .map_err(|e| e.to_string())?;
-    println!(
-        "{} transactions committed ({:.0}/s), {} aborted attempts, p50 {:.2} us, p99 {:.2} us",
-        report.committed,
-        report.throughput_tps,
-        report.aborted,
-        report.latency_us.p50,
-        report.latency_us.p99
-    );
-    println!(
-        "invariant: {} ({})",
-        if report.invariant_ok {
-            "OK"
-        } else {
-            "VIOLATED"
-        },
-        report.invariant
-    );
-    Ok(report.invariant_ok)
+/// `--protocol`'s value.
+fn parse_protocol(s: &str) -> Result<Protocol, String> {
+    s.parse()
 }
 
 fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<(), String> {

@@ -10,6 +10,10 @@ const ATOMOS: &str = env!("CARGO_BIN_EXE_atomos");
 
 /// Each entry: the arguments, and a word the error must contain.
 const BAD: &[(&str, &str)] = &[
+    ("demo --protocol Certify", "--protocol"),
+    ("demo --duration 0", "--duration"),
+    ("demo --threads 0", "--threads"),
+    ("demo --threads 100000", "--threads"),
     ("bench bank --duration 1e20", "--duration"),
     ("bench bank --duration nan", "--duration"),
     ("bench bank --duration 0", "--duration"),
