@@ -31,6 +31,7 @@ impl From<Contention> for ContentionPolicy {
 }
 
 #[derive(Clone, clap::Args)]
+#[command(allow_negative_numbers = true)]
 pub(crate) struct BenchArgs {
     /// bank, linkedlist, skiplist, bst, rbtree, hashtable, loan, vacation, tpcc, shared-counter,
     /// private-counters (OSS's micro-benchmarks), wordcount (OSS's MapReduce example: --objects
@@ -42,13 +43,13 @@ pub(crate) struct BenchArgs {
     /// procedures of --balance-k accounts beside it).
     workload: String,
     /// Consistency protocol.
-    #[arg(long, default_value = "local")]
+    #[arg(long, default_value = "local", value_parser = crate::PROTOCOLS)]
     protocol: String,
     /// Nodes in the benchmarked cluster (default: 1; 3 for order).
     #[arg(long)]
     nodes: Option<usize>,
     /// How the benchmarked nodes are linked: memory or tcp (loopback).
-    #[arg(long, default_value = "memory")]
+    #[arg(long, default_value = "memory", value_parser = ["memory", "tcp"])]
     transport: String,
     /// Worker threads (per node).
     #[arg(long, default_value_t = 2)]
@@ -70,18 +71,18 @@ pub(crate) struct BenchArgs {
     warehouses: Option<usize>,
     /// TPC-C: transaction mix: standard (45/43/4/4/4) or read-heavy (order-status and
     /// stock-level 45% each, the others 3.3%).
-    #[arg(long, default_value = "standard")]
+    #[arg(long, default_value = "standard", value_parser = ["standard", "read-heavy"])]
     mix: String,
     /// TPC-C: population per warehouse: small (10,000 items, 300 customers per district) or
     /// full (the specification's 100,000 and 3,000).
-    #[arg(long, default_value = "small")]
+    #[arg(long, default_value = "small", value_parser = ["small", "full"])]
     scale: String,
     /// Bank: a balance reads this many random accounts instead of all.
     #[arg(long)]
     balance_k: Option<usize>,
     /// Bank and hash table: how an update's inner operations are composed: flat, closed,
     /// checkpoint or open (thesis 6.3-6.4).
-    #[arg(long, default_value = "flat")]
+    #[arg(long, default_value = "flat", value_parser = ["flat", "closed", "checkpoint", "open"])]
     nesting: String,
     /// Bank and hash table: inner operations (transfers, adds/removes) per update.
     #[arg(long, default_value_t = 1)]
@@ -130,7 +131,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 256)]
     clients: usize,
     /// Oss: how commits are numbered: ultra-peer, distributed-token or coordinator-token.
-    #[arg(long, default_value = "ultra-peer")]
+    #[arg(long, default_value = "ultra-peer", value_parser = crate::OSS_COMMIT_MODES)]
     oss_commit: String,
     /// Tfa: microseconds an application thread waiting for the protocol's answer polls
     /// for it before it sleeps, 0 to 1000000 (default: the node default, 500).
@@ -164,7 +165,7 @@ pub(crate) struct BenchArgs {
     arrival_rate: Option<f64>,
     /// Open loop: the transaction service's policy: none (run to completion), preemptive,
     /// cmax (see --cmax) or lazy (cmax, and one level up per preemption).
-    #[arg(long, default_value = "none")]
+    #[arg(long, default_value = "none", value_parser = ["none", "preemptive", "cmax", "lazy"])]
     sched: String,
     /// Open loop, --sched cmax or lazy: a transaction preempted this many times moves to the
     /// highest level (not preempted again).
@@ -318,12 +319,19 @@ fn bench_sweep(args: BenchArgs) -> Result<bool, String> {
         .clone()
         .ok_or("--sweep writes one JSON file per point: give --json PATH (points go next to it)")?;
     let points = sweep::grid(&args.sweep);
-    let mut all_ok = true;
-    for (i, point) in points.iter().enumerate() {
+    // Every point's settings are checked before the first one runs.
+    let mut runs = Vec::with_capacity(points.len());
+    for point in &points {
         let mut run = args.clone();
         for (param, value) in point {
             set_swept(&mut run, param, value)?;
         }
+        let settings: Vec<String> = point.iter().map(|(p, v)| format!("{p}={v}")).collect();
+        bench_config(&run).map_err(|e| format!("--sweep {}: {e}", settings.join(" ")))?;
+        runs.push(run);
+    }
+    let mut all_ok = true;
+    for (i, (point, run)) in points.iter().zip(runs).enumerate() {
         let settings: Vec<String> = point.iter().map(|(p, v)| format!("{p}={v}")).collect();
         println!("[{}/{}] {}", i + 1, points.len(), settings.join(" "));
         let report = bench_workload(&run)?;

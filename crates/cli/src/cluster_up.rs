@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use atomos::net::keys::KeyPair;
 use atomos::protocols::oss::CommitMode;
 use atomos::Protocol;
+use serde::Serialize;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// What `cluster up` was asked for.
@@ -50,7 +51,7 @@ macro_rules! say {
 }
 
 /// Port offset of each node's metrics endpoint from its listening port.
-const METRICS_OFFSET: u16 = 100;
+const METRICS_OFFSET: usize = 100;
 
 /// Starts the nodes, waits for Ctrl-C or SIGTERM, stops them.
 pub fn run(args: UpArgs) -> Result<bool, String> {
@@ -66,7 +67,7 @@ pub fn run(args: UpArgs) -> Result<bool, String> {
             names.join(", ")
         ));
     }
-    let last = args.base_port as usize + args.nodes - 1 + METRICS_OFFSET as usize;
+    let last = metrics_port(&args, args.nodes);
     if args.base_port == 0 || last > u16::MAX as usize {
         return Err(format!(
             "--base-port {} leaves no room for {} nodes and their metrics ports (up to {last})",
@@ -89,9 +90,8 @@ pub fn run(args: UpArgs) -> Result<bool, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut members = Vec::new();
     for id in 1..=args.nodes {
-        let port = args.base_port + id as u16 - 1;
-        let listen = format!("127.0.0.1:{port}");
-        let metrics = format!("127.0.0.1:{}", port + METRICS_OFFSET);
+        let listen = loopback(listen_port(&args, id));
+        let metrics = loopback(metrics_port(&args, id));
         let config = args.dir.join(format!("node-{id}.toml"));
         write_config(&config, &args, protocol, id, &secret, &keys)?;
         let log_path = args.dir.join(format!("node-{id}.log"));
@@ -183,21 +183,103 @@ fn write_private(path: &Path, text: &str) -> Result<(), String> {
 }
 
 /// `client.toml`: what a program needs to connect as the generated client.
+/// A member as `client.toml` lists it.
+#[derive(Serialize)]
+struct ClientsMember {
+    id: usize,
+    address: String,
+    public_key: String,
+}
+
+/// `client.toml`: what a program needs to connect as the cluster's client.
+#[derive(Serialize)]
+struct ClientFile<'a> {
+    cluster: &'a str,
+    secret: &'a str,
+    key_file: &'a str,
+    members: Vec<ClientsMember>,
+}
+
+/// A peer as a node's configuration lists it.
+#[derive(Serialize)]
+struct PeerEntry {
+    id: usize,
+    address: String,
+    public_key: String,
+}
+
+/// A client the members admit.
+#[derive(Serialize)]
+struct ClientEntry<'a> {
+    name: &'a str,
+    public_key: String,
+}
+
+/// A node's configuration file (the keys `atomos node` reads; see `atomos::config`).
+#[derive(Serialize)]
+struct NodeFile<'a> {
+    cluster: &'a str,
+    node_id: usize,
+    listen: String,
+    data_dir: String,
+    secret: &'a str,
+    key_file: String,
+    protocol: String,
+    log_level: &'a str,
+    metrics: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order_load_clients: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bank_load_threads: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oss_commit: Option<&'a str>,
+    peers: Vec<PeerEntry>,
+    clients: Vec<ClientEntry<'a>>,
+}
+
+/// Node `id`'s listening port (1-based).
+fn listen_port(args: &UpArgs, id: usize) -> usize {
+    args.base_port as usize + id - 1
+}
+
+/// Node `id`'s metrics port: past every node's listening port (100 past its own, for up to
+/// 100 nodes).
+fn metrics_port(args: &UpArgs, id: usize) -> usize {
+    listen_port(args, id) + args.nodes.max(METRICS_OFFSET)
+}
+
+/// A loopback address on `port`.
+fn loopback(port: usize) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+/// Writes `value` as TOML to `path`, readable by its owner only.
+fn write_toml(path: &Path, value: &impl Serialize) -> Result<(), String> {
+    let text = toml::to_string(value)
+        .map_err(|e| format!("cannot write {} as TOML: {e}", path.display()))?;
+    write_private(path, &text)
+}
+
 fn write_client_config(dir: &Path, args: &UpArgs, secret: &str, keys: &Keys) -> Result<(), String> {
-    let mut text = String::new();
-    let _ = writeln!(text, "cluster = \"loopback\"");
-    let _ = writeln!(text, "secret = \"{secret}\"");
-    let _ = writeln!(text, "key_file = \"client.key\"");
-    for (i, (_, key)) in keys.members.iter().enumerate() {
-        let _ = writeln!(
-            text,
-            "\n[[members]]\nid = {}\naddress = \"127.0.0.1:{}\"\npublic_key = \"{}\"",
-            i + 1,
-            args.base_port as usize + i,
-            key.public()
-        );
-    }
-    write_private(&dir.join("client.toml"), &text)
+    let members = keys
+        .members
+        .iter()
+        .enumerate()
+        .map(|(i, (_, key))| ClientsMember {
+            id: i + 1,
+            address: loopback(listen_port(args, i + 1)),
+            public_key: key.public().to_string(),
+        })
+        .collect();
+    let file = ClientFile {
+        cluster: "loopback",
+        secret,
+        key_file: "client.key",
+        members,
+    };
+    write_toml(&dir.join("client.toml"), &file)
 }
 
 fn write_config(
@@ -208,44 +290,39 @@ fn write_config(
     secret: &str,
     keys: &Keys,
 ) -> Result<(), String> {
-    let mut text = String::new();
-    let port = |n: usize| args.base_port as usize + n - 1;
-    let _ = writeln!(text, "cluster = \"loopback\"");
-    let _ = writeln!(text, "node_id = {id}");
-    let _ = writeln!(text, "listen = \"127.0.0.1:{}\"", port(id));
-    let data = args.dir.join("data").join(id.to_string());
-    let _ = writeln!(text, "data_dir = {:?}", data.display().to_string());
-    let _ = writeln!(text, "secret = \"{secret}\"");
-    let key_file = keys.members[id - 1].0.display().to_string();
-    let _ = writeln!(text, "key_file = {key_file:?}");
-    let _ = writeln!(text, "protocol = \"{protocol}\"");
-    let _ = writeln!(text, "log_level = \"info\"");
-    let metrics = port(id) + METRICS_OFFSET as usize;
-    let _ = writeln!(text, "metrics = \"127.0.0.1:{metrics}\"");
-    if args.order {
-        let _ = writeln!(text, "order = true");
-        let _ = writeln!(text, "order_load_clients = {}", args.order_load);
-    }
-    if args.bank_load > 0 {
-        let _ = writeln!(text, "bank_load_threads = {}", args.bank_load);
-    }
-    if protocol == Protocol::Oss {
-        let _ = writeln!(text, "oss_commit = \"{}\"", args.oss_commit);
-    }
-    for n in 1..=args.nodes {
-        let _ = writeln!(
-            text,
-            "\n[[peers]]\nid = {n}\naddress = \"127.0.0.1:{}\"\npublic_key = \"{}\"",
-            port(n),
-            keys.members[n - 1].1.public()
-        );
-    }
-    let _ = writeln!(
-        text,
-        "\n[[clients]]\nname = \"client\"\npublic_key = \"{}\"",
-        keys.client.public()
-    );
-    write_private(path, &text)
+    let peers = (1..=args.nodes)
+        .map(|n| PeerEntry {
+            id: n,
+            address: loopback(listen_port(args, n)),
+            public_key: keys.members[n - 1].1.public().to_string(),
+        })
+        .collect();
+    let file = NodeFile {
+        cluster: "loopback",
+        node_id: id,
+        listen: loopback(listen_port(args, id)),
+        data_dir: args
+            .dir
+            .join("data")
+            .join(id.to_string())
+            .display()
+            .to_string(),
+        secret,
+        key_file: keys.members[id - 1].0.display().to_string(),
+        protocol: protocol.to_string(),
+        log_level: "info",
+        metrics: loopback(metrics_port(args, id)),
+        order: args.order.then_some(true),
+        order_load_clients: args.order.then_some(args.order_load),
+        bank_load_threads: (args.bank_load > 0).then_some(args.bank_load),
+        oss_commit: (protocol == Protocol::Oss).then_some(args.oss_commit.as_str()),
+        peers,
+        clients: vec![ClientEntry {
+            name: "client",
+            public_key: keys.client.public().to_string(),
+        }],
+    };
+    write_toml(path, &file)
 }
 
 /// Reports nodes that exit on their own until Ctrl-C, SIGTERM or SIGHUP (its terminal
@@ -302,5 +379,39 @@ fn stop(members: &mut [Member]) {
                 Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(nodes: usize) -> UpArgs {
+        UpArgs {
+            nodes,
+            protocol: "local".into(),
+            base_port: 7401,
+            dir: PathBuf::from("unused"),
+            order: false,
+            order_load: 0,
+            bank_load: 0,
+            oss_commit: "ultra-peer".into(),
+        }
+    }
+
+    /// With more than 100 nodes, no node's metrics port is another's listening port.
+    #[test]
+    fn every_port_is_used_once_whatever_the_number_of_nodes() {
+        for nodes in [1, 3, 100, 101, 250] {
+            let a = args(nodes);
+            let mut ports: Vec<usize> = (1..=nodes)
+                .flat_map(|id| [listen_port(&a, id), metrics_port(&a, id)])
+                .collect();
+            ports.sort_unstable();
+            ports.dedup();
+            assert_eq!(ports.len(), 2 * nodes, "{nodes} nodes");
+        }
+        // Up to 100 nodes the metrics port stays 100 past the listening one.
+        assert_eq!(metrics_port(&args(3), 2), 7502);
     }
 }

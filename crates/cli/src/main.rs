@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use atomos::Protocol;
 use clap::{Parser, Subcommand};
 
 mod bank_load;
@@ -34,6 +33,7 @@ enum Command {
     /// leader a third of the way in and brings it back two thirds in, and checks that every
     /// replica ends with the same balances and the money they started with
     /// (`--protocol local`: one embedded node).
+    #[command(allow_negative_numbers = true)]
     Demo {
         /// Seconds to run.
         #[arg(long, default_value_t = 9.0)]
@@ -41,15 +41,17 @@ enum Command {
         /// Threads moving money (spread over the replicas).
         #[arg(long, default_value_t = 6)]
         threads: usize,
-        /// The protocol: certify (the default), active, tfa, oss or local.
-        #[arg(long, default_value = "certify", value_parser = parse_protocol)]
-        protocol: Protocol,
+        /// The protocol.
+        #[arg(long, default_value = "certify", value_parser = PROTOCOLS)]
+        protocol: String,
     },
     /// Runs a benchmark workload and reports throughput, abort rate, latency and its invariant.
+    #[command(allow_negative_numbers = true)]
     Bench(Box<BenchArgs>),
     /// Draws benchmark results (files written by `bench --json`) as SVG and PNG figures:
     /// throughput and abort rate against the setting that varies, one line per protocol or
     /// other setting, and latency per kind of operation.
+    #[command(allow_negative_numbers = true)]
     Report {
         /// Result files.
         #[arg(required = true)]
@@ -59,6 +61,7 @@ enum Command {
         out: PathBuf,
     },
     /// Runs a node: listens, connects to its peers, serves until SIGTERM or Ctrl-C.
+    #[command(allow_negative_numbers = true)]
     Node {
         /// The TOML file (every key can also be set by an ATOMOS_... environment variable).
         #[arg(long)]
@@ -66,6 +69,7 @@ enum Command {
     },
     /// Makes a key pair for a member or a client and writes it to a file readable by its owner
     /// only; prints the public key and the lines that admit it.
+    #[command(allow_negative_numbers = true)]
     Keygen {
         /// The key file to write.
         #[arg(long)]
@@ -82,9 +86,11 @@ enum Command {
     },
     /// Manages a cluster of node processes on this machine.
     #[command(subcommand)]
+    #[command(allow_negative_numbers = true)]
     Cluster(ClusterCommand),
     /// Reads a node configuration (file and ATOMOS_... environment variables), validates it and
     /// prints the settings a node would run with (the secret hidden), or what is wrong.
+    #[command(allow_negative_numbers = true)]
     CheckConfig {
         /// The TOML file (optional: defaults and the environment apply without one).
         #[arg(long)]
@@ -96,14 +102,16 @@ enum Command {
 enum ClusterCommand {
     /// Starts N node processes on loopback with a generated secret and configuration, prints
     /// how to reach them, and stops them all on Ctrl-C (or SIGTERM).
+    #[command(allow_negative_numbers = true)]
     Up {
         /// Number of nodes.
         #[arg(long, default_value_t = 3)]
         nodes: usize,
         /// Consistency protocol.
-        #[arg(long, default_value = "local")]
+        #[arg(long, default_value = "local", value_parser = PROTOCOLS)]
         protocol: String,
-        /// Node i listens on base-port + i - 1 and serves metrics on that port + 100.
+        /// Node i listens on base-port + i - 1 and serves metrics on that port + 100 (with more
+        /// than 100 nodes: plus the number of nodes).
         #[arg(long, default_value_t = 7401)]
         base_port: u16,
         /// Where the configuration files and logs go.
@@ -122,7 +130,7 @@ enum ClusterCommand {
         bank_load: usize,
         /// With --protocol oss: how commits are numbered: ultra-peer, distributed-token or
         /// coordinator-token.
-        #[arg(long, default_value = "ultra-peer")]
+        #[arg(long, default_value = "ultra-peer", value_parser = OSS_COMMIT_MODES)]
         oss_commit: String,
     },
 }
@@ -159,7 +167,7 @@ fn main() -> ExitCode {
             if !(1..=1024).contains(&threads) {
                 return Err(format!("--threads must be 1 to 1024, not {threads}"));
             }
-            demo::run(protocol, d, threads)
+            demo::run(protocol.parse()?, d, threads)
         }),
         Command::Bench(args) => bench::run(*args),
         Command::Report { files, out } => report(&files, &out),
@@ -267,10 +275,12 @@ fn seconds(s: f64, what: &str) -> Result<Duration, String> {
     }
 }
 
-/// `--protocol`'s value.
-fn parse_protocol(s: &str) -> Result<Protocol, String> {
-    s.parse()
-}
+/// The values `--protocol` takes (`atomos::Protocol`'s names).
+pub(crate) const PROTOCOLS: [&str; 5] = ["local", "tfa", "certify", "active", "oss"];
+
+/// The values `--oss-commit` takes (`CommitMode`'s names).
+pub(crate) const OSS_COMMIT_MODES: [&str; 3] =
+    ["ultra-peer", "distributed-token", "coordinator-token"];
 
 fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<(), String> {
     if let Some(path) = path {
@@ -288,4 +298,22 @@ fn report(files: &[PathBuf], out: &std::path::Path) -> Result<bool, String> {
         println!("{}", path.display());
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod flag_values {
+    use super::{OSS_COMMIT_MODES, PROTOCOLS};
+
+    /// The values the flags list are exactly the names the library parses.
+    #[test]
+    fn the_listed_values_are_the_librarys_names() {
+        for p in PROTOCOLS {
+            assert_eq!(p.parse::<atomos::Protocol>().unwrap().to_string(), p);
+        }
+        let modes: Vec<&str> = atomos::protocols::oss::CommitMode::NAMES
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(modes, OSS_COMMIT_MODES);
+    }
 }

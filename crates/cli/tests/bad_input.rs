@@ -11,6 +11,16 @@ const ATOMOS: &str = env!("CARGO_BIN_EXE_atomos");
 /// Each entry: the arguments, and a word the error must contain.
 const BAD: &[(&str, &str)] = &[
     ("demo --protocol Certify", "--protocol"),
+    ("cluster up --nodes -1", "--nodes"),
+    ("cluster up --protocol Certify", "--protocol"),
+    ("cluster up --nodes 1000 --base-port 65000", "--base-port"),
+    ("cluster up --oss-commit token", "--oss-commit"),
+    ("bench bank --seed -1 --duration 0.1", "--seed"),
+    ("bench bank --transport udp --duration 0.1", "--transport"),
+    ("bench tpcc --mix heavy --duration 0.1", "--mix"),
+    ("bench tpcc --scale huge --duration 0.1", "--scale"),
+    ("bench bank --nesting deep --duration 0.1", "--nesting"),
+    ("bench bank --sched fifo --duration 0.1", "--sched"),
     ("demo --duration 0", "--duration"),
     ("demo --threads 0", "--threads"),
     ("demo --threads 100000", "--threads"),

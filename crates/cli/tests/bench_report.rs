@@ -106,7 +106,21 @@ fn a_sweep_writes_one_result_per_point_and_the_report_draws_them() {
     let (ok, _, err) = atomos(&["bench", "tpcc", "--objects", "5"]);
     assert!(!ok && err.contains("--warehouses and --scale"), "{err}");
     let (ok, _, err) = atomos(&["bench", "tpcc", "--mix", "odd"]);
+    assert!(!ok && err.contains("--mix"), "{err}");
+    // A bad value anywhere in a sweep is refused before the first point runs.
+    let swept = dir.join("swept.json");
+    let (ok, out, err) = atomos(&[
+        "bench",
+        "tpcc",
+        "--duration",
+        "0.2",
+        "--json",
+        swept.to_str().unwrap(),
+        "--sweep",
+        "mix=standard,odd",
+    ]);
     assert!(!ok && err.contains("unknown TPC-C mix"), "{err}");
+    assert!(!out.contains("[1/2]"), "a point ran: {out}");
     let junk = dir.join("junk.json");
     std::fs::write(&junk, "{}").unwrap();
     let (ok, _, err) = atomos(&["report", junk.to_str().unwrap()]);
