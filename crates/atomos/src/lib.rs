@@ -36,6 +36,7 @@ mod cluster;
 pub mod config;
 pub mod disk;
 mod driver;
+pub mod endpoint;
 pub mod health;
 pub mod hot_spots;
 mod linked;

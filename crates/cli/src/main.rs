@@ -10,7 +10,6 @@ mod bank_load;
 mod bench;
 mod cluster_up;
 mod demo;
-mod http;
 mod serve;
 mod sweep;
 

@@ -3,12 +3,9 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use atomos::config::NodeSettings;
 use atomos::NodeRuntime;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-use metrics_util::MetricKindMask;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info, warn};
 
@@ -79,27 +76,7 @@ async fn serve(settings: NodeSettings, config: Option<PathBuf>) -> Result<bool, 
     // Installed before the node starts, so every counter it registers is exported.
     let mut metrics = None;
     if let Some(addr) = settings.metrics {
-        // Round trips from 50 us to 5 s.
-        let buckets = [
-            50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3, 100e-3, 500e-3, 1.0, 5.0,
-        ];
-        let handle = PrometheusBuilder::new()
-            .set_buckets_for_metric(
-                Matcher::Full("atomos_request_latency_seconds".into()),
-                &buckets,
-            )
-            .map_err(|e| format!("metrics buckets: {e}"))?
-            .set_buckets_for_metric(
-                Matcher::Full("atomos_order_opt_to_final_seconds".into()),
-                &buckets,
-            )
-            .map_err(|e| format!("metrics buckets: {e}"))?
-            // Gauges are the hot spots' series: those of a key that left its rank stop being
-            // updated and go, so the series stay bounded when keys are shown.
-            .idle_timeout(MetricKindMask::GAUGE, Some(Duration::from_secs(10)))
-            .install_recorder()
-            .map_err(|e| format!("cannot record metrics: {e}"))?;
-        metrics = Some((addr, handle));
+        metrics = Some((addr, atomos::endpoint::install_recorder()?));
     }
     let mut terminate =
         signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
@@ -113,7 +90,7 @@ async fn serve(settings: NodeSettings, config: Option<PathBuf>) -> Result<bool, 
         .await
         .map_err(|e| e.to_string())?;
     if let Some((addr, handle)) = metrics {
-        let bound = crate::http::serve(addr, handle, node.health().clone())
+        let bound = atomos::endpoint::serve(addr, handle, node.health().clone())
             .await
             .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
         info!(addr = %bound, "metrics at http://{bound}/metrics, health at http://{bound}/health");
