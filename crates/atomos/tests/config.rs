@@ -61,6 +61,17 @@ fn defaults_work_without_a_file() {
     assert!(s.peers.is_empty() && s.secret.is_none() && s.metrics.is_none());
 }
 
+/// Host names with a port are accepted where addresses are, resolved when the configuration
+/// loads; a name without a port, or one that resolves to nothing, names its key.
+#[test]
+fn host_names_are_accepted_where_addresses_are() {
+    let s = load(None, env(&[("ATOMOS_LISTEN", "localhost:7401")])).unwrap();
+    assert!(s.listen.ip().is_loopback(), "{}", s.listen);
+    assert_eq!(s.listen.port(), 7401);
+    let err = load(None, env(&[("ATOMOS_LISTEN", "no-such-host.invalid:7401")])).unwrap_err();
+    assert_eq!(key_of(err), "ATOMOS_LISTEN");
+}
+
 #[test]
 fn a_file_with_a_membership_list_and_environment_overrides() {
     let path = file(

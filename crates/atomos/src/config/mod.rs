@@ -4,7 +4,7 @@
 //! ```toml
 //! cluster = "prod"
 //! node_id = 1
-//! listen = "127.0.0.1:7401"
+//! listen = "127.0.0.1:7401"    # or a host name with a port, resolved when the file loads
 //! data_dir = "./data/1"
 //! secret = "..."            # or ATOMOS_SECRET; at least 32 bytes
 //! key_file = "node-1.key"   # this member's key pair (`atomos keygen`); mode 600

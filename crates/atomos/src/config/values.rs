@@ -17,13 +17,33 @@ pub(super) fn metrics_address(key: &str, value: &str) -> Result<SocketAddr, Conf
     }
 }
 
+/// An address: an IP address and port, or a host name and port, resolved now (once, when the
+/// configuration loads; the first address the name resolves to).
 pub(super) fn address(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
-    SocketAddr::from_str(value.trim()).map_err(|_| {
+    let value = value.trim();
+    if let Ok(addr) = SocketAddr::from_str(value) {
+        return Ok(addr);
+    }
+    let not_one = |why: String| {
         invalid(
             key,
-            format!("{value:?} is not an address like 127.0.0.1:7400"),
+            format!(
+                "{value:?} is not an address like 127.0.0.1:7400 or a host name with a port \
+                 (node1.example:7400): {why}"
+            ),
         )
-    })
+    };
+    // Only a name with a port is looked up (a bare word is a mistake, not a host).
+    if !value
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+    {
+        return Err(not_one("no port".into()));
+    }
+    std::net::ToSocketAddrs::to_socket_addrs(value)
+        .map_err(|e| not_one(e.to_string()))?
+        .next()
+        .ok_or_else(|| not_one("the name resolves to no address".into()))
 }
 
 /// Consistency domains' prefixes: none empty (domain 0 takes every key no prefix names), none
