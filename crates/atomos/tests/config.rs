@@ -652,3 +652,31 @@ fn a_client_configuration_file_is_read_and_checked() {
     assert_eq!(bad(text.replace(SECRET, "short")), "secret");
     assert_eq!(bad(text.replace("2500", "0")), "limit_ms");
 }
+
+/// Logging: a level or filter directives, text or JSON; anything else names its key.
+#[test]
+fn log_filters_and_formats_are_read_and_checked() {
+    use atomos::config::LogFormat;
+    let s = load(None, env(&[])).unwrap();
+    assert_eq!(
+        (s.log_level.as_str(), s.log_format),
+        ("info", LogFormat::Text)
+    );
+    let s = load(
+        None,
+        env(&[
+            ("ATOMOS_LOG_LEVEL", "info,atomos_order=debug"),
+            ("ATOMOS_LOG_FORMAT", "json"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(s.log_level, "info,atomos_order=debug");
+    assert_eq!(s.log_format, LogFormat::Json);
+    let bad = load(None, env(&[("ATOMOS_LOG_LEVEL", "loud=[")])).unwrap_err();
+    assert_eq!(key_of(bad), "ATOMOS_LOG_LEVEL");
+    let path = file("bad-format.toml", "log_format = \"xml\"\n");
+    assert_eq!(
+        key_of(load(Some(&path), env(&[])).unwrap_err()),
+        "log_format"
+    );
+}

@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use atomos::config::NodeSettings;
+use atomos::config::{LogFormat, NodeSettings};
 use atomos::NodeRuntime;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info, warn};
@@ -15,7 +15,7 @@ use crate::bank_load::BankLoad;
 pub fn run(config: Option<&Path>) -> Result<bool, String> {
     let settings = atomos::config::load_from_environment(config)
         .map_err(|e| format!("the node does not start: {e}"))?;
-    init_logging(&settings.log_level);
+    init_logging(&settings.log_level, settings.log_format);
     let mut warnings = atomos::config::exposure_warnings(config, &settings);
     warnings.extend(settings.unused_warnings());
     for w in warnings {
@@ -63,13 +63,20 @@ fn reload_keys(node: &NodeRuntime, config: Option<&Path>) {
 }
 
 /// Structured logs on standard error, at the configured level.
-fn init_logging(level: &str) {
-    let stderr = std::io::stderr();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
-        .with_ansi(stderr.is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+/// Logs to standard error what `level` lets through (`RUST_LOG` instead, if it is set and
+/// valid), as text or as one JSON object per line.
+fn init_logging(level: &str, format: LogFormat) {
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(level));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
 }
 
 async fn serve(settings: NodeSettings, config: Option<PathBuf>) -> Result<bool, String> {

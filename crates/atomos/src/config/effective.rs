@@ -64,6 +64,7 @@ pub fn effective_toml(settings: &NodeSettings) -> String {
     t.insert("protocol".into(), text(s.protocol));
     t.insert("contention".into(), text(contention_name(s.contention)));
     t.insert("log_level".into(), text(&s.log_level));
+    t.insert("log_format".into(), text(s.log_format.name()));
     if let Some(metrics) = s.metrics {
         t.insert("metrics".into(), text(metrics));
     }

@@ -4,7 +4,7 @@
 use super::{invalid, ConfigError};
 
 /// Every environment variable a node's configuration reads.
-pub const CONFIG_VARIABLES: [&str; 30] = [
+pub const CONFIG_VARIABLES: [&str; 31] = [
     "ATOMOS_CLUSTER",
     "ATOMOS_NODE_ID",
     "ATOMOS_LISTEN",
@@ -14,6 +14,7 @@ pub const CONFIG_VARIABLES: [&str; 30] = [
     "ATOMOS_PROTOCOL",
     "ATOMOS_CONTENTION",
     "ATOMOS_LOG_LEVEL",
+    "ATOMOS_LOG_FORMAT",
     "ATOMOS_METRICS",
     "ATOMOS_METRICS_HOT_SPOT_KEYS",
     "ATOMOS_MAX_FRAME_BYTES",

@@ -10,7 +10,9 @@
 //! key_file = "node-1.key"   # this member's key pair (`atomos keygen`); mode 600
 //! protocol = "local"
 //! contention = "backoff"    # abort-self | backoff | priority
-//! log_level = "info"        # error | warn | info | debug | trace
+//! log_level = "info"        # error | warn | info | debug | trace, or filter directives
+//!                             # ("info,atomos_order=debug"); RUST_LOG, if set, wins
+//! log_format = "text"        # text | json (one JSON object per line)
 //! metrics = "9401"         # off unless set; a port alone is 127.0.0.1
 //! metrics_hot_spot_keys = false  # name hot spots' keys (application data) in metric labels
 //! max_frame_bytes = 16777216
@@ -137,6 +139,7 @@ struct FileConfig {
     protocol: Option<String>,
     contention: Option<String>,
     log_level: Option<String>,
+    log_format: Option<String>,
     metrics: Option<String>,
     metrics_hot_spot_keys: Option<bool>,
     max_frame_bytes: Option<usize>,
@@ -251,8 +254,10 @@ pub struct NodeSettings {
     pub protocol: Protocol,
     /// The contention manager.
     pub contention: ContentionPolicy,
-    /// Log level.
+    /// What is logged: a level, or `tracing` filter directives (`info,atomos_order=debug`).
     pub log_level: String,
+    /// How log lines look.
+    pub log_format: LogFormat,
     /// Address of the Prometheus text endpoint, if enabled.
     pub metrics: Option<SocketAddr>,
     /// Whether the hot-spot metrics name their objects' keys, which are application data
@@ -322,6 +327,26 @@ pub struct NodeSettings {
 }
 
 const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+/// How a node's log lines look.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+impl LogFormat {
+    /// The name the configuration uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
 
 /// [`load`] with the process's environment, after refusing any `ATOMOS_` variable that no
 /// setting reads ([`check_variables`]).
@@ -453,14 +478,30 @@ pub fn load(
         None => ContentionPolicy::default(),
     };
     let log_level = match pick("ATOMOS_LOG_LEVEL", "log_level", file.log_level) {
-        Some((key, v)) if !LOG_LEVELS.contains(&v.as_str()) => {
-            return Err(invalid(
-                &key,
-                format!("{v:?} is not one of {}", LOG_LEVELS.join(", ")),
-            ))
+        Some((key, v)) => {
+            // A single word must be a level: a misspelt one would read as a module's name.
+            let directives = v.contains(['=', ',']);
+            let parsed = tracing_subscriber::EnvFilter::builder().parse(&v);
+            if (directives && parsed.is_ok()) || LOG_LEVELS.contains(&v.as_str()) {
+                v
+            } else {
+                return Err(invalid(
+                    &key,
+                    format!(
+                        "{v:?} is neither a level ({}) nor filter directives like \
+                         \"info,atomos_order=debug\"",
+                        LOG_LEVELS.join(", ")
+                    ),
+                ));
+            }
         }
-        Some((_, v)) => v,
         None => "info".to_string(),
+    };
+    let log_format = match pick("ATOMOS_LOG_FORMAT", "log_format", file.log_format) {
+        Some((_, v)) if v == "text" => LogFormat::Text,
+        Some((_, v)) if v == "json" => LogFormat::Json,
+        Some((key, v)) => return Err(invalid(&key, format!("{v:?} is not text or json"))),
+        None => LogFormat::Text,
     };
     let metrics = match pick("ATOMOS_METRICS", "metrics", file.metrics) {
         Some((key, v)) => Some(metrics_address(&key, &v)?),
@@ -810,6 +851,7 @@ pub fn load(
         protocol,
         contention,
         log_level,
+        log_format,
         metrics,
         metrics_hot_spot_keys,
         max_frame_bytes,
