@@ -307,8 +307,9 @@ pub enum DiskEvent {
 }
 
 /// A disk on a thread of its own. [`DiskWorker::close`] lets it finish the writes queued and
-/// waits for it; [`DiskWorker::abandon`] makes it stop at the next write without carrying out
-/// the rest (as if the process had died); dropping it closes the queue without waiting.
+/// waits for it; [`Abandon::abandon`] (from [`DiskWorker::abandoner`]) makes it stop at the
+/// next write without carrying out the rest (as if the process had died); dropping it closes
+/// the queue without waiting.
 pub struct DiskWorker {
     tx: mpsc::Sender<Write>,
     abandoned: Arc<AtomicBool>,

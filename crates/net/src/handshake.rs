@@ -21,7 +21,7 @@
 //!    establishes nothing.
 //!
 //! Both preambles are Noise's prologue: a preamble changed on the way fails the handshake.
-//! From then on every byte is sealed (see [`secure`](crate::secure)). The ephemeral keys come
+//! From then on every byte is sealed (see the [`crate::secure`] module). The ephemeral keys come
 //! from the operating system's random source, through `snow`.
 
 use std::fmt;

@@ -2,7 +2,7 @@
 //!
 //! - One connection per pair of members: the member with the smaller id dials, the other
 //!   accepts. A connection opens with the [`handshake`](crate::handshake) (frames of at most
-//!   [`MAX_HANDSHAKE_FRAME`] bytes, within `handshake_timeout`); from then on it carries
+//!   [`MAX_HANDSHAKE_FRAME`](crate::handshake::MAX_HANDSHAKE_FRAME) bytes, within `handshake_timeout`); from then on it carries
 //!   records sealed as [`secure`](crate::secure) says, whose plaintext is a stream of frames of
 //!   [`LinkFrame`]: application messages and keep-alives.
 //! - At most `max_pending_handshakes` accepted connections may be handshaking at once; more
