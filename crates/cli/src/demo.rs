@@ -68,9 +68,15 @@ fn local(duration: Duration, threads: usize) -> Result<bool, String> {
     Ok(report.invariant_ok)
 }
 
-/// What the transfer threads count, shared with the progress line.
-#[derive(Default)]
-struct Counts {
+/// What the transfer threads share with the main thread: what they count, and the run's
+/// state.
+struct Run {
+    /// When the run started.
+    start: Instant,
+    /// Set when the threads must stop.
+    stop: AtomicBool,
+    /// The node that is down (0: none).
+    killed: AtomicU64,
     committed: AtomicU64,
     /// Closure runs beyond the first of each transfer (conflicts re-run).
     aborted: AtomicU64,
@@ -118,21 +124,22 @@ fn cluster(protocol: Protocol, duration: Duration, threads: usize) -> Result<boo
     let handles: Handles = (1..=REPLICAS)
         .map(|id| Arc::new(RwLock::new(cluster.node(id).cloned())))
         .collect();
-    let counts = Arc::new(Counts::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let killed = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
+    let run = Arc::new(Run {
+        start: Instant::now(),
+        stop: AtomicBool::new(false),
+        killed: AtomicU64::new(0),
+        committed: AtomicU64::new(0),
+        aborted: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+        last_commit_ms: AtomicU64::new(0),
+    });
+    let (counts, killed, start) = (&run, &run.killed, run.start);
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let handle = handles[t % REPLICAS as usize].clone();
-            let (counts, stop, killed) = (counts.clone(), stop.clone(), killed.clone());
-            let accounts = accounts.clone();
+            let (run, accounts) = (run.clone(), accounts.clone());
             let node_id = (t as u64 % REPLICAS) + 1;
-            std::thread::spawn(move || {
-                transfers(
-                    node_id, t as u64, &handle, &accounts, &counts, &stop, &killed, start,
-                )
-            })
+            std::thread::spawn(move || transfers(node_id, t as u64, &handle, &accounts, &run))
         })
         .collect();
 
@@ -201,7 +208,7 @@ fn cluster(protocol: Protocol, duration: Duration, threads: usize) -> Result<boo
             last_committed = committed;
         }
     }
-    stop.store(true, Ordering::Relaxed);
+    run.stop.store(true, Ordering::Relaxed);
     for w in workers {
         w.join().map_err(|_| "a transfer thread panicked")?;
     }
@@ -230,17 +237,14 @@ fn cluster(protocol: Protocol, duration: Duration, threads: usize) -> Result<boo
 }
 
 /// Transfers from one thread through the replica it is bound to, until told to stop.
-#[allow(clippy::too_many_arguments)]
 fn transfers(
     node_id: u64,
     seed: u64,
     handle: &RwLock<Option<Node>>,
     accounts: &[TRef<i64>],
-    counts: &Counts,
-    stop: &AtomicBool,
-    killed: &AtomicU64,
-    start: Instant,
+    run: &Run,
 ) {
+    let (counts, stop, killed, start) = (run, &run.stop, &run.killed, run.start);
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move || {
         x ^= x << 13;
