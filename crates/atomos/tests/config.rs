@@ -358,10 +358,12 @@ const SECRET: &str = "0123456789abcdef0123456789abcdef";
 
 #[test]
 fn unknown_keys_and_broken_files_are_errors() {
-    let path = file("unknown.toml", "clusterr = \"typo\"\n");
+    let path = file("unknown.toml", "node_id = 3\nclusterr = \"typo\"\n");
     let err = load(Some(&path), env(&[])).unwrap_err();
     assert!(
-        matches!(err, ConfigError::Parse { .. }) && err.to_string().contains("clusterr"),
+        matches!(err, ConfigError::Parse { .. })
+            && err.to_string().contains("line 2: unknown key `clusterr`")
+            && err.to_string().contains("did you mean `cluster`?"),
         "{err}"
     );
     let path = file("broken.toml", "cluster = \n");
@@ -419,7 +421,8 @@ fn unknown_variables_are_refused_naming_the_one_meant() {
         atomos::config::check_variables(["PATH", "ATOMOS_SIM_SEED", "ATOMOS_PROTOCL"]).unwrap_err();
     assert_eq!(key_of(err.clone()), "ATOMOS_PROTOCL");
     assert!(err.to_string().contains("ATOMOS_PROTOCOL"), "{err}");
-    assert!(atomos::config::check_variables(atomos::config::CONFIG_VARIABLES).is_ok());
+    let known = atomos::config::config_variables();
+    assert!(atomos::config::check_variables(known.iter().map(String::as_str)).is_ok());
 }
 
 #[test]
@@ -679,4 +682,114 @@ fn log_filters_and_formats_are_read_and_checked() {
         key_of(load(Some(&path), env(&[])).unwrap_err()),
         "log_format"
     );
+}
+
+#[test]
+fn a_file_value_of_the_wrong_type_names_its_key_and_line() {
+    for (text, key, wanted) in [
+        (
+            "node_id = \"one\"\n",
+            "node_id",
+            "must be an integer (line 1), not string",
+        ),
+        (
+            "cluster = \"x\"\norder = 1\n",
+            "order",
+            "must be a boolean (line 2), not integer",
+        ),
+        (
+            "oss_domains = \"a/\"\n",
+            "oss_domains",
+            "must be an array of strings",
+        ),
+        (
+            "oss_domains = [\"a/\", 3]\n",
+            "oss_domains",
+            "must be an array of strings",
+        ),
+        (
+            "listen = 7401\n",
+            "listen",
+            "must be a string (line 1), not integer",
+        ),
+        ("peers = [1, 2]\n", "peers", "must be an array of tables"),
+        ("[[peers]]\nid = 2\nadress = \"x\"\n", "peers[0]", "adress"),
+    ] {
+        let path = file("wrong-type.toml", text);
+        let err = load(Some(&path), env(&[])).unwrap_err();
+        let shown = err.to_string();
+        assert_eq!(key_of(err), key, "{text}");
+        assert!(shown.contains(wanted), "{text}: {shown}");
+    }
+}
+
+#[test]
+fn the_configuration_reference_in_the_guide_is_the_code_s() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/guide/configuration.md"
+    );
+    let committed = std::fs::read_to_string(path).unwrap();
+    let generated = atomos::config::reference_markdown();
+    assert!(
+        committed == generated,
+        "docs/guide/configuration.md differs from the settings table: regenerate it with \
+         `cargo run -p atomos-cli -- config-reference > docs/guide/configuration.md`"
+    );
+    for row in atomos::config::SETTINGS.iter() {
+        assert!(
+            generated.contains(&format!("### {}\n", row.key)),
+            "{}",
+            row.key
+        );
+        assert!(generated.contains(&row.variable()), "{}", row.key);
+    }
+}
+
+#[test]
+fn the_effective_configuration_loads_back_to_the_same_settings() {
+    // A key file of its own: other tests rewrite `key_file(1)`'s while they run.
+    let own_key = file("round-trip-1.key", "");
+    write_key_file(&own_key, &keys(1), "a test", true).unwrap();
+    let own_key = own_key.display().to_string();
+    let text = format!(
+        "cluster = \"prod\"\nnode_id = 1\nlisten = \"127.0.0.1:7501\"\ndata_dir = \"/tmp/x\"\n\
+         key_file = {own_key:?}\nprotocol = \"oss\"\ncontention = \"priority\"\n\
+         log_level = \"info,atomos_order=debug\"\nlog_format = \"json\"\nmetrics = \"9501\"\n\
+         metrics_hot_spot_keys = true\nmax_frame_bytes = 4096\nbusy_poll_us = 0\n\
+         answer_poll_us = 7\norder_fsync = \"10ms\"\norder_load_clients = 2\n\
+         order_snapshot_every = 50\nbank_load_threads = 3\ncommit_timeout_ms = 1234\n\
+         order_rejoin = true\noss_commit = \"coordinator-token\"\noss_domains = [\"a/\", \"b/\"]\n\
+         sched = \"lazy:8\"\nsched_workers = 3\nruntime_threads = 2\nclient_requests_max = 9\n\
+         client_request_timeout_ms = 250\n\
+         [[peers]]\nid = 2\naddress = \"127.0.0.1:7502\"\npublic_key = [\"{}\", \"{}\"]\n\
+         [[clients]]\nname = \"app\"\npublic_key = \"{}\"\n",
+        pk(2),
+        pk(4),
+        pk(3)
+    );
+    let first = load(
+        Some(&file("full.toml", &text)),
+        env(&[("ATOMOS_SECRET", SECRET)]),
+    )
+    .unwrap();
+    let shown = atomos::config::effective_toml(&first);
+    assert!(!shown.contains(SECRET), "the secret is never written");
+    for row in atomos::config::SETTINGS
+        .iter()
+        .filter(|r| r.key != "secret")
+    {
+        assert!(
+            shown.contains(&format!("{} = ", row.key))
+                || shown.contains(&format!("[[{}]]", row.key)),
+            "{} missing:\n{shown}",
+            row.key
+        );
+    }
+    let again = load(
+        Some(&file("effective.toml", &shown)),
+        env(&[("ATOMOS_SECRET", SECRET)]),
+    )
+    .unwrap();
+    assert_eq!(first, again);
 }

@@ -95,6 +95,9 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Prints the configuration reference in Markdown: every key, its ATOMOS_ variable, type,
+    /// default, which nodes read it and what it means (docs/guide/configuration.md).
+    ConfigReference,
 }
 
 #[derive(Subcommand)]
@@ -146,6 +149,7 @@ fn main() -> ExitCode {
                 | Command::Report { .. }
                 | Command::Demo { .. }
                 | Command::CheckConfig { .. }
+                | Command::ConfigReference
         )
     {
         // Reports piped into `head` and the like end quietly when the reader goes away, as
@@ -171,6 +175,10 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(*args),
         Command::Report { files, out } => report(&files, &out),
         Command::CheckConfig { config } => check_config(config),
+        Command::ConfigReference => {
+            print!("{}", atomos::config::reference_markdown());
+            Ok(true)
+        }
         Command::Keygen {
             out,
             force,

@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::values::OneOrMany;
 use super::values::{address, public_keys};
-use super::{invalid, read_key_file, ConfigError, OneOrMany, MIN_SECRET_BYTES};
+use super::{invalid, read_key_file, ConfigError, MIN_SECRET_BYTES};
 use crate::client::ClientConfig;
 
 #[derive(Deserialize)]

@@ -3,40 +3,11 @@
 
 use super::{invalid, ConfigError};
 
-/// Every environment variable a node's configuration reads.
-pub const CONFIG_VARIABLES: [&str; 31] = [
-    "ATOMOS_CLUSTER",
-    "ATOMOS_NODE_ID",
-    "ATOMOS_LISTEN",
-    "ATOMOS_DATA_DIR",
-    "ATOMOS_SECRET",
-    "ATOMOS_KEY_FILE",
-    "ATOMOS_PROTOCOL",
-    "ATOMOS_CONTENTION",
-    "ATOMOS_LOG_LEVEL",
-    "ATOMOS_LOG_FORMAT",
-    "ATOMOS_METRICS",
-    "ATOMOS_METRICS_HOT_SPOT_KEYS",
-    "ATOMOS_MAX_FRAME_BYTES",
-    "ATOMOS_BUSY_POLL_US",
-    "ATOMOS_ANSWER_POLL_US",
-    "ATOMOS_ORDER",
-    "ATOMOS_ORDER_FSYNC",
-    "ATOMOS_ORDER_LOAD_CLIENTS",
-    "ATOMOS_ORDER_SNAPSHOT_EVERY",
-    "ATOMOS_BANK_LOAD_THREADS",
-    "ATOMOS_COMMIT_TIMEOUT_MS",
-    "ATOMOS_ORDER_REJOIN",
-    "ATOMOS_OSS_COMMIT",
-    "ATOMOS_OSS_DOMAINS",
-    "ATOMOS_SCHED",
-    "ATOMOS_SCHED_WORKERS",
-    "ATOMOS_RUNTIME_THREADS",
-    "ATOMOS_CLIENT_REQUESTS_MAX",
-    "ATOMOS_CLIENT_REQUEST_TIMEOUT_MS",
-    "ATOMOS_PEERS",
-    "ATOMOS_CLIENTS",
-];
+/// Every environment variable a node's configuration reads: one per key of
+/// [`SETTINGS`](super::SETTINGS).
+pub fn config_variables() -> Vec<String> {
+    super::SETTINGS.iter().map(|s| s.variable()).collect()
+}
 
 /// Variables of the project's tests and tools, which are not node settings.
 const TOOL_VARIABLES: [&str; 6] = [
@@ -51,16 +22,15 @@ const TOOL_VARIABLES: [&str; 6] = [
 /// Refuses any variable among `names` that starts with `ATOMOS_` and that no setting reads,
 /// naming it and the setting's variable it is closest to.
 pub fn check_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), ConfigError> {
+    let known = config_variables();
     for name in names {
         if !name.starts_with("ATOMOS_")
-            || CONFIG_VARIABLES.contains(&name)
+            || known.iter().any(|k| k == name)
             || TOOL_VARIABLES.contains(&name)
         {
             continue;
         }
-        let nearest = CONFIG_VARIABLES
-            .iter()
-            .min_by_key(|known| edit_distance(name, known))
+        let nearest = nearest(name, known.iter().map(String::as_str))
             .map(|known| format!(" (did you mean {known}?)"))
             .unwrap_or_default();
         return Err(invalid(
@@ -69,6 +39,11 @@ pub fn check_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(
         ));
     }
     Ok(())
+}
+
+/// The name among `known` closest to `name`.
+pub(super) fn nearest<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    known.min_by_key(|k| edit_distance(name, k))
 }
 
 /// Levenshtein distance between two names.

@@ -7,6 +7,10 @@ use std::str::FromStr;
 use atomos_net::keys::{KeyPair, PublicKey};
 use atomos_net::transport::is_client;
 
+use serde::Deserialize;
+use toml::Table;
+
+use super::setting::Raw;
 use super::{invalid, ClientKey, ConfigError, Peer};
 
 /// The metrics endpoint's address: a port alone means 127.0.0.1.
@@ -65,57 +69,143 @@ pub(super) fn check_domains(key: &str, prefixes: &[String]) -> Result<(), Config
 
 /// Public keys in hex, blamed on `key` if one is not.
 pub(super) fn public_keys(key: &str, keys: &[String]) -> Result<Vec<PublicKey>, ConfigError> {
-    keys.iter()
-        .map(|k| {
-            k.parse::<PublicKey>().map_err(|e| {
-                invalid(
-                    key,
-                    format!("{e} (a public key, as `atomos keygen` prints)"),
-                )
-            })
-        })
-        .collect()
+    keys.iter().map(|k| public_key(key, k)).collect()
 }
 
-/// `ATOMOS_PEERS`: `id=address/key,...`, several keys of one member as `key/key`.
-pub(super) fn parse_peer_list(list: &str) -> Result<Vec<Peer>, ConfigError> {
+/// A public key in hex, blamed on `key` if it is not one.
+fn public_key(key: &str, text: &str) -> Result<PublicKey, ConfigError> {
+    text.parse::<PublicKey>().map_err(|e| {
+        invalid(
+            key,
+            format!("{e} (a public key, as `atomos keygen` prints)"),
+        )
+    })
+}
+
+/// A member as a file's `[[peers]]` section gives it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePeer {
+    id: u64,
+    address: String,
+    public_key: Option<OneOrMany>,
+}
+
+/// A client as a file's `[[clients]]` section gives it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileClient {
+    name: String,
+    public_key: String,
+}
+
+/// A key, or a list of keys (a member whose key is being rotated).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub(super) fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(key) => vec![key],
+            OneOrMany::Many(keys) => keys,
+        }
+    }
+}
+
+/// Section `i` of the array of tables `name`, as `T`.
+fn section<T: serde::de::DeserializeOwned>(
+    name: &str,
+    i: usize,
+    table: Table,
+) -> Result<T, ConfigError> {
+    toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| invalid(&format!("{name}[{i}]"), e.message().to_string()))
+}
+
+/// The members: a file's `[[peers]]` sections, or a variable's `id=address/key,...` (several
+/// keys of one member as `key/key`). A variable set but empty is refused: it would replace the
+/// file's members with none, and a member would then commit alone.
+pub(super) fn peer_list(name: &str, raw: Raw) -> Result<Vec<Peer>, ConfigError> {
+    let list = match raw {
+        Raw::Tables(sections) => {
+            let mut peers = Vec::new();
+            for (i, table) in sections.into_iter().enumerate() {
+                let p: FilePeer = section(name, i, table)?;
+                let keys = p.public_key.map(OneOrMany::into_vec).unwrap_or_default();
+                peers.push(Peer {
+                    id: p.id,
+                    address: address(&format!("{name}[{i}].address"), &p.address)?,
+                    public_keys: public_keys(&format!("{name}[{i}].public_key"), &keys)?,
+                });
+            }
+            return Ok(peers);
+        }
+        Raw::Text(list) => list,
+        Raw::List(items) => items.join(","),
+    };
+    if list.trim().is_empty() {
+        return Err(invalid(
+            name,
+            "is set but empty: it would replace the file's members with none, and a node of a \
+             cluster would then commit alone; unset it to use the file's peers",
+        ));
+    }
     let mut peers = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some((id, rest)) = item.split_once('=') else {
             return Err(invalid(
-                "ATOMOS_PEERS",
+                name,
                 format!("{item:?} is not id=address/public_key"),
             ));
         };
         let id = id
             .trim()
             .parse()
-            .map_err(|_| invalid("ATOMOS_PEERS", format!("{id:?} is not a node id")))?;
+            .map_err(|_| invalid(name, format!("{id:?} is not a node id")))?;
         let mut parts = rest.split('/');
         let addr = parts.next().unwrap_or_default();
         let keys: Vec<String> = parts.map(str::to_string).collect();
         peers.push(Peer {
             id,
-            address: address("ATOMOS_PEERS", addr)?,
-            public_keys: public_keys("ATOMOS_PEERS", &keys)?,
+            address: address(name, addr)?,
+            public_keys: public_keys(name, &keys)?,
         });
     }
     Ok(peers)
 }
 
-/// `ATOMOS_CLIENTS`: `name=key,...`.
-pub(super) fn parse_client_list(list: &str) -> Result<Vec<ClientKey>, ConfigError> {
+/// The clients admitted: a file's `[[clients]]` sections, or a variable's `name=key,...`.
+pub(super) fn client_list(name: &str, raw: Raw) -> Result<Vec<ClientKey>, ConfigError> {
+    let list = match raw {
+        Raw::Tables(sections) => {
+            let mut clients = Vec::new();
+            for (i, table) in sections.into_iter().enumerate() {
+                let c: FileClient = section(name, i, table)?;
+                let key = format!("{name}[{i}].public_key");
+                let public_key = public_key(&key, &c.public_key)?;
+                clients.push(ClientKey {
+                    name: c.name,
+                    public_key,
+                });
+            }
+            return Ok(clients);
+        }
+        Raw::Text(list) => list,
+        Raw::List(items) => items.join(","),
+    };
     let mut clients = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let Some((name, key)) = item.split_once('=') else {
-            return Err(invalid(
-                "ATOMOS_CLIENTS",
-                format!("{item:?} is not name=public_key"),
-            ));
+        let Some((client, key)) = item.split_once('=') else {
+            return Err(invalid(name, format!("{item:?} is not name=public_key")));
         };
         clients.push(ClientKey {
-            name: name.trim().to_string(),
-            public_key: public_keys("ATOMOS_CLIENTS", &[key.to_string()])?[0],
+            name: client.trim().to_string(),
+            public_key: public_key(name, key)?,
         });
     }
     Ok(clients)
@@ -124,9 +214,9 @@ pub(super) fn parse_client_list(list: &str) -> Result<Vec<ClientKey>, ConfigErro
 /// Where the members and the clients were read from (the file's key or the variable), to
 /// blame in errors.
 #[derive(Clone, Copy)]
-pub(super) struct KeySources {
-    pub(super) peers: &'static str,
-    pub(super) clients: &'static str,
+pub(super) struct KeySources<'a> {
+    pub(super) peers: &'a str,
+    pub(super) clients: &'a str,
 }
 
 /// Every other member has a key; this node's entry, if it lists keys, lists its own; no key
@@ -136,7 +226,7 @@ pub(super) fn check_keys(
     own: Option<&KeyPair>,
     members: &[Peer],
     clients: &[ClientKey],
-    sources: KeySources,
+    sources: KeySources<'_>,
 ) -> Result<(), ConfigError> {
     let mut holders: BTreeMap<PublicKey, String> = BTreeMap::new();
     let mut hold = |key: PublicKey, who: String| match holders.insert(key, who.clone()) {
