@@ -15,6 +15,8 @@
 //! `ATOMOS_FUZZ_SEED=S` the first seed. On demand, ten million inputs:
 //! `ATOMOS_FUZZ_INPUTS=10000000 cargo test --release -p atomos --test fuzz_decoders`.
 
+use atomos_seam::stable::SplitMix64;
+use rand_core::{RngCore, SeedableRng};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -92,18 +94,15 @@ fn first_seed() -> u64 {
         .unwrap_or(0)
 }
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
+/// A small deterministic generator.
+struct Rng(SplitMix64);
 
 impl Rng {
     fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Rng(SplitMix64::seed_from_u64(seed))
     }
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.next_u64()
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)

@@ -8,6 +8,7 @@
 //! between two random accounts, run speculatively at its optimistic delivery and confirmed
 //! (or run again) at its final one; the report then says how many speculations were confirmed.
 
+use atomos_seam::stable::{mix64, GOLDEN};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -371,11 +372,8 @@ fn transfer_load(accounts: u64) -> LoadHooks {
     let seed: u64 = rand::random();
     LoadHooks {
         payload: Arc::new(move |n| {
-            // SplitMix64: cheap, and good enough to spread the pairs.
-            let mut z = seed.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
+            // Cheap, and good enough to spread the pairs.
+            let z = mix64(seed.wrapping_add(n.wrapping_mul(GOLDEN)));
             let from = z % accounts;
             let to = (from + 1 + (z >> 32) % (accounts - 1)) % accounts;
             let arguments = atomos::encode_arguments(TRANSFER, &(from, to)).unwrap_or_default();

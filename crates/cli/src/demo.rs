@@ -5,6 +5,8 @@
 //! the same balances, adding up to what the accounts started with. `--protocol local` runs the
 //! single-node engine instead.
 
+use atomos_seam::stable::SplitMix64;
+use rand_core::{RngCore, SeedableRng};
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -245,13 +247,8 @@ fn transfers(
     run: &Run,
 ) {
     let (counts, stop, killed, start) = (run, &run.stop, &run.killed, run.start);
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = SplitMix64::seed_from_u64(seed);
+    let mut next = move || rng.next_u64();
     while !stop.load(Ordering::Relaxed) {
         let Some(node) = handle.read().ok().and_then(|h| h.clone()) else {
             std::thread::sleep(Duration::from_millis(10));

@@ -1,5 +1,5 @@
-//! A member's key rotated on real processes while the cluster serves, as docs/ARCHITECTURE.md
-//! ("Trust model") tells an operator to: `atomos keygen` makes member 2 a new key; members 1
+//! A member's key rotated on real processes while the cluster serves, as docs/design/trust.md
+//! tells an operator to: `atomos keygen` makes member 2 a new key; members 1
 //! and 3 list both keys and get SIGHUP; member 2 restarts with its new key (1 and 3 answer
 //! each other throughout); every member then lists only the new key and gets SIGHUP: the links
 //! to member 2 stay up.

@@ -31,12 +31,10 @@ pub(crate) fn note_ref(key: &Key) {
 /// never decoded as another type whose encoding happens to parse. Nodes of one cluster must run
 /// the same build (type names are not stable across compiler versions).
 pub(crate) fn type_tag<T>() -> [u8; 8] {
-    std::any::type_name::<T>()
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-        })
-        .to_le_bytes()
+    use std::hash::Hasher;
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(std::any::type_name::<T>().as_bytes());
+    hasher.finish().to_le_bytes()
 }
 
 /// Replaces this thread's collected references, returning the previous ones.

@@ -1,6 +1,7 @@
 //! What every transport offers (TCP, in-memory; the simulator has its own network), and the
 //! fault rules that can be set on a running transport.
 
+use atomos_seam::stable::{mix64, GOLDEN};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -173,13 +174,8 @@ impl FaultRules {
 
     /// A uniform number in [0, 1) (SplitMix64 over a shared counter).
     fn coin(&self) -> f64 {
-        let mut z = self
-            .rng
-            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-            .wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
+        let state = self.rng.fetch_add(GOLDEN, Ordering::Relaxed);
+        let z = mix64(state.wrapping_add(GOLDEN));
         (z >> 11) as f64 / (1u64 << 53) as f64
     }
 }

@@ -38,7 +38,9 @@ use raft::eraftpb::{Entry, EntryType, HardState, Message, MessageType, Snapshot}
 use raft::{RawNode, SnapshotStatus};
 use serde::{Deserialize, Serialize};
 
+use atomos_seam::stable::{mix64, SplitMix64, GOLDEN};
 use atomos_seam::{Machine, Output, Write};
+use rand_core::{RngCore, SeedableRng};
 
 use crate::log_store::LogStore;
 use crate::logging::raft_logger;
@@ -317,7 +319,7 @@ pub struct Replica<S> {
     /// as holding what it has only queued for writing).
     durable_index: u64,
     machine: S,
-    rng: u64,
+    rng: SplitMix64,
     ticks: u64,
     /// The clock reading of the current step (milliseconds since the Unix epoch in
     /// production): what this replica stamps on the entries it proposes.
@@ -366,11 +368,8 @@ pub struct Replica<S> {
 /// Where a start of a replica numbers its batches from: 2^32 times a number from 1 to 2^32 - 1
 /// drawn from `seed`, so two starts with different seeds collide with probability 2^-32.
 fn fresh_batch_base(seed: u64) -> u64 {
-    // splitmix64's finalizer: nearby seeds give unrelated bases.
-    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
+    // Mixed: nearby seeds give unrelated bases.
+    let z = mix64(seed.wrapping_add(GOLDEN));
     ((z & 0xFFFF_FFFF).max(1)) << 32
 }
 
@@ -550,7 +549,7 @@ impl<S: StateMachine> Replica<S> {
         } else {
             Vec::new()
         };
-        let rng = cfg.seed ^ 0x6a09_e667_f3bc_c908;
+        let rng = SplitMix64::seed_from_u64(cfg.seed ^ 0x6a09_e667_f3bc_c908);
         // What the log held at start is on the disk.
         let durable_index = raft.store().last();
         Ok(Replica {
@@ -699,11 +698,7 @@ impl<S: StateMachine> Replica<S> {
     }
 
     fn next_random(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.rng.next_u64()
     }
 
     /// Queues a record for the next disk write.

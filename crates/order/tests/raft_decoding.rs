@@ -3,6 +3,8 @@
 //! crafted input) is never called. Deeply nested and random bytes get an error, never a panic
 //! or a stack overflow, and a replica fed them as messages changes nothing and goes on.
 
+use atomos_seam::stable::SplitMix64;
+use rand_core::{RngCore, SeedableRng};
 use std::path::Path;
 
 use atomos_order::{OrderMsg, OrderStats, Register, Replica, ReplicaConfig};
@@ -18,15 +20,8 @@ fn nested_groups(depth: usize) -> Vec<u8> {
 
 /// Deterministic pseudo-random bytes.
 fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut rng = SplitMix64::seed_from_u64(seed);
+    (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
 /// Where a replica stands, without the count of refused snapshots (which refusing changes).

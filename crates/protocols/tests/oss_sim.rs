@@ -9,15 +9,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use atomos_core::history::list_append::ListOp;
-use atomos_core::{
-    Certification, Certifier, CertifyError, Engine, EngineConfig, Key, LockOutcome, TRef, TxError,
-    TxOptions, Verdict,
-};
+use atomos_core::{Engine, EngineConfig, Key, TRef, TxError, TxOptions};
 use atomos_protocols::oss::{
     CommitMode, OssBug, OssConfig, OssDelivery, OssError, OssMsg, OssNode, OssRequest,
 };
 use atomos_sim::workload::{
-    bank_total, check_list_run, execute_list_ops_on, list, ListAppendTxn, ListAppendWorkload,
+    bank_total, check_list_run, execute_list_ops_on, list, Capture, ListAppendTxn,
+    ListAppendWorkload,
 };
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 use parking_lot::Mutex;
@@ -85,24 +83,6 @@ enum Note {
     Aborted,
 }
 
-/// Keeps a certification for the node to commit through OSS.
-#[derive(Default)]
-struct Capture(Mutex<Option<Certification>>);
-
-impl Certifier for Capture {
-    fn certify(&self, c: Certification) -> Result<Verdict, CertifyError> {
-        *self.0.lock() = Some(c);
-        Err(CertifyError::unknown("captured"))
-    }
-    fn barrier(&self) -> Result<u64, CertifyError> {
-        Err(CertifyError::unknown("no barriers"))
-    }
-    fn abstract_lock(&self, _: u64, _: &str) -> Result<LockOutcome, CertifyError> {
-        Err(CertifyError::unknown("no locks"))
-    }
-    fn release_abstract(&self, _: u64, _: Vec<String>) {}
-}
-
 /// What a commit in flight was.
 enum Waiting {
     List(u64, Vec<ListOp>),
@@ -165,7 +145,7 @@ impl Node {
         out: &mut Vec<Output<OssMsg, Note>>,
     ) -> Result<(), OssError> {
         let result = self.engine.atomically(body);
-        let captured = self.capture.0.lock().take();
+        let captured = self.capture.take();
         match (result, captured) {
             (Err(TxError::OutcomeUnknown { .. }), Some(c)) => {
                 self.next_caller += 1;
@@ -222,7 +202,7 @@ impl Node {
             };
             // The operations as executed are known once the body ran.
             let result = self.engine.atomically(body);
-            let captured = self.capture.0.lock().take();
+            let captured = self.capture.take();
             let ops = executed.lock().clone();
             match (result, captured) {
                 (Err(TxError::OutcomeUnknown { .. }), Some(c)) => {

@@ -6,6 +6,8 @@
 //! `cargo run --release -p atomos-sched --example reaction -- [WORKERS] [RATE] [SECONDS]`
 //! (defaults 1 worker, 20,000 requests per second, 3 seconds).
 
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,14 +58,9 @@ fn main() {
         .collect();
     std::thread::sleep(Duration::from_millis(50));
 
-    // Poisson arrivals from a xorshift generator (fixed seed: runs are comparable).
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut uniform = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed >> 11) as f64 / (1u64 << 53) as f64
-    };
+    // Poisson arrivals from a seeded generator (fixed seed: runs are comparable).
+    let mut rng = SplitMix64::seed_from_u64(1);
+    let mut uniform = move || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     let mut next = Instant::now();
     let mut tickets = Vec::new();

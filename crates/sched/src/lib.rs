@@ -1,4 +1,4 @@
-//! Transactions with priorities (PRESTO; see ARCHITECTURE.md, "Scheduling").
+//! Transactions with priorities (PRESTO; see docs/design/scheduler.md).
 //!
 //! - [`queue`]: the priority queue: per level an *active* list (started transactions,
 //!   preempted and waiting to resume) and a *standing* list (not started yet), and bitmaps

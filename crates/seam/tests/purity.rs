@@ -97,8 +97,15 @@ fn protocol_crates_do_no_io() {
             .split("\n[")
             .next()
             .unwrap_or("");
+        // A dependency's name: what a line says before its `=` or `.workspace` (so `rand`
+        // is caught and `rand_core`, a trait crate without a source of its own, is not).
+        let names: Vec<&str> = deps
+            .lines()
+            .filter_map(|l| l.split(['=', '.']).next())
+            .map(str::trim)
+            .collect();
         for dep in FORBIDDEN_DEPS {
-            if deps.lines().any(|l| l.trim_start().starts_with(dep)) {
+            if names.contains(dep) {
                 found.push(format!("{krate}/Cargo.toml depends on {dep}"));
             }
         }

@@ -273,3 +273,46 @@ mod tests {
         }
     }
 }
+
+/// A certifier that keeps the certification it is handed instead of ordering it, so that a
+/// simulated replica orders it through its own client without blocking the one thread the
+/// simulation runs on: the transaction's commit fails with `OutcomeUnknown`, and the node
+/// takes the certification with [`Capture::take`].
+#[derive(Default)]
+pub struct Capture(std::sync::Mutex<Option<atomos_core::Certification>>);
+
+impl Capture {
+    /// The certification kept since the last call, if any.
+    pub fn take(&self) -> Option<atomos_core::Certification> {
+        self.0.lock().ok().and_then(|mut kept| kept.take())
+    }
+}
+
+impl atomos_core::Certifier for Capture {
+    fn certify(
+        &self,
+        c: atomos_core::Certification,
+    ) -> Result<atomos_core::Verdict, atomos_core::CertifyError> {
+        if let Ok(mut kept) = self.0.lock() {
+            *kept = Some(c);
+        }
+        Err(atomos_core::CertifyError::unknown(
+            "captured for the simulation",
+        ))
+    }
+    fn barrier(&self) -> Result<u64, atomos_core::CertifyError> {
+        Err(atomos_core::CertifyError::unknown(
+            "no barriers in the simulation",
+        ))
+    }
+    fn abstract_lock(
+        &self,
+        _: u64,
+        _: &str,
+    ) -> Result<atomos_core::LockOutcome, atomos_core::CertifyError> {
+        Err(atomos_core::CertifyError::unknown(
+            "no abstract locks in the simulation",
+        ))
+    }
+    fn release_abstract(&self, _: u64, _: Vec<String>) {}
+}

@@ -376,12 +376,7 @@ impl Machine for Node {
                         .borrow_mut()
                         .push((node, applied, replica.machine().clone()));
                 }
-                out.extend(actions.into_iter().map(|a| match a {
-                    Output::Deliver(d) => Output::Deliver(Note::Delivered(d)),
-                    Output::Send { to, msg } => Output::Send { to, msg },
-                    Output::Persist(w) => Output::Persist(w),
-                    Output::Warn(w) => Output::Warn(w),
-                }));
+                out.extend(actions.into_iter().map(|a| a.map(|m| m, Note::Delivered)));
             }
             Node::Client(sim_client) => {
                 let mut actions = Vec::new();

@@ -1,5 +1,5 @@
 //! The application's commits on an OSS node: local commits, commits sent to a sequencer, and
-//! installing write sets once they are stable (see ARCHITECTURE.md, "OSS").
+//! installing write sets once they are stable (see docs/design/oss.md).
 
 use atomos_core::Key;
 use atomos_seam::Output;

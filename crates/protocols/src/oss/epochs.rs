@@ -1,5 +1,5 @@
 //! The control log on an OSS node: its order replica and client, and what the node does when
-//! an epoch is suspected or starts (see ARCHITECTURE.md, "OSS", epochs).
+//! an epoch is suspected or starts (see docs/design/oss.md, "Epochs through the order layer").
 
 use std::collections::VecDeque;
 

@@ -1,4 +1,4 @@
-//! OSS (the Object Sharing Service's commit protocols; see ARCHITECTURE.md, "OSS"): every node
+//! OSS (the Object Sharing Service's commit protocols; see docs/design/oss.md): every node
 //! holds every replicated object, one sequencer per consistency domain numbers the commits,
 //! and write sets go to every node directly, applied in commit-id order once a majority holds
 //! them. Being built; so far:

@@ -1,12 +1,13 @@
 //! One OSS node as a deterministic state machine: its domains' logs, the sequencer it runs
 //! when the control log names it, its application's commits, and the control log's order
-//! replica beside them (see ARCHITECTURE.md, "OSS").
+//! replica beside them (see docs/design/oss.md).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use atomos_core::{Engine, Key};
 use atomos_order::{decode_log, Client, OrderError, Replica, ReplicaConfig};
+use atomos_seam::stable::{mix64, GOLDEN};
 use atomos_seam::{Input, Machine, Output, Write};
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -334,12 +335,9 @@ fn run_id(seed: u64, incarnation: u64) -> u64 {
     mix(seed, incarnation)
 }
 
-/// Mixes `v` into `h` (SplitMix64's finalizer): deterministic on every machine.
+/// Mixes `v` into `h`: deterministic on every machine.
 pub(super) fn mix(h: u64, v: u64) -> u64 {
-    let mut z = h ^ v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    mix64(h ^ v.wrapping_mul(GOLDEN))
 }
 
 impl OssNode {

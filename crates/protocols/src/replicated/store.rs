@@ -38,9 +38,7 @@ const DIGESTS_KEPT: usize = 64;
 
 /// FNV-1a over `bytes`: the same on every platform and build.
 fn digest_of(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    atomos_seam::stable::fnv1a(bytes)
 }
 
 /// Bugs a store can be built with on purpose, so that a test shows the simulation finds them.

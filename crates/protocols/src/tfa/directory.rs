@@ -40,15 +40,10 @@ impl HashDirectory {
     }
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 impl Directory for HashDirectory {
     fn home(&self, key: &Key) -> NodeId {
-        self.members[(fnv1a(key.as_bytes()) % self.members.len() as u64) as usize]
+        self.members
+            [(atomos_seam::stable::fnv1a(key.as_bytes()) % self.members.len() as u64) as usize]
     }
 }
 

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use atomos_core::history::list_append::ListOp;
 use atomos_core::{
-    encode_arguments, Certification, Certifier, CertifyError, Engine, EngineConfig, Invocation,
-    Key, LockOutcome, ProcedureKind, Procedures, SerialExecutor, Tx, TxError, Verdict,
+    encode_arguments, Certification, Engine, EngineConfig, Invocation, Key, ProcedureKind,
+    Procedures, SerialExecutor, Tx, TxError,
 };
 use atomos_order::{
     decode_log, Client, ClientAction, ClientInput, Delivery, OrderError, OrderMsg, Replica,
@@ -20,10 +20,9 @@ use atomos_order::{
 };
 use atomos_protocols::replicated::{Answer, Entry, PlantedBug, ReplicatedStore};
 use atomos_sim::workload::{
-    bank_total, check_list_run, execute_list_ops, ListAppendTxn, ListAppendWorkload,
+    bank_total, check_list_run, execute_list_ops, Capture, ListAppendTxn, ListAppendWorkload,
 };
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
-use parking_lot::Mutex;
 
 const REPLICAS: usize = 3;
 const ACCOUNTS: u64 = 6;
@@ -94,25 +93,6 @@ pub(crate) enum Note {
     ListAborted {
         id: u64,
     },
-}
-
-/// Keeps a certification instead of ordering it: the simulated replica orders it through its
-/// own client, without blocking the one thread the simulation runs on.
-#[derive(Default)]
-struct Capture(Mutex<Option<Certification>>);
-
-impl Certifier for Capture {
-    fn certify(&self, c: Certification) -> Result<Verdict, CertifyError> {
-        *self.0.lock() = Some(c);
-        Err(CertifyError::unknown("captured for the simulation"))
-    }
-    fn barrier(&self) -> Result<u64, CertifyError> {
-        Err(CertifyError::unknown("no barriers here"))
-    }
-    fn abstract_lock(&self, _: u64, _: &str) -> Result<LockOutcome, CertifyError> {
-        Err(CertifyError::unknown("no abstract locks here"))
-    }
-    fn release_abstract(&self, _: u64, _: Vec<String>) {}
 }
 
 /// One replica with the application running on it.
@@ -241,7 +221,7 @@ impl Node {
             executed = execute_list_ops(tx, &txn.ops)?;
             Ok(())
         });
-        let captured = self.capture.0.lock().take();
+        let captured = self.capture.take();
         let id = txn.id;
         out.push(Output::Deliver(Note::ListRun(txn)));
         match (result, captured) {
@@ -313,7 +293,7 @@ impl Node {
             }
             Ok(())
         });
-        let captured = self.capture.0.lock().take();
+        let captured = self.capture.take();
         match (result, captured) {
             (Err(TxError::OutcomeUnknown { .. }), Some(c)) => {
                 self.submit(c, out);
@@ -406,14 +386,7 @@ impl Machine for Node {
         };
         let mut actions = Vec::new();
         self.replica.step(now, input, &mut actions)?;
-        for a in actions {
-            out.push(match a {
-                Output::Deliver(d) => Output::Deliver(Note::Delivered(d)),
-                Output::Send { to, msg } => Output::Send { to, msg },
-                Output::Persist(w) => Output::Persist(w),
-                Output::Warn(w) => Output::Warn(w),
-            });
-        }
+        out.extend(actions.into_iter().map(|a| a.map(|m| m, Note::Delivered)));
         let position = self.replica.machine().position();
         if position != self.last_position {
             self.last_position = position;
