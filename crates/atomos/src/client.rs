@@ -52,8 +52,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep, timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::client_service::Refusal;
-use crate::runtime::NodeMsg;
+use crate::wire::{NodeMsg, Refusal};
 
 /// How often the client's driver counts time for re-sends.
 const TICK: Duration = Duration::from_millis(10);

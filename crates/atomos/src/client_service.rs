@@ -20,47 +20,18 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use atomos_core::{ProcedureKind, TxError};
+use atomos_core::ProcedureKind;
 use atomos_net::rpc::{Reply, Rpc};
 use atomos_net::transport::{Deliver, NodeId};
 use atomos_order::{OrderMsg, Request};
 use atomos_protocols::replicated::{Answer, Entry};
 use parking_lot::RwLock;
-use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use crate::node::{Node, Protocol};
-use crate::runtime::NodeMsg;
 use crate::service::TxService;
-
-/// Why a node did not run a client's procedure, as it travels back to the client.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Refusal {
-    /// No procedure of that name is registered on the node.
-    NoSuchProcedure(String),
-    /// The arguments or the result did not fit the procedure's types.
-    Types(String),
-    /// The procedure failed (its own error, or its transaction could not commit).
-    Failed(String),
-    /// The request cannot be served here (a write in a read-only query, and the like).
-    Refused(String),
-    /// The node serves as many client requests as it allows at once: this one was not
-    /// started (it never ran); try again later or elsewhere.
-    Busy(String),
-    /// No outcome within the node's deadline for client requests: it may still run.
-    Unknown(String),
-}
-
-impl From<TxError> for Refusal {
-    fn from(e: TxError) -> Refusal {
-        match e {
-            TxError::NoSuchProcedure { name } => Refusal::NoSuchProcedure(name),
-            TxError::ProcedureTypes { reason, .. } => Refusal::Types(reason),
-            other => Refusal::Failed(other.to_string()),
-        }
-    }
-}
+use crate::wire::{NodeMsg, Refusal};
 
 /// How many client requests a node serves at once by default (each may hold a thread).
 pub const DEFAULT_CLIENT_REQUESTS_MAX: usize = 64;

@@ -11,7 +11,8 @@ use atomos_protocols::oss::OssConfig;
 use crate::certify::CertifyOptions;
 use crate::node::{Node, NodeConfig, Protocol};
 use crate::ordering::OrderNodeConfig;
-use crate::runtime::{NodeMsg, NodeRuntime};
+use crate::runtime::NodeRuntime;
+use crate::wire::NodeMsg;
 use atomos_order::ReplicaConfig;
 use atomos_protocols::tfa::TfaConfig;
 

@@ -47,6 +47,7 @@ pub mod runtime;
 pub mod service;
 mod tfa;
 pub mod trust;
+mod wire;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
@@ -72,11 +73,12 @@ pub use atomos_sched::fiber;
 pub use atomos_sched::fiber::Fiber;
 pub use certify::{CertifyOptions, CommitOutcome, DEFAULT_COMMIT_LIMIT};
 pub use client::{Client, ClientConfig, ClientError};
-pub use client_service::Refusal;
 pub use cluster::{Cluster, ClusterError};
 pub use linked::{Linked, LinkedHandle};
 pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};
 pub use oss::OssDriver;
-pub use runtime::{NodeMsg, NodeRuntime, PeerState, RuntimeError};
+pub use runtime::{NodeRuntime, PeerState, RuntimeError};
 pub use service::TxService;
 pub use tfa::TfaDriver;
+pub use wire::NodeMsg;
+pub use wire::Refusal;

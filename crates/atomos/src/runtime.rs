@@ -9,28 +9,28 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use atomos_core::ProcedureKind;
 use atomos_net::handshake::Identity;
 use atomos_net::keys::KeyPair;
 use atomos_net::roster::Roster;
 use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
-use atomos_net::transport::{is_client, Deliver, FaultRules, NodeId, SendError, Transport};
+use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
 use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig, StateMachine};
 use atomos_protocols::oss::{OssConfig, OssMsg};
 use atomos_protocols::replicated::{Answer, Entry, ReplicatedStore};
 use atomos_protocols::tfa::{TfaConfig, TfaMsg};
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::info;
+
+mod services;
 
 pub use crate::answer::DEFAULT_ANSWER_POLL;
 use crate::certify::{CertifyOptions, CertifySink};
-use crate::client_service::{ClientLimits, ClientService, Refusal};
+use crate::client_service::{ClientLimits, ClientService};
 pub use crate::client_service::{DEFAULT_CLIENT_REQUESTS_MAX, DEFAULT_CLIENT_REQUEST_TIMEOUT};
 use crate::config::NodeSettings;
 use crate::disk::FsyncPolicy;
@@ -41,54 +41,7 @@ use crate::oss::{OssCertifier, OssDriver, OssStart, TICK as OSS_TICK};
 use crate::service::{ServiceConfig, TxService};
 use crate::tfa::{TfaDriver, TfaSource, TfaStart, TICK};
 use crate::trust::roster_of;
-
-/// Messages of the node runtime itself. Protocols add their own variants as they arrive.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum NodeMsg {
-    /// Asks the receiver to answer with [`NodeMsg::Pong`] carrying the same value.
-    Ping(u64),
-    /// The answer to a ping.
-    Pong(u64),
-    /// A message of the order layer.
-    Order(OrderMsg),
-    /// A message of the TFA protocol.
-    Tfa(TfaMsg),
-    // Variants added later come last: the encoding numbers variants in order.
-    /// A client asks what the node offers; answered with [`NodeMsg::Catalog`].
-    Describe,
-    /// The node's protocol and its procedures, by name, with their kinds.
-    Catalog {
-        /// The protocol the node runs (`local`, `tfa`, `certify`, `active`).
-        protocol: String,
-        /// Each registered procedure and whether it writes.
-        procedures: Vec<(String, ProcedureKind)>,
-    },
-    /// A client's read-only procedure, run on the receiver from a snapshot; answered with
-    /// [`NodeMsg::QueryAnswer`].
-    Query {
-        /// The procedure's name.
-        procedure: String,
-        /// Its encoded arguments.
-        arguments: Vec<u8>,
-    },
-    /// The encoded result of a [`NodeMsg::Query`], or why it did not run.
-    QueryAnswer(Result<Vec<u8>, Refusal>),
-    /// A message of the OSS protocol.
-    Oss(OssMsg),
-    /// A client's procedure, run on the receiver's transaction service at `priority` (under
-    /// every protocol but `active`, whose updates are ordered instead); answered with
-    /// [`NodeMsg::SubmitAnswer`]. Sent to one node and never re-sent: an update may have run.
-    Submit {
-        /// The procedure's name.
-        procedure: String,
-        /// Its encoded arguments.
-        arguments: Vec<u8>,
-        /// Its priority (1 lowest).
-        priority: u8,
-    },
-    /// The encoded result of a [`NodeMsg::Submit`], or why it did not run.
-    SubmitAnswer(Result<Vec<u8>, Refusal>),
-}
+pub use crate::wire::NodeMsg;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -137,10 +90,6 @@ pub enum PeerState {
     /// It did not; why.
     Silent(String),
 }
-
-/// How often every peer is pinged, and how long an answer may take.
-const PROBE_EVERY: Duration = Duration::from_millis(500);
-const PROBE_LIMIT: Duration = Duration::from_millis(1000);
 
 /// A running node. Dropping it (or [`NodeRuntime::shutdown`]) stops its services and closes its
 /// connections.
@@ -613,7 +562,7 @@ impl NodeRuntime {
             service: service.clone(),
             limits: client_limits.clone(),
         };
-        tokio::spawn(serve(
+        tokio::spawn(services::serve(
             id,
             inbox,
             clients,
@@ -621,7 +570,12 @@ impl NodeRuntime {
             tfa.clone(),
             stop.clone(),
         ));
-        tokio::spawn(probe(id, rpc.clone(), peers.clone(), stop.clone()));
+        tokio::spawn(services::probe(
+            id,
+            rpc.clone(),
+            peers.clone(),
+            stop.clone(),
+        ));
         let hot_spot_keys = Arc::new(AtomicBool::new(false));
         tokio::spawn(crate::hot_spots::publish(
             id,
@@ -719,7 +673,7 @@ impl NodeRuntime {
 
     /// Pings `peer` and returns the round-trip time.
     pub async fn ping(&self, peer: NodeId, limit: Duration) -> Result<Duration, RpcError> {
-        ping(&self.rpc, peer, limit).await
+        services::ping(&self.rpc, peer, limit).await
     }
 
     /// Stops the services and closes every connection.
@@ -737,121 +691,6 @@ impl NodeRuntime {
 impl Drop for NodeRuntime {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-async fn ping(rpc: &Rpc<NodeMsg>, peer: NodeId, limit: Duration) -> Result<Duration, RpcError> {
-    let started = Instant::now();
-    let token: u64 = rand::random();
-    match rpc.request(peer, NodeMsg::Ping(token), limit).await? {
-        NodeMsg::Pong(t) if t == token => Ok(started.elapsed()),
-        other => {
-            warn!(peer, answer = ?other, "a ping was answered with something else");
-            Err(RpcError::PeerDown(peer))
-        }
-    }
-}
-
-/// Answers what every node answers.
-async fn serve(
-    id: NodeId,
-    mut inbox: UnboundedReceiver<Inbound<NodeMsg>>,
-    clients: ClientService,
-    order: Arc<OnceLock<Arc<dyn Deliver<OrderMsg>>>>,
-    tfa: Arc<OnceLock<Arc<TfaDriver>>>,
-    stop: CancellationToken,
-) {
-    loop {
-        let inbound = tokio::select! {
-            _ = stop.cancelled() => return,
-            inbound = inbox.recv() => match inbound {
-                Some(i) => i,
-                None => return,
-            },
-        };
-        match inbound {
-            Inbound::Request {
-                msg: NodeMsg::Ping(t),
-                reply,
-                ..
-            } => {
-                let _ = reply.send(NodeMsg::Pong(t));
-            }
-            Inbound::Message { from, msg } if is_client(from) => {
-                clients.message(from, msg, order.get())
-            }
-            Inbound::Request {
-                from,
-                msg: msg @ (NodeMsg::Describe | NodeMsg::Query { .. } | NodeMsg::Submit { .. }),
-                reply,
-            } => clients.request(from, msg, reply),
-            Inbound::Message {
-                from,
-                msg: NodeMsg::Order(msg),
-            } => match order.get() {
-                Some(o) => o.message(from, msg),
-                None => debug!(
-                    node = id,
-                    from, "order message for a node without order replica"
-                ),
-            },
-            Inbound::Message {
-                from,
-                msg: NodeMsg::Tfa(msg),
-            } => match tfa.get() {
-                Some(t) => t.message(from, msg),
-                None => debug!(node = id, from, "tfa message for a node not running tfa"),
-            },
-            Inbound::Request { from, msg, .. } | Inbound::Message { from, msg } => {
-                warn!(node = id, from, ?msg, "unexpected message ignored");
-            }
-            Inbound::Link { .. } => {}
-        }
-    }
-}
-
-/// Pings every peer periodically; logs when a peer starts or stops answering.
-async fn probe(
-    id: NodeId,
-    rpc: Rpc<NodeMsg>,
-    peers: Arc<Mutex<BTreeMap<NodeId, PeerState>>>,
-    stop: CancellationToken,
-) {
-    loop {
-        // The membership as the transport knows it now (an in-memory network grows as nodes join).
-        let ids = match rpc.transport() {
-            Ok(t) => t.peers(),
-            Err(_) => return,
-        };
-        for peer in ids {
-            let state = tokio::select! {
-                _ = stop.cancelled() => return,
-                r = ping(&rpc, peer, PROBE_LIMIT) => match r {
-                    Ok(rtt) => PeerState::Answers(rtt),
-                    Err(e) => PeerState::Silent(e.to_string()),
-                },
-            };
-            let before = peers.lock().insert(peer, state.clone());
-            match (&before, &state) {
-                (Some(PeerState::Answers(_)), PeerState::Answers(_)) => {}
-                (Some(PeerState::Silent(_)), PeerState::Silent(_)) => {}
-                (_, PeerState::Answers(rtt)) => {
-                    info!(
-                        node = id,
-                        peer,
-                        rtt_us = rtt.as_micros() as u64,
-                        "peer answers"
-                    )
-                }
-                (_, PeerState::Silent(why)) => {
-                    warn!(node = id, peer, reason = %why, "peer does not answer")
-                }
-            }
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(PROBE_EVERY) => {}
-        }
     }
 }
 

@@ -1,0 +1,85 @@
+//! The wire vocabulary between nodes, and between clients and nodes: every message a node's
+//! transport carries ([`NodeMsg`]) and why a client's request was not served ([`Refusal`]).
+//! The encoding numbers variants in order, so variants are only ever appended.
+
+use atomos_core::{ProcedureKind, TxError};
+use atomos_order::OrderMsg;
+use atomos_protocols::oss::OssMsg;
+use atomos_protocols::tfa::TfaMsg;
+use serde::{Deserialize, Serialize};
+
+/// Messages of the node runtime itself. Protocols add their own variants as they arrive.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum NodeMsg {
+    /// Asks the receiver to answer with [`NodeMsg::Pong`] carrying the same value.
+    Ping(u64),
+    /// The answer to a ping.
+    Pong(u64),
+    /// A message of the order layer.
+    Order(OrderMsg),
+    /// A message of the TFA protocol.
+    Tfa(TfaMsg),
+    // Variants added later come last: the encoding numbers variants in order.
+    /// A client asks what the node offers; answered with [`NodeMsg::Catalog`].
+    Describe,
+    /// The node's protocol and its procedures, by name, with their kinds.
+    Catalog {
+        /// The protocol the node runs (`local`, `tfa`, `certify`, `active`).
+        protocol: String,
+        /// Each registered procedure and whether it writes.
+        procedures: Vec<(String, ProcedureKind)>,
+    },
+    /// A client's read-only procedure, run on the receiver from a snapshot; answered with
+    /// [`NodeMsg::QueryAnswer`].
+    Query {
+        /// The procedure's name.
+        procedure: String,
+        /// Its encoded arguments.
+        arguments: Vec<u8>,
+    },
+    /// The encoded result of a [`NodeMsg::Query`], or why it did not run.
+    QueryAnswer(Result<Vec<u8>, Refusal>),
+    /// A message of the OSS protocol.
+    Oss(OssMsg),
+    /// A client's procedure, run on the receiver's transaction service at `priority` (under
+    /// every protocol but `active`, whose updates are ordered instead); answered with
+    /// [`NodeMsg::SubmitAnswer`]. Sent to one node and never re-sent: an update may have run.
+    Submit {
+        /// The procedure's name.
+        procedure: String,
+        /// Its encoded arguments.
+        arguments: Vec<u8>,
+        /// Its priority (1 lowest).
+        priority: u8,
+    },
+    /// The encoded result of a [`NodeMsg::Submit`], or why it did not run.
+    SubmitAnswer(Result<Vec<u8>, Refusal>),
+}
+
+/// Why a node did not run a client's procedure, as it travels back to the client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
+    /// No procedure of that name is registered on the node.
+    NoSuchProcedure(String),
+    /// The arguments or the result did not fit the procedure's types.
+    Types(String),
+    /// The procedure failed (its own error, or its transaction could not commit).
+    Failed(String),
+    /// The request cannot be served here (a write in a read-only query, and the like).
+    Refused(String),
+    /// The node serves as many client requests as it allows at once: this one was not
+    /// started (it never ran); try again later or elsewhere.
+    Busy(String),
+    /// No outcome within the node's deadline for client requests: it may still run.
+    Unknown(String),
+}
+
+impl From<TxError> for Refusal {
+    fn from(e: TxError) -> Refusal {
+        match e {
+            TxError::NoSuchProcedure { name } => Refusal::NoSuchProcedure(name),
+            TxError::ProcedureTypes { reason, .. } => Refusal::Types(reason),
+            other => Refusal::Failed(other.to_string()),
+        }
+    }
+}
