@@ -8,7 +8,7 @@
 //! with log compaction, and state transfer to replicas that fell behind.
 //!
 //! Everything here is a deterministic state machine behind the protocol seam
-//! ([`atomos_seam::Machine`]: [`Replica`], and [`Client::step`]) with no I/O of its own: the
+//! ([`atomos_seam::Machine`]: [`Replica`], [`Endpoint`] (the replica with its node's clients), and [`Client::step`]) with no I/O of its own: the
 //! replica's log reads come in as records when it opens and its writes go out as
 //! [`atomos_seam::Output::Persist`]. The simulator drives it with simulated time, network and
 //! disk faults, the node runtime with real ones.
@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 mod client;
+mod endpoint;
 mod log_store;
 mod logging;
 mod lost_log;
@@ -26,6 +27,7 @@ mod replica;
 mod types;
 
 pub use client::{Client, ClientAction, ClientInput};
+pub use endpoint::{Endpoint, EndpointConfig, EndpointDelivery, EndpointRequest, Outcome};
 pub use log_store::LogStore;
 pub use logging::raft_logger;
 pub use record::{decode_log, Record};

@@ -15,8 +15,8 @@ use atomos_core::{
     Procedures, SerialExecutor, Tx, TxError,
 };
 use atomos_order::{
-    decode_log, Client, ClientAction, ClientInput, Delivery, OrderError, OrderMsg, Replica,
-    ReplicaConfig, Request,
+    decode_log, Delivery, Endpoint, EndpointConfig, EndpointDelivery, EndpointRequest, OrderError,
+    OrderMsg, Outcome as Answered, Replica, ReplicaConfig, Request,
 };
 use atomos_protocols::replicated::{Answer, Entry, PlantedBug, ReplicatedStore};
 use atomos_sim::workload::{
@@ -95,18 +95,18 @@ pub(crate) enum Note {
     },
 }
 
-/// One replica with the application running on it.
+/// One replica with the application running on it: the production endpoint (the replica, the
+/// node's client and the routing between them) under a simulated application.
 struct Node {
-    replica: Replica<ReplicatedStore>,
+    endpoint: Endpoint<ReplicatedStore>,
     engine: Arc<Engine>,
     capture: Arc<Capture>,
-    client: Client,
     rng: SimRng,
     started: u64,
     lists: ListAppendWorkload,
     /// Makes this run's list transaction ids and values unique in the whole simulation.
     origin: u64,
-    /// List transactions waiting for their answer, by the client's request number.
+    /// List transactions waiting for their answer, by ticket.
     pending: BTreeMap<u64, (u64, Vec<ListOp>)>,
     announced: bool,
     last_position: u64,
@@ -151,14 +151,17 @@ impl Node {
         .with_planted_bug(setup.bug);
         let log = decode_log(&boot.log).map_err(|e| e.to_string())?;
         let replica = Replica::open(cfg, log, store).map_err(|e| e.to_string())?;
-        let first = (boot.node as usize - 1) % REPLICAS;
-        let client_id = boot.node * 1_000_000 + boot.incarnation;
+        // Client ids unique across nodes and restarts, as the node runtime's random base makes
+        // them.
+        let endpoint_cfg = EndpointConfig {
+            client_base: (boot.node << 40) | (boot.incarnation << 32),
+            resend_ticks: 15,
+        };
         Ok(Node {
             last_position: replica.machine().position(),
-            replica,
+            endpoint: Endpoint::new(replica, &replicas, endpoint_cfg),
             engine,
             capture,
-            client: Client::new(client_id, replicas, first, 15),
             rng: SimRng::new(seed ^ (boot.node << 8) ^ (boot.incarnation << 40)),
             started: 0,
             lists: ListAppendWorkload::new(4, 4, 0.5),
@@ -171,44 +174,60 @@ impl Node {
     }
 
     /// Runs one application transaction (a transfer or a list-append transaction).
-    fn transact(&mut self, out: &mut Vec<Output<OrderMsg, Note>>) {
+    fn transact(
+        &mut self,
+        now: u64,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) -> Result<(), OrderError> {
         if self.rng.chance(0.1) {
             // Replicas compare their states: the digest this one reported last, against theirs.
             let reported = self.last_digest;
-            self.submit_entry(Entry::Digest { reported }, out);
+            self.submit_entry(now, Entry::Digest { reported }, out)?;
         } else if self.rng.chance(0.5) {
-            self.list_append(out);
+            self.list_append(now, out)?;
         } else {
-            self.transfer(out);
+            self.transfer(now, out)?;
         }
+        Ok(())
     }
 
-    /// Orders a captured certification through this node's client; returns the request's
-    /// number.
-    fn submit(&mut self, c: Certification, out: &mut Vec<Output<OrderMsg, Note>>) -> u64 {
+    /// Orders a captured certification through the endpoint; returns its ticket.
+    fn submit(
+        &mut self,
+        now: u64,
+        c: Certification,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) -> Result<u64, OrderError> {
         let entry = Entry::Certify {
             reads: c.reads,
             writes: c.writes,
         };
-        self.submit_entry(entry, out)
+        self.submit_entry(now, entry, out)
     }
 
-    /// Orders `entry` through this node's client; returns the request's number.
-    fn submit_entry(&mut self, entry: Entry, out: &mut Vec<Output<OrderMsg, Note>>) -> u64 {
-        let mut actions = Vec::new();
-        let submit = ClientInput::Submit {
+    /// Orders `entry` through the endpoint; returns its ticket (1, 2, 3, ... in this run).
+    fn submit_entry(
+        &mut self,
+        now: u64,
+        entry: Entry,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) -> Result<u64, OrderError> {
+        self.started += 1;
+        let submit = EndpointRequest::Submit {
+            ticket: self.started,
             payload: entry.encode(),
             deadline_ms: atomos_order::NO_DEADLINE,
         };
-        self.client.step(submit, &mut actions);
-        self.started += 1;
-        self.push_client(actions, out);
-        // One request at a time, numbered from 1: this one's number.
-        self.started
+        self.step_endpoint(now, Input::Request(submit), out)?;
+        Ok(self.started)
     }
 
     /// A list-append transaction: reads and appends over a few lists, through the engine.
-    fn list_append(&mut self, out: &mut Vec<Output<OrderMsg, Note>>) {
+    fn list_append(
+        &mut self,
+        now: u64,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) -> Result<(), OrderError> {
         let mut txn = self.lists.next(&mut self.rng);
         txn.id += self.origin;
         for op in &mut txn.ops {
@@ -226,8 +245,10 @@ impl Node {
         out.push(Output::Deliver(Note::ListRun(txn)));
         match (result, captured) {
             (Err(TxError::OutcomeUnknown { .. }), Some(c)) => {
-                let seq = self.submit(c, out);
-                self.pending.insert(seq, (id, executed));
+                // Pending before it is submitted: a one-replica order could answer at once.
+                let ticket = self.started + 1;
+                self.pending.insert(ticket, (id, executed));
+                self.submit(now, c, out)?;
             }
             // Read-only: committed here, never ordered.
             (Ok(()), None) => out.push(Output::Deliver(Note::ListDone { id, ops: executed })),
@@ -235,31 +256,63 @@ impl Node {
                 "unexpected transaction outcome {r:?} with {c:?}"
             ))),
         }
+        Ok(())
     }
 
-    /// Hands the client's actions out; an answer to a list transaction is noted as its
-    /// outcome.
-    fn push_client(&mut self, actions: Vec<ClientAction>, out: &mut Vec<Output<OrderMsg, Note>>) {
-        for a in actions {
-            if let ClientAction::Done { seq, response } = &a {
-                if let Ok(Answer::Digested { position, digest }) = Answer::decode(response) {
-                    self.last_digest = Some((self.origin >> 48, position, digest));
-                }
-                if let Some((id, ops)) = self.pending.remove(seq) {
-                    out.push(Output::Deliver(match Answer::decode(response) {
-                        Ok(Answer::Committed { .. }) => Note::ListDone { id, ops },
-                        _ => Note::ListAborted { id },
+    /// Steps the endpoint and hands its outputs out: the replica's deliveries as notes, and
+    /// each answer as a note (an answer to a list transaction also as its outcome).
+    fn step_endpoint(
+        &mut self,
+        now: u64,
+        input: Input<OrderMsg, EndpointRequest>,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) -> Result<(), OrderError> {
+        let mut outputs = Vec::new();
+        self.endpoint.step(now, input, &mut outputs)?;
+        for o in outputs {
+            match o {
+                Output::Deliver(EndpointDelivery::Answered {
+                    ticket,
+                    client,
+                    seq,
+                    outcome: Answered::Applied(response),
+                }) => {
+                    if let Ok(Answer::Digested { position, digest }) = Answer::decode(&response) {
+                        self.last_digest = Some((self.origin >> 48, position, digest));
+                    }
+                    if let Some((id, ops)) = self.pending.remove(&ticket) {
+                        out.push(Output::Deliver(match Answer::decode(&response) {
+                            Ok(Answer::Committed { .. }) => Note::ListDone { id, ops },
+                            _ => Note::ListAborted { id },
+                        }));
+                    }
+                    out.push(Output::Deliver(Note::Answer {
+                        client,
+                        seq,
+                        response,
                     }));
                 }
+                // Requests here have no deadline.
+                Output::Deliver(EndpointDelivery::Answered { .. }) => {}
+                Output::Deliver(EndpointDelivery::Order(d)) => {
+                    out.push(Output::Deliver(Note::Delivered(d)))
+                }
+                Output::Send { to, msg } => out.push(Output::Send { to, msg }),
+                Output::Persist(write) => out.push(Output::Persist(write)),
+                Output::Warn(text) => out.push(Output::Warn(text)),
             }
-            push_client(self.client.id(), vec![a], out);
         }
+        Ok(())
     }
 
     /// A bank transfer through the engine; its certification is captured and submitted. Under
     /// `active` it is a procedure invocation instead (the first opens the accounts), or, half
     /// the time, still a certified closure: the two kinds mix on the same accounts.
-    fn transfer(&mut self, out: &mut Vec<Output<OrderMsg, Note>>) {
+    fn transfer(
+        &mut self,
+        now: u64,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) -> Result<(), OrderError> {
         let (a, b) = (self.rng.below(ACCOUNTS), self.rng.below(ACCOUNTS));
         let amount = 1 + self.rng.below(20) as i64;
         if self.active && (self.started == 0 || self.rng.chance(0.5)) {
@@ -274,11 +327,11 @@ impl Node {
                         procedure: procedure.into(),
                         arguments,
                     };
-                    self.submit_entry(entry, out);
+                    self.submit_entry(now, entry, out)?;
                 }
                 Err(e) => out.push(Output::Warn(format!("arguments: {e}"))),
             }
-            return;
+            return Ok(());
         }
         let result = self.engine.atomically(|tx| {
             if !tx.exists(&account(0))? {
@@ -296,7 +349,7 @@ impl Node {
         let captured = self.capture.take();
         match (result, captured) {
             (Err(TxError::OutcomeUnknown { .. }), Some(c)) => {
-                self.submit(c, out);
+                self.submit(now, c, out)?;
             }
             // Nothing written (a == b), or a transaction that found nothing to do.
             (Ok(()), None) => {}
@@ -304,6 +357,7 @@ impl Node {
                 "unexpected transaction outcome {r:?} with {c:?}"
             ))),
         }
+        Ok(())
     }
 
     /// A read-only audit of the whole bank on this replica.
@@ -314,21 +368,6 @@ impl Node {
             Err(e) => out.push(Output::Deliver(Note::Audit {
                 total: i64::MIN + e.to_string().len() as i64,
             })),
-        }
-    }
-}
-
-fn push_client(client: u64, actions: Vec<ClientAction>, out: &mut Vec<Output<OrderMsg, Note>>) {
-    for a in actions {
-        match a {
-            ClientAction::Send { to, msg } => out.push(Output::Send { to, msg }),
-            ClientAction::Done { seq, response } => out.push(Output::Deliver(Note::Answer {
-                client,
-                seq,
-                response,
-            })),
-            // Requests here have no deadline.
-            ClientAction::Expired { .. } => {}
         }
     }
 }
@@ -354,43 +393,35 @@ impl Machine for Node {
         if !self.announced {
             self.announced = true;
             out.push(Output::Deliver(Note::Started {
-                base: self.replica.final_next() - 1,
+                base: self.endpoint.replica().final_next() - 1,
             }));
         }
-        let input = match input {
+        match input {
             Input::Request(()) => return Ok(()),
-            Input::Message { from, msg } if msg.answered_client().is_some() => {
-                let mut actions = Vec::new();
-                self.client
-                    .step(ClientInput::Message { from, msg }, &mut actions);
-                self.push_client(actions, out);
-                return Ok(());
-            }
             Input::Tick => {
-                let mut actions = Vec::new();
-                self.client.step(ClientInput::Tick, &mut actions);
-                self.push_client(actions, out);
-                if self.client.unanswered() == 0
+                self.step_endpoint(now, Input::Tick, out)?;
+                if self.endpoint.in_flight() == 0
                     && self.started < TX_PER_RUN
                     && self.rng.chance(0.3)
                 {
-                    self.transact(out);
+                    self.transact(now, out)?;
                 }
                 if self.rng.chance(0.2) {
                     self.audit(out);
                 }
-                Input::Tick
             }
-            Input::Message { from, msg } => Input::Message { from, msg },
-            Input::Persisted { through } => Input::Persisted { through },
-        };
-        let mut actions = Vec::new();
-        self.replica.step(now, input, &mut actions)?;
-        out.extend(actions.into_iter().map(|a| a.map(|m| m, Note::Delivered)));
-        let position = self.replica.machine().position();
+            Input::Message { from, msg } => {
+                self.step_endpoint(now, Input::Message { from, msg }, out)?
+            }
+            Input::Persisted { through } => {
+                self.step_endpoint(now, Input::Persisted { through }, out)?
+            }
+        }
+        let store = self.endpoint.replica().machine();
+        let position = store.position();
         if position != self.last_position {
             self.last_position = position;
-            let digest = digest(&self.replica.machine().contents());
+            let digest = digest(&store.contents());
             out.push(Output::Deliver(Note::Digest { position, digest }));
         }
         Ok(())
@@ -426,9 +457,10 @@ pub(crate) fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
     let mut digests_compared = 0;
     for node in 1..=REPLICAS as NodeId {
         if let Some(n) = sim.machine(node) {
-            unanswered += n.client.unanswered();
-            digests_compared += n.replica.machine().stats().digests_compared;
-            if let Some(e) = n.replica.machine().executor_stats() {
+            unanswered += n.endpoint.in_flight();
+            let replica = n.endpoint.replica();
+            digests_compared += replica.machine().stats().digests_compared;
+            if let Some(e) = replica.machine().executor_stats() {
                 executed.speculated += e.speculated;
                 executed.confirmed += e.confirmed;
                 executed.rerun += e.rerun;
@@ -437,8 +469,8 @@ pub(crate) fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
             let objects = n.engine.snapshot_objects().unwrap_or_default();
             finals.push((
                 node,
-                n.replica.final_next(),
-                n.replica.machine().position(),
+                replica.final_next(),
+                replica.machine().position(),
                 objects,
             ));
         }

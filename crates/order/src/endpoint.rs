@@ -1,0 +1,306 @@
+//! The order layer on one node, as one seam machine: the replica, the node's own clients, and
+//! the routing between them. A host hands it submissions with tickets and gets answers by
+//! ticket; every message a replica addresses to its own node, and every answer to one of the
+//! node's clients, is routed here, so the simulator runs the same routing and deduplication the
+//! production node does.
+//!
+//! The seam's rule holds inside too: a message the replica sends to its own node after a disk
+//! write (an answer to one of the node's clients) is acted on only once that write is durable
+//! ([`Gate`]), exactly as if it had travelled through the driver.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use atomos_seam::{Gate, Machine, Output};
+
+use crate::client::{Client, ClientAction, ClientInput};
+use crate::replica::{Command, OrderError, Replica};
+use crate::types::{Addr, Delivery, OrderMsg, StateMachine};
+
+/// What a host asks of its endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndpointRequest {
+    /// Order and apply `payload` if that happens by log time `deadline_ms`
+    /// ([`crate::NO_DEADLINE`]: whenever); the answer comes back as
+    /// [`EndpointDelivery::Answered`] with this `ticket`. Tickets are the host's: any number
+    /// not in flight.
+    Submit {
+        /// The host's name for this submission.
+        ticket: u64,
+        /// What the state machine is asked to do.
+        payload: Vec<u8>,
+        /// The request's deadline.
+        deadline_ms: u64,
+    },
+    /// Seal the replica's open batch now ([`Command::Flush`]).
+    Flush,
+}
+
+/// How a submission ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It was ordered and applied; the state machine's answer.
+    Applied(Vec<u8>),
+    /// It was not ordered before its deadline: it never runs.
+    Expired,
+}
+
+/// What an endpoint hands to its host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndpointDelivery {
+    /// Submission `ticket` ended.
+    Answered {
+        /// The submission's ticket.
+        ticket: u64,
+        /// The client that carried it (unique among this cluster's clients).
+        client: u64,
+        /// Its number among that client's requests: `(client, seq)` names the request in the
+        /// order, on every replica.
+        seq: u64,
+        /// How it ended.
+        outcome: Outcome,
+    },
+    /// The replica's own delivery (optimistic, final, revoked, installed, alarm).
+    Order(Delivery),
+}
+
+/// An endpoint's settings beside its replica's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// The ids of this node's clients are `client_base | n` for n = 1, 2, ...: the host draws
+    /// it (its low 32 bits zero) so that a restarted node never reuses a client id and its
+    /// sequence numbers.
+    pub client_base: u64,
+    /// A client re-sends its request to the next replica after this many ticks unanswered.
+    pub resend_ticks: u64,
+}
+
+/// The replica, its node's clients and the routing between them (see the module's doc).
+pub struct Endpoint<S: StateMachine> {
+    replica: Replica<S>,
+    me: Addr,
+    /// The replicas, this one first: where a client sends, and then fails over to.
+    replicas: Vec<Addr>,
+    cfg: EndpointConfig,
+    clients_made: u64,
+    /// Clients with a submission in flight, by client id, with its ticket.
+    busy: BTreeMap<u64, (Client, u64)>,
+    /// Clients with nothing in flight, kept with their numbering.
+    idle: Vec<Client>,
+    /// Messages to this node held until the writes emitted before them are durable.
+    gate: Gate<OrderMsg>,
+    /// Messages to this node that may be acted on now.
+    local: VecDeque<OrderMsg>,
+}
+
+impl<S: StateMachine> Endpoint<S> {
+    /// An endpoint around `replica` (opened from its log by the host).
+    pub fn new(replica: Replica<S>, replicas: &[Addr], cfg: EndpointConfig) -> Endpoint<S> {
+        let me = replica.id();
+        let mut order = vec![me];
+        order.extend(replicas.iter().copied().filter(|&r| r != me));
+        Endpoint {
+            replica,
+            me,
+            replicas: order,
+            cfg,
+            clients_made: 0,
+            busy: BTreeMap::new(),
+            idle: Vec::new(),
+            gate: Gate::new(),
+            local: VecDeque::new(),
+        }
+    }
+
+    /// The replica.
+    pub fn replica(&self) -> &Replica<S> {
+        &self.replica
+    }
+
+    /// The replica, to change its state machine's settings (never its order).
+    pub fn replica_mut(&mut self) -> &mut Replica<S> {
+        &mut self.replica
+    }
+
+    /// Submissions in flight.
+    pub fn in_flight(&self) -> usize {
+        self.busy.len()
+    }
+
+    /// Messages to this node waiting for a write to become durable.
+    pub fn held(&self) -> usize {
+        self.gate.held()
+    }
+
+    fn client(&mut self) -> Client {
+        self.idle.pop().unwrap_or_else(|| {
+            self.clients_made += 1;
+            Client::new(
+                self.cfg.client_base | self.clients_made,
+                self.replicas.clone(),
+                0,
+                self.cfg.resend_ticks,
+            )
+        })
+    }
+
+    /// Steps the replica and sorts what it asks for: its own node's messages stay here
+    /// (behind the gate), the rest goes out.
+    fn step_replica(
+        &mut self,
+        now: u64,
+        input: crate::Input,
+        out: &mut Vec<Output<OrderMsg, EndpointDelivery>>,
+    ) -> Result<(), OrderError> {
+        let mut inner = Vec::new();
+        self.replica.step(now, input, &mut inner)?;
+        for output in inner {
+            match output {
+                Output::Persist(write) => {
+                    self.gate.write();
+                    out.push(Output::Persist(write));
+                }
+                Output::Send { to, msg } if to == self.me => {
+                    if let Some(msg) = self.gate.pass(msg) {
+                        self.local.push_back(msg);
+                    }
+                }
+                other => out.push(other.map(|m| m, EndpointDelivery::Order)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Carries out a client's actions: requests to this node's replica stay here, others go
+    /// out, an ended submission is answered by ticket.
+    fn client_acted(
+        &mut self,
+        client: u64,
+        actions: Vec<ClientAction>,
+        out: &mut Vec<Output<OrderMsg, EndpointDelivery>>,
+    ) {
+        for action in actions {
+            let (seq, outcome) = match action {
+                ClientAction::Send { to, msg } if to == self.me => {
+                    self.local.push_back(msg);
+                    continue;
+                }
+                ClientAction::Send { to, msg } => {
+                    out.push(Output::Send { to, msg });
+                    continue;
+                }
+                ClientAction::Done { seq, response } => (seq, Outcome::Applied(response)),
+                ClientAction::Expired { seq } => (seq, Outcome::Expired),
+            };
+            if let Some((c, ticket)) = self.busy.remove(&client) {
+                self.idle.push(c);
+                out.push(Output::Deliver(EndpointDelivery::Answered {
+                    ticket,
+                    client,
+                    seq,
+                    outcome,
+                }));
+            }
+        }
+    }
+
+    /// An answer to one of this node's clients (from this replica or another).
+    fn answer(
+        &mut self,
+        from: Addr,
+        msg: OrderMsg,
+        out: &mut Vec<Output<OrderMsg, EndpointDelivery>>,
+    ) {
+        let Some(id) = msg.answered_client() else {
+            return;
+        };
+        let Some((c, _)) = self.busy.get_mut(&id) else {
+            // An answer to a submission already answered (a re-sent copy's), or to another
+            // node's client: nothing waits for it.
+            return;
+        };
+        let mut actions = Vec::new();
+        c.step(ClientInput::Message { from, msg }, &mut actions);
+        self.client_acted(id, actions, out);
+    }
+
+    /// Acts on this node's messages to itself until none is left.
+    fn drain_local(
+        &mut self,
+        now: u64,
+        out: &mut Vec<Output<OrderMsg, EndpointDelivery>>,
+    ) -> Result<(), OrderError> {
+        while let Some(msg) = self.local.pop_front() {
+            if msg.answered_client().is_some() {
+                self.answer(self.me, msg, out);
+            } else {
+                let from = self.me;
+                self.step_replica(now, crate::Input::Message { from, msg }, out)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<S: StateMachine> Machine for Endpoint<S> {
+    type Msg = OrderMsg;
+    type Request = EndpointRequest;
+    type Delivery = EndpointDelivery;
+    type Error = OrderError;
+
+    /// Reacts to one input as the replica and the node's clients would, routing between them
+    /// here; appends what leaves the node (messages to others, disk writes, deliveries and
+    /// answers) to `out`.
+    fn step(
+        &mut self,
+        now: u64,
+        input: atomos_seam::Input<OrderMsg, EndpointRequest>,
+        out: &mut Vec<Output<OrderMsg, EndpointDelivery>>,
+    ) -> Result<(), OrderError> {
+        use atomos_seam::Input;
+        match input {
+            Input::Message { from, msg } if msg.answered_client().is_some() => {
+                self.answer(from, msg, out)
+            }
+            Input::Message { from, msg } => {
+                self.step_replica(now, Input::Message { from, msg }, out)?
+            }
+            Input::Tick => {
+                self.step_replica(now, Input::Tick, out)?;
+                let ids: Vec<u64> = self.busy.keys().copied().collect();
+                for id in ids {
+                    let mut actions = Vec::new();
+                    if let Some((c, _)) = self.busy.get_mut(&id) {
+                        c.step(ClientInput::Tick, &mut actions);
+                    }
+                    self.client_acted(id, actions, out);
+                }
+            }
+            Input::Request(EndpointRequest::Submit {
+                ticket,
+                payload,
+                deadline_ms,
+            }) => {
+                let mut c = self.client();
+                let id = c.id();
+                let mut actions = Vec::new();
+                c.step(
+                    ClientInput::Submit {
+                        payload,
+                        deadline_ms,
+                    },
+                    &mut actions,
+                );
+                self.busy.insert(id, (c, ticket));
+                self.client_acted(id, actions, out);
+            }
+            Input::Request(EndpointRequest::Flush) => {
+                self.step_replica(now, Input::Request(Command::Flush), out)?
+            }
+            Input::Persisted { through } => {
+                self.step_replica(now, Input::Persisted { through }, out)?;
+                self.local.extend(self.gate.durable(through));
+            }
+        }
+        self.drain_local(now, out)
+    }
+}
