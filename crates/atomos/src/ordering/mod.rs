@@ -11,9 +11,10 @@
 //! does not answer). A closed-loop load generator (`load_clients`) drives benchmarks.
 //!
 //! This module holds the node, its configuration and its submitters; `task` holds the
-//! replica's task and the local clients.
+//! replica's task and who waits for its answers. The replica and this node's clients run as
+//! one seam machine, [`atomos_order::Endpoint`], which the simulator drives too.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use atomos_net::transport::{Deliver, NodeId, Transport};
 use atomos_order::{
-    decode_log, Delivery, OrderError, OrderMsg, Replica, ReplicaConfig, StateMachine,
+    decode_log, Delivery, Endpoint, EndpointConfig, OrderError, OrderMsg, Replica, ReplicaConfig,
+    StateMachine,
 };
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
@@ -35,7 +37,7 @@ use crate::health::Health;
 
 mod task;
 
-use task::{run, Clients, Inbox, OrderIo, Task};
+use task::{run, Inbox, OrderIo, Task, Waiters};
 
 /// Disk writes that may wait for the disk thread before the replica's task waits for it.
 const DISK_QUEUE: usize = 1024;
@@ -203,7 +205,7 @@ pub const WATCHED_MAX: usize = 65_536;
 /// expired (a re-sent copy is answered so by any replica whose log's time passed it).
 pub const EXPIRY_GRACE: Duration = Duration::from_secs(1);
 
-/// The answer a local client hands its waiter.
+/// The answer a submission's waiter gets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Answer {
     Applied(Vec<u8>),
@@ -480,13 +482,19 @@ impl OrderNode {
             None => (None, None, Vec::new()),
         };
         let replica = Replica::open(cfg.replica.clone(), log, machine)?;
+        let endpoint_cfg = EndpointConfig {
+            // Random, so a restarted node never reuses a client id (and its sequence numbers).
+            client_base: rand::random::<u64>() & !0xFFFF_FFFF,
+            resend_ticks: cfg.client_resend_ticks,
+        };
+        let endpoint = Endpoint::new(replica, &cfg.replica.replicas, endpoint_cfg);
         let abandon = disk.as_ref().map(DiskWorker::abandoner);
         // The replica counts its timers in ticks; the runner's clock, in milliseconds since
         // the Unix epoch, is what it stamps on the entries it proposes (the log's time).
         let unit = Duration::from_millis(1);
         let runner = match inline {
-            Some(inline) => Runner::inline(replica, inline, unit, true),
-            None => Runner::new(replica, disk, unit),
+            Some(inline) => Runner::inline(endpoint, inline, unit, true),
+            None => Runner::new(endpoint, disk, unit),
         }
         .on_wall_clock();
         let task = Task {
@@ -495,9 +503,7 @@ impl OrderNode {
                 me: cfg.replica.id,
                 transport: transport.clone(),
                 shared: shared.clone(),
-                clients: Clients::new(&cfg),
-                client_out: Vec::new(),
-                local: VecDeque::new(),
+                waiters: Waiters::new(&cfg),
                 opt_at: BTreeMap::new(),
                 counters_due: Instant::now(),
             },

@@ -1,17 +1,18 @@
-//! The replica's task: it steps the replica on ticks, peers' messages, local submissions and
-//! disk confirmations, carries out what the replica asks, and runs the node's local clients
-//! (application submissions and generated load).
+//! The replica's task: it steps the endpoint (the replica with this node's clients) on ticks,
+//! peers' messages, local submissions and disk confirmations, carries out what it asks, and
+//! hands each answer to whoever waits for its ticket (an application, or generated load).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use atomos_net::transport::Transport;
 use atomos_order::{
-    Addr, Client, ClientAction, ClientInput, Command, Delivery, Input, OrderError, OrderMsg,
-    Replica, StateMachine,
+    Addr, Delivery, Endpoint, EndpointDelivery, EndpointRequest, OrderError, OrderMsg, Outcome,
+    StateMachine,
 };
+use atomos_seam::Input;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -24,7 +25,7 @@ use super::{
     MACHINE_COUNTERS_EVERY,
 };
 
-/// Who waits for a client's answer.
+/// Who waits for a submission's answer.
 enum Waiter {
     /// An application's `submit`.
     App(Reply),
@@ -32,40 +33,35 @@ enum Waiter {
     Load(Vec<u8>),
 }
 
-/// The local clients: application submissions and generated load.
-pub(super) struct Clients {
-    me: Addr,
-    replicas: Vec<Addr>,
-    resend_ticks: u64,
-    base: u64,
-    next: u64,
-    /// Client id -> the client and who waits for its answer (`None`: generated load).
-    active: BTreeMap<u64, (Client, Waiter)>,
-    idle: Vec<Client>,
+/// The submissions in flight, by ticket, and the generated load.
+pub(super) struct Waiters {
+    next_ticket: u64,
+    waiting: BTreeMap<u64, Waiter>,
     load_payload: Vec<u8>,
     hooks: Option<LoadHooks>,
     generated: u64,
+    /// Generated requests answered, whose successors are not submitted yet.
+    load_due: usize,
 }
 
-impl Clients {
-    pub(super) fn new(cfg: &OrderNodeConfig) -> Clients {
-        let me = cfg.replica.id;
-        // The local replica first, then the others.
-        let mut replicas = vec![me];
-        replicas.extend(cfg.replica.replicas.iter().copied().filter(|&r| r != me));
-        Clients {
-            me,
-            replicas,
-            resend_ticks: cfg.client_resend_ticks,
-            // Random, so a restarted node never reuses a client id (and its sequence numbers).
-            base: rand::random::<u64>() & !0xFFFF_FFFF,
-            next: 0,
-            active: BTreeMap::new(),
-            idle: Vec::new(),
+impl Waiters {
+    pub(super) fn new(cfg: &OrderNodeConfig) -> Waiters {
+        Waiters {
+            next_ticket: 1,
+            waiting: BTreeMap::new(),
             load_payload: vec![7; cfg.load_request_bytes],
             hooks: cfg.load_hooks.clone(),
             generated: 0,
+            load_due: cfg.load_clients,
         }
+    }
+
+    /// A ticket for a submission `waiter` waits for.
+    fn add(&mut self, waiter: Waiter) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.waiting.insert(ticket, waiter);
+        ticket
     }
 
     fn next_load(&mut self) -> Vec<u8> {
@@ -76,77 +72,57 @@ impl Clients {
         }
     }
 
-    fn take(&mut self) -> Client {
-        self.idle.pop().unwrap_or_else(|| {
-            self.next += 1;
-            Client::new(
-                self.base | self.next,
-                self.replicas.clone(),
-                0,
-                self.resend_ticks,
-            )
-        })
-    }
-
-    fn submit(
-        &mut self,
-        payload: Vec<u8>,
-        deadline_ms: u64,
-        reply: Waiter,
-        out: &mut Vec<ClientAction>,
-    ) {
-        let mut client = self.take();
-        let submit = ClientInput::Submit {
-            payload,
-            deadline_ms,
-        };
-        client.step(submit, out);
-        self.active.insert(client.id(), (client, reply));
-    }
-
-    /// Generated load has no deadline (every request of it is answered).
-    fn submit_load(&mut self, out: &mut Vec<ClientAction>) {
-        let payload = self.next_load();
-        let deadline = atomos_order::NO_DEADLINE;
-        self.submit(payload.clone(), deadline, Waiter::Load(payload), out);
+    /// Submission `ticket` ended: its waiter hears of it (generated load: the next request is
+    /// due).
+    fn answered(&mut self, ticket: u64, outcome: Outcome, shared: &Shared) {
+        match self.waiting.remove(&ticket) {
+            Some(Waiter::App(reply)) => reply.send(match outcome {
+                Outcome::Applied(response) => Answer::Applied(response),
+                Outcome::Expired => Answer::Expired,
+            }),
+            Some(Waiter::Load(payload)) => {
+                if let Some(h) = &self.hooks {
+                    (h.answered)(&payload);
+                }
+                self.load_due += 1;
+                shared.load_answered.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {}
+        }
     }
 }
 
-/// The replica's task: the replica in its runner (time, disk, gate) and everything else.
+/// The replica's task: the endpoint (the replica and this node's clients) in its runner
+/// (time, disk, gate) and everything else.
 pub(super) struct Task<S: StateMachine> {
-    pub(super) runner: Runner<Replica<S>>,
+    pub(super) runner: Runner<Endpoint<S>>,
     pub(super) io: OrderIo,
 }
 
-/// Where the replica's outputs go, and the local clients.
+/// Where the endpoint's outputs go, and who waits for its answers.
 pub(super) struct OrderIo {
     pub(super) me: Addr,
     pub(super) transport: Arc<dyn Transport<OrderMsg>>,
     pub(super) shared: Arc<Shared>,
-    pub(super) clients: Clients,
-    pub(super) client_out: Vec<ClientAction>,
-    /// Messages from this node to itself.
-    pub(super) local: VecDeque<(Addr, OrderMsg)>,
+    pub(super) waiters: Waiters,
     pub(super) opt_at: BTreeMap<u64, Instant>,
     /// When the state machine's counters are published next.
     pub(super) counters_due: Instant,
 }
 
-impl<S: StateMachine> Carry<Replica<S>> for OrderIo {
+impl<S: StateMachine> Carry<Endpoint<S>> for OrderIo {
+    /// The endpoint keeps this node's messages to itself: everything sent here is for others.
     fn send(&mut self, to: Addr, msg: OrderMsg) {
-        let me = self.me;
-        match msg {
-            msg if to == me && msg.answered_client().is_some() => {
-                answer(&mut self.clients, &self.shared, msg, &mut self.client_out)
-            }
-            msg if to == me => self.local.push_back((me, msg)),
-            msg => {
-                let _ = self.transport.send(to, msg);
-            }
-        }
+        let _ = self.transport.send(to, msg);
     }
 
-    fn deliver(&mut self, d: Delivery) {
+    fn deliver(&mut self, d: EndpointDelivery) {
+        let d = match d {
+            EndpointDelivery::Answered {
+                ticket, outcome, ..
+            } => return self.waiters.answered(ticket, outcome, &self.shared),
+            EndpointDelivery::Order(d) => d,
+        };
         let shared = &self.shared;
         match &d {
             Delivery::Opt { seq, .. } => {
@@ -197,17 +173,12 @@ impl From<RunError<OrderError>> for OrderNodeError {
 
 impl<S: StateMachine> Task<S> {
     /// Steps the replica; returns how many outputs it produced.
-    fn step(&mut self, input: Input) -> Result<usize, OrderNodeError> {
+    fn step(&mut self, input: Input<OrderMsg, EndpointRequest>) -> Result<usize, OrderNodeError> {
         Ok(self.runner.step(input, &mut self.io)?)
     }
 
     fn on_event(&mut self, e: Event) -> Result<(), OrderNodeError> {
-        let io = &mut self.io;
         match e {
-            Event::Net { msg, .. } if msg.answered_client().is_some() => {
-                // Answers to our clients' requests re-sent to other replicas.
-                answer(&mut io.clients, &io.shared, msg, &mut io.client_out);
-            }
             Event::Net { from, msg } => {
                 self.step(Input::Message { from, msg })?;
             }
@@ -216,8 +187,8 @@ impl<S: StateMachine> Task<S> {
                 deadline_ms,
                 reply,
             } => {
-                io.clients
-                    .submit(payload, deadline_ms, Waiter::App(reply), &mut io.client_out);
+                let ticket = self.io.waiters.add(Waiter::App(reply));
+                self.submit(ticket, payload, deadline_ms)?;
             }
             Event::Disk(DiskEvent::Durable { through, .. }) => {
                 self.runner.durable(through, &mut self.io)?;
@@ -227,35 +198,50 @@ impl<S: StateMachine> Task<S> {
         Ok(())
     }
 
-    /// Local work: clients' messages out, messages to itself in, the open batch sealed.
-    /// Returns whether the replica produced anything.
-    async fn round(&mut self) -> Result<bool, OrderNodeError> {
-        let me = self.io.me;
-        for a in std::mem::take(&mut self.io.client_out) {
-            match a {
-                ClientAction::Send { to, msg } if to == me => self.io.local.push_back((me, msg)),
-                ClientAction::Send { to, msg } => {
-                    let _ = self.io.transport.send(to, msg);
-                }
-                ClientAction::Done { .. } | ClientAction::Expired { .. } => {}
-            }
-        }
+    fn submit(
+        &mut self,
+        ticket: u64,
+        payload: Vec<u8>,
+        deadline_ms: u64,
+    ) -> Result<usize, OrderNodeError> {
+        let submit = EndpointRequest::Submit {
+            ticket,
+            payload,
+            deadline_ms,
+        };
+        self.step(Input::Request(submit))
+    }
+
+    /// Generated load whose predecessors were answered: its next requests, without deadline
+    /// (every request of it is answered). Returns the outputs produced.
+    fn submit_load(&mut self) -> Result<usize, OrderNodeError> {
         let mut produced = 0;
-        while let Some((from, msg)) = self.io.local.pop_front() {
-            produced += self.step(Input::Message { from, msg })?;
+        while self.io.waiters.load_due > 0 {
+            self.io.waiters.load_due -= 1;
+            let payload = self.io.waiters.next_load();
+            let ticket = self.io.waiters.add(Waiter::Load(payload.clone()));
+            produced += self.submit(ticket, payload, atomos_order::NO_DEADLINE)?;
         }
-        produced += self.step(Input::Request(Command::Flush))?;
+        Ok(produced)
+    }
+
+    /// Local work: generated load submitted, the open batch sealed. Returns whether the
+    /// endpoint produced anything.
+    async fn round(&mut self) -> Result<bool, OrderNodeError> {
+        let mut produced = self.submit_load()?;
+        produced += self.step(Input::Request(EndpointRequest::Flush))?;
         produced += self.runner.release(&mut self.io)?;
         // Backpressure: wait while the disk thread cannot take more writes.
         self.runner.drain_backlog().await?;
-        self.io.shared.requests_delivered.store(
-            self.runner.machine().stats().requests_delivered,
-            Ordering::Relaxed,
-        );
+        let replica = self.runner.machine().replica();
+        self.io
+            .shared
+            .requests_delivered
+            .store(replica.stats().requests_delivered, Ordering::Relaxed);
         let now = Instant::now();
         if now >= self.io.counters_due {
             self.io.counters_due = now + MACHINE_COUNTERS_EVERY;
-            let counters = self.runner.machine().machine().counters();
+            let counters = replica.machine().counters();
             self.io.shared.publish_machine(self.io.me, counters);
         }
         Ok(produced > 0)
@@ -303,14 +289,12 @@ async fn run_loop<S: StateMachine>(
     mut inbox: Inbox,
     stop: CancellationToken,
 ) -> Result<(), OrderNodeError> {
-    for _ in 0..cfg.load_clients {
-        task.io.clients.submit_load(&mut task.io.client_out);
-    }
+    task.submit_load()?;
     let mut next_tick = Instant::now() + cfg.tick;
     loop {
         // Work left over from the last round (answers that started new requests) must not
         // wait for an event, but must not starve the other tasks either: yield, then go on.
-        if !task.io.client_out.is_empty() || !task.io.local.is_empty() {
+        if task.io.waiters.load_due > 0 {
             tokio::task::yield_now().await;
             if stop.is_cancelled() {
                 return Ok(());
@@ -340,15 +324,10 @@ async fn run_loop<S: StateMachine>(
         task.runner.release(&mut task.io)?;
         if tick {
             task.step(Input::Tick)?;
-            let io = &mut task.io;
-            for (c, _) in io.clients.active.values_mut() {
-                c.step(ClientInput::Tick, &mut io.client_out);
-            }
-            let replica = task.runner.machine();
-            io.shared
-                .leader
-                .store(replica.is_leader(), Ordering::Relaxed);
-            io.shared.term.store(replica.term(), Ordering::Relaxed);
+            let replica = task.runner.machine().replica();
+            let shared = &task.io.shared;
+            shared.leader.store(replica.is_leader(), Ordering::Relaxed);
+            shared.term.store(replica.term(), Ordering::Relaxed);
         }
         task.runner.drain_backlog().await?;
         // A few rounds of local work per wake-up; whatever remains waits for the next one.
@@ -356,57 +335,6 @@ async fn run_loop<S: StateMachine>(
             if !task.round().await? {
                 break;
             }
-        }
-    }
-}
-
-/// Hands a reply to the local client it is for. When that finishes the client's request, the
-/// answer goes to its waiter (or, for generated load, the next request is submitted).
-fn answer(
-    clients: &mut Clients,
-    shared: &Shared,
-    reply: OrderMsg,
-    client_out: &mut Vec<ClientAction>,
-) {
-    let Some(client) = reply.answered_client() else {
-        return;
-    };
-    let Some((c, _)) = clients.active.get_mut(&client) else {
-        return;
-    };
-    let mut done = Vec::new();
-    c.step(
-        ClientInput::Message {
-            from: clients.me,
-            msg: reply,
-        },
-        &mut done,
-    );
-    let outcome = match done.pop() {
-        Some(ClientAction::Done { response, .. }) => Answer::Applied(response),
-        Some(ClientAction::Expired { .. }) => Answer::Expired,
-        _ => return,
-    };
-    let Some((mut c, waiter)) = clients.active.remove(&client) else {
-        return;
-    };
-    match waiter {
-        Waiter::App(reply) => {
-            reply.send(outcome);
-            clients.idle.push(c);
-        }
-        Waiter::Load(done) => {
-            if let Some(h) = &clients.hooks {
-                (h.answered)(&done);
-            }
-            let payload = clients.next_load();
-            let submit = ClientInput::Submit {
-                payload: payload.clone(),
-                deadline_ms: atomos_order::NO_DEADLINE,
-            };
-            c.step(submit, client_out);
-            clients.active.insert(client, (c, Waiter::Load(payload)));
-            shared.load_answered.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
