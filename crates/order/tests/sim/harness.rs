@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use atomos_order::{
-    decode_log, Action, Client, ClientAction, ClientInput, Delivery, OrderError, OrderMsg,
-    PlantedBug, Register, RegisterOp, Replica, ReplicaConfig, Request, NO_DEADLINE,
+    decode_log, Client, ClientAction, ClientInput, Delivery, Endpoint, EndpointConfig,
+    EndpointDelivery, OrderError, OrderMsg, PlantedBug, Register, RegisterOp, Replica,
+    ReplicaConfig, Request, NO_DEADLINE,
 };
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 
@@ -136,8 +137,10 @@ fn adversary_payload(client: u64, seq: u64) -> Vec<u8> {
 /// A simulated node: a replica (nodes 1..=3), a client (the next [`CLIENTS`]) or an adversarial
 /// client (the rest). Each replica announces itself on its first step after (re)starting.
 pub enum Node {
+    /// The replica in the production endpoint (it has no clients of its own here: the
+    /// clients are nodes of their own), so what the node runtime routes is routed here too.
     Replica {
-        replica: Box<Replica<Register>>,
+        endpoint: Box<Endpoint<Register>>,
         announced: bool,
         /// Where this node's reads go, and the position of its latest one.
         reads: Reads,
@@ -303,8 +306,13 @@ impl Node {
         let log = decode_log(&boot.log).map_err(|e| e.to_string())?;
         let replica = Replica::open(cfg, log, Register::new()).map_err(|e| e.to_string())?;
         let last_read = replica.final_next() - 1;
+        let replicas: Vec<NodeId> = (1..=REPLICAS as u64).collect();
+        let endpoint_cfg = EndpointConfig {
+            client_base: (boot.node << 40) | (boot.incarnation << 32),
+            resend_ticks: 15,
+        };
         Ok(Node::Replica {
-            replica: Box::new(replica),
+            endpoint: Box::new(Endpoint::new(replica, &replicas, endpoint_cfg)),
             announced: false,
             reads,
             last_read,
@@ -347,7 +355,7 @@ impl Machine for Node {
     ) -> Result<(), OrderError> {
         match self {
             Node::Replica {
-                replica,
+                endpoint,
                 announced,
                 reads,
                 last_read,
@@ -356,7 +364,7 @@ impl Machine for Node {
                 if !*announced {
                     *announced = true;
                     out.push(Output::Deliver(Note::Started {
-                        base: replica.final_next() - 1,
+                        base: endpoint.replica().final_next() - 1,
                     }));
                 }
                 let input = match input {
@@ -365,10 +373,11 @@ impl Machine for Node {
                     Input::Tick => Input::Tick,
                     Input::Persisted { through } => Input::Persisted { through },
                 };
-                let mut actions: Vec<Action> = Vec::new();
-                let node = replica.id();
+                let mut outputs = Vec::new();
+                let node = endpoint.replica().id();
                 let now = replica_clock(clock.0, node, clock.1, now);
-                replica.step(now, input, &mut actions)?;
+                endpoint.step(now, input, &mut outputs)?;
+                let replica = endpoint.replica();
                 let applied = replica.final_next() - 1;
                 if applied != *last_read {
                     *last_read = applied;
@@ -376,7 +385,18 @@ impl Machine for Node {
                         .borrow_mut()
                         .push((node, applied, replica.machine().clone()));
                 }
-                out.extend(actions.into_iter().map(|a| a.map(|m| m, Note::Delivered)));
+                for o in outputs {
+                    match o {
+                        Output::Deliver(EndpointDelivery::Order(d)) => {
+                            out.push(Output::Deliver(Note::Delivered(d)))
+                        }
+                        // The endpoint carries no submissions here.
+                        Output::Deliver(EndpointDelivery::Answered { .. }) => {}
+                        Output::Send { to, msg } => out.push(Output::Send { to, msg }),
+                        Output::Persist(write) => out.push(Output::Persist(write)),
+                        Output::Warn(text) => out.push(Output::Warn(text)),
+                    }
+                }
             }
             Node::Client(sim_client) => {
                 let mut actions = Vec::new();
@@ -451,7 +471,8 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
     for node in 1..=nodes as NodeId {
         match sim.machine(node) {
             Some(Node::Client(c)) => unanswered += c.unanswered(),
-            Some(Node::Replica { replica, .. }) => {
+            Some(Node::Replica { endpoint, .. }) => {
+                let replica = endpoint.replica();
                 states.push(replica.describe());
                 finals.push((replica.final_next(), replica.machine().clone()));
             }
