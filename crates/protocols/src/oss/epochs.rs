@@ -1,9 +1,7 @@
-//! The control log on an OSS node: its order replica and client, and what the node does when
-//! an epoch is suspected or starts (see docs/design/oss.md, "Epochs through the order layer").
+//! The control log on an OSS node: its order endpoint (the replica and this node's client), and
+//! what the node does when an epoch is suspected or starts (see docs/design/oss.md, "Epochs through the order layer").
 
-use std::collections::VecDeque;
-
-use atomos_order::{ClientAction, ClientInput, OrderMsg};
+use atomos_order::{EndpointDelivery, EndpointRequest, OrderMsg};
 use atomos_seam::{Input, Machine, Output, Write};
 
 use super::control::{ControlEntry, ControlEvent, DomainState};
@@ -11,24 +9,20 @@ use super::msg::{OssMsg, OssRecord};
 use super::node::{OssError, OssNode, OssOutput};
 use super::write_set::{CommitId, DomainId, Epoch};
 
-/// Where a control-log message made on this node goes.
-enum Local {
-    /// To this node's replica, from `from`.
-    Replica(u64, OrderMsg),
-    /// To this node's client.
-    Client(OrderMsg),
-}
-
 impl OssNode {
-    /// Steps the control replica with `input` and carries out what follows.
-    pub(super) fn replica_step(
+    /// Steps the control log's endpoint (its replica and this node's client) with `input` and
+    /// carries out what follows, then acts on what the control log applied.
+    pub(super) fn control_step(
         &mut self,
-        input: atomos_order::Input,
+        input: Input<OrderMsg, EndpointRequest>,
         out: &mut Vec<OssOutput>,
     ) -> Result<(), OssError> {
         let mut actions = Vec::new();
-        self.replica.step(self.ticks, input, &mut actions)?;
-        self.carry(actions, out)
+        self.endpoint.step(self.ticks, input, &mut actions)?;
+        for action in actions {
+            self.carry_one(action, out)?;
+        }
+        self.control_events(out)
     }
 
     /// This node's writes through `through` are durable: the control replica hears how far
@@ -47,32 +41,9 @@ impl OssNode {
             replica_through = Some(replica_write);
         }
         match replica_through {
-            Some(through) => self.replica_step(Input::Persisted { through }, out),
+            Some(through) => self.control_step(Input::Persisted { through }, out),
             None => Ok(()),
         }
-    }
-
-    /// A control-log message from the network.
-    pub(super) fn order_message(
-        &mut self,
-        from: u64,
-        msg: OrderMsg,
-        out: &mut Vec<OssOutput>,
-    ) -> Result<(), OssError> {
-        self.pump(
-            match msg {
-                msg if msg.answered_client().is_some() => Local::Client(msg),
-                msg => Local::Replica(from, msg),
-            },
-            out,
-        )
-    }
-
-    /// Time passed for the control client (it re-sends to another replica when one is silent).
-    pub(super) fn client_tick(&mut self, out: &mut Vec<OssOutput>) -> Result<(), OssError> {
-        let mut actions = Vec::new();
-        self.client.step(ClientInput::Tick, &mut actions);
-        self.carry_client(actions, out)
     }
 
     /// Orders `entry` in the control log.
@@ -81,110 +52,20 @@ impl OssNode {
         entry: ControlEntry,
         out: &mut Vec<OssOutput>,
     ) -> Result<(), OssError> {
-        let mut actions = Vec::new();
+        self.proposals += 1;
         // Control entries never expire: an epoch change must land however long it takes.
-        let submit = ClientInput::Submit {
+        let submit = EndpointRequest::Submit {
+            ticket: self.proposals,
             payload: entry.encode(),
             deadline_ms: atomos_order::NO_DEADLINE,
         };
-        self.client.step(submit, &mut actions);
-        self.carry_client(actions, out)
-    }
-
-    fn carry_client(
-        &mut self,
-        actions: Vec<ClientAction>,
-        out: &mut Vec<OssOutput>,
-    ) -> Result<(), OssError> {
-        for a in actions {
-            if let ClientAction::Send { to, msg } = a {
-                if to == self.cfg.id {
-                    self.pump(Local::Replica(to, msg), out)?;
-                } else {
-                    out.push(Output::Send {
-                        to,
-                        msg: OssMsg::Order(msg),
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs a message made here to its end (answers to this node's client, messages to its
-    /// own replica), then acts on what the control log applied.
-    fn pump(&mut self, first: Local, out: &mut Vec<OssOutput>) -> Result<(), OssError> {
-        let mut queue = VecDeque::from([first]);
-        while let Some(next) = queue.pop_front() {
-            match next {
-                Local::Replica(from, msg) => {
-                    let mut actions = Vec::new();
-                    self.replica
-                        .step(self.ticks, Input::Message { from, msg }, &mut actions)?;
-                    for a in actions {
-                        match a {
-                            Output::Send { to, msg } if to == self.cfg.id => {
-                                queue.push_back(match msg {
-                                    msg if msg.answered_client().is_some() => Local::Client(msg),
-                                    msg => Local::Replica(to, msg),
-                                })
-                            }
-                            other => self.carry_one(other, out)?,
-                        }
-                    }
-                }
-                Local::Client(msg) => {
-                    let mut actions = Vec::new();
-                    let from = self.cfg.id;
-                    self.client
-                        .step(ClientInput::Message { from, msg }, &mut actions);
-                    for a in actions {
-                        if let ClientAction::Send { to, msg } = a {
-                            if to == self.cfg.id {
-                                queue.push_back(Local::Replica(to, msg));
-                            } else {
-                                out.push(Output::Send {
-                                    to,
-                                    msg: OssMsg::Order(msg),
-                                });
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        self.control_events(out)
-    }
-
-    fn carry(
-        &mut self,
-        actions: Vec<atomos_order::Action>,
-        out: &mut Vec<OssOutput>,
-    ) -> Result<(), OssError> {
-        let mut local = Vec::new();
-        for a in actions {
-            match a {
-                Output::Send { to, msg } if to == self.cfg.id => local.push(msg),
-                other => self.carry_one(other, out)?,
-            }
-        }
-        for msg in local {
-            let from = self.cfg.id;
-            self.pump(
-                match msg {
-                    msg if msg.answered_client().is_some() => Local::Client(msg),
-                    msg => Local::Replica(from, msg),
-                },
-                out,
-            )?;
-        }
-        self.control_events(out)
+        self.control_step(Input::Request(submit), out)
     }
 
     /// One output of the replica that leaves this node (or its disk).
     fn carry_one(
         &mut self,
-        action: atomos_order::Action,
+        action: Output<OrderMsg, EndpointDelivery>,
         out: &mut Vec<OssOutput>,
     ) -> Result<(), OssError> {
         match action {
@@ -202,6 +83,7 @@ impl OssNode {
                 return Err(OssError::Unsupported("rewrite its log"))
             }
             Output::Warn(text) => out.push(Output::Warn(text)),
+            // The control log acts through its events, and a proposal needs no answer.
             Output::Deliver(_) => {}
         }
         Ok(())
@@ -209,7 +91,7 @@ impl OssNode {
 
     /// Acts on the control entries applied since the last call.
     fn control_events(&mut self, out: &mut Vec<OssOutput>) -> Result<(), OssError> {
-        let events = self.replica.machine_mut().take_events();
+        let events = self.endpoint.replica_mut().machine_mut().take_events();
         for e in events {
             match e {
                 ControlEvent::Suspected { domain, epoch } => self.fenced(domain, epoch, out),

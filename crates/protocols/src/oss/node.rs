@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use atomos_core::{Engine, Key};
-use atomos_order::{decode_log, Client, OrderError, Replica, ReplicaConfig};
+use atomos_order::{decode_log, Endpoint, EndpointConfig, OrderError, Replica, ReplicaConfig};
 use atomos_seam::stable::{mix64, GOLDEN};
 use atomos_seam::{Input, Machine, Output, Write};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -242,8 +242,10 @@ pub(super) struct LocalCommit {
 pub struct OssNode {
     pub(super) cfg: OssConfig,
     pub(super) engine: Arc<Engine>,
-    pub(super) replica: Replica<Control>,
-    pub(super) client: Client,
+    /// The control log: its replica and this node's client, as one machine.
+    pub(super) endpoint: Endpoint<Control>,
+    /// Control entries this node proposed (their tickets).
+    pub(super) proposals: u64,
     pub(super) domains: Vec<DomainNode>,
     /// The engine version of the last write installed here.
     pub(super) position: u64,
@@ -411,17 +413,17 @@ impl OssNode {
             })
             .collect();
         let run = run_id(cfg.replica.seed, incarnation);
-        let client = Client::new(
-            run,
-            cfg.members.clone(),
-            cfg.members.iter().position(|&m| m == cfg.id).unwrap_or(0),
-            cfg.resend_after.max(1) * 2,
-        );
+        let endpoint_cfg = EndpointConfig {
+            // The run's id, so a restarted node's client never reuses an earlier one's ids.
+            client_base: run & !0xFFFF_FFFF,
+            resend_ticks: cfg.resend_after.max(1) * 2,
+        };
+        let endpoint = Endpoint::new(replica, &cfg.members, endpoint_cfg);
         let mut node = OssNode {
             cfg,
             engine,
-            replica,
-            client,
+            endpoint,
+            proposals: 0,
             domains,
             position: 0,
             key_cid: FxHashMap::default(),
@@ -595,7 +597,7 @@ impl OssNode {
     /// majority less one), and it holds, in every domain, as much as the most of them: it
     /// then holds every id that was stable before. From then on it reports its marks.
     fn check_rejoined(&mut self, out: &mut Vec<OssOutput>) {
-        if !self.rejoining || self.replica.rejoining() {
+        if !self.rejoining || self.endpoint.replica().rejoining() {
             return;
         }
         let needed = self.cfg.members.len() - self.majority() + 1;
@@ -692,14 +694,13 @@ impl Machine for OssNode {
         match input {
             Input::Tick => {
                 self.ticks += 1;
-                self.replica_step(Input::Tick, out)?;
-                self.client_tick(out)?;
+                self.control_step(Input::Tick, out)?;
                 self.on_tick(out)?;
             }
             Input::Message {
                 from,
                 msg: OssMsg::Order(m),
-            } => self.order_message(from, m, out)?,
+            } => self.control_step(Input::Message { from, msg: m }, out)?,
             Input::Message { from, msg } => self.on_message(from, msg, out)?,
             Input::Request(OssRequest::Commit { tx, reads, writes }) => {
                 self.commit(tx, reads, writes, out)?
