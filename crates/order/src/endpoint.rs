@@ -67,8 +67,8 @@ pub enum EndpointDelivery {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EndpointConfig {
     /// The ids of this node's clients are `client_base | n` for n = 1, 2, ...: the host draws
-    /// it (its low 32 bits zero) so that a restarted node never reuses a client id and its
-    /// sequence numbers.
+    /// it at random (its low 32 bits zero) so that a restarted node reuses an earlier start's
+    /// client ids, and their sequence numbers, only with probability about 2^-32.
     pub client_base: u64,
     /// A client re-sends its request to the next replica after this many ticks unanswered.
     pub resend_ticks: u64,
@@ -297,8 +297,11 @@ impl<S: StateMachine> Machine for Endpoint<S> {
                 self.step_replica(now, Input::Request(Command::Flush), out)?
             }
             Input::Persisted { through } => {
-                self.step_replica(now, Input::Persisted { through }, out)?;
+                // What waited for these writes first: its outputs then come before any write
+                // the replica makes on hearing of them, so nothing holds them back again.
                 self.local.extend(self.gate.durable(through));
+                self.drain_local(now, out)?;
+                self.step_replica(now, Input::Persisted { through }, out)?;
             }
         }
         self.drain_local(now, out)

@@ -100,6 +100,8 @@ struct Node {
     started: u64,
     next_caller: u64,
     waiting: BTreeMap<u64, Waiting>,
+    /// The most control-log proposals this node had in flight at once.
+    control_in_flight_max: usize,
 }
 
 impl Node {
@@ -134,6 +136,7 @@ impl Node {
             started: 0,
             next_caller: 0,
             waiting: BTreeMap::new(),
+            control_in_flight_max: 0,
         })
     }
 
@@ -341,6 +344,9 @@ impl Machine for Node {
         };
         let mut inner = Vec::new();
         self.oss.step(now, input, &mut inner)?;
+        self.control_in_flight_max = self
+            .control_in_flight_max
+            .max(self.oss.control_proposals_in_flight());
         self.carry(inner, out);
         Ok(())
     }
@@ -358,6 +364,8 @@ struct Outcome {
     epochs: u64,
     /// Tokens the live nodes passed.
     passes: u64,
+    /// The most control-log proposals a live node had in flight at once.
+    control_in_flight_max: usize,
 }
 
 /// A domain's applied watermark and the digest of what was applied through it.
@@ -393,8 +401,10 @@ fn simulate_modes(
     let (mut commits, mut epochs) = (0, 0);
     let mut digests = Vec::new();
     let mut passes = 0;
+    let mut control_in_flight_max = 0;
     for node in 1..=NODES as NodeId {
         if let Some(n) = sim.machine(node) {
+            control_in_flight_max = control_in_flight_max.max(n.control_in_flight_max);
             let objects: Vec<_> = n
                 .engine
                 .snapshot_objects()
@@ -453,6 +463,7 @@ fn simulate_modes(
         commits,
         epochs,
         passes,
+        control_in_flight_max,
     }
 }
 
@@ -615,6 +626,12 @@ fn with_every_fault(mode: CommitMode, default_seeds: u64) {
         if let Err(e) = check(&o) {
             panic!("{mode:?} seed {seed}: {e}");
         }
+        // A node cut off from a majority re-proposes its suspicions: one at a time.
+        assert!(
+            o.control_in_flight_max <= 1,
+            "{mode:?} seed {seed}: {} control proposals in flight at once",
+            o.control_in_flight_max
+        );
         epochs = epochs.max(o.epochs);
         commits += o.commits;
     }

@@ -58,12 +58,19 @@ pub(super) fn number_in(
         .filter(|n| range.contains(n))
         .ok_or_else(|| {
             let (min, max) = (range.start(), range.end());
-            let bounds = if *max == u64::MAX {
+            let bounds = if *max == u64::MAX && *min == 0 {
+                String::new()
+            } else if *max == u64::MAX {
                 format!("(at least {min})")
             } else {
                 format!("from {min} to {max}")
             };
-            invalid(name, format!("{text:?} is not a number of {what} {bounds}"))
+            let bounds = if bounds.is_empty() {
+                bounds
+            } else {
+                format!(" {bounds}")
+            };
+            invalid(name, format!("{text:?} is not a number of {what}{bounds}"))
         })
 }
 

@@ -172,7 +172,7 @@ impl From<RunError<OrderError>> for OrderNodeError {
 }
 
 impl<S: StateMachine> Task<S> {
-    /// Steps the replica; returns how many outputs it produced.
+    /// Steps the endpoint; returns how many outputs it produced.
     fn step(&mut self, input: Input<OrderMsg, EndpointRequest>) -> Result<usize, OrderNodeError> {
         Ok(self.runner.step(input, &mut self.io)?)
     }

@@ -1,5 +1,6 @@
-//! The control log on an OSS node: its order endpoint (the replica and this node's client), and
-//! what the node does when an epoch is suspected or starts (see docs/design/oss.md, "Epochs through the order layer").
+//! The control log on an OSS node: its order endpoint (the replica and this node's client,
+//! one proposal in flight at a time), and what the node does when an epoch is suspected or
+//! starts (see docs/design/oss.md, "Epochs through the order layer").
 
 use atomos_order::{EndpointDelivery, EndpointRequest, OrderMsg};
 use atomos_seam::{Input, Machine, Output, Write};
@@ -17,12 +18,34 @@ impl OssNode {
         input: Input<OrderMsg, EndpointRequest>,
         out: &mut Vec<OssOutput>,
     ) -> Result<(), OssError> {
-        let mut actions = Vec::new();
-        self.endpoint.step(self.ticks, input, &mut actions)?;
-        for action in actions {
-            self.carry_one(action, out)?;
+        let mut next = Some(input);
+        while let Some(input) = next.take() {
+            let mut actions = Vec::new();
+            self.endpoint.step(self.ticks, input, &mut actions)?;
+            for action in actions {
+                self.carry_one(action, out)?;
+            }
+            // The proposal in flight was answered: the next one waiting goes.
+            if self.proposing.is_none() {
+                next = self.next_proposal();
+            }
         }
         self.control_events(out)
+    }
+
+    /// The next proposal waiting, as the endpoint's submission (it is then in flight).
+    fn next_proposal(&mut self) -> Option<Input<OrderMsg, EndpointRequest>> {
+        let entry = self.proposals_waiting.pop_front()?;
+        self.proposals += 1;
+        let ticket = self.proposals;
+        let payload = entry.encode();
+        self.proposing = Some((ticket, entry));
+        // Control entries never expire: an epoch change must land however long it takes.
+        Some(Input::Request(EndpointRequest::Submit {
+            ticket,
+            payload,
+            deadline_ms: atomos_order::NO_DEADLINE,
+        }))
     }
 
     /// This node's writes through `through` are durable: the control replica hears how far
@@ -46,20 +69,26 @@ impl OssNode {
         }
     }
 
-    /// Orders `entry` in the control log.
+    /// Orders `entry` in the control log. One proposal is in flight at a time (one client's
+    /// worth of re-sends, however long the control log cannot order); the others wait, and an
+    /// entry already waiting or in flight is not proposed twice.
     pub(super) fn propose(
         &mut self,
         entry: ControlEntry,
         out: &mut Vec<OssOutput>,
     ) -> Result<(), OssError> {
-        self.proposals += 1;
-        // Control entries never expire: an epoch change must land however long it takes.
-        let submit = EndpointRequest::Submit {
-            ticket: self.proposals,
-            payload: entry.encode(),
-            deadline_ms: atomos_order::NO_DEADLINE,
-        };
-        self.control_step(Input::Request(submit), out)
+        let in_flight = self.proposing.as_ref().is_some_and(|(_, e)| *e == entry);
+        if in_flight || self.proposals_waiting.contains(&entry) {
+            return Ok(());
+        }
+        self.proposals_waiting.push_back(entry);
+        match self.proposing {
+            Some(_) => Ok(()),
+            None => match self.next_proposal() {
+                Some(submit) => self.control_step(submit, out),
+                None => Ok(()),
+            },
+        }
     }
 
     /// One output of the replica that leaves this node (or its disk).
@@ -83,7 +112,13 @@ impl OssNode {
                 return Err(OssError::Unsupported("rewrite its log"))
             }
             Output::Warn(text) => out.push(Output::Warn(text)),
-            // The control log acts through its events, and a proposal needs no answer.
+            // The proposal in flight was ordered: the next may go.
+            Output::Deliver(EndpointDelivery::Answered { ticket, .. })
+                if self.proposing.as_ref().is_some_and(|(t, _)| *t == ticket) =>
+            {
+                self.proposing = None
+            }
+            // The control log acts through its events.
             Output::Deliver(_) => {}
         }
         Ok(())

@@ -11,7 +11,7 @@ use atomos_seam::stable::{mix64, GOLDEN};
 use atomos_seam::{Input, Machine, Output, Write};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::control::{Control, DomainState};
+use super::control::{Control, ControlEntry, DomainState};
 use super::domain_log::DomainLog;
 use super::msg::{OssDelivery, OssMsg, OssRecord};
 use super::sequencer::{CommitRequest, Sequencer};
@@ -244,8 +244,12 @@ pub struct OssNode {
     pub(super) engine: Arc<Engine>,
     /// The control log: its replica and this node's client, as one machine.
     pub(super) endpoint: Endpoint<Control>,
-    /// Control entries this node proposed (their tickets).
+    /// Control entries this node submitted (the latest one's ticket).
     pub(super) proposals: u64,
+    /// The control entry in flight, with its ticket: one at a time.
+    pub(super) proposing: Option<(u64, ControlEntry)>,
+    /// Control entries waiting for the one in flight.
+    pub(super) proposals_waiting: VecDeque<ControlEntry>,
     pub(super) domains: Vec<DomainNode>,
     /// The engine version of the last write installed here.
     pub(super) position: u64,
@@ -256,7 +260,7 @@ pub struct OssNode {
     /// Local commits persisted and not yet durable, in order.
     pub(super) local_queue: Vec<LocalCommit>,
     pub(super) incarnation: u64,
-    /// This run's id (see [`TxId::run`]); also its control client's id.
+    /// This run's id (see [`TxId::run`]); its high 32 bits are its control clients' id base.
     pub(super) run: u64,
     pub(super) next_tx: u64,
     /// Writes emitted so far (numbered from 1, as `Persisted` counts them).
@@ -424,6 +428,8 @@ impl OssNode {
             engine,
             endpoint,
             proposals: 0,
+            proposing: None,
+            proposals_waiting: VecDeque::new(),
             domains,
             position: 0,
             key_cid: FxHashMap::default(),
@@ -573,6 +579,12 @@ impl OssNode {
         self.domains
             .get(d as usize)
             .map(|x| (x.log.epoch(), x.log.held(), x.log.stable(), x.log.applied()))
+    }
+
+    /// Control-log entries this node has submitted and not yet seen ordered: at most one
+    /// (the others wait for it), however long the control log cannot order.
+    pub fn control_proposals_in_flight(&self) -> usize {
+        self.endpoint.in_flight()
     }
 
     /// Domain `d`'s applied watermark with a digest of every (commit id, transaction) applied
