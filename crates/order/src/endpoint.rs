@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, VecDeque};
 use atomos_seam::{Gate, Machine, Output};
 
 use crate::client::{Client, ClientAction, ClientInput};
-use crate::replica::{Command, OrderError, Replica};
+use crate::error::OrderError;
+use crate::replica::{Command, Replica};
 use crate::types::{Addr, Delivery, OrderMsg, StateMachine};
 
 /// What a host asks of its endpoint.

@@ -17,6 +17,7 @@
 
 mod client;
 mod endpoint;
+mod error;
 mod log_store;
 mod logging;
 mod lost_log;
@@ -28,11 +29,12 @@ mod types;
 
 pub use client::{Client, ClientAction, ClientInput};
 pub use endpoint::{Endpoint, EndpointConfig, EndpointDelivery, EndpointRequest, Outcome};
-pub use log_store::LogStore;
+pub use error::OrderError;
+pub use log_store::{AppendOutside, LogStore};
 pub use logging::raft_logger;
 pub use record::{decode_log, Record};
 pub use register::{Register, RegisterOp};
-pub use replica::{Command, Input, OrderError, OrderStats, PlantedBug, Replica, ReplicaConfig};
+pub use replica::{Command, Input, OrderStats, PlantedBug, Replica, ReplicaConfig};
 pub use types::{
     Action, Addr, BatchId, Delivery, OrderMsg, Request, RequestWithoutDeadline, StateMachine,
     NO_DEADLINE,

@@ -72,22 +72,23 @@ impl LogStore {
 
     /// Appends entries (contiguous, starting at most one past the last). Entries at and after
     /// the first new index are replaced; returns that index if any existing entry was replaced.
-    pub fn append(&mut self, ents: &[Entry]) -> Option<u64> {
-        let first_new = ents.first()?.index;
+    /// Entries that would leave a gap or start before the log are refused, changing nothing
+    /// (raft-rs never asks for that).
+    pub fn append(&mut self, ents: &[Entry]) -> Result<Option<u64>, AppendOutside> {
+        let Some(first_new) = ents.first().map(|e| e.index) else {
+            return Ok(None);
+        };
         if first_new < self.first() || first_new > self.last() + 1 {
-            // raft-rs never does this; ignore rather than corrupt the log.
-            tracing::error!(
+            return Err(AppendOutside {
                 first_new,
-                first = self.first(),
-                last = self.last(),
-                "append outside the log ignored"
-            );
-            return None;
+                first: self.first(),
+                last: self.last(),
+            });
         }
         let replaced = (first_new <= self.last()).then_some(first_new);
         self.entries.truncate((first_new - self.first()) as usize);
         self.entries.extend_from_slice(ents);
-        replaced
+        Ok(replaced)
     }
 
     /// Sets the hard state.
@@ -190,6 +191,19 @@ impl Storage for LogStore {
     }
 }
 
+/// Entries that would not extend the log: they start before its first entry or past one after
+/// its last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("append of entries from {first_new} outside the log ({first}..={last}) ignored")]
+pub struct AppendOutside {
+    /// The first entry's index.
+    pub first_new: u64,
+    /// The log's first index.
+    pub first: u64,
+    /// The log's last index.
+    pub last: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,9 +219,18 @@ mod tests {
     #[test]
     fn append_reports_replaced_entries_and_compaction_keeps_the_rest() {
         let mut s = LogStore::new(vec![1, 2, 3]);
-        assert_eq!(s.append(&[entry(1, 1), entry(2, 1), entry(3, 1)]), None);
-        assert_eq!(s.append(&[entry(4, 1)]), None);
-        assert_eq!(s.append(&[entry(3, 2), entry(4, 2)]), Some(3));
+        assert_eq!(s.append(&[entry(1, 1), entry(2, 1), entry(3, 1)]), Ok(None));
+        assert_eq!(s.append(&[entry(4, 1)]), Ok(None));
+        assert_eq!(s.append(&[entry(3, 2), entry(4, 2)]), Ok(Some(3)));
+        assert_eq!(
+            s.append(&[entry(6, 2)]),
+            Err(AppendOutside {
+                first_new: 6,
+                first: 1,
+                last: 4
+            }),
+            "a gap is refused"
+        );
         assert_eq!((s.first(), s.last()), (1, 4));
         assert_eq!(s.term_of(3), Some(2));
         let mut snap = Snapshot::default();

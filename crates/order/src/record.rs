@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::replica::OrderError;
+use crate::error::OrderError;
 use crate::types::{BatchId, Request, RequestWithoutDeadline};
 
 /// One durable fact.

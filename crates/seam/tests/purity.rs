@@ -1,6 +1,8 @@
 //! The protocol crates are deterministic state machines: no file, socket, clock, thread or
 //! unseeded randomness in their code or their dependencies. This test reads their sources and
-//! manifests and fails on anything that would give them I/O of their own.
+//! manifests and fails on anything that would give them I/O of their own; it asks cargo for
+//! every crate they depend on, however indirectly, and fails on one that does I/O unless it is
+//! listed below with the crate that brings it and why that is safe.
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +24,7 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("rand::", "unseeded randomness"),
     ("thread_rng", "unseeded randomness"),
     ("getrandom", "unseeded randomness"),
+    ("OsRng", "unseeded randomness"),
     ("RandomState", "randomly seeded hashing (iteration order)"),
     ("HashMap::new", "randomly seeded hashing (use FxHashMap)"),
     ("HashSet::new", "randomly seeded hashing (use FxHashSet)"),
@@ -40,6 +43,72 @@ const FORBIDDEN: &[(&str, &str)] = &[
 
 /// Dependencies pure crates must not have.
 const FORBIDDEN_DEPS: &[&str] = &["tokio", "rand", "getrandom", "mio", "socket2", "libc"];
+
+/// Crates that do I/O of their own (an async runtime, sockets, OS randomness, signal handling,
+/// logging threads): none may be in a pure crate's dependencies, however indirect, unless
+/// [`ACCEPTED`] says who brings it.
+const IO_CRATES: &[&str] = &[
+    "tokio",
+    "mio",
+    "socket2",
+    "signal-hook-registry",
+    "rand",
+    "rand_chacha",
+    "getrandom",
+    "slog-async",
+    "slog-term",
+    "slog-envlogger",
+];
+
+/// I/O crates accepted in pure crates' dependencies: (the crate, the crate that depends on it,
+/// why it cannot act here).
+const ACCEPTED: &[(&str, &str, &str)] = &[
+    (
+        "rand",
+        "raft",
+        "raft-rs draws election timeouts from it; the replica gives it a range of one value \
+         and adds its own seeded jitter",
+    ),
+    ("rand_chacha", "rand", "rand's generator, under raft's"),
+    (
+        "getrandom",
+        "rand_core",
+        "turned on by raft's rand; pure code may not name it or OsRng (see FORBIDDEN)",
+    ),
+];
+
+/// Each line of `cargo tree --prefix depth` output as (depth, crate name).
+fn tree_lines(text: &str) -> Vec<(usize, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let digits = line.chars().take_while(char::is_ascii_digit).count();
+            let depth = line[..digits].parse().ok()?;
+            let name = line[digits..].split_whitespace().next()?.to_string();
+            Some((depth, name))
+        })
+        .collect()
+}
+
+/// The I/O crates in a dependency tree (as [`tree_lines`] gives it) that [`ACCEPTED`] does
+/// not cover, each with the chain of crates that brings it.
+fn unaccepted_io(lines: &[(usize, String)]) -> Vec<String> {
+    let mut path: Vec<&str> = Vec::new();
+    let mut found = Vec::new();
+    for (depth, name) in lines {
+        path.truncate(*depth);
+        let parent = path.last().copied().unwrap_or("");
+        path.push(name);
+        let accepted = ACCEPTED
+            .iter()
+            .any(|(krate, by, _)| krate == name && *by == parent);
+        if IO_CRATES.contains(&name.as_str()) && !accepted {
+            found.push(path.join(" -> "));
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
 
 fn crates_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -114,6 +183,48 @@ fn protocol_crates_do_no_io() {
         found.is_empty(),
         "I/O in protocol crates:\n{}",
         found.join("\n")
+    );
+}
+
+#[test]
+fn protocol_crates_depend_on_nothing_that_does_io() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut found = Vec::new();
+    for krate in PURE {
+        let package = format!("atomos-{krate}");
+        let output = std::process::Command::new(&cargo)
+            .args(["tree", "--offline", "-e", "normal", "--prefix", "depth"])
+            .args(["--no-dedupe", "-p", &package])
+            .current_dir(crates_dir())
+            .output()
+            .expect("cargo runs");
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "cargo tree -p {package} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let lines = tree_lines(&text);
+        assert!(lines.len() > 1, "no dependencies listed for {package}");
+        found.extend(unaccepted_io(&lines));
+    }
+    assert!(
+        found.is_empty(),
+        "protocol crates depend on crates that do I/O:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_dependency_check_finds_an_io_crate_however_deep_and_accepts_only_its_listed_bringer() {
+    let tree = "0atomos-protocols v0\n1atomos-core v0\n2atomos-sched v0\n3tokio v1\n\
+                1raft v0.7\n2rand v0.8\n3rand_chacha v0.3\n1mystery v1\n2rand v0.8\n";
+    assert_eq!(
+        unaccepted_io(&tree_lines(tree)),
+        vec![
+            "atomos-protocols -> atomos-core -> atomos-sched -> tokio".to_string(),
+            "atomos-protocols -> mystery -> rand".to_string(),
+        ]
     );
 }
 

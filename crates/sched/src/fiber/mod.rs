@@ -28,6 +28,7 @@ use corosensei::{Coroutine, CoroutineResult, Yielder};
 use parking_lot::Mutex;
 
 mod overflow;
+mod timer;
 
 /// The stack each fiber runs on, as large as a spawned thread's (mapped on first touch, so a
 /// fiber uses what it touches).
@@ -189,7 +190,8 @@ pub fn pause_until(until: Instant) -> bool {
 /// in the closure comes out of `poll`.
 ///
 /// Deadlines and back-offs use the Tokio runtime's timer when the fiber is polled inside a
-/// Tokio runtime, which must then have its timer enabled; polled elsewhere, a fiber waits for
+/// Tokio runtime, which must then have its timer enabled, and this crate's `tokio-timer`
+/// feature is on; polled elsewhere, a fiber waits for
 /// its answers without a deadline, and waits out a back-off by waking its task at once until
 /// the back-off is over.
 pub struct Fiber<R> {
@@ -200,7 +202,7 @@ pub struct Fiber<R> {
     /// What it waits for, while suspended.
     waiting: Option<Wait>,
     /// The timer of the wait's deadline.
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    timer: timer::Timer,
     /// The lowest address of its stack's mapping: the guard page.
     stack_limit: usize,
 }
@@ -248,7 +250,7 @@ impl<R> Fiber<R> {
             coroutine: Some(coroutine),
             yielder: std::ptr::null(),
             waiting: None,
-            timer: None,
+            timer: timer::Timer::default(),
             stack_limit,
         })
     }
@@ -271,7 +273,7 @@ impl<R> Fiber<R> {
                 if self.deadline_passed(cx, until) {
                     return Some(Resumed::TimedOut);
                 }
-                if self.timer.is_none() {
+                if !self.timer.armed() {
                     // No timer outside a Tokio runtime: look again at the next turn.
                     cx.waker().wake_by_ref();
                 }
@@ -288,25 +290,7 @@ impl<R> Fiber<R> {
     /// Whether the deadline of the current wait passed; if not and a timer can run, the timer
     /// wakes the task at the deadline.
     fn deadline_passed(&mut self, cx: &mut Context<'_>, deadline: Instant) -> bool {
-        if Instant::now() >= deadline {
-            return true;
-        }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return false;
-        }
-        let deadline = tokio::time::Instant::from_std(deadline);
-        let timer = match &mut self.timer {
-            Some(timer) => {
-                if timer.deadline() != deadline {
-                    timer.as_mut().reset(deadline);
-                }
-                timer
-            }
-            None => self
-                .timer
-                .insert(Box::pin(tokio::time::sleep_until(deadline))),
-        };
-        timer.as_mut().poll(cx).is_ready()
+        self.timer.passed(cx, deadline)
     }
 }
 

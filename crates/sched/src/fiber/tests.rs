@@ -110,6 +110,10 @@ fn a_suspended_fiber_goes_on_once_woken_by_what_it_waits_for() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "tokio-timer"),
+    ignore = "a deadline needs a timer: run with --features tokio-timer (the workspace does)"
+)]
 fn a_fiber_waits_until_its_deadline_and_no_longer() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()

@@ -1,0 +1,115 @@
+//! A replica's vocabulary: its settings, its local requests, its counters.
+
+use crate::types::{Addr, OrderMsg};
+
+/// Settings of a replica.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    /// This replica's address (also its Raft id; not 0).
+    pub id: Addr,
+    /// Every replica's address, this one included.
+    pub replicas: Vec<Addr>,
+    /// A batch is sealed when it holds this many requests...
+    pub batch_max: usize,
+    /// ...or when it has been open this many ticks (0: at the next tick).
+    pub batch_delay_ticks: u64,
+    /// Raft election timeout in ticks.
+    pub election_ticks: usize,
+    /// Raft heartbeat interval in ticks.
+    pub heartbeat_ticks: usize,
+    /// Unacknowledged batches, unordered proposals and missing batches are retried this often.
+    pub retry_ticks: u64,
+    /// A snapshot is taken (and the log compacted) every this many finally delivered entries.
+    pub snapshot_every: u64,
+    /// Append messages in flight per follower (pipelining).
+    pub max_inflight: usize,
+    /// Seeds the jitter added to ticks, which keeps elections from splitting forever, and the
+    /// numbering of this start's batches: give each start of a replica a seed of its own.
+    pub seed: u64,
+    /// This replica lost its log (its data directory was wiped) and the cluster has a
+    /// history: it neither votes nor campaigns until it has caught up (see `lost_log`). Only
+    /// an operator can say so: a new replica's empty log looks the same. Ignored once the
+    /// log shows it caught up, so it may stay set.
+    pub rejoin: bool,
+    /// A deliberate bug, for the tests that prove the simulation catches it; `None` in any
+    /// real use.
+    #[doc(hidden)]
+    pub planted_bug: Option<PlantedBug>,
+}
+
+/// Bugs a replica can be built with on purpose, so that a test shows the simulation finds
+/// them.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Deliver (and apply) entries finally as soon as they are in the log, before Raft commits
+    /// them.
+    FinalBeforeCommit,
+    /// Deliver (and apply) committed entries before this replica's own write of them is
+    /// durable: a leader's readers then see entries that its crash can take back.
+    ApplyBeforeDurable,
+    /// Decide whether a request expired by this replica's own clock instead of the log's
+    /// time: replicas whose clocks differ then run different requests.
+    ExpireByOwnClock,
+}
+
+impl ReplicaConfig {
+    /// Defaults for replica `id` of `replicas`: batches of up to 256 requests sealed at the next
+    /// tick, election after 10 ticks, heartbeat every 2, retries every 10 ticks, a snapshot every
+    /// 10,000 entries, 256 appends in flight.
+    pub fn new(id: Addr, replicas: Vec<Addr>) -> ReplicaConfig {
+        ReplicaConfig {
+            id,
+            replicas,
+            batch_max: 256,
+            batch_delay_ticks: 0,
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            retry_ticks: 10,
+            snapshot_every: 10_000,
+            max_inflight: 256,
+            seed: id,
+            rejoin: false,
+            planted_bug: None,
+        }
+    }
+}
+
+/// A replica's local requests (besides the messages clients send it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Seal the open batch now: the driver has no more requests waiting (batching by load,
+    /// like group commit, on top of the size and tick limits).
+    Flush,
+}
+
+/// What a replica reacts to: messages, ticks (one each), [`Command`]s and persistence
+/// confirmations.
+pub type Input = atomos_seam::Input<OrderMsg, Command>;
+
+/// Counters of one replica (since it last started).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OrderStats {
+    /// Entries optimistically delivered.
+    pub opt_delivered: u64,
+    /// Entries finally delivered.
+    pub final_delivered: u64,
+    /// Optimistic deliveries revoked.
+    pub revoked: u64,
+    /// Requests finally delivered (duplicates excluded).
+    pub requests_delivered: u64,
+    /// Snapshots installed from the leader.
+    pub snapshots_installed: u64,
+    /// Snapshots taken here.
+    pub snapshots_taken: u64,
+    /// Snapshots not taken because the state machine's did not pass its own check.
+    pub snapshots_failed: u64,
+    /// Snapshots from peers refused because their state does not decode.
+    pub snapshots_refused: u64,
+    /// Raft messages from peers refused as malformed (see `raft_guard`).
+    pub raft_refused: u64,
+    /// Votes withheld while this replica, rejoining after losing its log, caught up.
+    pub votes_withheld: u64,
+    /// Peers this leader started over with because their log was shorter than acknowledged.
+    pub peers_restarted: u64,
+}

@@ -1,0 +1,258 @@
+//! The Raft glue: raft-rs's `RawNode` orders batch ids. Peers' Raft messages are checked
+//! (`raft_guard`) before raft-rs sees them; its `Ready` is turned into log records, messages and
+//! the commit index; appended entries that replace optimistically delivered ones revoke them.
+//! A replica rejoining after losing its log neither votes nor campaigns (`lost_log`).
+
+use prost::Message as _;
+use raft::eraftpb::{Entry, HardState, Message, MessageType};
+use raft::SnapshotStatus;
+
+use atomos_seam::Output;
+
+use super::config::ReplicaConfig;
+use super::entries::entry_batch;
+use super::Replica;
+use crate::error::OrderError;
+use crate::raft_guard;
+use crate::record::Record;
+use crate::types::{Action, Addr, OrderMsg, StateMachine};
+
+/// raft-rs's settings for a replica whose log was applied through `applied`.
+pub(super) fn raft_config(cfg: &ReplicaConfig, applied: u64) -> raft::Config {
+    raft::Config {
+        id: cfg.id,
+        election_tick: cfg.election_ticks,
+        heartbeat_tick: cfg.heartbeat_ticks,
+        applied,
+        max_size_per_msg: 1 << 20,
+        max_inflight_msgs: cfg.max_inflight,
+        check_quorum: true,
+        pre_vote: true,
+        // One value only: raft-rs draws it from its own generator, and runs must be
+        // reproducible. The jitter comes from skipped ticks instead (see `tick`).
+        min_election_tick: cfg.election_ticks,
+        max_election_tick: cfg.election_ticks + 1,
+        ..raft::Config::default()
+    }
+}
+
+impl<S: StateMachine> Replica<S> {
+    /// A Raft message from replica `from`: stepped into raft-rs if well formed, addressed
+    /// here, and acceptable to a replica in this one's state.
+    pub(super) fn on_raft(&mut self, from: Addr, bytes: &[u8], out: &mut Vec<Action>) {
+        let m = match Message::decode(bytes) {
+            Ok(m) if m.from == from && m.to == self.cfg.id => m,
+            Ok(m) => {
+                return warn(
+                    out,
+                    format!(
+                        "misaddressed raft message from replica {from} dropped (claims {} to {})",
+                        m.from, m.to
+                    ),
+                )
+            }
+            Err(e) => {
+                return warn(
+                    out,
+                    format!("undecodable raft message from replica {from} dropped: {e}"),
+                )
+            }
+        };
+        let view = raft_guard::View {
+            voters: &self.voters,
+            last_index: self.raft.raft.raft_log.last_index(),
+        };
+        // The raw number: the enum's getter panics on a number it does not know, and the guard
+        // below is what refuses those.
+        let kind = m.msg_type;
+        let is = |t: MessageType| kind == t as i32;
+        if let Err(why) = raft_guard::check(&m, &view) {
+            self.stats.raft_refused += 1;
+            warn(
+                out,
+                format!("raft message of type {kind} from replica {from} refused: {why}"),
+            );
+            if is(MessageType::MsgHeartbeat)
+                && m.commit > view.last_index
+                && self
+                    .lost_log
+                    .report_behind(self.ticks, self.cfg.retry_ticks)
+            {
+                out.push(Output::Send {
+                    to: from,
+                    msg: OrderMsg::Behind {
+                        last: view.last_index,
+                    },
+                });
+            }
+        } else if (is(MessageType::MsgRequestVote) || is(MessageType::MsgRequestPreVote))
+            && self.lost_log.refuses_vote()
+        {
+            // Reported once, then counted: a rejoining replica withholds every vote.
+            self.stats.votes_withheld += 1;
+            if self.stats.votes_withheld == 1 {
+                warn(
+                    out,
+                    format!(
+                        "vote withheld from replica {from}: this replica rejoins after losing \
+                         its log and has not caught up (further ones are only counted)"
+                    ),
+                );
+            }
+        } else if is(MessageType::MsgSnapshot) && self.check_snapshot(m.get_snapshot()).is_err() {
+            self.stats.snapshots_refused += 1;
+            warn(
+                out,
+                format!("raft snapshot from replica {from} whose state does not decode refused"),
+            );
+        } else {
+            if is(MessageType::MsgAppend) {
+                self.lost_log.leader_appended(m.commit);
+            }
+            // Errors here are stale or irrelevant messages (raft-rs ignores them).
+            let _ = self.raft.step(m);
+        }
+    }
+
+    /// A peer's log ends at `last`: if this leader believes it holds more, it starts over with
+    /// it from there (probing, or a snapshot if the log here no longer reaches back).
+    pub(super) fn restart_peer(&mut self, peer: Addr, last: u64, out: &mut Vec<Action>) {
+        if !self.is_leader() {
+            return;
+        }
+        if let Some(pr) = self.raft.raft.mut_prs().get_mut(peer) {
+            if pr.matched > last {
+                let believed = pr.matched;
+                pr.matched = last;
+                pr.next_idx = last + 1;
+                pr.become_probe();
+                self.stats.peers_restarted += 1;
+                warn(
+                    out,
+                    format!(
+                        "replica {peer}'s log ends at {last}, before the {believed} it \
+                         acknowledged: starting over with it"
+                    ),
+                );
+            }
+        }
+    }
+
+    fn send_raft(&mut self, msgs: Vec<Message>, out: &mut Vec<Action>) {
+        for m in msgs {
+            let kind = m.get_msg_type();
+            if self.lost_log.refuses_vote()
+                && matches!(
+                    kind,
+                    MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+                )
+            {
+                // Rejoining: it neither votes nor campaigns (with another replica that missed
+                // the entries it lost, it could win without them).
+                continue;
+            }
+            if kind == MessageType::MsgSnapshot {
+                self.snapshot_to.push(m.to);
+            }
+            out.push(Output::Send {
+                to: m.to,
+                msg: OrderMsg::Raft(m.encode_to_vec()),
+            });
+        }
+    }
+
+    fn persist_hard_state(&mut self, hs: &HardState) {
+        self.write(&Record::HardState {
+            term: hs.term,
+            vote: hs.vote,
+            commit: hs.commit,
+        });
+    }
+
+    /// Takes whatever raft-rs has ready: messages out, a snapshot to install, entries and the
+    /// hard state to persist, the commit index.
+    pub(super) fn handle_ready(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        while self.raft.has_ready() {
+            let mut rd = self.raft.ready();
+            let msgs = rd.take_messages();
+            self.send_raft(msgs, out);
+            let mut wrote = false;
+            if !rd.snapshot().is_empty() {
+                let snap = rd.snapshot().clone();
+                self.install(snap, out)?;
+                wrote = true;
+            }
+            if !rd.entries().is_empty() {
+                let ents = rd.take_entries();
+                self.append(&ents, out)?;
+                wrote = true;
+            }
+            if let Some(hs) = rd.hs() {
+                let hs = hs.clone();
+                self.persist_hard_state(&hs);
+                self.raft.mut_store().set_hard_state(hs);
+                wrote = true;
+            }
+            if wrote {
+                self.flush(out);
+            }
+            let persisted = rd.take_persisted_messages();
+            self.send_raft(persisted, out);
+            if let Some(last) = rd.committed_entries().last() {
+                self.delivery.commit = self.delivery.commit.max(last.index);
+            }
+            let mut light = self.raft.advance(rd);
+            if let Some(commit) = light.commit_index() {
+                self.raft.mut_store().set_commit(commit);
+                let hs = self.raft.store().hard_state().clone();
+                self.persist_hard_state(&hs);
+                self.flush(out);
+            }
+            let msgs = light.take_messages();
+            self.send_raft(msgs, out);
+            if let Some(last) = light.committed_entries().last() {
+                self.delivery.commit = self.delivery.commit.max(last.index);
+            }
+            self.raft.advance_apply();
+        }
+        // A snapshot message may be lost: report it sent, and raft-rs probes the follower
+        // again (sending another snapshot if it still needs one).
+        for to in std::mem::take(&mut self.snapshot_to) {
+            self.raft.report_snapshot(to, SnapshotStatus::Finish);
+        }
+        Ok(())
+    }
+
+    /// Appends entries to the log; revokes optimistic deliveries they replace.
+    fn append(&mut self, ents: &[Entry], out: &mut Vec<Action>) -> Result<(), OrderError> {
+        let encoded = ents.iter().map(|e| e.encode_to_vec()).collect();
+        self.write(&Record::Entries(encoded));
+        match self.raft.mut_store().append(ents) {
+            Ok(Some(cut)) => {
+                if cut < self.delivery.final_next {
+                    return Err(OrderError::Diverged {
+                        cut,
+                        final_next: self.delivery.final_next,
+                    });
+                }
+                self.revoke(cut, out);
+                self.batches.in_log.retain(|_, at| *at < cut);
+                // The entries from `cut` on are new: no earlier write holds them.
+                self.disk.clamp(cut - 1);
+            }
+            Ok(None) => {}
+            Err(outside) => warn(out, outside.to_string()),
+        }
+        for e in ents {
+            if let Some(id) = entry_batch(e) {
+                self.batches.in_log.insert(id, e.index);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reports something an operator should know.
+pub(super) fn warn(out: &mut Vec<Action>, text: String) {
+    out.push(Output::Warn(text));
+}

@@ -1,0 +1,226 @@
+//! Optimistic and final delivery. An entry is optimistically delivered when it is in this
+//! replica's log (the leader's proposal, persisted), its batch is here, and every earlier entry
+//! was optimistically delivered; finally delivered when it is committed, durable here and was
+//! optimistically delivered. Raft overwrites a follower's uncommitted entries after a leader
+//! change without telling anyone: the log store reports the first replaced index, and every
+//! optimistic delivery from there on is revoked.
+//!
+//! Every entry carries its proposer's clock reading. The log's time at an entry is the latest
+//! reading on it and before it: a function of the log alone, which never goes back. A request
+//! whose deadline is before the log's time at its entry expires there, on every replica alike.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use atomos_seam::Output;
+
+use super::clients::{Admission, Last};
+use super::config::PlantedBug;
+use super::entries::{entry_batch, entry_stamp};
+use super::Replica;
+use crate::error::OrderError;
+use crate::types::{Action, BatchId, Delivery, Request, StateMachine};
+
+/// An entry optimistically delivered and not yet final.
+#[derive(Debug)]
+struct Pending {
+    batch: Option<BatchId>,
+    requests: Vec<Request>,
+    /// Requests of the entry's batch that expired there: (client, seq).
+    expired: Vec<(u64, u64)>,
+    /// The log's time at the entry.
+    time: u64,
+}
+
+/// Where a replica's deliveries stand.
+#[derive(Debug)]
+pub(super) struct Deliveries {
+    /// Entries optimistically delivered and not yet final, by position.
+    pending: BTreeMap<u64, Pending>,
+    /// The requests those entries delivered (ran or expired): (client, seq).
+    pending_requests: BTreeSet<(u64, u64)>,
+    /// The next position to deliver optimistically...
+    pub(super) opt_next: u64,
+    /// ...and finally.
+    pub(super) final_next: u64,
+    /// The log's time at the last optimistically delivered entry...
+    opt_time: u64,
+    /// ...and at the last finally delivered one.
+    pub(super) final_time: u64,
+    /// The highest index Raft reported committed.
+    pub(super) commit: u64,
+    /// The batch the next optimistic delivery waits for, and since when.
+    pub(super) missing: Option<(BatchId, u64)>,
+}
+
+impl Deliveries {
+    /// Deliveries resuming after position `base` (a snapshot's, or 0), whose log time was
+    /// `time`; Raft had committed through `commit`.
+    pub(super) fn new(base: u64, time: u64, commit: u64) -> Deliveries {
+        Deliveries {
+            pending: BTreeMap::new(),
+            pending_requests: BTreeSet::new(),
+            opt_next: base + 1,
+            final_next: base + 1,
+            opt_time: time,
+            final_time: time,
+            commit,
+            missing: None,
+        }
+    }
+
+    /// Everything through `index` is delivered (a snapshot's state was taken), at log time
+    /// `time`; nothing is pending (revoke first).
+    pub(super) fn skip_to(&mut self, index: u64, time: u64) {
+        self.missing = None;
+        self.opt_next = index + 1;
+        self.final_next = index + 1;
+        self.final_time = time;
+        self.opt_time = time;
+        self.commit = self.commit.max(index);
+    }
+
+    /// Whether `id` was delivered optimistically at a position not yet final.
+    fn pending_batch(&self, id: BatchId) -> bool {
+        self.pending.values().any(|p| p.batch == Some(id))
+    }
+}
+
+impl<S: StateMachine> Replica<S> {
+    /// Delivers what the log and the batches here allow: optimistically, then finally.
+    pub(super) fn deliver(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        self.deliver_optimistically(out);
+        self.deliver_finally(out);
+        self.maybe_snapshot(out)
+    }
+
+    fn deliver_optimistically(&mut self, out: &mut Vec<Action>) {
+        while self.delivery.opt_next <= self.raft.store().last() {
+            let seq = self.delivery.opt_next;
+            let entry = self.raft.store().entry(seq);
+            let batch = entry.and_then(entry_batch);
+            let time = self.delivery.opt_time.max(entry.map_or(0, entry_stamp));
+            let duplicate = batch.is_some_and(|id| {
+                self.batches.delivered.contains(&id) || self.delivery.pending_batch(id)
+            });
+            // What decides expiry: the log's time, unless a planted bug makes it the clock.
+            let expiry_time = match self.cfg.planted_bug {
+                Some(PlantedBug::ExpireByOwnClock) => self.now_ms,
+                _ => time,
+            };
+            let admission = match batch {
+                Some(id) if !duplicate => match self.batches.held.get(&id) {
+                    Some(reqs) => {
+                        self.clients
+                            .admit(reqs, expiry_time, &mut self.delivery.pending_requests)
+                    }
+                    None => {
+                        let d = &mut self.delivery;
+                        if d.missing.is_none_or(|(m, _)| m != id) {
+                            d.missing = Some((id, self.ticks));
+                        }
+                        self.want(id, out);
+                        break;
+                    }
+                },
+                _ => Admission::default(),
+            };
+            let requests = admission.admitted;
+            self.machine.optimistic(seq, &requests);
+            out.push(Output::Deliver(Delivery::Opt {
+                seq,
+                requests: requests.clone(),
+            }));
+            let d = &mut self.delivery;
+            d.pending.insert(
+                seq,
+                Pending {
+                    batch: if duplicate { None } else { batch },
+                    requests,
+                    expired: admission.expired,
+                    time,
+                },
+            );
+            d.opt_time = time;
+            d.opt_next += 1;
+            d.missing = None;
+            self.stats.opt_delivered += 1;
+        }
+    }
+
+    fn deliver_finally(&mut self, out: &mut Vec<Action>) {
+        let d = &self.delivery;
+        let committed = match self.cfg.planted_bug {
+            Some(PlantedBug::FinalBeforeCommit) => self.raft.store().last(),
+            Some(PlantedBug::ApplyBeforeDurable) => d.commit,
+            None | Some(PlantedBug::ExpireByOwnClock) => d.commit.min(self.disk.durable_index()),
+        };
+        while self.delivery.final_next <= committed
+            && self.delivery.final_next < self.delivery.opt_next
+        {
+            let seq = self.delivery.final_next;
+            let Some(p) = self.delivery.pending.remove(&seq) else {
+                break;
+            };
+            for &(client, seq) in &p.expired {
+                self.finish_request(client, seq, Last::Expired, out);
+            }
+            for (index, r) in p.requests.iter().enumerate() {
+                let response = self.machine.apply_final(seq, index as u32, r);
+                self.finish_request(r.client, r.seq, Last::Answered(response), out);
+                self.stats.requests_delivered += 1;
+            }
+            if let Some(id) = p.batch {
+                // Requests of the batch that were not delivered (older than one of their
+                // client's already ordered) are done too: they never run.
+                self.batches.finished(id);
+            }
+            for text in self.machine.take_alarms() {
+                out.push(Output::Deliver(Delivery::Alarm { seq, text }));
+            }
+            out.push(Output::Deliver(Delivery::Final {
+                seq,
+                time_ms: p.time,
+            }));
+            self.delivery.final_time = p.time;
+            self.delivery.final_next += 1;
+            self.stats.final_delivered += 1;
+        }
+    }
+
+    /// Request `seq` of `client` was finally delivered with `outcome`: the clients' table
+    /// records it, and a client waiting for it here hears of it.
+    fn finish_request(&mut self, client: u64, seq: u64, outcome: Last, out: &mut Vec<Action>) {
+        self.delivery.pending_requests.remove(&(client, seq));
+        self.batches.decided(client, seq);
+        if let Some((to, msg)) = self.clients.record(client, seq, outcome) {
+            out.push(Output::Send { to, msg });
+        }
+    }
+
+    /// Revokes the optimistic deliveries from position `from` on (those not final).
+    pub(super) fn revoke(&mut self, from: u64, out: &mut Vec<Action>) {
+        let d = &mut self.delivery;
+        if from >= d.opt_next {
+            return;
+        }
+        let from = from.max(d.final_next);
+        let revoked = d.pending.split_off(&from);
+        self.stats.revoked += revoked.len() as u64;
+        d.pending_requests = d
+            .pending
+            .values()
+            .flat_map(|p| {
+                let ran = p.requests.iter().map(|r| (r.client, r.seq));
+                ran.chain(p.expired.iter().copied())
+            })
+            .collect();
+        d.opt_time = d
+            .pending
+            .values()
+            .next_back()
+            .map_or(d.final_time, |p| p.time);
+        d.opt_next = from;
+        self.machine.revoked(from);
+        out.push(Output::Deliver(Delivery::Revoke { from }));
+    }
+}

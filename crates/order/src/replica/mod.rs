@@ -1,0 +1,420 @@
+//! One OS-Paxos replica: a Raft core (raft-rs `RawNode`) that orders batch ids, S-Paxos batch
+//! dissemination around it, optimistic and final delivery, client deduplication, persistence,
+//! snapshots. A deterministic state machine behind the protocol seam (its
+//! [`Machine::step`] takes a tick, a message, a flush request or a persistence confirmation
+//! and appends what to send, write and deliver); it reads no clock, owns no socket or file and
+//! logs nothing (what an operator should know goes out as [`Output::Warn`]).
+//!
+//! Its state is split by owner, each part in a module of its own:
+//! - [`dissemination`]: the batches formed, sent, acknowledged, proposed and fetched;
+//! - [`delivery`]: optimistic and final delivery, revocation, the log's time;
+//! - [`clients`]: deduplication in log order and the answers owed to waiting clients (pure);
+//! - [`snapshot`]: snapshots, compaction, state transfer;
+//! - [`consensus`]: the Raft glue (checked messages in, `Ready` out);
+//! - [`disk`]: which writes are emitted and which durable.
+//!
+//! Requests are deduplicated in log order, so every replica drops the same duplicates: a
+//! request is delivered only if its number is above every number its client had delivered
+//! (finally or optimistically) at earlier positions, a function of the log prefix alone. A
+//! request whose deadline is before the log's time at its entry expires there (it never runs,
+//! and counts as its client's latest request), on every replica alike; a copy that reaches a
+//! replica whose final log time is past its deadline is answered at once.
+
+mod clients;
+mod config;
+mod consensus;
+mod delivery;
+mod disk;
+mod dissemination;
+mod entries;
+mod snapshot;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use prost::Message as _;
+use raft::eraftpb::{Entry, HardState, Snapshot};
+use raft::RawNode;
+
+use atomos_seam::stable::SplitMix64;
+use atomos_seam::{Machine, Output};
+use rand_core::{RngCore, SeedableRng};
+
+pub use config::{Command, Input, OrderStats, PlantedBug, ReplicaConfig};
+
+use crate::error::OrderError;
+use crate::log_store::LogStore;
+use crate::logging::raft_logger;
+use crate::lost_log::LostLog;
+use crate::record::Record;
+use crate::types::{Action, Addr, Delivery, OrderMsg, Request, StateMachine};
+use clients::{ClientTable, Reception};
+use consensus::{raft_config, warn};
+use delivery::Deliveries;
+use disk::Disk;
+use dissemination::Batches;
+use entries::{entry_batch, fresh_batch_base};
+use snapshot::SnapshotData;
+
+/// One replica. `S` is the replicated state machine.
+pub struct Replica<S> {
+    cfg: ReplicaConfig,
+    raft: RawNode<LogStore>,
+    machine: S,
+    disk: Disk,
+    batches: Batches,
+    delivery: Deliveries,
+    clients: ClientTable,
+    rng: SplitMix64,
+    ticks: u64,
+    /// The clock reading of the current step (milliseconds since the Unix epoch in
+    /// production): what this replica stamps on the entries it proposes.
+    now_ms: u64,
+    /// The configured replicas, sorted (what a peer's snapshot must be configured with).
+    voters: Vec<u64>,
+    /// Peers Raft sent a snapshot to in this step.
+    snapshot_to: Vec<u64>,
+    /// Whether this replica's log is known to have lost entries (see `lost_log`).
+    lost_log: LostLog,
+    stats: OrderStats,
+}
+
+/// What a replica's log held when it opened.
+struct Replayed {
+    store: LogStore,
+    batches: BTreeMap<crate::types::BatchId, Vec<Request>>,
+    /// What the log says of rejoining: still at it, caught up since, or nothing.
+    rejoining: Option<bool>,
+}
+
+/// Replays a replica's records into its log store and batches.
+fn replay(replicas: Vec<Addr>, log: Vec<Record>) -> Result<Replayed, OrderError> {
+    let mut replayed = Replayed {
+        store: LogStore::new(replicas),
+        batches: BTreeMap::new(),
+        rejoining: None,
+    };
+    let corrupt = |e: &dyn std::fmt::Display| OrderError::Corrupt(e.to_string());
+    for record in log {
+        match record {
+            Record::Entries(list) => {
+                let ents = list
+                    .iter()
+                    .map(|b| Entry::decode(b.as_slice()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| corrupt(&e))?;
+                replayed.store.append(&ents).map_err(|e| corrupt(&e))?;
+            }
+            Record::HardState { term, vote, commit } => {
+                let mut hs = HardState::default();
+                (hs.term, hs.vote, hs.commit) = (term, vote, commit);
+                replayed.store.set_hard_state(hs);
+            }
+            Record::Installed(bytes) => {
+                let snap = Snapshot::decode(bytes.as_slice()).map_err(|e| corrupt(&e))?;
+                replayed.store.install(snap);
+            }
+            Record::Batch { id, requests } => {
+                replayed.batches.insert(id, requests);
+            }
+            Record::BatchWithoutDeadlines { id, requests } => {
+                let requests = requests.into_iter().map(Request::from).collect();
+                replayed.batches.insert(id, requests);
+            }
+            Record::Rejoining => replayed.rejoining = Some(true),
+            Record::Rejoined => replayed.rejoining = Some(false),
+        }
+    }
+    Ok(replayed)
+}
+
+impl<S: StateMachine> Replica<S> {
+    /// Opens replica `cfg.id` from the records its disk holds ([`crate::decode_log`]; none for a
+    /// new replica) and starts Raft where the log left off. `machine` must be in its initial
+    /// state.
+    pub fn open(cfg: ReplicaConfig, log: Vec<Record>, mut machine: S) -> Result<Self, OrderError> {
+        if cfg.id == 0 || !cfg.replicas.contains(&cfg.id) {
+            return Err(OrderError::Config(format!(
+                "replica id {} must be non-zero and among the replicas {:?}",
+                cfg.id, cfg.replicas
+            )));
+        }
+        let Replayed {
+            store,
+            batches,
+            rejoining,
+        } = replay(cfg.replicas.clone(), log)?;
+        let base = store.snapshot_index();
+        let mut clients = ClientTable::default();
+        let mut delivered = BTreeSet::new();
+        let mut log_time = 0;
+        if base > 0 {
+            let data = SnapshotData::decode(&store.latest_snapshot().data)
+                .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
+            machine
+                .restore(&data.machine)
+                .map_err(OrderError::Corrupt)?;
+            clients = ClientTable::from_last(data.clients());
+            log_time = data.log_time;
+            delivered = data.delivered_batches.into_iter().collect();
+        }
+        let commit = store.hard_state().commit.max(base);
+        let in_log = store
+            .entries_from(store.first())
+            .iter()
+            .filter_map(|e| Some((entry_batch(e)?, e.index)))
+            .collect();
+        // Batch numbers must never repeat, but a log does not always remember every number this
+        // replica used (its disk may have been wiped, and its log may hold some of an earlier
+        // run's batches, received back from peers, but not the last): each start numbers from
+        // a base of its own drawn from its seed, which the runtime draws anew at each start.
+        let batches = Batches::new(
+            cfg.id,
+            batches,
+            delivered,
+            in_log,
+            fresh_batch_base(cfg.seed),
+        );
+        let raft = RawNode::new(&raft_config(&cfg, base), store, &raft_logger())?;
+        // Told to rejoin and the log does not show it caught up since (an operator may leave
+        // the setting on), or the log says an earlier start was still rejoining.
+        let rejoin = rejoining.unwrap_or(cfg.rejoin);
+        // Written before anything else this start writes, so a crash before catching up
+        // restarts rejoining, whatever the configuration says then.
+        let queued = if rejoin && rejoining.is_none() {
+            vec![Record::Rejoining]
+        } else {
+            Vec::new()
+        };
+        // What the log held at start is on the disk.
+        let disk = Disk::new(raft.store().last(), queued);
+        let mut voters = cfg.replicas.clone();
+        voters.sort_unstable();
+        Ok(Replica {
+            raft,
+            machine,
+            disk,
+            batches,
+            delivery: Deliveries::new(base, log_time, commit),
+            clients,
+            rng: SplitMix64::seed_from_u64(cfg.seed ^ 0x6a09_e667_f3bc_c908),
+            ticks: 0,
+            now_ms: 0,
+            voters,
+            snapshot_to: Vec::new(),
+            lost_log: LostLog::new(rejoin),
+            stats: OrderStats::default(),
+            cfg,
+        })
+    }
+
+    /// Opens a replica's log without joining the cluster and applies every committed entry it
+    /// holds: the state the replica had reached (or would reach on restart before hearing from
+    /// anyone). For tools and tests that inspect a stopped replica.
+    pub fn recover(
+        cfg: ReplicaConfig,
+        log: Vec<Record>,
+        machine: S,
+    ) -> Result<(S, u64), OrderError> {
+        let mut replica = Replica::open(cfg, log, machine)?;
+        let mut ignored = Vec::new();
+        replica.step(0, Input::Request(Command::Flush), &mut ignored)?;
+        let applied = replica.delivery.final_next - 1;
+        Ok((replica.machine, applied))
+    }
+
+    /// This replica's address (its Raft id).
+    pub fn id(&self) -> Addr {
+        self.cfg.id
+    }
+
+    /// The replicated state machine.
+    pub fn machine(&self) -> &S {
+        &self.machine
+    }
+
+    /// The replicated state machine, to take what it recorded while applying (events for the
+    /// node it runs on). Changing its state here would part this replica from the others.
+    pub fn machine_mut(&mut self) -> &mut S {
+        &mut self.machine
+    }
+
+    /// Whether this replica still rejoins after losing its log (it votes once caught up),
+    /// or has not delivered every entry it knows committed yet (a rejoined replica may still
+    /// fetch the batches of old entries).
+    pub fn rejoining(&self) -> bool {
+        self.lost_log.rejoining() || self.delivery.final_next <= self.delivery.commit
+    }
+
+    /// Counters since this replica started.
+    pub fn stats(&self) -> OrderStats {
+        self.stats
+    }
+
+    /// Requests this replica took into its batches that are not delivered or dropped yet
+    /// (bookkeeping that must not grow with the requests it has served).
+    pub fn requests_in_flight(&self) -> usize {
+        self.batches.in_flight()
+    }
+
+    /// Whether this replica is the Raft leader now.
+    pub fn is_leader(&self) -> bool {
+        self.raft.raft.state == raft::StateRole::Leader
+    }
+
+    /// The current Raft term (it grows with every election).
+    pub fn term(&self) -> u64 {
+        self.raft.raft.term
+    }
+
+    /// The next position to be finally delivered.
+    pub fn final_next(&self) -> u64 {
+        self.delivery.final_next
+    }
+
+    /// The log's time at the last finally delivered entry (see [`Delivery::Final`]): a
+    /// request with an earlier deadline that has not run by now never will.
+    pub fn log_time(&self) -> u64 {
+        self.delivery.final_time
+    }
+
+    /// A one-line account of where this replica stands (for diagnostics).
+    pub fn describe(&self) -> String {
+        let store = self.raft.store();
+        let d = &self.delivery;
+        format!(
+            "replica {}: {:?} term {}, log {}..={}, commit {}, opt_next {}, final_next {}, waiting for batch {:?}, {:?}",
+            self.cfg.id,
+            self.raft.raft.state,
+            self.raft.raft.term,
+            store.first(),
+            store.last(),
+            d.commit,
+            d.opt_next,
+            d.final_next,
+            d.missing,
+            self.stats
+        )
+    }
+
+    fn majority(&self) -> usize {
+        self.cfg.replicas.len() / 2 + 1
+    }
+
+    /// The other replicas.
+    fn others(&self) -> impl Iterator<Item = Addr> + '_ {
+        let me = self.cfg.id;
+        self.cfg.replicas.iter().copied().filter(move |&r| r != me)
+    }
+
+    /// Queues a record for the next disk write.
+    fn write(&mut self, record: &Record) {
+        self.disk.queue(record);
+    }
+
+    /// Emits the queued records as one disk write: whatever is emitted after it waits until
+    /// they are durable.
+    fn flush(&mut self, out: &mut Vec<Action>) {
+        if let Some(write) = self.disk.flush(self.raft.store().last()) {
+            out.push(Output::Persist(write));
+        }
+    }
+
+    fn tick(&mut self, out: &mut Vec<Action>) {
+        self.ticks += 1;
+        // One tick in eight is skipped, at random: replicas whose election timers started
+        // together drift apart, so split votes do not repeat forever.
+        if !self.rng.next_u64().is_multiple_of(8) {
+            self.raft.tick();
+        }
+        self.seal_due(false, out);
+        self.retry_dissemination(out);
+        self.unstick(out);
+    }
+
+    fn on_message(
+        &mut self,
+        from: Addr,
+        msg: OrderMsg,
+        out: &mut Vec<Action>,
+    ) -> Result<(), OrderError> {
+        let member = self.cfg.replicas.contains(&from);
+        match msg {
+            OrderMsg::Raft(bytes) if member => self.on_raft(from, &bytes, out),
+            OrderMsg::Batch { requests, .. } if requests.is_empty() => {
+                // No replica seals an empty batch; taking one would deliver nothing where the
+                // others deliver the batch's requests.
+                warn(out, format!("empty batch from {from} refused"));
+            }
+            OrderMsg::Batch { id, requests } if member => self.on_batch(from, id, requests, out),
+            OrderMsg::BatchAck { id } if member => self.on_batch_ack(from, id),
+            OrderMsg::FetchBatch { id } if member => self.on_fetch_batch(from, id, out),
+            OrderMsg::FetchState { after } if member => self.on_fetch_state(from, after, out),
+            OrderMsg::State { snapshot } if member => self.on_state(from, &snapshot, out)?,
+            OrderMsg::Behind { last } if member => self.restart_peer(from, last, out),
+            OrderMsg::Request(req) => self.on_request(from, req, out),
+            OrderMsg::Behind { .. }
+            | OrderMsg::Raft(_)
+            | OrderMsg::Batch { .. }
+            | OrderMsg::BatchAck { .. }
+            | OrderMsg::FetchBatch { .. }
+            | OrderMsg::FetchState { .. }
+            | OrderMsg::State { .. } => {
+                warn(
+                    out,
+                    format!("replica message from non-member {from} dropped"),
+                );
+            }
+            OrderMsg::Reply { .. } | OrderMsg::Expired { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// A client's request: answered from the clients' table if decided, else ordered.
+    fn on_request(&mut self, from: Addr, req: Request, out: &mut Vec<Action>) {
+        match self.clients.receive(from, &req, self.delivery.final_time) {
+            Reception::Answer(msg) => out.push(Output::Send { to: from, msg }),
+            Reception::Drop => {}
+            Reception::Order => self.take_request(req, out),
+        }
+    }
+}
+
+impl<S: StateMachine> Machine for Replica<S> {
+    type Msg = OrderMsg;
+    type Request = Command;
+    type Delivery = Delivery;
+    type Error = OrderError;
+
+    /// Reacts to one input; appends messages to send, disk writes and deliveries to `out`
+    /// (every record a message or delivery depends on is written before it: see
+    /// [`atomos_seam`]). The replica counts its timers in ticks; `now` (milliseconds since the
+    /// Unix epoch in production) is only stamped on the entries it proposes.
+    fn step(&mut self, now: u64, input: Input, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        self.now_ms = now;
+        match input {
+            Input::Tick => self.tick(out),
+            Input::Request(Command::Flush) => self.seal_due(true, out),
+            Input::Message { from, msg } => self.on_message(from, msg, out)?,
+            // Writes are ordered before what depends on them; nothing waits for this.
+            Input::Persisted { through } => self.disk.persisted(through),
+        }
+        self.handle_ready(out)?;
+        self.deliver(out)?;
+        self.flush(out);
+        if self
+            .lost_log
+            .caught_up(self.raft.raft.raft_log.committed, self.is_leader())
+        {
+            warn(
+                out,
+                format!(
+                    "replica {} caught up after losing its log: voting again",
+                    self.cfg.id
+                ),
+            );
+            self.write(&Record::Rejoined);
+            self.flush(out);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,318 @@
+//! Snapshots and state transfer. Every `snapshot_every` finally delivered entries a replica
+//! snapshots its state (the state machine's, the clients' table, the delivered batches, the
+//! log's time), compacts its log and rewrites its disk. A replica whose log is behind the
+//! leader's first entry gets a snapshot through Raft (`install`); one that waits for a batch
+//! nobody keeps any more (it was away while the others compacted) asks the others for their
+//! latest snapshot and adopts it (`adopt`). A snapshot from a peer whose state does not decode
+//! is refused before anything of it is taken.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use prost::Message as _;
+use raft::eraftpb::Snapshot;
+use serde::{Deserialize, Serialize};
+
+use atomos_seam::{Output, Write};
+
+use super::clients::Last;
+use super::Replica;
+use crate::error::OrderError;
+use crate::record::Record;
+use crate::types::{Action, Addr, BatchId, Delivery, OrderMsg, StateMachine};
+
+/// What a snapshot holds besides Raft's metadata. Fields are only ever appended (postcard
+/// encodes them in order), so a snapshot written by an earlier build decodes as a prefix.
+#[derive(Serialize, Deserialize)]
+pub(super) struct SnapshotData {
+    pub(super) machine: Vec<u8>,
+    /// Per client: its latest request's number and answer (empty if it expired).
+    clients: Vec<(u64, u64, Vec<u8>)>,
+    pub(super) delivered_batches: Vec<BatchId>,
+    /// The log's time at the snapshot's position.
+    pub(super) log_time: u64,
+    /// The clients whose latest request expired.
+    expired: Vec<u64>,
+}
+
+/// A snapshot as builds before request deadlines wrote it.
+#[derive(Deserialize)]
+struct SnapshotDataWithoutTime {
+    machine: Vec<u8>,
+    clients: Vec<(u64, u64, Vec<u8>)>,
+    delivered_batches: Vec<BatchId>,
+}
+
+impl SnapshotData {
+    /// Decodes a snapshot of this build or of an earlier one (without log time: 0, and no
+    /// expired requests). The current layout extends the earlier one, so earlier bytes fail
+    /// only for want of the new fields.
+    pub(super) fn decode(bytes: &[u8]) -> Result<SnapshotData, String> {
+        postcard::from_bytes::<SnapshotData>(bytes).or_else(|e| {
+            postcard::from_bytes::<SnapshotDataWithoutTime>(bytes)
+                .map(|old| SnapshotData {
+                    machine: old.machine,
+                    clients: old.clients,
+                    delivered_batches: old.delivered_batches,
+                    log_time: 0,
+                    expired: Vec::new(),
+                })
+                .map_err(|_| e.to_string())
+        })
+    }
+
+    /// What a snapshot holds of `machine`'s state and a replica's tables.
+    pub(super) fn new(
+        machine: Vec<u8>,
+        clients: &BTreeMap<u64, (u64, Last)>,
+        delivered_batches: &BTreeSet<BatchId>,
+        log_time: u64,
+    ) -> SnapshotData {
+        let mut expired = Vec::new();
+        let clients = clients
+            .iter()
+            .map(|(c, (s, last))| match last {
+                Last::Answered(r) => (*c, *s, r.clone()),
+                Last::Expired => {
+                    expired.push(*c);
+                    (*c, *s, Vec::new())
+                }
+            })
+            .collect();
+        SnapshotData {
+            machine,
+            clients,
+            delivered_batches: delivered_batches.iter().copied().collect(),
+            log_time,
+            expired,
+        }
+    }
+
+    /// The clients' table it holds.
+    pub(super) fn clients(&self) -> BTreeMap<u64, (u64, Last)> {
+        let expired: BTreeSet<u64> = self.expired.iter().copied().collect();
+        self.clients
+            .iter()
+            .map(|(c, s, r)| {
+                let last = if expired.contains(c) {
+                    Last::Expired
+                } else {
+                    Last::Answered(r.clone())
+                };
+                (*c, (*s, last))
+            })
+            .collect()
+    }
+}
+
+impl<S: StateMachine> Replica<S> {
+    /// Whether a snapshot's state decodes (ours and the machine's), changing nothing: a
+    /// snapshot from a peer that fails is refused before anything of it is taken.
+    pub(super) fn check_snapshot(&self, snap: &Snapshot) -> Result<(), String> {
+        let data = SnapshotData::decode(&snap.data)?;
+        self.machine.check_snapshot(&data.machine)
+    }
+
+    /// Takes the delivered state of a snapshot: the state machine, the clients' table, the
+    /// delivered batches. Optimistic deliveries not yet final are revoked.
+    fn restore_state(&mut self, snap: &Snapshot, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        let index = snap.get_metadata().index;
+        let data = SnapshotData::decode(&snap.data)
+            .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
+        self.machine
+            .restore(&data.machine)
+            .map_err(OrderError::Corrupt)?;
+        self.clients.restore(data.clients());
+        self.batches.delivered = data.delivered_batches.into_iter().collect();
+        if self.delivery.opt_next > self.delivery.final_next {
+            self.revoke(self.delivery.final_next, out);
+        }
+        // What the snapshot covers is done: delivered, or older than its client's last.
+        let clients = &self.clients;
+        self.batches
+            .retain_in_flight(|client, seq| !clients.decided(client, seq));
+        self.batches.forget_delivered(index);
+        self.batches.in_log.retain(|_, at| *at > index);
+        self.delivery.skip_to(index, data.log_time);
+        self.stats.snapshots_installed += 1;
+        out.push(Output::Deliver(Delivery::Installed { seq: index }));
+        Ok(())
+    }
+
+    /// A snapshot Raft hands over because this replica's log is behind the leader's first
+    /// entry: it replaces the log.
+    pub(super) fn install(
+        &mut self,
+        snap: Snapshot,
+        out: &mut Vec<Action>,
+    ) -> Result<(), OrderError> {
+        let index = snap.get_metadata().index;
+        self.restore_state(&snap, out)?;
+        self.write(&Record::Installed(snap.encode_to_vec()));
+        self.raft.mut_store().install(snap);
+        // The log after the snapshot starts anew (raft-rs installs one over entries of another
+        // term too): no earlier write holds what comes next.
+        self.disk.clamp(index);
+        Ok(())
+    }
+
+    /// A replica asks for a snapshot covering position `after`: the latest one here, if it
+    /// does.
+    pub(super) fn on_fetch_state(&mut self, from: Addr, after: u64, out: &mut Vec<Action>) {
+        let snap = self.raft.store().latest_snapshot();
+        if snap.get_metadata().index >= after {
+            out.push(Output::Send {
+                to: from,
+                msg: OrderMsg::State {
+                    snapshot: snap.encode_to_vec(),
+                },
+            });
+        }
+    }
+
+    /// A snapshot another replica sent because this one asked: adopted if it decodes.
+    pub(super) fn on_state(
+        &mut self,
+        from: Addr,
+        snapshot: &[u8],
+        out: &mut Vec<Action>,
+    ) -> Result<(), OrderError> {
+        match Snapshot::decode(snapshot)
+            .map_err(|e| e.to_string())
+            .and_then(|snap| self.check_snapshot(&snap).map(|()| snap))
+        {
+            Ok(snap) => self.adopt(snap, out),
+            Err(error) => {
+                self.stats.snapshots_refused += 1;
+                out.push(Output::Warn(format!(
+                    "undecodable snapshot from replica {from} refused: {error}"
+                )));
+                Ok(())
+            }
+        }
+    }
+
+    /// A snapshot another replica sent because this one waits for a batch nobody keeps any
+    /// more. Taken only if it covers the waiting entry and lies within this replica's committed
+    /// log, whose entries up to it it then replaces (the log itself stays Raft's).
+    fn adopt(&mut self, snap: Snapshot, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        let index = snap.get_metadata().index;
+        let usable = index >= self.delivery.opt_next
+            && index <= self.delivery.commit
+            && index <= self.raft.store().last()
+            && index > self.raft.store().snapshot_index();
+        if !usable {
+            return Ok(());
+        }
+        self.restore_state(&snap, out)?;
+        self.raft.mut_store().compact(snap);
+        self.rewrite_disk(out);
+        Ok(())
+    }
+
+    /// The replicas drop a batch's contents when they compact the log past its entry. A replica
+    /// that still needs one by then (it was away, and its log is not behind enough for Raft to
+    /// send a snapshot) asks the others for their latest snapshot instead and adopts it.
+    pub(super) fn unstick(&mut self, out: &mut Vec<Action>) {
+        let Some((id, since)) = self.delivery.missing else {
+            return;
+        };
+        if self.ticks < since + 4 * self.cfg.retry_ticks {
+            return;
+        }
+        self.delivery.missing = Some((id, self.ticks));
+        for to in self.others() {
+            out.push(Output::Send {
+                to,
+                msg: OrderMsg::FetchState {
+                    after: self.delivery.opt_next,
+                },
+            });
+        }
+    }
+
+    /// Takes a snapshot at the last finally delivered entry once `snapshot_every` entries have
+    /// been delivered since the last one; compacts the log and rewrites the disk.
+    pub(super) fn maybe_snapshot(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        let applied = self.delivery.final_next - 1;
+        let base = self.raft.store().snapshot_index();
+        if applied < base + self.cfg.snapshot_every.max(1) {
+            return Ok(());
+        }
+        let Some(term) = self.raft.store().term_of(applied) else {
+            return Ok(());
+        };
+        let machine = self.machine.snapshot();
+        if let Err(why) = self.machine.check_snapshot(&machine) {
+            // Compacting would leave a log this replica could not restart from: keep the log.
+            self.stats.snapshots_failed += 1;
+            out.push(Output::Warn(format!(
+                "no snapshot taken at {applied} (the log is kept whole): the state machine's \
+                 snapshot does not pass its own check: {why}"
+            )));
+            return Ok(());
+        }
+        let data = SnapshotData::new(
+            machine,
+            self.clients.last(),
+            &self.batches.delivered,
+            self.delivery.final_time,
+        );
+        let mut snap = Snapshot {
+            data: postcard::to_stdvec(&data).map_err(|e| OrderError::Corrupt(e.to_string()))?,
+            ..Snapshot::default()
+        };
+        let meta = snap.mut_metadata();
+        meta.index = applied;
+        meta.term = term;
+        meta.set_conf_state(self.raft.store().conf_state().clone());
+        self.raft.mut_store().compact(snap);
+        self.batches.forget_delivered(applied);
+        self.rewrite_disk(out);
+        self.stats.snapshots_taken += 1;
+        Ok(())
+    }
+
+    /// Rewrites the disk with what the replica holds now: its snapshot, the entries after it,
+    /// the hard state, the batches it keeps.
+    fn rewrite_disk(&mut self, out: &mut Vec<Action>) {
+        let store = self.raft.store();
+        let snap = store.latest_snapshot();
+        let mut records = vec![Record::Installed(snap.encode_to_vec())];
+        let rest: Vec<Vec<u8>> = store
+            .entries_from(store.first())
+            .iter()
+            .map(|e| e.encode_to_vec())
+            .collect();
+        if !rest.is_empty() {
+            records.push(Record::Entries(rest));
+        }
+        let hs = store.hard_state();
+        records.push(Record::HardState {
+            term: hs.term,
+            vote: hs.vote,
+            commit: hs.commit,
+        });
+        records.extend(
+            self.batches
+                .held
+                .iter()
+                .map(|(id, requests)| Record::Batch {
+                    id: *id,
+                    requests: requests.clone(),
+                }),
+        );
+        if self.lost_log.rejoining() {
+            records.push(Record::Rejoining);
+        } else if self.cfg.rejoin {
+            // The setting may stay on: the log must keep saying that it caught up.
+            records.push(Record::Rejoined);
+        }
+        // Records queued before go first (the rewrite holds their facts too, but a write
+        // emitted earlier is never dropped).
+        self.flush(out);
+        self.disk.emitted(self.raft.store().last());
+        out.push(Output::Persist(Write::Rewrite(
+            records.iter().map(Record::encode).collect(),
+        )));
+    }
+}
