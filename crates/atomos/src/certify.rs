@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use atomos_core::{Certification, Certifier, CertifyError, LockOutcome, Outcome, TxError, Verdict};
-use atomos_protocols::replicated::{Answer, Entry, LockOwner};
+use atomos_core::{CertifyError, Outcome, TxError};
+use atomos_protocols::replicated::client::{self, Orderer, StoreClient};
 use tracing::warn;
 
 use crate::ordering::{RequestOutcome, SubmitError, Submitter, Ticket};
@@ -43,44 +43,27 @@ impl Default for CertifyOptions {
     }
 }
 
-/// Certifies through the local order replica. Requests from all of the node's threads share
-/// the replica's batches.
-pub(crate) struct CertifySink {
+/// Orders the replicated store's entries through this node's order replica, each waiting up
+/// to `limit`: what the store's [`StoreClient`] (the node's certifier and invoker) orders
+/// through. Requests from all of the node's threads share the replica's batches.
+pub(crate) struct SubmitOrderer {
     submitter: Submitter,
     limit: Duration,
-    /// This node's id and its run: with them the engine's family ids are unique in the
-    /// cluster.
-    node: u64,
-    run: u64,
 }
 
-impl CertifySink {
-    /// The sink of node `node` in its run `run` (different at each start).
-    pub(crate) fn new(submitter: Submitter, limit: Duration, node: u64, run: u64) -> CertifySink {
-        CertifySink {
-            submitter,
-            limit,
-            node,
-            run,
-        }
+impl SubmitOrderer {
+    /// Orders through `submitter`, waiting up to `limit` for each answer.
+    pub(crate) fn new(submitter: Submitter, limit: Duration) -> SubmitOrderer {
+        SubmitOrderer { submitter, limit }
     }
+}
 
-    /// The cluster-wide identity of this node's transaction family `family`.
-    fn owner(&self, family: u64) -> LockOwner {
-        LockOwner {
-            node: self.node,
-            run: self.run,
-            family,
-        }
-    }
-
-    /// Orders `entry` and returns the store's answer. An entry not ordered within the limit
-    /// never runs (it is refused); one whose fate is not known then carries the ticket to
-    /// ask [`outcome`] about.
-    fn order(&self, entry: Entry) -> Result<Answer, CertifyError> {
-        let bytes = self
-            .submitter
-            .submit_wait(entry.encode(), self.limit)
+impl Orderer for SubmitOrderer {
+    /// An entry not ordered within the limit never runs (it is refused); one whose fate is not
+    /// known then carries the ticket to ask [`outcome`] about.
+    fn order(&self, entry: Vec<u8>) -> Result<Vec<u8>, CertifyError> {
+        self.submitter
+            .submit_wait(entry, self.limit)
             .map_err(|e| match e {
                 SubmitError::Expired(_) => CertifyError::Refused(e.to_string()),
                 SubmitError::TimedOut { ticket, .. } => CertifyError::OutcomeUnknown {
@@ -90,76 +73,20 @@ impl CertifySink {
                 SubmitError::Stopped => {
                     CertifyError::unknown(format!("it was sent to be ordered: {e}"))
                 }
-            })?;
-        Answer::decode(&bytes).map_err(|e| {
-            CertifyError::unknown(format!("the replica's answer does not decode: {e}"))
-        })
+            })
+    }
+
+    fn report(&self, text: String) {
+        warn!("{text}");
     }
 }
 
-impl Certifier for CertifySink {
-    fn certify(&self, c: Certification) -> Result<Verdict, CertifyError> {
-        let entry = Entry::Certify {
-            reads: c.reads,
-            writes: c.writes,
-        };
-        match self.order(entry)? {
-            Answer::Committed { version } => Ok(Verdict::Committed { version }),
-            Answer::Conflict { .. } => Ok(Verdict::Conflict),
-            other => Err(CertifyError::unknown(format!(
-                "the replica answered a certification with {other:?}"
-            ))),
-        }
-    }
-
-    fn barrier(&self) -> Result<u64, CertifyError> {
-        Ok(self.order(Entry::Barrier)?.position())
-    }
-
-    fn abstract_lock(&self, owner: u64, name: &str) -> Result<LockOutcome, CertifyError> {
-        let entry = Entry::LockFor {
-            owner: self.owner(owner),
-            name: name.to_string(),
-        };
-        match self.order(entry)? {
-            Answer::Locked { taken: true, .. } => Ok(LockOutcome::Taken),
-            Answer::Locked { taken: false, .. } => Ok(LockOutcome::AlreadyHeld),
-            Answer::LockHeld { .. } => Ok(LockOutcome::HeldByAnother),
-            other => Err(CertifyError::unknown(format!(
-                "the replica answered a lock request with {other:?}"
-            ))),
-        }
-    }
-
-    fn release_abstract(&self, owner: u64, names: Vec<String>) {
-        let entry = Entry::UnlockFor {
-            owner: self.owner(owner),
-            names,
-        };
-        if let Err(e) = self.order(entry) {
-            // Held until this node's next start releases its earlier runs' locks.
-            warn!(error = %e, "abstract locks not released");
-        }
-    }
-}
+/// The node's certifier and invoker under `certify` and `active`.
+pub(crate) type CertifySink = StoreClient<SubmitOrderer>;
 
 impl crate::node::Invoker for CertifySink {
     fn invoke(&self, procedure: &str, arguments: Vec<u8>) -> Result<(u64, Outcome), TxError> {
-        let entry = Entry::Invoke {
-            procedure: procedure.to_string(),
-            arguments,
-        };
-        match self.order(entry) {
-            Ok(Answer::Invoked { position, outcome }) => Ok((position, outcome)),
-            Ok(other) => Err(TxError::OutcomeUnknown {
-                reason: format!("the replica answered an invocation with {other:?}"),
-                ticket: None,
-            }),
-            Err(CertifyError::OutcomeUnknown { reason, ticket }) => {
-                Err(TxError::OutcomeUnknown { reason, ticket })
-            }
-            Err(CertifyError::Refused(reason)) => Err(TxError::Refused { reason }),
-        }
+        StoreClient::invoke(self, procedure, arguments)
     }
 }
 
@@ -186,16 +113,9 @@ pub enum CommitOutcome {
 /// What became of the entry `ticket` names on this node (see [`CommitOutcome`]).
 pub(crate) fn outcome(submitter: &Submitter, ticket: u64) -> CommitOutcome {
     match submitter.outcome(Ticket(ticket)) {
-        RequestOutcome::Applied(bytes) => match Answer::decode(&bytes) {
-            Ok(Answer::Conflict { .. }) => CommitOutcome::NotCommitted {
-                reason: "it conflicted with a transaction ordered before it".into(),
-            },
-            Ok(Answer::Invoked {
-                outcome: Outcome::Failed(reason),
-                ..
-            }) => CommitOutcome::NotCommitted { reason },
-            Ok(Answer::Refused { reason, .. }) => CommitOutcome::NotCommitted { reason },
-            _ => CommitOutcome::Committed,
+        RequestOutcome::Applied(bytes) => match client::took_effect(&bytes) {
+            Ok(()) => CommitOutcome::Committed,
+            Err(reason) => CommitOutcome::NotCommitted { reason },
         },
         RequestOutcome::Expired => CommitOutcome::NotCommitted {
             reason: "it was not ordered before its deadline (the commit limit)".into(),
@@ -209,7 +129,7 @@ pub(crate) fn outcome(submitter: &Submitter, ticket: u64) -> CommitOutcome {
 /// `collect_every`, a digest every `digest_every` carrying the digest this node's replica
 /// answered for the previous one (every replica compares it with its own).
 pub(crate) fn housekeeping(
-    submitter: &Submitter,
+    orderer: &SubmitOrderer,
     stop: &tokio_util::sync::CancellationToken,
     node: u64,
     options: CertifyOptions,
@@ -232,21 +152,11 @@ pub(crate) fn housekeeping(
                 continue;
             }
             *at = Some(now + every);
-            let entry = match i {
-                0 => Entry::Collect,
-                _ => Entry::Digest { reported },
-            };
-            match submitter.submit_wait(entry.encode(), every) {
-                Ok(bytes) => {
-                    if let Ok(Answer::Digested { position, digest }) = Answer::decode(&bytes) {
-                        reported = Some((node, position, digest));
-                    }
-                }
-                Err(crate::ordering::SubmitError::Stopped) => return,
-                Err(
-                    crate::ordering::SubmitError::TimedOut { .. }
-                    | crate::ordering::SubmitError::Expired(_),
-                ) => {}
+            // Not ordered or not answered in time: the next period tries again.
+            if i == 0 {
+                let _ = client::collect(orderer);
+            } else if let Ok((position, digest)) = client::digest(orderer, reported) {
+                reported = Some((node, position, digest));
             }
         }
     }

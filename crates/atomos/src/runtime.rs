@@ -19,7 +19,8 @@ use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
 use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig, StateMachine};
 use atomos_protocols::oss::{OssConfig, OssMsg};
-use atomos_protocols::replicated::{Answer, Entry, ReplicatedStore};
+use atomos_protocols::replicated::client::{self, StoreClient};
+use atomos_protocols::replicated::ReplicatedStore;
 use atomos_protocols::tfa::{TfaConfig, TfaMsg};
 use parking_lot::Mutex;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -29,14 +30,14 @@ use tracing::info;
 mod services;
 
 pub use crate::answer::DEFAULT_ANSWER_POLL;
-use crate::certify::{CertifyOptions, CertifySink};
+use crate::certify::{CertifyOptions, SubmitOrderer};
 use crate::client_service::{ClientLimits, ClientService};
 pub use crate::client_service::{DEFAULT_CLIENT_REQUESTS_MAX, DEFAULT_CLIENT_REQUEST_TIMEOUT};
 use crate::config::NodeSettings;
 use crate::disk::FsyncPolicy;
 use crate::health::Health;
 use crate::node::{Node, NodeConfig, Protocol};
-use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig, SubmitError};
+use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig};
 use crate::oss::{OssCertifier, OssDriver, OssStart, TICK as OSS_TICK};
 use crate::service::{ServiceConfig, TxService};
 use crate::tfa::{TfaDriver, TfaSource, TfaStart, TICK};
@@ -290,14 +291,10 @@ impl NodeRuntime {
             }
         };
         let run = rand::random::<u64>();
-        let sink = Arc::new(CertifySink::new(
-            submitter.clone(),
-            options.commit_limit,
-            self.id,
-            run,
-        ));
+        let orderer = SubmitOrderer::new(submitter.clone(), options.commit_limit);
+        let sink = Arc::new(StoreClient::new(orderer, self.id, run));
         if !self.node.engine().set_certifier(sink.clone())
-            || (protocol == Protocol::Active && !self.node.set_invoker(sink))
+            || (protocol == Protocol::Active && !self.node.set_invoker(sink.clone()))
         {
             return Err(RuntimeError::Certify(
                 "another protocol already runs on this node".into(),
@@ -306,16 +303,16 @@ impl NodeRuntime {
         // Abstract locks this node's earlier runs held die with them: ordered once a leader
         // takes it, on a thread of its own (the order node runs on this runtime).
         let (node, stop) = (self.id, self.stop.clone());
-        let release = Entry::ReleaseStaleRuns { node, keep: run }.encode();
         std::thread::spawn(move || {
             while !stop.is_cancelled() {
-                match submitter.submit_wait(release.clone(), Duration::from_secs(5)) {
-                    Ok(_) => break,
-                    Err(SubmitError::Stopped) => return,
-                    Err(SubmitError::TimedOut { .. } | SubmitError::Expired(_)) => {}
+                if sink.release_stale_runs().is_ok() {
+                    break;
                 }
+                // Not ordered in time (no majority yet): again, after a pause in case the
+                // replica stopped and answers at once.
+                std::thread::sleep(Duration::from_millis(200));
             }
-            crate::certify::housekeeping(&submitter, &stop, node, options);
+            crate::certify::housekeeping(sink.orderer(), &stop, node, options);
         });
         info!(node = self.id, %protocol, "replicated store started");
         Ok(())
@@ -329,16 +326,8 @@ impl NodeRuntime {
                 "this node does not run certify or active".into(),
             ));
         };
-        let answer = order
-            .submitter()
-            .submit_wait(Entry::Collect.encode(), crate::DEFAULT_COMMIT_LIMIT)
-            .map_err(|e| RuntimeError::Certify(format!("collection: {e}")))?;
-        match Answer::decode(&answer) {
-            Ok(Answer::Collected { reclaimed, .. }) => Ok(reclaimed),
-            other => Err(RuntimeError::Certify(format!(
-                "collection answered {other:?}"
-            ))),
-        }
+        let orderer = SubmitOrderer::new(order.submitter(), crate::DEFAULT_COMMIT_LIMIT);
+        client::collect(&orderer).map_err(|e| RuntimeError::Certify(format!("collection: {e}")))
     }
 
     /// Under `certify` and `active`: what became of a commit or update invocation of this

@@ -11,10 +11,15 @@
 //! reclaimed by collection entries in the log, at the same position on every replica
 //! (`collect`).
 //!
+//! A node certifies and invokes through [`client::StoreClient`], which turns its requests into
+//! entries and the store's answers into verdicts; the node only orders bytes
+//! ([`client::Orderer`]).
+//!
 //! [`ReplicatedStore`] is the order layer's [`atomos_order::StateMachine`]: its snapshots are
 //! the engine's objects at a log position (deletions kept), from which a restarted replica
 //! recovers and a replica that was away too long is brought up to date.
 
+pub mod client;
 mod collect;
 mod entry;
 mod store;
