@@ -6,15 +6,11 @@ use std::time::Duration;
 use atomos_net::memory::MemoryNetwork;
 use atomos_net::rpc::{Envelope, Rpc, RpcError};
 use atomos_net::transport::NodeId;
-use atomos_protocols::oss::OssConfig;
 
 use crate::certify::CertifyOptions;
 use crate::node::{Node, NodeConfig, Protocol};
-use crate::ordering::OrderNodeConfig;
-use crate::runtime::NodeRuntime;
+use crate::runtime::{NodeRuntime, ProtocolPlan};
 use crate::wire::NodeMsg;
-use atomos_order::ReplicaConfig;
-use atomos_protocols::tfa::TfaConfig;
 
 /// Why a cluster could not be built, or a node of it killed or restarted.
 #[derive(Debug, thiserror::Error)]
@@ -109,22 +105,10 @@ impl Cluster {
     fn start_protocol(&self, member: &mut NodeRuntime, rejoin: bool) -> Result<(), ClusterError> {
         let ids: Vec<NodeId> = (1..=self.n as NodeId).collect();
         let _guard = self.runtime.enter();
-        let started = match self.protocol {
-            Protocol::Local => Ok(()),
-            Protocol::Tfa => member.start_tfa(ids, TfaConfig::default(), None),
-            Protocol::Certify | Protocol::Active => {
-                let mut replica = ReplicaConfig::new(member.id(), ids);
-                // Drawn anew at each start (batch numbers and election jitter).
-                replica.seed = rand::random();
-                replica.rejoin = rejoin;
-                member.start_certify(OrderNodeConfig::new(replica), self.options)
-            }
-            Protocol::Oss => {
-                let mut cfg = OssConfig::new(member.id(), ids);
-                cfg.replica.seed = rand::random();
-                member.start_oss(cfg, None, self.options.commit_limit)
-            }
-        };
+        let mut plan = ProtocolPlan::new(ids);
+        plan.rejoin = rejoin;
+        plan.certify = self.options;
+        let started = member.start_protocol(plan);
         started.map_err(|e| ClusterError::Protocol(e.to_string()))
     }
 

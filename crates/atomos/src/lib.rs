@@ -77,7 +77,7 @@ pub use cluster::{Cluster, ClusterError};
 pub use linked::{Linked, LinkedHandle};
 pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};
 pub use oss::OssDriver;
-pub use runtime::{NodeRuntime, PeerState, RuntimeError};
+pub use runtime::{NodeRuntime, PeerState, ProtocolPlan, RuntimeError};
 pub use service::TxService;
 pub use tfa::TfaDriver;
 pub use wire::NodeMsg;

@@ -27,7 +27,10 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+mod plan;
 mod services;
+
+pub use plan::ProtocolPlan;
 
 pub use crate::answer::DEFAULT_ANSWER_POLL;
 use crate::certify::{CertifyOptions, SubmitOrderer};
@@ -181,61 +184,7 @@ impl NodeRuntime {
         if settings.order {
             runtime.start_order(order_config(settings)?)?;
         }
-        if settings.protocol == Protocol::Oss {
-            let mut members: Vec<u64> = settings.peers.iter().map(|p| p.id).collect();
-            members.push(settings.node_id);
-            members.sort_unstable();
-            std::fs::create_dir_all(&settings.data_dir).map_err(|source| {
-                RuntimeError::DataDir {
-                    path: settings.data_dir.clone(),
-                    source,
-                }
-            })?;
-            let mut cfg = OssConfig::new(settings.node_id, members);
-            cfg.replica.seed = rand::random();
-            cfg.commit = settings.oss_commit;
-            cfg.domains.extend(settings.oss_domains.iter().cloned());
-            // A node whose data directory was lost is told so by its operator.
-            cfg.rejoin = settings.order_rejoin;
-            cfg.replica.rejoin = settings.order_rejoin;
-            let wal = settings.data_dir.join("oss.wal");
-            runtime.start_oss(
-                cfg,
-                Some((wal, settings.order_fsync)),
-                settings.commit_limit,
-            )?;
-        }
-        if settings.protocol.is_ordered() {
-            let mut cfg = order_config(settings)?;
-            // The replicated store's log; the register demo's generated load does not apply.
-            let wal = format!("{}.wal", settings.protocol);
-            cfg.wal = Some((settings.data_dir.join(wal), settings.order_fsync));
-            cfg.load_clients = 0;
-            cfg.load_hooks = None;
-            runtime.start_certify(
-                cfg,
-                CertifyOptions {
-                    commit_limit: settings.commit_limit,
-                    ..CertifyOptions::default()
-                },
-            )?;
-        }
-        if settings.protocol == Protocol::Tfa {
-            let mut members: Vec<u64> = settings.peers.iter().map(|p| p.id).collect();
-            members.push(settings.node_id);
-            std::fs::create_dir_all(&settings.data_dir).map_err(|source| {
-                RuntimeError::DataDir {
-                    path: settings.data_dir.clone(),
-                    source,
-                }
-            })?;
-            let wal = settings.data_dir.join("tfa.wal");
-            runtime.start_tfa(
-                members,
-                TfaConfig::default(),
-                Some((wal, settings.order_fsync)),
-            )?;
-        }
+        runtime.start_protocol(plan_of(settings))?;
         if let Some(policy) = settings.sched {
             runtime.start_service(ServiceConfig {
                 workers: settings.sched_workers,
@@ -711,6 +660,21 @@ impl Transport<OrderMsg> for OrderLink {
     }
 
     fn shutdown(&self) {}
+}
+
+/// How the node's protocol runs, from its settings: among its peers and itself, its log in
+/// `data_dir`.
+fn plan_of(settings: &NodeSettings) -> ProtocolPlan {
+    let mut members: Vec<NodeId> = settings.peers.iter().map(|p| p.id).collect();
+    members.push(settings.node_id);
+    let mut plan = ProtocolPlan::new(members);
+    plan.log = Some((settings.data_dir.clone(), settings.order_fsync));
+    plan.rejoin = settings.order_rejoin;
+    plan.certify.commit_limit = settings.commit_limit;
+    plan.snapshot_every = settings.order_snapshot_every;
+    plan.oss_commit = settings.oss_commit;
+    plan.oss_domains = settings.oss_domains.clone();
+    plan
 }
 
 /// The order replica's settings from the node's: every member is a replica; the log is

@@ -12,10 +12,7 @@ use atomos::net::memory::MemoryNetwork;
 use atomos::net::rpc::{Envelope, Rpc};
 use atomos::net::tcp::{TcpConfig, TcpTransport};
 use atomos::net::transport::{LinkRule, Transport};
-use atomos::order::ReplicaConfig;
-use atomos::ordering::OrderNodeConfig;
-use atomos::protocols::tfa::TfaConfig;
-use atomos::{CertifyOptions, ContentionPolicy, Node, NodeConfig, NodeMsg, NodeRuntime, Protocol};
+use atomos::{ContentionPolicy, Node, NodeConfig, NodeMsg, NodeRuntime, Protocol, ProtocolPlan};
 use tokio::net::TcpListener;
 
 /// How the benchmarked nodes are linked.
@@ -301,7 +298,7 @@ async fn reach_all(
 }
 
 /// Starts `spec`'s protocol on member `m` of the cluster `ids` (with its link delay and answer
-/// polling); replicated logs go to `wal_dir`, made at its first use.
+/// polling); its log goes to a directory of its own in `wal_dir`, made at its first use.
 fn start_protocol(
     m: &mut NodeRuntime,
     spec: &ClusterSpec,
@@ -326,30 +323,13 @@ fn start_protocol(
             });
         }
     }
-    match protocol {
-        Protocol::Tfa => m
-            .start_tfa(ids.clone(), TfaConfig::default(), None)
-            .map_err(|e| e.to_string())?,
-        Protocol::Oss => {
-            let mut cfg = atomos::protocols::oss::OssConfig::new(m.id(), ids.clone());
-            cfg.replica.seed = rand::random();
-            cfg.commit = oss_commit;
-            let dir = wal_dir_of(wal_dir)?;
-            let wal = Some((dir.join(format!("oss-{}.wal", m.id())), fsync));
-            m.start_oss(cfg, wal, atomos::DEFAULT_COMMIT_LIMIT)
-                .map_err(|e| e.to_string())?
-        }
-        Protocol::Certify | Protocol::Active => {
-            let mut replica = ReplicaConfig::new(m.id(), ids.clone());
-            // Drawn anew at each start (batch numbers and election jitter).
-            replica.seed = rand::random();
-            let mut order = OrderNodeConfig::new(replica);
-            let dir = wal_dir_of(wal_dir)?;
-            order.wal = Some((dir.join(format!("{protocol}-{}.wal", m.id())), fsync));
-            m.start_certify(order, CertifyOptions::default())
-                .map_err(|e| e.to_string())?
-        }
-        Protocol::Local => return Err("protocol local runs no protocol between nodes".into()),
+    if protocol == Protocol::Local {
+        return Err("protocol local runs no protocol between nodes".into());
     }
+    let mut plan = ProtocolPlan::new(ids);
+    let dir = wal_dir_of(wal_dir)?.join(format!("node-{}", m.id()));
+    plan.log = Some((dir, fsync));
+    plan.oss_commit = oss_commit;
+    m.start_protocol(plan).map_err(|e| e.to_string())?;
     Ok(())
 }
