@@ -5,8 +5,9 @@
 //! the seam's rule that whatever follows a write waits until the write is durable
 //! ([`atomos_seam::Gate`]), persistence confirmations fed back to the machine, and errors
 //! turned into a stop. Where messages go and what a delivery means is the host's business
-//! ([`Carry`]). [`Shared`] is a host for any machine stepped where its inputs arrive (TFA
-//! runs on it: a remote read wakes its application thread with no task hop); the order
+//! ([`Carry`]). [`Shared`] is a host for any machine stepped where its inputs arrive (TFA and
+//! OSS run on it through `crate::host`: a remote read wakes its application thread with no
+//! task hop); the order
 //! layer's task (`crate::ordering`) is a host that drains an inbox and seals its batch when
 //! the inbox is empty. A new protocol is a machine on one of them, not a driver.
 

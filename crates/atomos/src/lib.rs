@@ -38,6 +38,7 @@ pub mod disk;
 mod driver;
 pub mod endpoint;
 pub mod health;
+mod host;
 pub mod hot_spots;
 mod linked;
 mod node;

@@ -18,10 +18,10 @@ use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{Deliver, FaultRules, NodeId, SendError, Transport};
 use atomos_order::{OrderMsg, Register, RegisterOp, ReplicaConfig, StateMachine};
-use atomos_protocols::oss::{OssConfig, OssMsg};
+use atomos_protocols::oss::{OssConfig, OssNode};
 use atomos_protocols::replicated::client::{self, StoreClient};
 use atomos_protocols::replicated::ReplicatedStore;
-use atomos_protocols::tfa::{TfaConfig, TfaMsg};
+use atomos_protocols::tfa::{TfaConfig, TfaNode};
 use parking_lot::Mutex;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
@@ -39,11 +39,12 @@ pub use crate::client_service::{DEFAULT_CLIENT_REQUESTS_MAX, DEFAULT_CLIENT_REQU
 use crate::config::NodeSettings;
 use crate::disk::FsyncPolicy;
 use crate::health::Health;
+use crate::host::Host;
 use crate::node::{Node, NodeConfig, Protocol};
 use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig};
-use crate::oss::{OssCertifier, OssDriver, OssStart, TICK as OSS_TICK};
+use crate::oss::{OssCertifier, OssDriver};
 use crate::service::{ServiceConfig, TxService};
-use crate::tfa::{TfaDriver, TfaSource, TfaStart, TICK};
+use crate::tfa::{TfaDriver, TfaSource};
 use crate::trust::roster_of;
 pub use crate::wire::NodeMsg;
 
@@ -73,6 +74,15 @@ pub enum RuntimeError {
     /// The certify protocol could not start.
     #[error("certify: {0}")]
     Certify(String),
+    /// A hosted protocol (TFA, oss) could not start: its log could not be opened or read, or
+    /// the machine could not be built from it.
+    #[error("{name}: {why}")]
+    Protocol {
+        /// The protocol.
+        name: &'static str,
+        /// Why.
+        why: String,
+    },
     /// The transaction service could not start.
     #[error("transaction service: {0}")]
     Service(String),
@@ -104,7 +114,7 @@ pub struct NodeRuntime {
     peers: Arc<Mutex<BTreeMap<NodeId, PeerState>>>,
     order: Option<OrderNode>,
     order_inbox: Arc<OnceLock<Arc<dyn Deliver<OrderMsg>>>>,
-    tfa: Arc<OnceLock<Arc<TfaDriver>>>,
+    tfa: OnceLock<Arc<TfaDriver>>,
     oss: OnceLock<Arc<OssDriver>>,
     /// The transaction service clients' prioritized requests run on, once started.
     service: Arc<OnceLock<Arc<TxService>>>,
@@ -327,41 +337,29 @@ impl NodeRuntime {
         if self.tfa.get().is_some() {
             return Err(RuntimeError::Tfa("TFA already runs on this node".into()));
         }
-        let rpc = self.rpc.clone();
-        let send = Box::new(move |to: u64, msg: TfaMsg| {
-            let _ = rpc.send(to, NodeMsg::Tfa(msg));
-        });
-        let start = TfaStart {
-            me: self.id,
-            members: members.clone(),
-            cfg,
-            wal,
-            answer_poll: self.answer_poll,
-        };
-        let driver = TfaDriver::start(start, send, Duration::from_secs(60), self.health.clone())
-            .map_err(RuntimeError::Tfa)?;
+        let me = self.id;
+        let open_members = members.clone();
+        let host = self.host(
+            wal.as_ref(),
+            move |log| {
+                let incarnation = TfaDriver::incarnation(me, log)?;
+                TfaNode::open(me, open_members, incarnation, cfg, log).map_err(|e| e.to_string())
+            },
+            |_| {},
+        )?;
+        let driver = Arc::new(TfaDriver::new(
+            host,
+            Duration::from_secs(60),
+            self.answer_poll,
+        ));
         if self.tfa.set(driver.clone()).is_err() {
             return Err(RuntimeError::Tfa("TFA already runs on this node".into()));
         }
-        // Protocol messages are handled where they arrive: reads wait on these round trips.
-        let inbound = driver.clone();
-        self.rpc.intercept(Arc::new(move |from, msg| match msg {
-            NodeMsg::Tfa(m) => {
-                inbound.message(from, m);
-                None
-            }
-            other => Some(other),
-        }));
-        if !self
-            .node
-            .engine()
-            .set_remote(Arc::new(TfaSource(driver.clone())))
-        {
+        if !self.node.engine().set_remote(Arc::new(TfaSource(driver))) {
             return Err(RuntimeError::Tfa(
                 "another protocol already runs on this node".into(),
             ));
         }
-        self.every("tfa timer", TICK, move || driver.tick());
         info!(node = self.id, members = ?members, "tfa started");
         Ok(())
     }
@@ -386,52 +384,36 @@ impl NodeRuntime {
                 "oss already runs on this node".into(),
             ));
         }
-        let rpc = self.rpc.clone();
-        let send = Box::new(move |to: u64, msg: OssMsg| {
-            let _ = rpc.send(to, NodeMsg::Oss(msg));
-        });
         let members = cfg.members.clone();
         let (commit, domains) = (cfg.commit, cfg.domains.clone());
-        let start = OssStart {
-            cfg,
-            engine: self.node.engine().clone(),
-            wal,
-            limit,
-        };
-        let driver =
-            OssDriver::start(start, send, self.health.clone()).map_err(RuntimeError::Certify)?;
+        let engine = self.node.engine().clone();
+        let node = self.id.to_string();
+        let mut ticks = 0u64;
+        let host = self.host(
+            wal.as_ref(),
+            move |log| OssNode::open(cfg, engine, log).map_err(|e| e.to_string()),
+            move |host: &Host<OssNode>| {
+                // The counters as metrics, once a second.
+                ticks += 1;
+                if ticks.is_multiple_of(100) {
+                    for (name, value) in host.with(OssNode::counters).named() {
+                        metrics::counter!(format!("atomos_oss_{name}_total"), "node" => node.clone())
+                            .absolute(value);
+                    }
+                }
+            },
+        )?;
+        let driver = Arc::new(OssDriver::new(host, limit));
         let _ = self.oss.set(driver.clone());
-        // Protocol messages are handled where they arrive.
-        let inbound = driver.clone();
-        self.rpc.intercept(Arc::new(move |from, msg| match msg {
-            NodeMsg::Oss(m) => {
-                inbound.message(from, m);
-                None
-            }
-            other => Some(other),
-        }));
         if !self
             .node
             .engine()
-            .set_certifier(Arc::new(OssCertifier(driver.clone())))
+            .set_certifier(Arc::new(OssCertifier(driver)))
         {
             return Err(RuntimeError::Certify(
                 "another protocol already commits on this node".into(),
             ));
         }
-        let node = self.id.to_string();
-        let mut ticks = 0u64;
-        self.every("oss timer", OSS_TICK, move || {
-            driver.tick();
-            // The counters as metrics, once a second.
-            ticks += 1;
-            if ticks.is_multiple_of(100) {
-                for (name, value) in driver.counters().named() {
-                    metrics::counter!(format!("atomos_oss_{name}_total"), "node" => node.clone())
-                        .absolute(value);
-                }
-            }
-        });
         info!(
             node = self.id,
             members = ?members,
@@ -444,7 +426,12 @@ impl NodeRuntime {
 
     /// Runs `tick` every `period` until the node stops; a panic in it (a protocol machine
     /// stepped there) stops the node, reported as `name`'s.
-    fn every(&self, name: &str, period: Duration, mut tick: impl FnMut() + Send + 'static) {
+    pub(crate) fn every(
+        &self,
+        name: &str,
+        period: Duration,
+        mut tick: impl FnMut() + Send + 'static,
+    ) {
         let stop = self.stop.clone();
         self.health.supervise(name.into(), async move {
             let mut timer = tokio::time::interval(period);
@@ -491,7 +478,6 @@ impl NodeRuntime {
         let peers = Arc::new(Mutex::new(BTreeMap::new()));
         let stop = CancellationToken::new();
         let order_inbox = Arc::new(OnceLock::new());
-        let tfa = Arc::new(OnceLock::new());
         let service = Arc::new(OnceLock::new());
         let client_limits = Arc::new(ClientLimits::new());
         let clients = ClientService {
@@ -505,7 +491,6 @@ impl NodeRuntime {
             inbox,
             clients,
             order_inbox.clone(),
-            tfa.clone(),
             stop.clone(),
         ));
         tokio::spawn(services::probe(
@@ -528,7 +513,7 @@ impl NodeRuntime {
             peers,
             order: None,
             order_inbox,
-            tfa,
+            tfa: OnceLock::new(),
             oss: OnceLock::new(),
             service,
             health: Health::new(),

@@ -1,41 +1,48 @@
-//! The TFA protocol in a running node: the deterministic [`TfaNode`] on the shared host of the
-//! driver core (`driver::Shared`: stepped under a lock by whichever thread brings an input),
-//! fed by the node's connections and a 1 ms timer, and called by application threads through
-//! the engine's remote interface (their `atomically` blocks on the answers).
+//! The TFA protocol in a running node: the deterministic [`TfaNode`] on the node's protocol host
+//! (`crate::host`: stepped under a lock by whichever thread brings an input), fed by the node's
+//! connections and a 1 ms timer, and called by application threads through the engine's remote
+//! interface (their `atomically` blocks on the answers).
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atomos_core::{Key, RemoteAttempt, RemoteError, RemoteSource};
-use atomos_protocols::tfa::{
-    Answer, Failure, Reply, TfaConfig, TfaCounters, TfaMsg, TfaNode, TfaRequest,
-};
+use atomos_protocols::tfa::{Answer, Failure, Reply, TfaCounters, TfaMsg, TfaNode, TfaRequest};
 use atomos_seam::Input;
 
-use crate::answer::{AnswerSlot, AnswerSlots};
-use crate::disk::{DiskWorker, FsyncPolicy};
-use crate::driver::{open_hosted_log, Runner, Shared};
-use crate::health::Health;
+use crate::answer::AnswerSlot;
+use crate::host::{Host, Hosted};
+use crate::wire::NodeMsg;
 
 /// How often the protocol's timer runs: its time unit.
 pub(crate) const TICK: Duration = Duration::from_millis(1);
 
-/// An answer slot an application thread waits on.
-type Waiter = AnswerSlot<Reply>;
+impl Hosted for TfaNode {
+    const NAME: &'static str = "tfa";
+    const TICK: Duration = TICK;
+    /// Writes are rare: new owners of the keys this node is home to.
+    const DISK_QUEUE: usize = 1024;
+    type Answer = Reply;
 
-/// Application threads waiting for answers, by transaction handle.
-type Waiters = AnswerSlots<Reply>;
+    fn answer(Answer { h, reply }: Answer) -> (u64, Reply) {
+        (h, reply)
+    }
 
-/// Sends a protocol message to a node.
-pub(crate) type SendFn = Box<dyn Fn(u64, TfaMsg) + Send + Sync>;
+    fn to_wire(msg: TfaMsg) -> NodeMsg {
+        NodeMsg::Tfa(msg)
+    }
+
+    fn from_wire(msg: NodeMsg) -> Result<TfaMsg, NodeMsg> {
+        match msg {
+            NodeMsg::Tfa(msg) => Ok(msg),
+            other => Err(other),
+        }
+    }
+}
 
 /// A TFA node driven by the runtime.
 pub struct TfaDriver {
-    node: Arc<Shared<TfaNode>>,
-    waiters: Waiters,
-    next_handle: AtomicU64,
+    host: Arc<Host<TfaNode>>,
     /// How long an application thread waits for an answer before giving up on the node it
     /// asked (the protocol answers within its request timeout unless its timer stopped).
     patience: Duration,
@@ -43,107 +50,53 @@ pub struct TfaDriver {
     answer_poll: Duration,
 }
 
-/// What a TFA node starts from.
-pub(crate) struct TfaStart {
-    pub(crate) me: u64,
-    pub(crate) members: Vec<u64>,
-    pub(crate) cfg: TfaConfig,
-    /// The log of its home records, and how it is synced (`None`: kept nowhere).
-    pub(crate) wal: Option<(PathBuf, FsyncPolicy)>,
-    /// How long a waiting application thread polls for its answer before it sleeps.
-    pub(crate) answer_poll: Duration,
-}
-
-/// Writes the log may queue before steps wait (writes are rare: new owners of the keys this
-/// node is home to).
-const DISK_QUEUE: usize = 1024;
-
 impl TfaDriver {
-    /// Opens the node's log (if any), reads it back, and starts the node under an incarnation
-    /// larger than every earlier run's (its start time in seconds, or the last run's plus one).
-    pub(crate) fn start(
-        start: TfaStart,
-        send: SendFn,
+    /// The driver of the TFA node `host` runs; application threads wait up to `patience` for
+    /// an answer, polling for `answer_poll` before they sleep.
+    pub(crate) fn new(
+        host: Arc<Host<TfaNode>>,
         patience: Duration,
-        health: Arc<Health>,
-    ) -> Result<Arc<TfaDriver>, String> {
+        answer_poll: Duration,
+    ) -> TfaDriver {
+        TfaDriver {
+            host,
+            patience,
+            answer_poll,
+        }
+    }
+
+    /// The incarnation a node starts under: larger than every earlier run's (its start time
+    /// in seconds, or the last run's plus one), as its log `log` says.
+    pub(crate) fn incarnation(me: u64, log: &[Vec<u8>]) -> Result<u64, String> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() & 0xFFFF_FFFF);
-        let (log, disk, host) = open_hosted_log(
-            format!("tfa-disk-{}", start.me),
-            start.wal.as_ref(),
-            DISK_QUEUE,
-        )?;
-        let last = TfaNode::last_incarnation(start.me, &log).map_err(|e| e.to_string())?;
-        let incarnation = last.map_or(now, |last| now.max(last + 1));
-        let node = TfaNode::open(start.me, start.members, incarnation, start.cfg, &log)
-            .map_err(|e| e.to_string())?;
-        let driver = Self::new(node, disk, send, (patience, start.answer_poll), health);
-        // The disk thread reports to the host, which exists only once the log was read.
-        let _ = host.set(Arc::downgrade(&driver.node));
-        Ok(driver)
+        let last = TfaNode::last_incarnation(me, log).map_err(|e| e.to_string())?;
+        Ok(last.map_or(now, |last| now.max(last + 1)))
     }
 
-    fn new(
-        node: TfaNode,
-        disk: Option<DiskWorker>,
-        send: SendFn,
-        (patience, answer_poll): (Duration, Duration),
-        health: Arc<Health>,
-    ) -> Arc<TfaDriver> {
-        let waiters: Waiters = Arc::default();
-        let answers = waiters.clone();
-        let deliver = Box::new(move |Answer { h, reply }: Answer| {
-            if let Some(w) = answers.lock().get(&h) {
-                w.put(reply);
-            }
-        });
-        let component = format!("tfa node {}", node.id());
-        let runner = Runner::new(node, disk, TICK);
-        Arc::new(TfaDriver {
-            node: Arc::new(Shared::new(runner, send, deliver, health, component)),
-            waiters,
-            next_handle: AtomicU64::new(1),
-            patience,
-            answer_poll,
-        })
-    }
-
-    /// Steps the node with `input`: answers go to their waiters, then, with the node unlocked
-    /// (an in-memory link delivers at once, possibly back here), messages go out.
     fn step(&self, input: Input<TfaMsg, TfaRequest>) {
-        self.node.step(input);
-    }
-
-    /// A message from node `from`.
-    pub(crate) fn message(&self, from: u64, msg: TfaMsg) {
-        self.step(Input::Message { from, msg });
-    }
-
-    /// The timer.
-    pub(crate) fn tick(&self) {
-        self.step(Input::Tick);
+        self.host.step(input);
     }
 
     /// The node's counters.
     pub fn counters(&self) -> TfaCounters {
-        self.node.with(|n| n.counters().clone())
+        self.host.with(|n| n.counters().clone())
     }
 
     /// Locks held on this node's objects right now.
     pub fn locks_held(&self) -> usize {
-        self.node.with(|n| n.objects().locks_held())
+        self.host.with(|n| n.objects().locks_held())
     }
 
     /// Abstract locks (open nesting) this node is home to and holds right now.
     pub fn abstract_locks_held(&self) -> usize {
-        self.node.with(TfaNode::abstract_locks_held)
+        self.host.with(TfaNode::abstract_locks_held)
     }
 
     /// Objects this node owns right now (deleted ones included).
     pub fn objects_owned(&self) -> usize {
-        self.node.with(|n| n.objects().len())
+        self.host.with(|n| n.objects().len())
     }
 }
 
@@ -153,9 +106,8 @@ pub(crate) struct TfaSource(pub(crate) Arc<TfaDriver>);
 impl RemoteSource for TfaSource {
     fn begin(&self) -> Box<dyn RemoteAttempt> {
         let driver = self.0.clone();
-        let h = driver.next_handle.fetch_add(1, Ordering::Relaxed);
-        let waiter = Arc::new(Waiter::default());
-        driver.waiters.lock().insert(h, waiter.clone());
+        // The transaction's handle in the node is its waiter's ticket.
+        let (h, waiter) = driver.host.waiter();
         driver.step(Input::Request(TfaRequest::Begin { h }));
         Box::new(TfaAttempt {
             driver,
@@ -177,7 +129,7 @@ impl RemoteSource for TfaSource {
 struct TfaAttempt {
     driver: Arc<TfaDriver>,
     h: u64,
-    waiter: Arc<Waiter>,
+    waiter: Arc<AnswerSlot<Reply>>,
     /// The node ended the transaction (it failed or committed).
     over: bool,
 }
@@ -208,7 +160,7 @@ impl TfaAttempt {
             Some(reply) => Ok(reply),
             None => {
                 self.over = true;
-                let node = self.driver.node.with(TfaNode::id);
+                let node = self.driver.host.with(TfaNode::id);
                 Err(RemoteError::Unavailable {
                     key: key.clone(),
                     node,
@@ -317,6 +269,6 @@ impl Drop for TfaAttempt {
             self.driver
                 .step(Input::Request(TfaRequest::Abort { h: self.h }));
         }
-        self.driver.waiters.lock().remove(&self.h);
+        self.driver.host.forget(self.h);
     }
 }

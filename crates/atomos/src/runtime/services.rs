@@ -16,7 +16,6 @@ use tracing::{debug, info, warn};
 
 use super::PeerState;
 use crate::client_service::ClientService;
-use crate::tfa::TfaDriver;
 use crate::wire::NodeMsg;
 
 /// How often every peer is pinged, and how long an answer may take.
@@ -46,7 +45,6 @@ pub(super) async fn serve(
     mut inbox: UnboundedReceiver<Inbound<NodeMsg>>,
     clients: ClientService,
     order: Arc<OnceLock<Arc<dyn Deliver<OrderMsg>>>>,
-    tfa: Arc<OnceLock<Arc<TfaDriver>>>,
     stop: CancellationToken,
 ) {
     loop {
@@ -85,11 +83,14 @@ pub(super) async fn serve(
             },
             Inbound::Message {
                 from,
-                msg: NodeMsg::Tfa(msg),
-            } => match tfa.get() {
-                Some(t) => t.message(from, msg),
-                None => debug!(node = id, from, "tfa message for a node not running tfa"),
-            },
+                msg: NodeMsg::Tfa(_) | NodeMsg::Oss(_),
+            } => {
+                // A running protocol takes its messages where they arrive (see `crate::host`).
+                debug!(
+                    node = id,
+                    from, "message for a protocol not running here dropped"
+                );
+            }
             Inbound::Request { from, msg, .. } | Inbound::Message { from, msg } => {
                 warn!(node = id, from, ?msg, "unexpected message ignored");
             }
