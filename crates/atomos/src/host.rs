@@ -4,7 +4,7 @@
 //! its disk thread, the waiters of application threads keyed by ticket, its messages on the
 //! node's wire, its timer and its health. A protocol plugs in by implementing [`Hosted`]: what
 //! it is called, its time unit, how its messages travel in a [`NodeMsg`], and which waiter a
-//! delivery answers. ([`NodeRuntime::host`] is where a runtime starts one.)
+//! delivery answers. (`NodeRuntime::host` is where a runtime starts one.)
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +17,6 @@ use crate::answer::{AnswerSlot, AnswerSlots};
 use crate::disk::FsyncPolicy;
 use crate::driver::{open_hosted_log, Runner, Shared};
 use crate::health::Health;
-use crate::runtime::{NodeRuntime, RuntimeError};
 use crate::wire::NodeMsg;
 
 /// A protocol machine a [`Host`] runs.
@@ -49,13 +48,13 @@ pub(crate) struct Host<P: Hosted> {
 }
 
 /// Sends a hosted machine's message to a node.
-type SendFn<P> = Box<dyn Fn(u64, <P as Machine>::Msg) + Send + Sync>;
+pub(crate) type SendFn<P> = Box<dyn Fn(u64, <P as Machine>::Msg) + Send + Sync>;
 
 impl<P: Hosted> Host<P> {
     /// Opens node `me`'s log at `wal` (if any), builds the machine from the records read
     /// (`open`), and starts its disk thread; its messages go out through `send`, its failures
     /// to `health`.
-    fn start(
+    pub(crate) fn start(
         me: u64,
         wal: Option<&(PathBuf, FsyncPolicy)>,
         open: impl FnOnce(&[Vec<u8>]) -> Result<P, String>,
@@ -125,40 +124,5 @@ impl<P: Hosted> Host<P> {
         let answer = slot.wait_until(deadline, poll);
         self.forget(ticket);
         answer
-    }
-}
-
-impl NodeRuntime {
-    /// Starts protocol `P` on this node: its log at `wal` (if any) read back and handed to
-    /// `open`, which builds the machine; its messages handled where they arrive; `every_tick`
-    /// run after each step of its timer (counters to publish, say). Fails if the log cannot
-    /// be opened or read, or `open` fails.
-    pub(crate) fn host<P: Hosted>(
-        &self,
-        wal: Option<&(PathBuf, FsyncPolicy)>,
-        open: impl FnOnce(&[Vec<u8>]) -> Result<P, String>,
-        mut every_tick: impl FnMut(&Host<P>) + Send + 'static,
-    ) -> Result<Arc<Host<P>>, RuntimeError> {
-        let rpc = self.rpc().clone();
-        let send: SendFn<P> = Box::new(move |to, msg| {
-            let _ = rpc.send(to, P::to_wire(msg));
-        });
-        let host = Host::start(self.id(), wal, open, send, self.health().clone())
-            .map_err(|why| RuntimeError::Protocol { name: P::NAME, why })?;
-        let inbound = host.clone();
-        self.rpc()
-            .intercept(Arc::new(move |from, msg| match P::from_wire(msg) {
-                Ok(msg) => {
-                    inbound.step(Input::Message { from, msg });
-                    None
-                }
-                Err(other) => Some(other),
-            }));
-        let ticking = host.clone();
-        self.every(&format!("{} timer", P::NAME), P::TICK, move || {
-            ticking.step(Input::Tick);
-            every_tick(&ticking);
-        });
-        Ok(host)
     }
 }

@@ -27,6 +27,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+mod hosting;
 mod plan;
 mod services;
 
@@ -45,7 +46,7 @@ use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig};
 use crate::oss::{OssCertifier, OssDriver};
 use crate::service::{ServiceConfig, TxService};
 use crate::tfa::{TfaDriver, TfaSource};
-use crate::trust::roster_of;
+use crate::trust::{roster_of, KeysReloaded, ReloadError};
 pub use crate::wire::NodeMsg;
 
 /// Why a node could not start.
@@ -443,6 +444,14 @@ impl NodeRuntime {
                 }
             }
         });
+    }
+
+    /// Admits the clients and the members' keys of `settings` from now on, closing the
+    /// connections of keys no longer listed. The members themselves must be those the node
+    /// started with.
+    pub fn reload_keys(&self, settings: &NodeSettings) -> Result<KeysReloaded, ReloadError> {
+        let roster = self.roster.as_ref().ok_or(ReloadError::NoRoster)?;
+        crate::trust::reload(roster, settings)
     }
 
     /// The OSS driver, if this node runs `oss`.

@@ -11,7 +11,6 @@ use std::collections::BTreeSet;
 use atomos_net::roster::Roster;
 
 use crate::config::NodeSettings;
-use crate::runtime::NodeRuntime;
 
 /// The roster of `settings`: every member (this node included) with its keys, and the
 /// clients.
@@ -55,35 +54,35 @@ pub enum ReloadError {
     MembersChanged(String),
 }
 
-impl NodeRuntime {
-    /// Admits the clients and the members' keys of `settings` from now on, closing the
-    /// connections of keys no longer listed. The members themselves must be those the node
-    /// started with.
-    pub fn reload_keys(&self, settings: &NodeSettings) -> Result<KeysReloaded, ReloadError> {
-        let roster = self.roster.as_ref().ok_or(ReloadError::NoRoster)?;
-        let new = roster_of(settings);
-        let (old_members, new_members) = (roster.members(), new.members());
-        let ids = |m: &std::collections::BTreeMap<u64, _>| m.keys().copied().collect::<Vec<_>>();
-        if ids(&old_members) != ids(&new_members) {
-            return Err(ReloadError::MembersChanged(format!(
-                "{:?} then, {:?} now",
-                ids(&old_members),
-                ids(&new_members)
-            )));
-        }
-        let members_rekeyed = new_members
-            .iter()
-            .filter(|(id, keys)| old_members.get(id) != Some(keys))
-            .map(|(&id, _)| id)
-            .collect();
-        let names = |r: &Roster| r.clients().into_values().collect::<BTreeSet<_>>();
-        let (before, after) = (names(roster), names(&new));
-        roster.set_member_keys(new_members);
-        roster.set_clients(new.clients());
-        Ok(KeysReloaded {
-            clients_added: after.difference(&before).cloned().collect(),
-            clients_removed: before.difference(&after).cloned().collect(),
-            members_rekeyed,
-        })
+/// Admits the clients and the members' keys of `settings` in `roster` from now on (its
+/// connections of keys no longer listed close). The members themselves must be those the roster
+/// holds.
+pub(crate) fn reload(
+    roster: &Roster,
+    settings: &NodeSettings,
+) -> Result<KeysReloaded, ReloadError> {
+    let new = roster_of(settings);
+    let (old_members, new_members) = (roster.members(), new.members());
+    let ids = |m: &std::collections::BTreeMap<u64, _>| m.keys().copied().collect::<Vec<_>>();
+    if ids(&old_members) != ids(&new_members) {
+        return Err(ReloadError::MembersChanged(format!(
+            "{:?} then, {:?} now",
+            ids(&old_members),
+            ids(&new_members)
+        )));
     }
+    let members_rekeyed = new_members
+        .iter()
+        .filter(|(id, keys)| old_members.get(id) != Some(keys))
+        .map(|(&id, _)| id)
+        .collect();
+    let names = |r: &Roster| r.clients().into_values().collect::<BTreeSet<_>>();
+    let (before, after) = (names(roster), names(&new));
+    roster.set_member_keys(new_members);
+    roster.set_clients(new.clients());
+    Ok(KeysReloaded {
+        clients_added: after.difference(&before).cloned().collect(),
+        clients_removed: before.difference(&after).cloned().collect(),
+        members_rekeyed,
+    })
 }

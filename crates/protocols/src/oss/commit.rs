@@ -5,8 +5,9 @@ use atomos_core::Key;
 use atomos_seam::Output;
 
 use super::msg::{AbortReason, OssDelivery, OssMsg, OssRecord};
-use super::node::{LocalCommit, OssError, OssNode, OssOutput, Pending, Writes};
+use super::node::{LocalCommit, OssNode, Pending, Writes};
 use super::sequencer::CommitRequest;
+use super::vocabulary::{OssError, OssOutput};
 use super::write_set::{DomainId, TxId};
 
 impl OssNode {

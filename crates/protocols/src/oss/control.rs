@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use atomos_order::{Request, StateMachine};
 use serde::{Deserialize, Serialize};
 
-use super::node::CommitMode;
+use super::config::CommitMode;
 use super::write_set::{CommitId, DomainId, Epoch};
 
 /// An entry of the control log.

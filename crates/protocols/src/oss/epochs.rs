@@ -7,7 +7,8 @@ use atomos_seam::{Input, Machine, Output, Write};
 
 use super::control::{ControlEntry, ControlEvent, DomainState};
 use super::msg::{OssMsg, OssRecord};
-use super::node::{OssError, OssNode, OssOutput};
+use super::node::OssNode;
+use super::vocabulary::{OssError, OssOutput};
 use super::write_set::{CommitId, DomainId, Epoch};
 
 impl OssNode {

@@ -17,19 +17,25 @@
 //!   coordinator).
 
 mod commit;
+mod config;
 pub mod control;
 pub mod domain_log;
 mod epochs;
 pub mod msg;
 pub mod node;
+mod recovery;
 pub mod sequencer;
 mod sequencing;
 mod token;
+mod token_state;
+mod vocabulary;
 pub mod write_set;
 
+pub use config::{CommitMode, OssBug, OssConfig};
 pub use control::{Control, ControlEntry, ControlEvent, DomainState};
 pub use domain_log::{DomainLog, Offer};
 pub use msg::{AbortReason, OssDelivery, OssMsg, OssRecord, Token};
-pub use node::{CommitMode, OssBug, OssConfig, OssCounters, OssError, OssNode, OssRequest};
+pub use node::OssNode;
 pub use sequencer::{CommitRequest, Conflict, Sequencer};
+pub use vocabulary::{OssCounters, OssError, OssOutput, OssRequest};
 pub use write_set::{CommitId, DomainId, Epoch, TxId, WriteSet};

@@ -3,10 +3,12 @@
 
 use atomos_seam::Output;
 
+use super::config::OssBug;
 use super::domain_log::Offer;
 use super::msg::{OssMsg, OssRecord};
-use super::node::{OssBug, OssError, OssNode, OssOutput};
+use super::node::OssNode;
 use super::sequencer::{CommitRequest, Sequencer};
+use super::vocabulary::{OssError, OssOutput};
 use super::write_set::{DomainId, Epoch, WriteSet};
 
 /// The most write sets one fetch asks for.
