@@ -19,6 +19,7 @@
 
 mod abstract_locks;
 pub mod clock;
+mod config;
 mod coordinator;
 pub mod directory;
 pub mod durable;
@@ -29,6 +30,7 @@ pub mod owner;
 mod recovery;
 mod server;
 mod timers;
+mod vocabulary;
 
 pub use machine::TfaRequest;
 pub use msg::{Body, Decision, FetchAnswer, PassedRead, TfaMsg};
