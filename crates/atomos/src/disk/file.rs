@@ -1,0 +1,327 @@
+//! The write-ahead log in a file: records framed and checksummed, read back at opening (a torn
+//! tail cut, a damaged record before it refused), appended, synced, and replaced whole after a
+//! compaction.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use atomos_seam::{wal, Write};
+
+use super::{DiskError, FsyncPolicy};
+
+/// A write-ahead log in a file.
+pub struct FileDisk {
+    path: PathBuf,
+    file: File,
+    policy: FsyncPolicy,
+    /// Written and not yet fsynced since then (under [`FsyncPolicy::Every`]).
+    dirty_since: Option<Instant>,
+    /// The log's format (`seam::wal`): appends frame records in it.
+    format: u32,
+}
+
+impl FileDisk {
+    /// Opens (or creates) the log at `path` and reads its records: a torn final record is cut
+    /// (with a warning), a damaged one before it is [`DiskError::Corrupt`].
+    pub fn open(path: &Path, policy: FsyncPolicy) -> Result<(FileDisk, Vec<Vec<u8>>), DiskError> {
+        let io = |source| DiskError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let dir = parent_dir(path);
+        if !dir.exists() {
+            fs::create_dir_all(dir).map_err(io)?;
+            // The new directory's own entry must survive too.
+            sync_dir(parent_dir(dir)).map_err(io)?;
+        }
+        let existed = path.exists();
+        let file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(io)?;
+        if !existed {
+            sync_dir(dir).map_err(io)?;
+        }
+        let (records, format, good_len) = read(path, true)?;
+        let mut disk = FileDisk {
+            path: path.to_path_buf(),
+            file,
+            policy,
+            dirty_since: None,
+            format,
+        };
+        if good_len == 0 {
+            // A new (or emptied) log starts with the file header of this build's format.
+            let mut header = Vec::new();
+            wal::file_header(&mut header);
+            disk.file.write_all(&header).map_err(io)?;
+            disk.format = wal::FORMAT;
+            if policy != FsyncPolicy::Never {
+                disk.file.sync_data().map_err(io)?;
+            }
+        }
+        Ok((disk, records))
+    }
+
+    fn io(&self, source: io::Error) -> DiskError {
+        DiskError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Refuses records the framing cannot hold.
+    fn check_sizes(&self, records: &[Vec<u8>]) -> Result<(), DiskError> {
+        match records.iter().find(|r| r.len() > wal::MAX_RECORD) {
+            Some(big) => Err(self.io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a record of {} bytes is too large for the log", big.len()),
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Carries out a write (to the operating system; [`FileDisk::sync`] makes it durable).
+    pub fn write(&mut self, write: &Write) -> Result<(), DiskError> {
+        match write {
+            Write::Append(records) => {
+                self.check_sizes(records)?;
+                let mut bytes = Vec::new();
+                for r in records {
+                    wal::frame(self.format, r, &mut bytes);
+                }
+                self.file.write_all(&bytes).map_err(|e| self.io(e))?;
+                self.dirty_since.get_or_insert_with(Instant::now);
+                Ok(())
+            }
+            Write::Rewrite(records) => self.rewrite(records),
+        }
+    }
+
+    /// Replaces the log: the new one is written beside it, fsynced, renamed over it, and the
+    /// directory fsynced, so a crash leaves either the old log or the new one.
+    fn rewrite(&mut self, records: &[Vec<u8>]) -> Result<(), DiskError> {
+        self.check_sizes(records)?;
+        let mut bytes = Vec::new();
+        wal::file_header(&mut bytes);
+        for r in records {
+            wal::frame(wal::FORMAT, r, &mut bytes);
+        }
+        let tmp = self.path.with_extension("rewrite");
+        let at_tmp = |source| DiskError::Io {
+            path: tmp.clone(),
+            source,
+        };
+        {
+            let mut f = File::create(&tmp).map_err(at_tmp)?;
+            f.write_all(&bytes).map_err(at_tmp)?;
+            if self.policy != FsyncPolicy::Never {
+                f.sync_all().map_err(at_tmp)?;
+            }
+        }
+        fs::rename(&tmp, &self.path).map_err(|e| self.io(e))?;
+        if self.policy != FsyncPolicy::Never {
+            sync_dir(parent_dir(&self.path)).map_err(|e| self.io(e))?;
+        }
+        self.file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| self.io(e))?;
+        self.dirty_since = None;
+        self.format = wal::FORMAT;
+        Ok(())
+    }
+
+    /// Fsyncs what was written, if anything.
+    pub fn sync(&mut self) -> Result<(), DiskError> {
+        if self.dirty_since.is_some() {
+            self.file.sync_data().map_err(|e| self.io(e))?;
+            self.dirty_since = None;
+        }
+        Ok(())
+    }
+
+    /// When an fsync is due under [`FsyncPolicy::Every`] (`None`: nothing waits for one).
+    pub fn sync_due(&self) -> Option<Instant> {
+        match self.policy {
+            FsyncPolicy::Every(period) => self.dirty_since.map(|t| t + period),
+            FsyncPolicy::EveryBatch | FsyncPolicy::Never => None,
+        }
+    }
+
+    /// The log file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether everything written has been fsynced.
+    pub fn synced(&self) -> bool {
+        self.dirty_since.is_none()
+    }
+
+    /// The fsync policy.
+    pub fn policy(&self) -> FsyncPolicy {
+        self.policy
+    }
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Fsyncs a directory, making the creation, removal or renaming of its entries durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Reads the records of the log at `path` (an absent file holds none). With `repair`, a torn
+/// final record is cut from the file (with a warning); without, it is only left out (for tools
+/// that inspect a stopped node's log). A damaged record before the tail is an error either way.
+pub fn read_log(path: &Path, repair: bool) -> Result<Vec<Vec<u8>>, DiskError> {
+    read(path, repair).map(|(records, _, _)| records)
+}
+
+/// [`read_log`], with the log's format and the length of its good part.
+fn read(path: &Path, repair: bool) -> Result<(Vec<Vec<u8>>, u32, usize), DiskError> {
+    let io = |source| DiskError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(mut f) => f.read_to_end(&mut bytes).map_err(io)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), wal::FORMAT, 0)),
+        Err(e) => return Err(io(e)),
+    };
+    let parsed = wal::parse(&bytes).map_err(|c| DiskError::Corrupt {
+        path: path.to_path_buf(),
+        offset: c.offset,
+        records_before: c.records_before,
+    })?;
+    if parsed.torn(bytes.len()) && repair {
+        tracing::warn!(
+            path = %path.display(),
+            kept_bytes = parsed.good_len,
+            cut_bytes = bytes.len() - parsed.good_len,
+            records = parsed.records.len(),
+            "write-ahead log ends in a torn record (a crash during an append); cutting it"
+        );
+        let f = OpenOptions::new().write(true).open(path).map_err(io)?;
+        f.set_len(parsed.good_len as u64).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    Ok((parsed.records, parsed.format, parsed.good_len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("atomos-disk-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir.join("wal")
+    }
+
+    fn append(d: &mut FileDisk, records: &[&[u8]]) {
+        d.write(&Write::Append(records.iter().map(|r| r.to_vec()).collect()))
+            .unwrap();
+        d.sync().unwrap();
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_and_appending_goes_on_after_it() {
+        let path = temp("torn");
+        let (mut d, none) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        assert!(none.is_empty());
+        append(&mut d, &[b"one", b"two"]);
+        drop(d);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes.extend_from_slice(&[0, 0, 0, 50, 1, 2]); // half a record
+        fs::write(&path, &bytes).unwrap();
+        let (mut d, records) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        assert_eq!(records, vec![b"one".to_vec(), b"two".to_vec()]);
+        append(&mut d, &[b"three"]);
+        let (_, records) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        assert_eq!(records.len(), 3);
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_damaged_record_in_the_middle_refuses_to_open_and_names_the_offset() {
+        let path = temp("corrupt");
+        let (mut d, _) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        append(&mut d, &[b"one", b"two", b"three"]);
+        drop(d);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[wal::FILE_HEADER + wal::HEADER + 3 + wal::HEADER] ^= 0xff; // inside "two"
+        fs::write(&path, &bytes).unwrap();
+        let before = fs::read(&path).unwrap();
+        match FileDisk::open(&path, FsyncPolicy::EveryBatch) {
+            Err(DiskError::Corrupt {
+                offset,
+                records_before,
+                ..
+            }) => {
+                assert_eq!(
+                    (offset, records_before),
+                    (wal::FILE_HEADER + wal::HEADER + 3, 1)
+                );
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("a corrupt log opened"),
+        }
+        assert_eq!(fs::read(&path).unwrap(), before, "the log was changed");
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// A log written before format 1 opens, takes appends in its own format, and is written
+    /// in format 1 by its next rewrite.
+    #[test]
+    fn a_log_of_format_0_is_read_appended_to_and_rewritten_in_format_1() {
+        let path = temp("format0");
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut old = Vec::new();
+        for r in [&b"one"[..], b"two"] {
+            wal::frame(0, r, &mut old);
+        }
+        fs::write(&path, &old).unwrap();
+        let (mut d, records) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        assert_eq!(records, vec![b"one".to_vec(), b"two".to_vec()]);
+        append(&mut d, &[b"three"]);
+        let bytes = fs::read(&path).unwrap();
+        assert!(
+            !bytes.starts_with(&wal::MAGIC),
+            "an old log changed format mid-file"
+        );
+        assert_eq!(wal::parse(&bytes).unwrap().records.len(), 3);
+        d.write(&Write::Rewrite(vec![b"four".to_vec()])).unwrap();
+        append(&mut d, &[b"five"]);
+        let bytes = fs::read(&path).unwrap();
+        assert!(bytes.starts_with(&wal::MAGIC));
+        let parsed = wal::parse(&bytes).unwrap();
+        assert_eq!(parsed.format, wal::FORMAT);
+        assert_eq!(parsed.records, vec![b"four".to_vec(), b"five".to_vec()]);
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_rewrite_replaces_the_log() {
+        let path = temp("rewrite");
+        let (mut d, _) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        append(&mut d, &[b"one", b"two"]);
+        d.write(&Write::Rewrite(vec![b"seven".to_vec()])).unwrap();
+        append(&mut d, &[b"eight"]);
+        let (_, records) = FileDisk::open(&path, FsyncPolicy::Never).unwrap();
+        assert_eq!(records, vec![b"seven".to_vec(), b"eight".to_vec()]);
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+}
