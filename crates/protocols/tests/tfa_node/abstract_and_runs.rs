@@ -1,0 +1,161 @@
+//! Abstract locks on their home; clocks near the end of u64; answers of an earlier run.
+
+use atomos_core::{AbortCause, Key};
+use atomos_protocols::tfa::{Action, Answer, Body, Failure, Reply, TfaMsg, TfaNode};
+use atomos_seam::Output;
+
+use super::net::*;
+
+fn take_abstract(net: &mut Net, node: u64, h: u64, family: u64, name: &str) -> Reply {
+    let name = name.to_string();
+    net.answer(node, h, |n, now, out| {
+        n.abstract_lock(now, h, family, name, out)
+    })
+}
+
+#[test]
+fn abstract_locks_live_on_their_home_and_die_with_their_family() {
+    let mut net = Net::new(3);
+    let name = (0..)
+        .map(|i| format!("lock/{i}"))
+        .find(|n| net.node(1).home(&Key::from(n.as_str())) == 2)
+        .unwrap();
+    let held = |net: &mut Net| net.node(2).abstract_locks_held();
+    net.node(1).begin(1);
+    assert_eq!(
+        take_abstract(&mut net, 1, 1, 7, &name),
+        Reply::Abstract(Ok(true))
+    );
+    assert_eq!(
+        take_abstract(&mut net, 1, 1, 7, &name),
+        Reply::Abstract(Ok(false))
+    );
+    net.node(3).begin(1);
+    assert_eq!(
+        take_abstract(&mut net, 3, 1, 7, &name),
+        Reply::Abstract(Err(Failure::Conflict(AbortCause::AbstractLock))),
+        "another node's family 7 is another family"
+    );
+    assert_eq!(held(&mut net), 1);
+    let mut acts = Vec::new();
+    net.node(1)
+        .release_abstract(7, vec![name.clone()], &mut acts);
+    net.absorb(1, acts);
+    net.settle();
+    assert_eq!(held(&mut net), 0);
+    // A family that dies holding a lock (its node restarts): the home asks after the lease and
+    // frees it.
+    assert_eq!(
+        take_abstract(&mut net, 3, 1, 9, &name),
+        Reply::Abstract(Ok(true))
+    );
+    net.ticks(10);
+    assert_eq!(held(&mut net), 1, "kept while the family runs");
+    net.nodes[2] = TfaNode::new(3, vec![1, 2, 3], 1, cfg()).unwrap();
+    net.ticks(10);
+    assert_eq!(held(&mut net), 0);
+}
+
+#[test]
+fn a_clock_near_the_end_of_u64_is_dropped_and_changes_nothing() {
+    let mut net = Net::new(2);
+    let k = Key::from("k");
+    assert!(matches!(
+        net.write_all(1, 1, std::slice::from_ref(&k), 1),
+        Reply::Commit(Ok(()))
+    ));
+    let before = net.node(2).clock();
+    let mut acts = Vec::new();
+    let now = net.now;
+    let forged = TfaMsg {
+        clock: u64::MAX,
+        incarnation: 0,
+        body: Body::Track {
+            entries: vec![(k.clone(), u64::MAX)],
+        },
+    };
+    net.node(2).on_message(now, 1, forged, &mut acts);
+    assert!(matches!(acts.as_slice(), [Output::Warn(_)]), "{acts:?}");
+    assert_eq!(net.node(2).clock(), before);
+    // The nodes go on committing with versions that still grow.
+    assert!(matches!(
+        net.write_all(2, 2, std::slice::from_ref(&k), 2),
+        Reply::Commit(Ok(()))
+    ));
+    assert!(net.node(2).clock() > before && net.node(2).clock() < 1 << 62);
+    assert_eq!(read_value(&mut net, 1, 3, &k), Some(vec![2]));
+}
+
+/// A read's answer is taken from whichever node serves it (the read may have been passed on),
+/// and request numbers of different runs never meet: an answer meant for an earlier run of a
+/// node (still in a queue when it restarted) is not taken for one of the new run's requests.
+#[test]
+fn answers_for_an_earlier_run_are_ignored_and_a_read_is_answered_by_whoever_serves_it() {
+    use atomos_protocols::tfa::msg::FetchAnswer;
+    let fetch_of = |acts: &[Action]| {
+        acts.iter()
+            .find_map(|a| match a {
+                Output::Send {
+                    to,
+                    msg:
+                        TfaMsg {
+                            body: Body::Fetch { req, .. },
+                            ..
+                        },
+                } => Some((*to, *req)),
+                _ => None,
+            })
+            .expect("a fetch was sent")
+    };
+    let answer = |req, value: u8| TfaMsg {
+        clock: 1,
+        incarnation: 0,
+        body: Body::Fetched {
+            req,
+            answer: FetchAnswer::Found {
+                value: Some(vec![value]),
+                version: 1,
+            },
+        },
+    };
+    let replied = |acts: &[Action]| acts.iter().any(|a| matches!(a, Output::Deliver(_)));
+
+    let mut first = TfaNode::new(1, vec![1, 2, 3], 0, cfg()).unwrap();
+    // A key another node is home to, so reading it asks that node.
+    let k = (0..)
+        .map(|i| Key::with_index("asked/", i))
+        .find(|k| first.home(k) != 1)
+        .expect("some key has another home");
+    let mut acts = Vec::new();
+    first.begin(1);
+    first.read(0, 1, k.clone(), &mut acts);
+    let (asked, old_req) = fetch_of(&acts);
+
+    // A third node answering in the asked node's place is heard: the asked node may have
+    // passed the read on to it.
+    let other = if asked == 2 { 3 } else { 2 };
+    let mut acts = Vec::new();
+    first.on_message(1, other, answer(old_req, 7), &mut acts);
+    assert!(replied(&acts), "{acts:?}");
+
+    // The node restarts and asks again: the answer to the earlier run's request does not
+    // answer the new one.
+    let mut second = TfaNode::new(1, vec![1, 2, 3], 1, cfg()).unwrap();
+    let mut acts = Vec::new();
+    second.begin(1);
+    second.read(0, 1, k.clone(), &mut acts);
+    let (_, new_req) = fetch_of(&acts);
+    assert_ne!(new_req, old_req);
+    let mut acts = Vec::new();
+    second.on_message(1, asked, answer(old_req, 7), &mut acts);
+    assert!(!replied(&acts), "{acts:?}");
+    let mut acts = Vec::new();
+    second.on_message(2, asked, answer(new_req, 8), &mut acts);
+    assert!(acts.iter().any(|a| matches!(
+        a,
+        Output::Deliver(Answer {
+            reply: Reply::Read(Ok(Some(v))),
+            ..
+        }) if v == &vec![8]
+    )));
+}

@@ -1,0 +1,9 @@
+//! The parts of the TFA simulation (see `tfa_sim.rs`).
+
+mod check;
+mod node;
+mod programs;
+
+pub(crate) use check::*;
+pub(crate) use node::*;
+pub(crate) use programs::*;
