@@ -22,6 +22,7 @@
 mod disk;
 mod rng;
 mod seeds;
+mod setup;
 mod sim;
 pub mod workload;
 
@@ -29,4 +30,5 @@ pub use atomos_seam::{Input, Machine, NodeId, Output, Write};
 pub use disk::SimDisk;
 pub use rng::SimRng;
 pub use seeds::{check_seeds, seeds, SEEDS_VAR, SEED_VAR};
-pub use sim::{Boot, BootFn, Faults, Run, Sim, SimConfig};
+pub use setup::{Boot, BootFn, Faults, Run, SimConfig};
+pub use sim::Sim;
