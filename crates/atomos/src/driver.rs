@@ -67,9 +67,12 @@ pub(crate) struct InlineDisk {
 }
 
 impl InlineDisk {
-    /// Writes on `file`, whose policy must be [`FsyncPolicy::Never`].
-    pub(crate) fn new(file: FileDisk) -> Option<InlineDisk> {
-        (file.policy() == FsyncPolicy::Never).then_some(InlineDisk {
+    /// Writes on `file` if its policy is [`FsyncPolicy::Never`]; any other is given back.
+    pub(crate) fn new(file: FileDisk) -> Result<InlineDisk, FileDisk> {
+        if file.policy() != FsyncPolicy::Never {
+            return Err(file);
+        }
+        Ok(InlineDisk {
             file,
             written: 0,
             pending: Vec::new(),
@@ -474,6 +477,55 @@ impl<M: Machine> Shared<M> {
     }
 }
 
+/// Where a machine's log is written.
+pub(crate) enum LogDisk {
+    /// Nowhere: nothing is kept.
+    Nowhere,
+    /// On the machine's own thread (a log that is never fsynced; see [`InlineDisk`]).
+    Inline(InlineDisk),
+    /// On a disk thread of its own.
+    Thread(DiskWorker),
+}
+
+/// Opens a machine's log at `wal` (if any) and reads its records back. Its writes go to a disk
+/// thread `name` (queueing up to `queue` writes, reporting through `report`), or, when
+/// `inline` allows it and the log is never fsynced, are written on the machine's own thread.
+pub(crate) fn open_log(
+    name: String,
+    wal: Option<&(std::path::PathBuf, FsyncPolicy)>,
+    queue: usize,
+    inline: bool,
+    report: impl Fn(crate::disk::DiskEvent) + Send + 'static,
+) -> Result<(Vec<Vec<u8>>, LogDisk), DiskError> {
+    let Some((path, policy)) = wal else {
+        return Ok((Vec::new(), LogDisk::Nowhere));
+    };
+    let (mut file, records) = FileDisk::open(path, *policy)?;
+    if inline {
+        match InlineDisk::new(file) {
+            Ok(disk) => return Ok((records, LogDisk::Inline(disk))),
+            Err(fsynced) => file = fsynced,
+        }
+    }
+    let worker = DiskWorker::spawn(name, file, queue, report).map_err(|source| DiskError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok((records, LogDisk::Thread(worker)))
+}
+
+impl<M: Machine> Runner<M> {
+    /// Runs `machine` writing to `disk` (see [`Runner::new`] and [`Runner::inline`]; `held`
+    /// applies to an inline disk).
+    pub(crate) fn on(machine: M, disk: LogDisk, unit: Duration, held: bool) -> Runner<M> {
+        match disk {
+            LogDisk::Nowhere => Runner::new(machine, None, unit),
+            LogDisk::Inline(disk) => Runner::inline(machine, disk, unit, held),
+            LogDisk::Thread(worker) => Runner::new(machine, Some(worker), unit),
+        }
+    }
+}
+
 /// Where a hosted machine's disk thread reports, once the host exists.
 pub(crate) type DiskHost<M> = std::sync::Arc<std::sync::OnceLock<std::sync::Weak<Shared<M>>>>;
 
@@ -485,19 +537,15 @@ pub(crate) fn open_hosted_log<M>(
     name: String,
     wal: Option<&(std::path::PathBuf, FsyncPolicy)>,
     queue: usize,
-) -> Result<(Vec<Vec<u8>>, Option<DiskWorker>, DiskHost<M>), String>
+) -> Result<(Vec<Vec<u8>>, LogDisk, DiskHost<M>), String>
 where
     M: Machine + Send + 'static,
     M::Msg: Send,
     M::Delivery: Send,
 {
     let host: DiskHost<M> = std::sync::Arc::default();
-    let Some((path, policy)) = wal else {
-        return Ok((Vec::new(), None, host));
-    };
-    let (file, log) = FileDisk::open(path, *policy).map_err(|e| e.to_string())?;
     let reports = host.clone();
-    let worker = DiskWorker::spawn(name, file, queue, move |event| {
+    let (log, disk) = open_log(name, wal, queue, false, move |event| {
         let Some(shared) = reports.get().and_then(std::sync::Weak::upgrade) else {
             return;
         };
@@ -506,6 +554,6 @@ where
             crate::disk::DiskEvent::Failed(e) => shared.disk_failed(e.to_string()),
         }
     })
-    .map_err(|e| format!("cannot start the disk thread: {e}"))?;
-    Ok((log, Some(worker), host))
+    .map_err(|e| e.to_string())?;
+    Ok((log, disk, host))
 }

@@ -73,7 +73,7 @@ impl<P: Hosted> Host<P> {
                 w.put(answer);
             }
         });
-        let runner = Runner::new(machine, disk, P::TICK);
+        let runner = Runner::on(machine, disk, P::TICK, false);
         let component = format!("{name} node {me}");
         let machine = Arc::new(Shared::new(runner, send, deliver, health, component));
         // The disk thread reports to the host, which exists only once the log was read.

@@ -31,8 +31,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::answer::{AnswerSlot, Replier};
-use crate::disk::{Abandon, DiskError, DiskWorker, FileDisk, FsyncPolicy};
-use crate::driver::{InlineDisk, Runner};
+use crate::disk::{Abandon, DiskError, FsyncPolicy};
+use crate::driver::{open_log, LogDisk, Runner};
 use crate::health::Health;
 
 mod requests;
@@ -322,27 +322,17 @@ impl OrderNode {
         let stop_task = stop.clone();
         // A log that is never fsynced is written on the replica's task (no thread hop before
         // what follows a write goes out); any other on a disk thread of its own.
-        let (disk, inline, log) = match &cfg.wal {
-            Some((path, policy)) => {
-                let (file, records) = FileDisk::open(path, *policy)?;
-                let log = decode_log(&records)?;
-                if *policy == FsyncPolicy::Never {
-                    (None, InlineDisk::new(file), log)
-                } else {
-                    let events = tx.clone();
-                    let worker = DiskWorker::spawn(
-                        format!("order-disk-{}", cfg.replica.id),
-                        file,
-                        DISK_QUEUE,
-                        move |e| {
-                            let _ = events.send(Event::Disk(e));
-                        },
-                    )?;
-                    (Some(worker), None, log)
-                }
-            }
-            None => (None, None, Vec::new()),
-        };
+        let events = tx.clone();
+        let (records, disk) = open_log(
+            format!("order-disk-{}", cfg.replica.id),
+            cfg.wal.as_ref(),
+            DISK_QUEUE,
+            true,
+            move |e| {
+                let _ = events.send(Event::Disk(e));
+            },
+        )?;
+        let log = decode_log(&records)?;
         let replica = Replica::open(cfg.replica.clone(), log, machine)?;
         let endpoint_cfg = EndpointConfig {
             // Random, so a restarted node never reuses a client id (and its sequence numbers).
@@ -350,15 +340,14 @@ impl OrderNode {
             resend_ticks: cfg.client_resend_ticks,
         };
         let endpoint = Endpoint::new(replica, &cfg.replica.replicas, endpoint_cfg);
-        let abandon = disk.as_ref().map(DiskWorker::abandoner);
+        let abandon = match &disk {
+            LogDisk::Thread(worker) => Some(worker.abandoner()),
+            LogDisk::Nowhere | LogDisk::Inline(_) => None,
+        };
         // The replica counts its timers in ticks; the runner's clock, in milliseconds since
         // the Unix epoch, is what it stamps on the entries it proposes (the log's time).
         let unit = Duration::from_millis(1);
-        let runner = match inline {
-            Some(inline) => Runner::inline(endpoint, inline, unit, true),
-            None => Runner::new(endpoint, disk, unit),
-        }
-        .on_wall_clock();
+        let runner = Runner::on(endpoint, disk, unit, true).on_wall_clock();
         let task = Task {
             runner,
             io: OrderIo {
