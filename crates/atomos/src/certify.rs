@@ -114,8 +114,10 @@ pub enum CommitOutcome {
 pub(crate) fn outcome(submitter: &Submitter, ticket: u64) -> CommitOutcome {
     match submitter.outcome(Ticket(ticket)) {
         RequestOutcome::Applied(bytes) => match client::took_effect(&bytes) {
-            Ok(()) => CommitOutcome::Committed,
-            Err(reason) => CommitOutcome::NotCommitted { reason },
+            Some(Ok(())) => CommitOutcome::Committed,
+            Some(Err(reason)) => CommitOutcome::NotCommitted { reason },
+            // It ran; how cannot be told.
+            None => CommitOutcome::Unknown,
         },
         RequestOutcome::Expired => CommitOutcome::NotCommitted {
             reason: "it was not ordered before its deadline (the commit limit)".into(),
@@ -129,7 +131,7 @@ pub(crate) fn outcome(submitter: &Submitter, ticket: u64) -> CommitOutcome {
 /// `collect_every`, a digest every `digest_every` carrying the digest this node's replica
 /// answered for the previous one (every replica compares it with its own).
 pub(crate) fn housekeeping(
-    orderer: &SubmitOrderer,
+    submitter: &Submitter,
     stop: &tokio_util::sync::CancellationToken,
     node: u64,
     options: CertifyOptions,
@@ -141,7 +143,7 @@ pub(crate) fn housekeeping(
     let start = std::time::Instant::now();
     let mut due = periods.map(|p| p.map(|p| start + p));
     let mut reported = None;
-    while !stop.is_cancelled() {
+    while !stop.is_cancelled() && !submitter.stopped() {
         std::thread::sleep(tick.min(Duration::from_millis(200)));
         let now = std::time::Instant::now();
         for (i, at) in due.iter_mut().enumerate() {
@@ -152,10 +154,11 @@ pub(crate) fn housekeeping(
                 continue;
             }
             *at = Some(now + every);
-            // Not ordered or not answered in time: the next period tries again.
+            // Each waits at most its period; not ordered in time, the next period tries again.
+            let orderer = SubmitOrderer::new(submitter.clone(), every);
             if i == 0 {
-                let _ = client::collect(orderer);
-            } else if let Ok((position, digest)) = client::digest(orderer, reported) {
+                let _ = client::collect(&orderer);
+            } else if let Ok((position, digest)) = client::digest(&orderer, reported) {
                 reported = Some((node, position, digest));
             }
         }

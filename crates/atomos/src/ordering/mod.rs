@@ -200,6 +200,11 @@ impl Submitter {
         }
     }
 
+    /// Whether the node stopped: nothing submitted from now on is answered.
+    pub fn stopped(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     /// What became of the request `ticket` names (from [`SubmitError::TimedOut`]).
     pub fn outcome(&self, ticket: Ticket) -> RequestOutcome {
         self.shared.watched.lock().outcome(ticket.0)

@@ -24,18 +24,18 @@ pub enum SubmitError {
     Expired(Duration),
     /// Neither answer nor expiry came in time (the cluster has had no majority since): the
     /// request may still run if a majority returns before its deadline passes in the log.
-    /// Ask [`Submitter::outcome`] with the ticket.
+    /// Ask [`Submitter::outcome`](super::Submitter::outcome) with the ticket.
     #[error("no outcome within {limit:?} (ask for ticket {ticket} later)")]
     TimedOut {
         /// How long the caller waited.
         limit: Duration,
-        /// What to ask [`Submitter::outcome`] about.
+        /// What to ask [`Submitter::outcome`](super::Submitter::outcome) about.
         ticket: Ticket,
     },
 }
 
 /// A request whose caller stopped waiting before its outcome was known, to ask
-/// [`Submitter::outcome`] about. Numbered per node start.
+/// [`Submitter::outcome`](super::Submitter::outcome) about. Numbered per node start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Ticket(pub u64);
 
@@ -63,7 +63,7 @@ pub enum RequestOutcome {
 /// How many requests whose callers stopped waiting a node keeps the outcome of (the latest).
 pub const WATCHED_MAX: usize = 65_536;
 
-/// How long [`Submitter::submit_wait`] waits past a request's deadline to hear that it
+/// How long [`Submitter::submit_wait`](super::Submitter::submit_wait) waits past a request's deadline to hear that it
 /// expired (a re-sent copy is answered so by any replica whose log's time passed it).
 pub const EXPIRY_GRACE: Duration = Duration::from_secs(1);
 
@@ -80,7 +80,7 @@ pub(super) enum Answer {
 pub(super) enum Reply {
     /// An async caller.
     Async(oneshot::Sender<Answer>),
-    /// A thread (or fiber) waiting in [`Submitter::submit_wait`].
+    /// A thread (or fiber) waiting in [`Submitter::submit_wait`](super::Submitter::submit_wait).
     Blocking(Replier<Answer>),
 }
 

@@ -80,18 +80,24 @@ impl NodeRuntime {
             ));
         }
         // Abstract locks this node's earlier runs held die with them: ordered once a leader
-        // takes it, on a thread of its own (the order node runs on this runtime).
+        // takes it (each try waiting up to 5 s), on a thread of its own (the order node runs
+        // on this runtime); then the store's housekeeping, until the node or its replica stops.
         let (node, stop) = (self.id, self.stop.clone());
+        let release = StoreClient::new(
+            SubmitOrderer::new(submitter.clone(), Duration::from_secs(5)),
+            node,
+            run,
+        );
         std::thread::spawn(move || {
-            while !stop.is_cancelled() {
-                if sink.release_stale_runs().is_ok() {
+            loop {
+                if stop.is_cancelled() || submitter.stopped() {
+                    return;
+                }
+                if release.release_stale_runs().is_ok() {
                     break;
                 }
-                // Not ordered in time (no majority yet): again, after a pause in case the
-                // replica stopped and answers at once.
-                std::thread::sleep(Duration::from_millis(200));
             }
-            crate::certify::housekeeping(sink.orderer(), &stop, node, options);
+            crate::certify::housekeeping(&submitter, &stop, node, options);
         });
         info!(node = self.id, %protocol, "replicated store started");
         Ok(())
@@ -159,16 +165,12 @@ impl NodeRuntime {
         }
         let me = self.id;
         let open_members = members.clone();
-        let host = self.host(
-            wal.as_ref(),
-            move |log| {
-                let incarnation = TfaDriver::incarnation(me, log)?;
-                TfaNode::open(me, open_members, incarnation, cfg, log).map_err(|e| e.to_string())
-            },
-            |_| {},
-        )?;
+        let host = self.host(wal.as_ref(), move |log| {
+            let incarnation = TfaDriver::incarnation(me, log)?;
+            TfaNode::open(me, open_members, incarnation, cfg, log).map_err(|e| e.to_string())
+        })?;
         let driver = Arc::new(TfaDriver::new(
-            host,
+            host.clone(),
             Duration::from_secs(60),
             self.answer_poll,
         ));
@@ -180,6 +182,8 @@ impl NodeRuntime {
                 "another protocol already runs on this node".into(),
             ));
         }
+        // Only now does it take messages and time: a node refused above runs nothing.
+        self.serve_host(&host, |_| {})?;
         info!(node = self.id, members = ?members, "tfa started");
         Ok(())
     }
@@ -209,21 +213,10 @@ impl NodeRuntime {
         let engine = self.node.engine().clone();
         let node = self.id.to_string();
         let mut ticks = 0u64;
-        let host = self.host(
-            wal.as_ref(),
-            move |log| OssNode::open(cfg, engine, log).map_err(|e| e.to_string()),
-            move |host: &Host<OssNode>| {
-                // The counters as metrics, once a second.
-                ticks += 1;
-                if ticks.is_multiple_of(100) {
-                    for (name, value) in host.with(OssNode::counters).named() {
-                        metrics::counter!(format!("atomos_oss_{name}_total"), "node" => node.clone())
-                            .absolute(value);
-                    }
-                }
-            },
-        )?;
-        let driver = Arc::new(OssDriver::new(host, limit));
+        let host = self.host(wal.as_ref(), move |log| {
+            OssNode::open(cfg, engine, log).map_err(|e| e.to_string())
+        })?;
+        let driver = Arc::new(OssDriver::new(host.clone(), limit));
         let _ = self.oss.set(driver.clone());
         if !self
             .node
@@ -234,6 +227,17 @@ impl NodeRuntime {
                 "another protocol already commits on this node".into(),
             ));
         }
+        // Only now does it take messages and time: a node refused above runs nothing.
+        self.serve_host(&host, move |host: &Host<OssNode>| {
+            // The counters as metrics, once a second.
+            ticks += 1;
+            if ticks.is_multiple_of(100) {
+                for (name, value) in host.with(OssNode::counters).named() {
+                    metrics::counter!(format!("atomos_oss_{name}_total"), "node" => node.clone())
+                        .absolute(value);
+                }
+            }
+        })?;
         info!(
             node = self.id,
             members = ?members,

@@ -396,7 +396,8 @@ pub(crate) fn report(cfg: &BenchConfig, m: Measured) -> BenchReport {
         mix: tpcc.then(|| cfg.mix.to_string()),
         scale: tpcc.then(|| cfg.scale.to_string()),
         contention: format!("{:?}", cfg.contention),
-        fsync: if cfg.protocol.is_replicated() {
+        // Every protocol between nodes keeps a log (TFA its home records).
+        fsync: if cfg.protocol != Protocol::Local {
             cfg.fsync.to_string()
         } else {
             String::new()

@@ -223,25 +223,30 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 
-    /// Appends entries to the log; revokes optimistic deliveries they replace.
+    /// Appends entries to the log (and queues their record); revokes optimistic deliveries they
+    /// replace. Entries that would not extend the log are refused, written nowhere, with a
+    /// warning (raft-rs never hands such; a log replaying them would not open).
     fn append(&mut self, ents: &[Entry], out: &mut Vec<Action>) -> Result<(), OrderError> {
+        let replaced = match self.raft.mut_store().append(ents) {
+            Ok(replaced) => replaced,
+            Err(outside) => {
+                warn(out, outside.to_string());
+                return Ok(());
+            }
+        };
         let encoded = ents.iter().map(|e| e.encode_to_vec()).collect();
         self.write(&Record::Entries(encoded));
-        match self.raft.mut_store().append(ents) {
-            Ok(Some(cut)) => {
-                if cut < self.delivery.final_next {
-                    return Err(OrderError::Diverged {
-                        cut,
-                        final_next: self.delivery.final_next,
-                    });
-                }
-                self.revoke(cut, out);
-                self.batches.in_log.retain(|_, at| *at < cut);
-                // The entries from `cut` on are new: no earlier write holds them.
-                self.disk.clamp(cut - 1);
+        if let Some(cut) = replaced {
+            if cut < self.delivery.final_next {
+                return Err(OrderError::Diverged {
+                    cut,
+                    final_next: self.delivery.final_next,
+                });
             }
-            Ok(None) => {}
-            Err(outside) => warn(out, outside.to_string()),
+            self.revoke(cut, out);
+            self.batches.in_log.retain(|_, at| *at < cut);
+            // The entries from `cut` on are new: no earlier write holds them.
+            self.disk.clamp(cut - 1);
         }
         for e in ents {
             if let Some(id) = entry_batch(e) {

@@ -168,20 +168,19 @@ pub fn digest(
 }
 
 /// What an entry's encoded answer says of it: `Ok` if it took effect (a commit, a procedure
-/// that returned, a lock taken...), or why it did not.
-pub fn took_effect(answer: &[u8]) -> Result<(), String> {
-    match Answer::decode(answer) {
-        Ok(Answer::Conflict { .. }) => {
-            Err("it conflicted with a transaction ordered before it".into())
-        }
-        Ok(Answer::Invoked {
+/// that returned, a lock taken...), or why it did not; `None` if the answer does not decode (the
+/// entry ran, but nothing can be said of how).
+pub fn took_effect(answer: &[u8]) -> Option<Result<(), String>> {
+    let answer = Answer::decode(answer).ok()?;
+    Some(match answer {
+        Answer::Conflict { .. } => Err("it conflicted with a transaction ordered before it".into()),
+        Answer::Invoked {
             outcome: Outcome::Failed(reason),
             ..
-        }) => Err(reason),
-        Ok(Answer::Refused { reason, .. }) => Err(reason),
-        Ok(_) => Ok(()),
-        Err(e) => Err(format!("its answer does not decode: {e}")),
-    }
+        } => Err(reason),
+        Answer::Refused { reason, .. } => Err(reason),
+        _ => Ok(()),
+    })
 }
 
 #[cfg(test)]
@@ -283,10 +282,18 @@ mod tests {
             }),
             Err(CertifyError::OutcomeUnknown { .. })
         ));
-        assert!(took_effect(b"\xff\xff").is_err());
+        assert_eq!(
+            took_effect(b"\xff\xff"),
+            None,
+            "an answer that does not decode says nothing"
+        );
         assert_eq!(
             took_effect(&Answer::Committed { version: 1 }.encode()),
-            Ok(())
+            Some(Ok(()))
         );
+        assert!(matches!(
+            took_effect(&Answer::Conflict { position: 3 }.encode()),
+            Some(Err(_))
+        ));
     }
 }

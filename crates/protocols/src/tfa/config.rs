@@ -19,7 +19,7 @@ pub struct TfaConfig {
     pub busy_delay: u64,
     /// ... this many times, then aborts its transaction.
     pub busy_retries: u32,
-    /// A read made for a write ([`TfaNode::read_for_write`]) takes the object's commit lock
+    /// A read made for a write ([`TfaNode::read_for_write`](super::TfaNode::read_for_write)) takes the object's commit lock
     /// with its copy: the commit skips that object's lock request, a round trip. The price:
     /// the object is locked, and in doubt if its committer crashes, from that read on rather
     /// than from the commit on; under contention, readers would wait for whole transactions.

@@ -13,7 +13,7 @@ pub enum Failure {
     Conflict(AbortCause),
     /// Forwarding or commit-time validation found these reads no longer current. The
     /// transaction is still open (holding no locks): drop the reads of whatever part of it
-    /// covers them ([`TfaNode::forget`]) and go on, or abort it.
+    /// covers them ([`TfaNode::forget`](super::TfaNode::forget)) and go on, or abort it.
     Stale(Vec<Key>),
     /// A node did not answer in time about `key`; if it crashed, the objects it owned are lost.
     Unavailable {
