@@ -21,7 +21,7 @@ mod check;
 mod harness;
 
 use atomos_order::{Delivery, PlantedBug};
-use atomos_sim::{check_seeds, seeds, Faults};
+use atomos_sim::{check_seeds, first_caught, Faults};
 
 use check::{check, count};
 use harness::{is_adversary, simulate, Note, Setup};
@@ -163,30 +163,13 @@ fn planted_bugs_are_caught() {
         (PlantedBug::ExpireByOwnClock, Setup::deadlines(10_000)),
     ];
     for (bug, setup) in bugs {
-        let tried = seeds(60);
-        let failing: Vec<(u64, String)> = tried
-            .iter()
-            .copied()
-            .filter_map(|seed| {
-                let setup = Setup {
-                    bug: Some(bug),
-                    ..setup
-                };
-                check(&simulate(seed, setup)).err().map(|e| (seed, e))
-            })
-            .collect();
-        assert!(
-            !failing.is_empty(),
-            "{bug:?} went unnoticed in {} seeds",
-            tried.len()
-        );
-        println!(
-            "{bug:?} fails {} of {} seeds; first: seed {}: {}",
-            failing.len(),
-            tried.len(),
-            failing[0].0,
-            failing[0].1
-        );
+        let setup = Setup {
+            bug: Some(bug),
+            ..setup
+        };
+        first_caught(&format!("{bug:?}"), 60, |seed| {
+            check(&simulate(seed, setup))
+        });
     }
 }
 

@@ -28,7 +28,7 @@ mod replicated_sim;
 
 use atomos_order::Delivery;
 use atomos_protocols::replicated::{Answer, PlantedBug};
-use atomos_sim::{check_seeds, seeds, Faults};
+use atomos_sim::{check_seeds, first_caught, Faults};
 use replicated_sim::{active_setup, check, check_lists, count, setup, simulate, Note, Setup};
 
 #[test]
@@ -113,38 +113,18 @@ fn disks_that_stall_lose_nothing_and_show_no_lost_write() {
 #[test]
 fn planted_bugs_are_caught() {
     let bug = PlantedBug::FirstReadOnly;
-    let tried = seeds(40);
-    let mut lists_caught = 0;
-    let failing: Vec<(u64, String)> = tried
-        .iter()
-        .copied()
-        .filter_map(|seed| {
-            let s = Setup {
-                bug: Some(bug),
-                ..setup()
-            };
-            let o = simulate(seed, s, Faults::harsh());
-            lists_caught += check_lists(&o).is_err() as usize;
-            check(&o).err().map(|e| (seed, e))
-        })
-        .collect();
+    let planted = || Setup {
+        bug: Some(bug),
+        ..setup()
+    };
+    first_caught(&format!("{bug:?}"), 40, |seed| {
+        check(&simulate(seed, planted(), Faults::harsh())).map(|_| ())
+    });
     // The list-append checker alone sees it too (lost appends, reads no order explains).
-    assert!(
-        lists_caught > 0,
-        "the list-append history never showed {bug:?}"
-    );
-    assert!(
-        !failing.is_empty(),
-        "{bug:?} went unnoticed in {} seeds",
-        tried.len()
-    );
-    println!(
-        "{bug:?} fails {} of {} seeds (the list-append check alone {lists_caught}); first: seed \
-         {}: {}",
-        failing.len(),
-        tried.len(),
-        failing[0].0,
-        failing[0].1
+    first_caught(
+        &format!("{bug:?} (the list-append history alone)"),
+        40,
+        |seed| check_lists(&simulate(seed, planted(), Faults::harsh())).map(|_| ()),
     );
 }
 
@@ -191,32 +171,13 @@ fn active_replication_survives_every_fault() {
 #[test]
 fn committing_at_the_optimistic_delivery_is_caught() {
     let bug = PlantedBug::CommitAtOpt;
-    let tried = seeds(40);
-    let failing: Vec<(u64, String)> = tried
-        .iter()
-        .copied()
-        .filter_map(|seed| {
-            let s = Setup {
-                bug: Some(bug),
-                ..active_setup()
-            };
-            check(&simulate(seed, s, Faults::harsh()))
-                .err()
-                .map(|e| (seed, e))
-        })
-        .collect();
-    assert!(
-        !failing.is_empty(),
-        "{bug:?} went unnoticed in {} seeds",
-        tried.len()
-    );
-    println!(
-        "{bug:?} fails {} of {} seeds; first: seed {}: {}",
-        failing.len(),
-        tried.len(),
-        failing[0].0,
-        failing[0].1
-    );
+    let planted = Setup {
+        bug: Some(bug),
+        ..active_setup()
+    };
+    first_caught(&format!("{bug:?}"), 40, |seed| {
+        check(&simulate(seed, planted, Faults::harsh())).map(|_| ())
+    });
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! lost, and commits happened.
 
 use atomos_protocols::oss::{CommitMode, OssBug};
-use atomos_sim::Faults;
+use atomos_sim::{first_caught, Faults};
 
 mod oss_sim_parts;
 
@@ -120,46 +120,32 @@ fn a_token_node_that_lost_its_disk_rejoins_without_losing_anything_acknowledged(
 
 #[test]
 fn counting_a_write_set_stable_before_a_majority_holds_it_is_caught() {
-    let caught = (0..40).find(|&seed| {
-        let o = simulate(
-            seed,
-            CommitMode::UltraPeer,
-            Some(OssBug::StableAtOne),
-            Faults::harsh(),
-        );
-        check(&o).is_err()
+    first_caught("counting a write set stable at one node", 40, |seed| {
+        let bug = Some(OssBug::StableAtOne);
+        check(&simulate(seed, CommitMode::UltraPeer, bug, Faults::harsh())).map(|_| ())
     });
-    assert!(caught.is_some(), "the planted bug went unnoticed");
 }
 
 #[test]
 fn a_sequencer_that_skips_validation_is_caught() {
-    let caught = (0..20).any(|seed| {
-        let o = simulate(
-            seed,
-            CommitMode::UltraPeer,
-            Some(OssBug::SkipValidation),
-            Faults::none(),
-        );
-        check(&o).is_err()
+    first_caught("a sequencer that skips validation", 20, |seed| {
+        let bug = Some(OssBug::SkipValidation);
+        check(&simulate(seed, CommitMode::UltraPeer, bug, Faults::none())).map(|_| ())
     });
-    assert!(caught, "the planted bug went unnoticed");
 }
 
 #[test]
 fn a_token_taken_twice_is_caught() {
-    let caught = (0..40).find(|&seed| {
-        let o = simulate(
+    first_caught("a token taken twice", 40, |seed| {
+        let bug = Some(OssBug::TokenTakenTwice);
+        check(&simulate(
             seed,
             CommitMode::DistributedToken,
-            Some(OssBug::TokenTakenTwice),
+            bug,
             Faults::harsh(),
-        );
-        check(&o)
-            .map_err(|e| eprintln!("seed {seed}: {e}"))
-            .is_err()
+        ))
+        .map(|_| ())
     });
-    assert!(caught.is_some(), "the planted bug went unnoticed");
 }
 
 /// Nodes configured with different commit modes follow the one the first epoch's start

@@ -16,7 +16,7 @@
 //! trace lines containing PATTERN, and every node's view of each list.
 
 use atomos_protocols::tfa::PlantedBug;
-use atomos_sim::{check_seeds, Faults};
+use atomos_sim::{check_seeds, first_caught, Faults};
 
 mod tfa_sim_parts;
 
@@ -94,17 +94,6 @@ fn seeds_that_found_defects() {
     }
 }
 
-/// The first of `seeds` on which the simulation, running `bug`, fails its checks.
-fn first_caught(bug: PlantedBug, faults: &Faults, seeds: u64) -> (u64, String) {
-    (0..seeds)
-        .find_map(|seed| {
-            check(&simulate(seed, 4, faults.clone(), Some(bug)))
-                .err()
-                .map(|e| (seed, e))
-        })
-        .unwrap_or_else(|| panic!("{seeds} seeds ran {bug:?} and none failed"))
-}
-
 /// The simulation catches planted defects: a restarted committer's locks released (the old
 /// copies kept) instead of dropped as lost; a restarted home that forgets its records; a read
 /// for a write that takes no lock; a commit that takes objects it locked but did not write.
@@ -125,8 +114,9 @@ fn planted_bugs_are_caught() {
         (PlantedBug::UnlockedWriteRead, &network),
         (PlantedBug::SurrenderUnnamed, &network),
     ] {
-        let (seed, error) = first_caught(bug, faults, 500);
-        eprintln!("seed {seed} caught {bug:?}: {error}");
+        let (seed, _) = first_caught(&format!("{bug:?}"), 500, |seed| {
+            check(&simulate(seed, 4, faults.clone(), Some(bug)))
+        });
         check(&simulate(seed, 4, faults.clone(), None))
             .unwrap_or_else(|e| panic!("seed {seed} without {bug:?}: {e}"));
     }

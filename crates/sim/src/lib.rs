@@ -12,13 +12,15 @@
 //! random choice comes from one generator seeded by a `u64`, so a seed reproduces a run
 //! exactly, trace and all.
 //!
-//! [`workload`] generates bank transfers and list-append transactions from the same seed, and
+//! [`check`] holds the checks every protocol's simulation shares (a planted bug caught,
+//! replicas that agree position by position, survivors that converged). [`workload`] generates bank transfers and list-append transactions from the same seed, and
 //! turns what the nodes reported into a history for
 //! [`list_append::check`](atomos_core::history::list_append::check), which needs no clock and
 //! so takes records from every node.
 
 #![deny(missing_docs)]
 
+pub mod check;
 mod disk;
 mod rng;
 mod seeds;
@@ -27,6 +29,7 @@ mod sim;
 pub mod workload;
 
 pub use atomos_seam::{Input, Machine, NodeId, Output, Write};
+pub use check::{converged, first_caught, Agreement};
 pub use disk::SimDisk;
 pub use rng::SimRng;
 pub use seeds::{check_seeds, seeds, SEEDS_VAR, SEED_VAR};

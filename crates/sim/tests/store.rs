@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use atomos_core::history::list_append::{self, ListOp};
 use atomos_sim::workload::{self, BankOp, BankWorkload, ListAppendTxn, ListAppendWorkload};
 use atomos_sim::{
-    check_seeds, seeds, Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
-    Write,
+    check_seeds, first_caught, Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig,
+    SimRng, Write,
 };
 use serde::{Deserialize, Serialize};
 
@@ -307,18 +307,7 @@ fn histories_from_all_nodes_are_serializable_under_faults() {
 
 #[test]
 fn executing_a_resent_transaction_twice_is_caught() {
-    let failing: Vec<(u64, String)> = seeds(100)
-        .into_iter()
-        .filter_map(|seed| check(&simulate(seed, true)).err().map(|e| (seed, e)))
-        .collect();
-    assert!(
-        !failing.is_empty(),
-        "re-executing re-sent transactions went unnoticed in 100 seeds"
-    );
-    println!(
-        "the planted bug fails {} of 100 seeds; first: seed {}: {}",
-        failing.len(),
-        failing[0].0,
-        failing[0].1
-    );
+    first_caught("re-executing re-sent transactions", 100, |seed| {
+        check(&simulate(seed, true))
+    });
 }

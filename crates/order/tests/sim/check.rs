@@ -3,15 +3,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use atomos_order::{Delivery, Register, Request, StateMachine};
-use atomos_sim::NodeId;
+use atomos_sim::{Agreement, NodeId};
 
 use crate::harness::{Note, Outcome};
 
 pub fn check(o: &Outcome) -> Result<(), String> {
     // seq -> the requests finally delivered there (by any replica, any incarnation).
-    let mut final_order: BTreeMap<u64, Vec<Request>> = BTreeMap::new();
+    let mut final_order = Agreement::new("requests finally delivered");
     // seq -> the log's time there, as the first replica to deliver it finally said.
-    let mut times: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut times = Agreement::new("the log's times");
     #[derive(Default)]
     struct View {
         opt: BTreeMap<u64, Vec<Request>>,
@@ -67,12 +67,9 @@ pub fn check(o: &Outcome) -> Result<(), String> {
                 return Err(format!("node {node} at {t}: alarm at entry {seq}: {text}"));
             }
             Note::Delivered(Delivery::Final { seq, time_ms }) => {
-                if *times.entry(*seq).or_insert(*time_ms) != *time_ms {
-                    return Err(format!(
-                        "node {node} at {t}: the log's time at {seq} is {time_ms}, elsewhere {}",
-                        times[seq]
-                    ));
-                }
+                times
+                    .see(*node, *seq, *time_ms)
+                    .map_err(|e| format!("at {t}: {e}"))?;
                 if let Some(prev) = seq.checked_sub(1).and_then(|p| times.get(&p)) {
                     if prev > time_ms {
                         return Err(format!("the log's time went back at {seq}"));
@@ -89,22 +86,15 @@ pub fn check(o: &Outcome) -> Result<(), String> {
                         "node {node} at {t}: final-delivered {seq} before opt-delivering it"
                     ));
                 };
-                match final_order.get(seq) {
-                    Some(other) if *other != requests => {
-                        return Err(format!(
-                            "node {node} at {t}: position {seq} holds {requests:?}, elsewhere {other:?}"
-                        ))
-                    }
-                    Some(_) => {}
-                    None => {
-                        final_order.insert(*seq, requests);
-                    }
-                }
+                final_order
+                    .see(*node, *seq, requests)
+                    .map_err(|e| format!("at {t}: {e}"))?;
                 v.final_next += 1;
             }
             Note::Done { .. } | Note::Expired { .. } => {}
         }
     }
+    let (final_order, times) = (final_order.into_values(), times.into_values());
     // Integrity: at most once, only what clients sent, and only before its deadline.
     let mut seen = BTreeSet::new();
     for (seq, requests) in &final_order {

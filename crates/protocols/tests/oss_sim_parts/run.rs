@@ -7,7 +7,7 @@ use atomos_core::history::list_append::ListOp;
 use atomos_core::{TxError, TxOptions};
 use atomos_protocols::oss::{CommitMode, OssBug};
 use atomos_sim::workload::{check_list_run, ListAppendTxn};
-use atomos_sim::{Faults, NodeId, Run, Sim, SimConfig};
+use atomos_sim::{converged, Agreement, Faults, NodeId, Run, Sim, SimConfig};
 
 use super::*;
 
@@ -193,29 +193,21 @@ pub(crate) fn check(o: &Outcome) -> Result<usize, String> {
         }
     }
     // No commit id was used twice: nodes that applied as far applied the same commits.
-    for (i, (a, da)) in o.digests.iter().enumerate() {
-        for (b, db) in &o.digests[i + 1..] {
-            for (x, y) in da.iter().zip(db) {
-                if let (Some((wa, ha)), Some((wb, hb))) = (x, y) {
-                    if wa == wb && ha != hb {
-                        return Err(format!(
-                            "nodes {a} and {b} applied different commits through id {wa}"
-                        ));
-                    }
-                }
+    let mut applied = Agreement::new("commits applied through an id (domain, id)");
+    for (node, domains) in &o.digests {
+        for (domain, digest) in domains.iter().enumerate() {
+            if let Some((id, hash)) = digest {
+                applied.see(*node, (domain, *id), *hash)?;
             }
         }
     }
     // The live nodes converged.
-    if let Some((first, objects, _, _)) = o.finals.first() {
-        for (node, other, _, _) in &o.finals[1..] {
-            if other != objects {
-                return Err(format!(
-                    "nodes {first} and {node} ended with different objects"
-                ));
-            }
-        }
-    }
+    converged(
+        "objects",
+        o.finals
+            .iter()
+            .map(|(node, objects, _, _)| (*node, objects)),
+    )?;
     let aborted: std::collections::BTreeSet<u64> = o
         .run
         .notes

@@ -10,7 +10,7 @@ fn final_order(run: &Run<Note>) -> Result<BTreeMap<u64, Vec<Request>>, String> {
         opt: BTreeMap<u64, Vec<Request>>,
         final_next: u64,
     }
-    let mut order: BTreeMap<u64, Vec<Request>> = BTreeMap::new();
+    let mut order = Agreement::new("requests");
     let mut views: BTreeMap<NodeId, View> = BTreeMap::new();
     for (t, node, note) in &run.notes {
         let v = views.entry(*node).or_default();
@@ -39,28 +39,19 @@ fn final_order(run: &Run<Note>) -> Result<BTreeMap<u64, Vec<Request>>, String> {
                     return Err(format!("node {node} at {t}: final {seq} out of order"));
                 }
                 v.final_next += 1;
-                match order.get(seq) {
-                    Some(other) if *other != requests => {
-                        if std::env::var("DEBUG_CERTIFY").is_ok() {
-                            for l in &run.trace {
-                                eprintln!("{l}");
-                            }
+                order.see(*node, *seq, requests).map_err(|e| {
+                    if std::env::var("DEBUG_CERTIFY").is_ok() {
+                        for l in &run.trace {
+                            eprintln!("{l}");
                         }
-                        return Err(format!(
-                            "node {node} at {t}: position {seq} differs between replicas: \
-                             {requests:?} here, {other:?} elsewhere"
-                        ));
                     }
-                    Some(_) => {}
-                    None => {
-                        order.insert(*seq, requests);
-                    }
-                }
+                    format!("at {t}: {e}")
+                })?;
             }
             _ => {}
         }
     }
-    Ok(order)
+    Ok(order.into_values())
 }
 
 /// The certification rule as a model: key -> (version, value bytes or deletion). Procedure
@@ -179,7 +170,7 @@ pub(crate) fn check(o: &Outcome) -> Result<usize, String> {
         }
         states.insert(model.position, model.snapshot());
     }
-    let mut digests: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut digests = Agreement::new("object digests");
     for (t, node, note) in &o.run.notes {
         match note {
             Note::Answer {
@@ -199,14 +190,9 @@ pub(crate) fn check(o: &Outcome) -> Result<usize, String> {
                     ));
                 }
             }
-            Note::Digest { position, digest }
-                if *digests.entry(*position).or_insert(*digest) != *digest =>
-            {
-                return Err(format!(
-                    "node {node} at {t}: objects at position {position} differ from another \
-                     replica's"
-                ));
-            }
+            Note::Digest { position, digest } => digests
+                .see(*node, *position, *digest)
+                .map_err(|e| format!("at {t}: {e}"))?,
             Note::Delivered(Delivery::Alarm { seq, text }) => {
                 return Err(format!("node {node} at {t}: alarm at entry {seq}: {text}"));
             }

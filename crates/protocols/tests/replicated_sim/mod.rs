@@ -22,7 +22,9 @@ use atomos_protocols::replicated::{Answer, Entry, PlantedBug, ReplicatedStore};
 use atomos_sim::workload::{
     bank_total, check_list_run, execute_list_ops, Capture, ListAppendTxn, ListAppendWorkload,
 };
-use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
+use atomos_sim::{
+    Agreement, Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
+};
 
 const REPLICAS: usize = 3;
 const ACCOUNTS: u64 = 6;

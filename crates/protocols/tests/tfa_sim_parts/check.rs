@@ -1,10 +1,10 @@
 //! What a run ended with (owners, locks, balances, lists) and the checks of a run: a
 //! serializable history, the bank's money whole, nothing lost unreported.
 
-use atomos_core::history::list_append::{self, ListOp};
+use atomos_core::history::list_append::ListOp;
 use atomos_core::Key;
 use atomos_protocols::tfa::Failure;
-use atomos_sim::workload::{self, ListAppendTxn};
+use atomos_sim::workload;
 use atomos_sim::{Faults, NodeId};
 
 use super::*;
@@ -182,14 +182,7 @@ pub(crate) fn check(o: &Outcome) -> Result<(), String> {
         }
     }
     let failed: std::collections::BTreeSet<u64> = failures.iter().map(|(id, _)| *id).collect();
-    let submitted: Vec<ListAppendTxn> = o
-        .submitted
-        .iter()
-        .filter(|t| !failed.contains(&t.id))
-        .cloned()
-        .collect();
-    let history = workload::list_history(&submitted, done.iter().cloned());
-    list_append::check(&history).map_err(|e| e.to_string())?;
+    workload::check_list_run(o.submitted.iter().cloned(), &failed, done.iter().cloned())?;
     // Every append committed before the final read of its list was asked for is seen by it,
     // unless the list was lost. (One still retrying then may commit after it: the history
     // check above orders those.)
