@@ -9,6 +9,7 @@ use atomos_seam::Output;
 use super::directory::{Directory, NodeId};
 use super::msg::Body;
 use super::node::*;
+use super::roles::*;
 
 impl TfaNode {
     /// Takes the abstract lock `name` for `family` (a number of this node's choosing that
@@ -25,10 +26,10 @@ impl TfaNode {
         out: &mut Vec<Action>,
     ) {
         let family = self.family_id(family);
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return;
         };
-        self.families.insert(family);
+        self.coord.families.insert(family);
         let key = Key::from(name.as_str());
         let home = self.dir.home(&key);
         if home == self.me {
@@ -43,7 +44,7 @@ impl TfaNode {
     /// `family` ended: its abstract locks are released (on their homes, by message).
     pub fn release_abstract(&mut self, family: u64, names: Vec<String>, out: &mut Vec<Action>) {
         let family = self.family_id(family);
-        self.families.remove(&family);
+        self.coord.families.remove(&family);
         let mut by_home: BTreeMap<NodeId, Vec<String>> = BTreeMap::new();
         for name in names {
             by_home
@@ -62,7 +63,7 @@ impl TfaNode {
 
     /// How many abstract locks this node is home to and holds right now.
     pub fn abstract_locks_held(&self) -> usize {
-        self.abstract_held.len()
+        self.home.abstract_held.len()
     }
 
     pub(super) fn grant_abstract(
@@ -71,11 +72,11 @@ impl TfaNode {
         holder: (NodeId, u64),
         name: String,
     ) -> Option<bool> {
-        match self.abstract_held.get(&name) {
+        match self.home.abstract_held.get(&name) {
             Some(hold) if hold.holder == holder => Some(false),
             Some(_) => None,
             None => {
-                self.abstract_held.insert(
+                self.home.abstract_held.insert(
                     name,
                     AbstractHold {
                         holder,
@@ -91,11 +92,12 @@ impl TfaNode {
     pub(super) fn free_abstract(&mut self, holder: (NodeId, u64), names: &[String]) {
         for name in names {
             if self
+                .home
                 .abstract_held
                 .get(name)
                 .is_some_and(|hold| hold.holder == holder)
             {
-                self.abstract_held.remove(name);
+                self.home.abstract_held.remove(name);
             }
         }
     }
@@ -107,11 +109,13 @@ impl TfaNode {
     }
 
     pub(super) fn free_abstract_of(&mut self, holder: (NodeId, u64)) {
-        self.abstract_held.retain(|_, hold| hold.holder != holder);
+        self.home
+            .abstract_held
+            .retain(|_, hold| hold.holder != holder);
     }
 
     pub(super) fn abstract_answer(&mut self, h: u64, granted: Option<bool>, out: &mut Vec<Action>) {
-        if let Some(tx) = self.active.get_mut(&h) {
+        if let Some(tx) = self.coord.active.get_mut(&h) {
             tx.wait = Wait::Idle;
         }
         out.push(Output::Deliver(Answer {

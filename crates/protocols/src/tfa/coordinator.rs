@@ -10,6 +10,7 @@ use super::directory::{Directory, NodeId};
 use super::msg::{Body, Decision, FetchAnswer};
 use super::node::*;
 use super::owner::{Refusal, TxId};
+use super::roles::*;
 
 impl TfaNode {
     /// Starts transaction `h` (a handle the caller picks, unique among running ones) at the
@@ -17,11 +18,11 @@ impl TfaNode {
     pub fn begin(&mut self, h: u64) {
         let id = TxId {
             node: self.me,
-            n: self.next_tx,
+            n: self.coord.next_tx,
         };
-        self.next_tx += 1;
-        self.handles.insert(id, h);
-        self.active.insert(
+        self.coord.next_tx += 1;
+        self.coord.handles.insert(id, h);
+        self.coord.active.insert(
             h,
             Active {
                 id,
@@ -48,13 +49,13 @@ impl TfaNode {
     /// transaction with the same answer, so its commit asks no lock of that owner. An object
     /// locked so that the transaction does not write after all is released at its end.
     pub fn read_for_write(&mut self, now: u64, h: u64, key: Key, out: &mut Vec<Action>) {
-        let quiet = now >= self.contended_until;
-        let lock = quiet && self.active.get(&h).is_some_and(|tx| tx.lock_reads);
+        let quiet = now >= self.coord.contended_until;
+        let lock = quiet && self.coord.active.get(&h).is_some_and(|tx| tx.lock_reads);
         self.start_read(now, h, key, lock, out);
     }
 
     fn start_read(&mut self, now: u64, h: u64, key: Key, lock: bool, out: &mut Vec<Action>) {
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return;
         };
         // An object this transaction holds locked answers only to it: read it again locking.
@@ -62,8 +63,8 @@ impl TfaNode {
             Some(p) => (p.owner, true),
             // Held here (a commit here took it; the cache forgets what this node owns): read
             // here, rather than ask its home, which would only point back here.
-            None if self.objects.get(&key).is_some() => (self.me, lock),
-            None => (self.cache.ask(&key, &self.dir), lock),
+            None if self.owner.objects.get(&key).is_some() => (self.me, lock),
+            None => (self.coord.cache.ask(&key, &self.dir), lock),
         };
         tx.wait = Wait::Fetch {
             key: key.clone(),
@@ -83,7 +84,7 @@ impl TfaNode {
         mut writes: Vec<(Key, Option<Vec<u8>>)>,
         out: &mut Vec<Action>,
     ) {
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return;
         };
         if writes.is_empty() {
@@ -91,7 +92,7 @@ impl TfaNode {
             // for writes that did not happen are released.
             let (id, contacted) = (tx.id, std::mem::take(&mut tx.contacted));
             self.counters.commits += 1;
-            self.finish(h);
+            self.coord.finish(h);
             self.release_locks(now, id, contacted, out);
             out.push(Output::Deliver(Answer {
                 h,
@@ -107,7 +108,7 @@ impl TfaNode {
             let (owner, version, locked) = match (tx.prelocked.get(key), tx.reads.get(key)) {
                 (Some(p), _) => (p.owner, Some(p.version), true),
                 (None, Some(r)) => (r.owner, Some(r.version), false),
-                (None, None) => (self.cache.ask(key, &self.dir), None, false),
+                (None, None) => (self.coord.cache.ask(key, &self.dir), None, false),
             };
             if owner != self.me {
                 let named = (key.clone(), version);
@@ -122,7 +123,7 @@ impl TfaNode {
         if let Some(local) = by_owner.remove(&self.me) {
             let locked = match self.lost_refusal(&local) {
                 Some(lost) => Err(lost),
-                None => self.objects.try_lock(id, &local, now, self.cfg.lease),
+                None => self.owner.objects.try_lock(id, &local, now, self.cfg.lease),
             };
             match locked {
                 Ok(()) => self.note_creations(&local, out),
@@ -130,7 +131,7 @@ impl TfaNode {
                 Err(busy) => return self.fail(now, h, refusal_failure(&busy), out),
             }
         }
-        let tx = self.active.get_mut(&h).expect("checked above");
+        let tx = self.coord.active.get_mut(&h).expect("checked above");
         tx.wait = Wait::Lock { writes };
         tx.contacted.extend(by_owner.keys().copied());
         for (owner, items) in by_owner {
@@ -150,7 +151,7 @@ impl TfaNode {
     /// Drops `keys` from transaction `h`'s reads (a nested block or checkpoint that read them
     /// rolls back after [`Failure::Stale`]); the transaction goes on with the rest.
     pub fn forget(&mut self, h: u64, keys: &[Key]) {
-        if let Some(tx) = self.active.get_mut(&h) {
+        if let Some(tx) = self.coord.active.get_mut(&h) {
             if matches!(tx.wait, Wait::Idle) {
                 for k in keys {
                     tx.reads.remove(k);
@@ -162,13 +163,13 @@ impl TfaNode {
     /// Abandons transaction `h` before commit (the application gave up): objects it locked
     /// when reading them for a write are released (their owners are told).
     pub fn abort(&mut self, now: u64, h: u64, out: &mut Vec<Action>) {
-        if let Some(tx) = self.active.get_mut(&h) {
+        if let Some(tx) = self.coord.active.get_mut(&h) {
             if matches!(
                 tx.wait,
                 Wait::Idle | Wait::Fetch { .. } | Wait::Forward { .. } | Wait::Abstract
             ) {
                 let (id, contacted) = (tx.id, std::mem::take(&mut tx.contacted));
-                self.finish(h);
+                self.coord.finish(h);
                 self.release_locks(now, id, contacted, out);
             }
         }
@@ -182,7 +183,7 @@ impl TfaNode {
         target: NodeId,
         out: &mut Vec<Action>,
     ) {
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return;
         };
         let lock = matches!(tx.wait, Wait::Fetch { lock: true, .. }).then_some(tx.id);
@@ -219,7 +220,7 @@ impl TfaNode {
         answer: FetchAnswer,
         out: &mut Vec<Action>,
     ) {
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return;
         };
         let Wait::Fetch {
@@ -232,19 +233,19 @@ impl TfaNode {
             return;
         };
         let (key, hops, busy, lock) = (key.clone(), *hops, *busy, *lock);
-        drop_requests(&mut self.requests, &mut tx.outstanding);
+        drop_requests(&mut self.coord.requests, &mut tx.outstanding);
         if from != self.me {
             self.counters.remote_reads += 1;
         }
         match answer {
             FetchAnswer::Busy if busy < self.cfg.busy_retries => {
-                self.note_contention(now);
+                self.coord.note_contention(now, self.cfg.contention_quiet);
                 // A commit is installing: its lock is short-lived, so ask again after the
                 // busy delay rather than abort at once. A transaction never waits holding
                 // locks (no cycle of waits can form): it gives them up first, and reads
                 // without locking from then on.
                 self.give_up_locks(now, h, out);
-                let Some(tx) = self.active.get_mut(&h) else {
+                let Some(tx) = self.coord.active.get_mut(&h) else {
                     return;
                 };
                 tx.wait = Wait::Fetch {
@@ -266,7 +267,7 @@ impl TfaNode {
                 );
             }
             FetchAnswer::Busy => {
-                self.note_contention(now);
+                self.coord.note_contention(now, self.cfg.contention_quiet);
                 self.counters.aborts_busy_read += 1;
                 self.fail(now, h, Failure::Conflict(AbortCause::ReadLocked), out)
             }
@@ -279,7 +280,7 @@ impl TfaNode {
                     return self.fail(now, h, Failure::Unavailable { key, node: next }, out);
                 }
                 self.counters.redirects += 1;
-                self.cache.learn(key.clone(), next);
+                self.coord.cache.learn(key.clone(), next);
                 tx.wait = Wait::Fetch {
                     key: key.clone(),
                     hops: hops + 1,
@@ -290,7 +291,7 @@ impl TfaNode {
             }
             FetchAnswer::Found { value, version } => {
                 if from != self.me {
-                    self.cache.learn(key.clone(), from);
+                    self.coord.cache.learn(key.clone(), from);
                 }
                 if lock && value.is_some() {
                     // The owner locked it (a missing object is locked at commit). It may not be
@@ -334,7 +335,7 @@ impl TfaNode {
         forward_to: Option<u64>,
         out: &mut Vec<Action>,
     ) {
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return;
         };
         if let Some(c) = forward_to {
@@ -349,7 +350,7 @@ impl TfaNode {
             }
         }
         tx.wait = Wait::Idle;
-        drop_requests(&mut self.requests, &mut tx.outstanding);
+        drop_requests(&mut self.coord.requests, &mut tx.outstanding);
         out.push(Output::Deliver(Answer {
             h,
             reply: Reply::Read(Ok(value)),
@@ -365,14 +366,14 @@ impl TfaNode {
         items: Vec<(Key, ReadInfo)>,
         out: &mut Vec<Action>,
     ) {
-        let Some(tx) = self.active.get(&h) else {
+        let Some(tx) = self.coord.active.get(&h) else {
             return;
         };
         let id = tx.id;
         let mut by_owner: BTreeMap<NodeId, Vec<(Key, u64)>> = BTreeMap::new();
         for (key, r) in items {
             if r.owner == self.me {
-                if !self.objects.validate(id, &key, r.version) {
+                if !self.owner.objects.validate(id, &key, r.version) {
                     return self.validated(now, h, vec![key], out);
                 }
             } else {
@@ -384,7 +385,7 @@ impl TfaNode {
             let body = |req| Body::Validate { req, tx: id, items };
             self.request(now, h, owner, key, body, out);
         }
-        if self.active[&h].outstanding.is_empty() {
+        if self.coord.active[&h].outstanding.is_empty() {
             self.validated(now, h, Vec::new(), out);
         }
     }
@@ -394,10 +395,10 @@ impl TfaNode {
     /// application may drop the reads of a nested block or checkpoint that covers them
     /// ([`TfaNode::forget`]) and go on, or abort.
     pub(super) fn validated(&mut self, now: u64, h: u64, invalid: Vec<Key>, out: &mut Vec<Action>) {
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return;
         };
-        drop_requests(&mut self.requests, &mut tx.outstanding);
+        drop_requests(&mut self.coord.requests, &mut tx.outstanding);
         if !invalid.is_empty() {
             if matches!(tx.wait, Wait::Forward { .. }) {
                 self.counters.aborts_forward += 1;
@@ -426,7 +427,7 @@ impl TfaNode {
 
     /// Called after each lock answer: once every owner granted, validate the other reads.
     pub(super) fn lock_progress(&mut self, now: u64, h: u64, out: &mut Vec<Action>) {
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return;
         };
         if !tx.outstanding.is_empty() {
@@ -453,10 +454,10 @@ impl TfaNode {
         writes: Vec<(Key, Option<Vec<u8>>)>,
         out: &mut Vec<Action>,
     ) {
-        let Some(tx) = self.active.remove(&h) else {
+        let Some(tx) = self.coord.active.remove(&h) else {
             return;
         };
-        self.handles.remove(&tx.id);
+        self.coord.handles.remove(&tx.id);
         let version = self.clock.advance_for_commit();
         for (key, _) in &writes {
             if tx.reads.get(key).is_some_and(|r| r.owner != self.me) {
@@ -465,17 +466,17 @@ impl TfaNode {
         }
         // Objects locked here for writes that did not happen are released; the written
         // ones are replaced, unlocked.
-        self.objects.release(tx.id);
-        self.objects.install(tx.id, &writes, version);
+        self.owner.objects.release(tx.id);
+        self.owner.objects.install(tx.id, &writes, version);
         let decision = Decision::Commit { version };
         self.announce(now, tx.id, decision, tx.contacted, tx.taken, out);
         for (key, _) in writes {
-            self.cache.forget(&key);
+            self.coord.cache.forget(&key);
             let home = self.dir.home(&key);
             if home == self.me {
                 self.record_owner(key, self.me, self.incarnation, version, out);
             } else {
-                self.track_later(now, key, version, None);
+                self.owner.track_later(now, key, version, None);
             }
         }
         self.counters.commits += 1;
@@ -488,11 +489,11 @@ impl TfaNode {
     /// Ends transaction `h` with `failure`: locks it holds here are released, owners it asked
     /// for locks are told (until they confirm), and the application gets the failure.
     pub(super) fn fail(&mut self, now: u64, h: u64, failure: Failure, out: &mut Vec<Action>) {
-        let Some(mut tx) = self.active.remove(&h) else {
+        let Some(mut tx) = self.coord.active.remove(&h) else {
             return;
         };
-        drop_requests(&mut self.requests, &mut tx.outstanding);
-        self.handles.remove(&tx.id);
+        drop_requests(&mut self.coord.requests, &mut tx.outstanding);
+        self.coord.handles.remove(&tx.id);
         self.release_locks(now, tx.id, std::mem::take(&mut tx.contacted), out);
         if matches!(failure, Failure::Unavailable { .. }) {
             self.counters.unavailable += 1;
@@ -512,7 +513,7 @@ impl TfaNode {
     /// more locks with reads. Must not be called while a read that may lock is in flight (its
     /// lock would be granted to the old number). Returns whether it held any.
     pub(super) fn give_up_locks(&mut self, now: u64, h: u64, out: &mut Vec<Action>) -> bool {
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return false;
         };
         tx.lock_reads = false;
@@ -538,21 +539,21 @@ impl TfaNode {
     /// are released (here, and by the owners it asked, who are told), so a late release of the
     /// old number never touches the new one's. Its reads stay.
     fn renumber(&mut self, now: u64, h: u64, out: &mut Vec<Action>) {
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return;
         };
         let old = tx.id;
         tx.id = TxId {
             node: self.me,
-            n: self.next_tx,
+            n: self.coord.next_tx,
         };
-        self.next_tx += 1;
+        self.coord.next_tx += 1;
         let contacted = std::mem::take(&mut tx.contacted);
         // The locks go with the old number: reads made for writes are plain reads now.
         tx.prelocked.clear();
         tx.taken.clear();
-        self.handles.remove(&old);
-        self.handles.insert(tx.id, h);
+        self.coord.handles.remove(&old);
+        self.coord.handles.insert(tx.id, h);
         self.release_locks(now, old, contacted, out);
     }
 
@@ -562,10 +563,10 @@ impl TfaNode {
     /// reads of the checkpoint that covers them and commits again, or aborts. (A new number, so
     /// that a late "abort" for the first attempt never releases the second's locks.)
     pub(super) fn reopen(&mut self, now: u64, h: u64, keys: Vec<Key>, out: &mut Vec<Action>) {
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return;
         };
-        drop_requests(&mut self.requests, &mut tx.outstanding);
+        drop_requests(&mut self.coord.requests, &mut tx.outstanding);
         tx.wait = Wait::Idle;
         self.renumber(now, h, out);
         out.push(Output::Deliver(Answer {

@@ -28,6 +28,7 @@ pub mod msg;
 pub mod node;
 pub mod owner;
 mod recovery;
+mod roles;
 mod server;
 mod timers;
 mod vocabulary;

@@ -1,8 +1,10 @@
 //! One TFA node as a deterministic state machine: the owner of some objects, the home (tracker)
-//! of some keys, and the coordinator of the transactions its application runs. This file holds
-//! its state and what the roles share; each role is a file of its own: `coordinator` (the
-//! application's transactions), `server` (answering as owner and home), `abstract_locks`
-//! (open nesting), `timers` (what happens as time passes).
+//! of some keys, and the coordinator of the transactions its application runs. Each role's state
+//! is a struct of its own (`roles`: `Coordinator`, `Owner`, `Home`); this file holds the node
+//! that joins them and what the roles share (identity, clock, peers, the acknowledgements
+//! owed). The steps are in a file per job: `coordinator` (the application's transactions),
+//! `server` (answering as owner and home), `abstract_locks` (open nesting), `timers` (what
+//! happens as time passes), `recovery` (the log).
 //!
 //! Inputs are method calls with the current time in ticks (`begin`, `read`, `commit`, `abort`
 //! from the application; `on_message` from the network; `tick` from a timer), or the same
@@ -37,115 +39,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rustc_hash::FxHashMap as HashMap;
-
 use atomos_core::{AbortCause, Key};
 
 use atomos_seam::Output;
 
 use super::clock::NodeClock;
 pub use super::config::{PlantedBug, TfaConfig};
-use super::directory::{Directory, HashDirectory, NodeId, OwnerCache, Tracker};
+use super::directory::{Directory, HashDirectory, NodeId};
 use super::msg::{Body, Decision, TfaMsg};
 use super::owner::{OwnedObjects, Refusal, TxId};
+use super::roles::{Coordinator, Home, Outstanding, Owner, Pending};
 pub use super::vocabulary::{Action, Answer, Failure, OpenError, Reply, TfaCounters};
-
-/// The outstanding entry of a read waiting to ask again after a "locked" answer.
-pub(super) const BUSY_WAIT: u64 = u64::MAX;
-
-#[derive(Clone, Copy, Debug)]
-pub(super) struct ReadInfo {
-    pub(super) version: u64,
-    pub(super) owner: NodeId,
-}
-
-/// A request in flight: re-sent until answered, failing its transaction at the deadline.
-#[derive(Clone, Debug)]
-pub(super) struct Outstanding {
-    pub(super) to: NodeId,
-    pub(super) key: Key,
-    pub(super) body: Body,
-    pub(super) sent: u64,
-    pub(super) deadline: u64,
-}
-
-#[derive(Debug)]
-pub(super) enum Wait {
-    Idle,
-    /// A read is asking for `key` (after `hops` redirects and `busy` answers "locked"), with
-    /// its commit lock if `lock` (a read for a write).
-    Fetch {
-        key: Key,
-        hops: u32,
-        busy: u32,
-        lock: bool,
-    },
-    /// A read found a newer version; the read set is being validated before forwarding.
-    Forward {
-        key: Key,
-        value: Option<Vec<u8>>,
-        version: u64,
-        owner: NodeId,
-        to_clock: u64,
-    },
-    /// Commit: locks requested.
-    Lock {
-        writes: Vec<(Key, Option<Vec<u8>>)>,
-    },
-    /// Commit: locks held, the other reads being validated.
-    Validate {
-        writes: Vec<(Key, Option<Vec<u8>>)>,
-    },
-    /// An abstract lock asked of its home.
-    Abstract,
-}
-
-/// An abstract lock held at its home.
-pub(super) struct AbstractHold {
-    /// The holding family: its node and its number there.
-    pub(super) holder: (NodeId, u64),
-    pub(super) since: u64,
-    pub(super) ask_at: u64,
-}
-
-pub(super) struct Active {
-    pub(super) id: TxId,
-    pub(super) rv: u64,
-    pub(super) reads: BTreeMap<Key, ReadInfo>,
-    pub(super) wait: Wait,
-    /// Requests of the current step, by request number.
-    pub(super) outstanding: BTreeMap<u64, Outstanding>,
-    /// Owners asked for locks (they must hear the decision).
-    pub(super) contacted: BTreeSet<NodeId>,
-    /// Objects locked when read for a write, with the version read and their owner. Kept
-    /// when the read is forgotten: the lock stays until the decision.
-    pub(super) prelocked: BTreeMap<Key, ReadInfo>,
-    /// At commit: the written objects of each other owner, with the version read (what the
-    /// decision names).
-    pub(super) taken: BTreeMap<NodeId, Vec<(Key, Option<u64>)>>,
-    /// Whether reads made for writes still take locks (not after the transaction waited).
-    pub(super) lock_reads: bool,
-}
-
-/// A decision the committer repeats until every owner confirmed it.
-pub(super) struct Pending {
-    pub(super) decision: Decision,
-    pub(super) waiting: BTreeSet<NodeId>,
-    /// With a commit: what it names to each owner (see [`Body::Decided`]).
-    pub(super) taken: BTreeMap<NodeId, Vec<(Key, Option<u64>)>>,
-    pub(super) sent: u64,
-    pub(super) since: u64,
-}
-
-/// A `Track` (or `Lost`) the home has not confirmed.
-pub(super) struct Tracking {
-    pub(super) version: u64,
-    /// When it was last sent (`None`: not yet).
-    pub(super) sent: Option<u64>,
-    pub(super) since: u64,
-    /// `Some(node)`: this node dropped its copy as lost with `node` (a `Lost` entry).
-    pub(super) lost_with: Option<NodeId>,
-}
 
 /// Confirmations owed to one node, sent together on the next tick.
 #[derive(Default)]
@@ -160,26 +64,14 @@ pub struct TfaNode {
     pub(super) cfg: TfaConfig,
     pub(super) dir: HashDirectory,
     pub(super) clock: NodeClock,
-    pub(super) objects: OwnedObjects,
-    pub(super) tracker: Tracker,
-    pub(super) cache: OwnerCache,
-    /// Running transactions by the application's handle.
-    pub(super) active: BTreeMap<u64, Active>,
-    /// Which handle each request number belongs to.
-    pub(super) requests: HashMap<u64, u64>,
-    /// The handle of each running transaction.
-    pub(super) handles: HashMap<TxId, u64>,
-    pub(super) decided: BTreeMap<TxId, Pending>,
-    pub(super) tracking: BTreeMap<Key, Tracking>,
+    /// The application's transactions.
+    pub(super) coord: Coordinator,
+    /// The objects this node holds.
+    pub(super) owner: Owner,
+    /// The keys this node is home to.
+    pub(super) home: Home,
+    /// Confirmations owed, by node (sent together on the next tick).
     pub(super) acks: BTreeMap<NodeId, Acks>,
-    /// Abstract locks this node is home to.
-    pub(super) abstract_held: BTreeMap<String, AbstractHold>,
-    /// Families of this node that may hold abstract locks (until they release them).
-    pub(super) families: BTreeSet<u64>,
-    /// Nodes this node passed reads for writes on to, by transaction, until it hears the
-    /// transaction's decision: an abort is passed on to them too (the reader may have ended
-    /// before it heard which node locked for it).
-    pub(super) passed_locks: BTreeMap<TxId, BTreeSet<NodeId>>,
     pub(super) incarnation: u64,
     /// The latest incarnation seen of each node (this one's included).
     pub(super) peers: BTreeMap<NodeId, u64>,
@@ -187,10 +79,6 @@ pub struct TfaNode {
     pub(super) greeting: (BTreeSet<NodeId>, Option<u64>),
     /// Records written since the log was last rewritten whole.
     pub(super) logged: usize,
-    pub(super) next_tx: u64,
-    pub(super) next_req: u64,
-    /// Until when reads for writes take no locks (a transaction here met a lock).
-    pub(super) contended_until: u64,
     pub(super) counters: TfaCounters,
 }
 
@@ -255,27 +143,14 @@ impl TfaNode {
             cfg,
             dir: HashDirectory::new(members).ok_or(OpenError::NotAMember(me))?,
             clock: NodeClock::new(0),
-            objects: OwnedObjects::new(),
-            tracker: recovered.tracker,
-            cache: OwnerCache::new(),
-            active: BTreeMap::new(),
-            requests: HashMap::default(),
-            handles: HashMap::default(),
-            decided: BTreeMap::new(),
-            tracking: BTreeMap::new(),
+            coord: Coordinator::new(incarnation),
+            owner: Owner::new(),
+            home: Home::new(recovered.tracker),
             acks: BTreeMap::new(),
-            abstract_held: BTreeMap::new(),
-            families: BTreeSet::new(),
-            passed_locks: BTreeMap::new(),
             incarnation,
             peers: recovered.peers,
             greeting: (others, None),
             logged: log.len(),
-            next_tx: incarnation << 32,
-            // Numbers of different runs never meet: an answer to an earlier run's request is
-            // never taken for one of this run's.
-            next_req: incarnation << 32,
-            contended_until: 0,
             counters: TfaCounters::default(),
         })
     }
@@ -292,7 +167,7 @@ impl TfaNode {
 
     /// The objects this node owns.
     pub fn objects(&self) -> &OwnedObjects {
-        &self.objects
+        &self.owner.objects
     }
 
     /// The home of `key`.
@@ -302,7 +177,7 @@ impl TfaNode {
 
     /// This node's record of `key` as its home (`None` if it has none, or is not its home).
     pub fn home_record(&self, key: &Key) -> Option<super::directory::OwnerRecord> {
-        self.tracker.record(key)
+        self.home.tracker.record(key)
     }
 
     /// Counters since the node started.
@@ -313,17 +188,22 @@ impl TfaNode {
     /// Transactions running, decisions not yet confirmed by every owner, and directory updates
     /// not yet confirmed by their home.
     pub fn in_flight(&self) -> (usize, usize, usize) {
-        (self.active.len(), self.decided.len(), self.tracking.len())
+        (
+            self.coord.active.len(),
+            self.coord.decided.len(),
+            self.owner.tracking.len(),
+        )
     }
 
     /// Requests sent and waiting for their answer (every one belongs to a running transaction).
     pub fn pending_requests(&self) -> usize {
-        self.requests.len()
+        self.coord.requests.len()
     }
 
     /// One line per running transaction: its number, snapshot and what it waits for.
     pub fn describe_active(&self) -> Vec<String> {
-        self.active
+        self.coord
+            .active
             .iter()
             .map(|(h, t)| {
                 format!(
@@ -345,9 +225,12 @@ impl TfaNode {
         format!(
             "node {}: held {:?}, moved to {:?}, tracker {:?}, home {}",
             self.me,
-            self.objects.get(key).map(|h| (h.version, h.locked_by)),
-            self.objects.moved_to(key),
-            self.tracker.record(key),
+            self.owner
+                .objects
+                .get(key)
+                .map(|h| (h.version, h.locked_by)),
+            self.owner.objects.moved_to(key),
+            self.home.tracker.record(key),
             self.dir.home(key),
         )
     }
@@ -373,12 +256,12 @@ impl TfaNode {
         body: impl FnOnce(u64) -> Body,
         out: &mut Vec<Action>,
     ) {
-        let Some(tx) = self.active.get_mut(&h) else {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
             return;
         };
-        let req = self.next_req;
-        self.next_req += 1;
-        self.requests.insert(req, h);
+        let req = self.coord.next_req;
+        self.coord.next_req += 1;
+        self.coord.requests.insert(req, h);
         let body = body(req);
         tx.outstanding.insert(
             req,
@@ -417,7 +300,7 @@ impl TfaNode {
             };
             self.send(owner, body, out);
         }
-        self.decided.insert(
+        self.coord.decided.insert(
             tx,
             Pending {
                 decision,
@@ -429,11 +312,6 @@ impl TfaNode {
         );
     }
 
-    /// A transaction here met a lock: reads for writes take none for a while.
-    pub(super) fn note_contention(&mut self, now: u64) {
-        self.contended_until = now.saturating_add(self.cfg.contention_quiet);
-    }
-
     /// Aborts `tx`'s locks: those here are released, and the owners it asked are told.
     pub(super) fn release_locks(
         &mut self,
@@ -442,64 +320,8 @@ impl TfaNode {
         owners: BTreeSet<NodeId>,
         out: &mut Vec<Action>,
     ) {
-        self.objects.release(tx);
+        self.owner.objects.release(tx);
         self.announce(now, tx, Decision::Abort, owners, BTreeMap::new(), out);
-    }
-
-    pub(super) fn finish(&mut self, h: u64) {
-        if let Some(mut tx) = self.active.remove(&h) {
-            drop_requests(&mut self.requests, &mut tx.outstanding);
-            self.handles.remove(&tx.id);
-        }
-    }
-
-    /// Tells `key`'s home, with the next timer tick and until it confirms, that this node now
-    /// holds `key` at `version` (`lost_with: None`), or dropped it there as lost with a node.
-    pub(super) fn track_later(
-        &mut self,
-        now: u64,
-        key: Key,
-        version: u64,
-        lost_with: Option<NodeId>,
-    ) {
-        let t = Tracking {
-            version,
-            sent: None,
-            since: now,
-            lost_with,
-        };
-        self.tracking.insert(key, t);
-    }
-
-    /// Node `from` answered request `req` (with a `Fetched` if `fetched`): removes it and
-    /// returns its transaction's handle if the transaction still waits for it and `from` is the
-    /// node asked or, for a read answered by a `Fetched`, any node it may have been passed on
-    /// to. (Request numbers of different runs never meet, so an answer meant for an earlier run
-    /// of this node is not taken either.)
-    pub(super) fn take_request(&mut self, req: u64, from: NodeId, fetched: bool) -> Option<u64> {
-        let h = *self.requests.get(&req)?;
-        let outstanding = self.active.get(&h).and_then(|tx| tx.outstanding.get(&req));
-        // A read may be answered by the node it was passed on to (`Body::Forwarded`).
-        let answerable = |o: &Outstanding| {
-            o.to == from
-                || (fetched && matches!(o.body, Body::Fetch { .. } | Body::FetchLock { .. }))
-        };
-        if outstanding.is_some_and(|o| !answerable(o)) {
-            return None;
-        }
-        self.requests.remove(&req);
-        self.active.get_mut(&h)?.outstanding.remove(&req)?;
-        Some(h)
-    }
-}
-
-/// Forgets the requests a transaction has in flight: answers still due to them are ignored.
-pub(super) fn drop_requests(
-    requests: &mut HashMap<u64, u64>,
-    outstanding: &mut BTreeMap<u64, Outstanding>,
-) {
-    for req in std::mem::take(outstanding).into_keys() {
-        requests.remove(&req);
     }
 }
 

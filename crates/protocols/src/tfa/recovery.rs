@@ -30,9 +30,9 @@ impl TfaNode {
     /// Writes `record` down: whatever this step sends after it waits until it is durable.
     pub(super) fn persist(&mut self, record: TfaRecord, out: &mut Vec<Action>) {
         self.logged += 1;
-        let state = self.tracker.len() + self.peers.len();
+        let state = self.home.tracker.len() + self.peers.len();
         if self.logged > COMPACT_FACTOR * state + COMPACT_SLACK {
-            let all = durable::snapshot(&self.tracker, &self.peers);
+            let all = durable::snapshot(&self.home.tracker, &self.peers);
             self.logged = all.len();
             out.push(Output::Persist(Write::Rewrite(all)));
         } else {
@@ -50,8 +50,9 @@ impl TfaNode {
         version: u64,
         out: &mut Vec<Action>,
     ) {
-        let before = self.tracker.record(&key);
+        let before = self.home.tracker.record(&key);
         if let Some(record) = self
+            .home
             .tracker
             .update(key.clone(), owner, incarnation, version)
         {
@@ -74,7 +75,7 @@ impl TfaNode {
         version: u64,
         out: &mut Vec<Action>,
     ) {
-        if let Some(record) = self.tracker.lose(key.clone(), node, version) {
+        if let Some(record) = self.home.tracker.lose(key.clone(), node, version) {
             self.counters.marked_lost += 1;
             self.persist(TfaRecord::Home { key, record }, out);
         }
@@ -84,10 +85,10 @@ impl TfaNode {
     /// to and does not hold.
     pub(super) fn lost_refusal(&self, items: &[(Key, Option<u64>)]) -> Option<Refusal> {
         items.iter().find_map(|(key, _)| {
-            if self.objects.owns(key) || self.dir.home(key) != self.me {
+            if self.owner.objects.owns(key) || self.dir.home(key) != self.me {
                 return None;
             }
-            let record = self.tracker.record(key).filter(|r| r.lost)?;
+            let record = self.home.tracker.record(key).filter(|r| r.lost)?;
             Some(Refusal::Lost(key.clone(), record.owner))
         })
     }
@@ -98,8 +99,8 @@ impl TfaNode {
     /// creator's report of a newer version replaces it).
     pub(super) fn note_creations(&mut self, items: &[(Key, Option<u64>)], out: &mut Vec<Action>) {
         for (key, _) in items {
-            let fresh = self.objects.get(key).is_some_and(|h| h.version == 0);
-            if fresh && self.dir.home(key) == self.me && self.tracker.record(key).is_none() {
+            let fresh = self.owner.objects.get(key).is_some_and(|h| h.version == 0);
+            if fresh && self.dir.home(key) == self.me && self.home.tracker.record(key).is_none() {
                 self.record_owner(key.clone(), self.me, self.incarnation, 0, out);
             }
         }
@@ -131,31 +132,34 @@ impl TfaNode {
         }
         self.peers.insert(node, incarnation);
         self.persist(TfaRecord::Peer { node, incarnation }, out);
-        for (key, record) in self.tracker.lose_owner(node, incarnation) {
+        for (key, record) in self.home.tracker.lose_owner(node, incarnation) {
             self.counters.marked_lost += 1;
             self.persist(TfaRecord::Home { key, record }, out);
         }
         if node == self.me {
             return true;
         }
-        self.cache.forget_node(node);
-        self.passed_locks
+        self.coord.cache.forget_node(node);
+        self.owner
+            .passed_locks
             .retain(|tx, _| !(tx.node == node && tx.n >> 32 < incarnation));
         // Objects that moved from here to an earlier run of it died with it.
-        for (key, version) in self.objects.forget_moves_to(node, incarnation) {
+        for (key, version) in self.owner.objects.forget_moves_to(node, incarnation) {
             self.report_lost(now, key, node, version, out);
         }
-        for tx in self.objects.lockers() {
+        for tx in self.owner.objects.lockers() {
             if tx.node == node && tx.n >> 32 < incarnation {
                 self.drop_in_doubt(now, tx, out);
             }
         }
         // Decisions it was to confirm: it holds no locks any more.
-        self.decided.retain(|_, p| {
+        self.coord.decided.retain(|_, p| {
             p.waiting.remove(&node);
             !p.waiting.is_empty()
         });
-        self.abstract_held.retain(|_, hold| hold.holder.0 != node);
+        self.home
+            .abstract_held
+            .retain(|_, hold| hold.holder.0 != node);
         true
     }
 
@@ -163,10 +167,10 @@ impl TfaNode {
     /// moved to its node and died there, so they are dropped as lost, and their homes told.
     pub(super) fn drop_in_doubt(&mut self, now: u64, tx: TxId, out: &mut Vec<Action>) {
         if self.cfg.planted_bug == Some(super::node::PlantedBug::ReleaseInDoubt) {
-            self.objects.release(tx);
+            self.owner.objects.release(tx);
             return;
         }
-        let dropped = self.objects.drop_in_doubt(tx);
+        let dropped = self.owner.objects.drop_in_doubt(tx);
         self.counters.dropped_lost += dropped.len() as u64;
         if !dropped.is_empty() {
             out.push(Output::Warn(format!(
@@ -192,11 +196,16 @@ impl TfaNode {
         version: u64,
         out: &mut Vec<Action>,
     ) {
-        self.cache.forget(&key);
+        self.coord.cache.forget(&key);
         if self.dir.home(&key) == self.me {
             self.record_lost(key, node, version, out);
-        } else if self.tracking.get(&key).is_none_or(|t| t.version <= version) {
-            self.track_later(now, key, version, Some(node));
+        } else if self
+            .owner
+            .tracking
+            .get(&key)
+            .is_none_or(|t| t.version <= version)
+        {
+            self.owner.track_later(now, key, version, Some(node));
         }
     }
 

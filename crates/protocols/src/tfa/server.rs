@@ -10,6 +10,7 @@ use super::directory::{Directory, NodeId};
 use super::msg::{Body, Decision, FetchAnswer, PassedRead, TfaMsg};
 use super::node::*;
 use super::owner::{Refusal, TxId};
+use super::roles::*;
 
 /// Times a read is passed on before a node answers with a redirect instead (owners that
 /// point at each other while a home catches up would otherwise pass it around).
@@ -89,7 +90,7 @@ impl TfaNode {
                 self.serve_read(now, read, out);
             }
             Body::Fetched { req, answer } => {
-                if let Some(h) = self.take_request(req, from, true) {
+                if let Some(h) = self.coord.take_request(req, from, true) {
                     self.fetched(now, h, from, msg.clock, answer, out);
                 }
             }
@@ -98,7 +99,7 @@ impl TfaNode {
                 // they are released once the committer, asked after the lease, says so.
                 let result = match self.lost_refusal(&items) {
                     Some(lost) => Err(lost),
-                    None => self.objects.try_lock(tx, &items, now, self.cfg.lease),
+                    None => self.owner.objects.try_lock(tx, &items, now, self.cfg.lease),
                 };
                 if result.is_ok() {
                     self.note_creations(&items, out);
@@ -106,13 +107,13 @@ impl TfaNode {
                 self.send(from, Body::Locked { req, result }, out);
             }
             Body::Locked { req, result } => {
-                let Some(h) = self.take_request(req, from, false) else {
+                let Some(h) = self.coord.take_request(req, from, false) else {
                     return;
                 };
                 match result {
                     Ok(()) => self.lock_progress(now, h, out),
                     Err(Refusal::Busy(key)) => {
-                        self.note_contention(now);
+                        self.coord.note_contention(now, self.cfg.contention_quiet);
                         self.counters.aborts_lock_busy += 1;
                         self.fail(now, h, refusal_failure(&Refusal::Busy(key)), out)
                     }
@@ -126,16 +127,16 @@ impl TfaNode {
             Body::Validate { req, tx, items } => {
                 let invalid = items
                     .into_iter()
-                    .filter(|(k, v)| !self.objects.validate(tx, k, *v))
+                    .filter(|(k, v)| !self.owner.objects.validate(tx, k, *v))
                     .map(|(k, _)| k)
                     .collect();
                 self.send(from, Body::Validated { req, invalid }, out);
             }
             Body::Validated { req, invalid } => {
-                let Some(h) = self.take_request(req, from, false) else {
+                let Some(h) = self.coord.take_request(req, from, false) else {
                     return;
                 };
-                if !invalid.is_empty() || self.active[&h].outstanding.is_empty() {
+                if !invalid.is_empty() || self.coord.active[&h].outstanding.is_empty() {
                     self.validated(now, h, invalid, out);
                 }
             }
@@ -150,17 +151,17 @@ impl TfaNode {
             }
             Body::Done { txs } => {
                 for tx in txs {
-                    if let Some(p) = self.decided.get_mut(&tx) {
+                    if let Some(p) = self.coord.decided.get_mut(&tx) {
                         p.waiting.remove(&from);
                         if p.waiting.is_empty() {
-                            self.decided.remove(&tx);
+                            self.coord.decided.remove(&tx);
                         }
                     }
                 }
             }
             Body::Ask { tx } => {
                 let mut taken = Vec::new();
-                let decision = match self.decided.get(&tx) {
+                let decision = match self.coord.decided.get(&tx) {
                     Some(p) => {
                         taken = p.taken.get(&from).cloned().unwrap_or_default();
                         p.decision
@@ -172,8 +173,9 @@ impl TfaNode {
                         // decision is kept until every owner confirmed it, or twice the abandon
                         // time, after which every owner that did not confirm has given its
                         // locks up (as lost): no asker waits for it.
-                        let running = self.handles.get(&tx).copied();
-                        match running.and_then(|h| self.active.get(&h).map(|a| (h, &a.wait))) {
+                        let running = self.coord.handles.get(&tx).copied();
+                        match running.and_then(|h| self.coord.active.get(&h).map(|a| (h, &a.wait)))
+                        {
                             // Still running (not committing): it gives up the locks it took
                             // with reads and goes on without them.
                             Some((
@@ -233,13 +235,13 @@ impl TfaNode {
                 self.send(from, Body::AbstractLocked { req, granted }, out);
             }
             Body::AbstractLocked { req, granted } => {
-                if let Some(h) = self.take_request(req, from, false) {
+                if let Some(h) = self.coord.take_request(req, from, false) {
                     self.abstract_answer(h, granted, out);
                 }
             }
             Body::AbstractRelease { family, names } => self.free_abstract((from, family), &names),
             Body::FamilyAlive { family } => {
-                let alive = self.families.contains(&family);
+                let alive = self.coord.families.contains(&family);
                 self.send(from, Body::FamilyState { family, alive }, out);
             }
             Body::FamilyState { family, alive } => {
@@ -251,12 +253,12 @@ impl TfaNode {
                 for (key, version, lost) in entries {
                     // A confirmation of a newer entry, or of this very one (same version, same
                     // kind: a move and a loss can carry the same version).
-                    let confirmed = self.tracking.get(&key).is_some_and(|t| {
+                    let confirmed = self.owner.tracking.get(&key).is_some_and(|t| {
                         t.version < version
                             || (t.version == version && t.lost_with.is_some() == lost)
                     });
                     if confirmed {
-                        self.tracking.remove(&key);
+                        self.owner.tracking.remove(&key);
                     }
                 }
             }
@@ -276,11 +278,11 @@ impl TfaNode {
             if self.cfg.forward_reads && passable && read.hops < FORWARD_HOPS {
                 self.counters.reads_forwarded += 1;
                 if let Some(tx) = read.lock {
-                    self.passed_locks.entry(tx).or_default().insert(next);
+                    self.owner.passed_locks.entry(tx).or_default().insert(next);
                     // A late duplicate passed on after its transaction's decision leaves an
                     // entry no decision removes: the oldest go first (their holders still ask).
-                    while self.passed_locks.len() > PASSED_LOCKS_KEPT {
-                        self.passed_locks.pop_first();
+                    while self.owner.passed_locks.len() > PASSED_LOCKS_KEPT {
+                        self.owner.passed_locks.pop_first();
                     }
                 }
                 let hops = read.hops + 1;
@@ -310,7 +312,7 @@ impl TfaNode {
         if from != tx.node {
             return;
         }
-        let Some(nodes) = self.passed_locks.remove(&tx) else {
+        let Some(nodes) = self.owner.passed_locks.remove(&tx) else {
             return;
         };
         if decision == Decision::Abort {
@@ -327,7 +329,7 @@ impl TfaNode {
 
     /// What this node answers about `key` (to a `Fetch`, or to a read of its own).
     pub(super) fn lookup(&mut self, key: &Key) -> FetchAnswer {
-        if let Some(held) = self.objects.get(key) {
+        if let Some(held) = self.owner.objects.get(key) {
             if held.locked_by.is_some() {
                 return FetchAnswer::Busy;
             }
@@ -337,8 +339,8 @@ impl TfaNode {
             };
         }
         let home = self.dir.home(key) == self.me;
-        let record = home.then(|| self.tracker.record(key)).flatten();
-        if let Some((to, version)) = self.objects.moved(key) {
+        let record = home.then(|| self.home.tracker.record(key)).flatten();
+        if let Some((to, version)) = self.owner.objects.moved(key) {
             // Follow the forwarding address unless the home knows of something newer (a
             // later owner, or the object's loss).
             if record.is_none_or(|r| r.version < version || (r.version == version && !r.lost)) {
@@ -353,7 +355,7 @@ impl TfaNode {
                 None => {
                     // Never created: the home owns it as a missing object, so creating it
                     // locks it here like any other write.
-                    self.objects.adopt(key.clone(), None, 0);
+                    self.owner.objects.adopt(key.clone(), None, 0);
                     FetchAnswer::Found {
                         value: None,
                         version: 0,
@@ -370,7 +372,12 @@ impl TfaNode {
     /// creation, which takes its lock at commit (reads of missing objects are mostly of things
     /// not there yet, and would hold locks for nothing).
     pub(super) fn lookup_locking(&mut self, now: u64, key: &Key, tx: TxId) -> FetchAnswer {
-        if let Some(held) = self.objects.get(key).filter(|h| h.locked_by == Some(tx)) {
+        if let Some(held) = self
+            .owner
+            .objects
+            .get(key)
+            .filter(|h| h.locked_by == Some(tx))
+        {
             return FetchAnswer::Found {
                 value: held.value.map(<[u8]>::to_vec),
                 version: held.version,
@@ -383,7 +390,7 @@ impl TfaNode {
             // Found means owned here and unlocked: the lock cannot be refused. (An object with a
             // value was written: no creation to record, unlike a lock at commit.)
             let item = [(key.clone(), None)];
-            let _ = self.objects.try_lock(tx, &item, now, self.cfg.lease);
+            let _ = self.owner.objects.try_lock(tx, &item, now, self.cfg.lease);
         }
         answer
     }
@@ -400,20 +407,25 @@ impl TfaNode {
             Decision::Commit { version } => {
                 let everything: Vec<(Key, Option<u64>)>;
                 let taken = if self.cfg.planted_bug == Some(PlantedBug::SurrenderUnnamed) {
-                    everything = self.objects.locked_keys(tx).map(|k| (k, None)).collect();
+                    everything = self
+                        .owner
+                        .objects
+                        .locked_keys(tx)
+                        .map(|k| (k, None))
+                        .collect();
                     &everything
                 } else {
                     taken
                 };
-                for key in self.objects.surrender(tx, tx.node, version, taken) {
+                for key in self.owner.objects.surrender(tx, tx.node, version, taken) {
                     if self.dir.home(&key) == self.me {
                         self.record_owner(key.clone(), tx.node, tx.n >> 32, version, out);
                     }
-                    self.cache.learn(key, tx.node);
+                    self.coord.cache.learn(key, tx.node);
                 }
             }
             Decision::Abort => {
-                self.objects.release(tx);
+                self.owner.objects.release(tx);
             }
             Decision::Unknown => self.drop_in_doubt(now, tx, out),
         }

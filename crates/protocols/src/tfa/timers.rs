@@ -9,6 +9,7 @@ use atomos_seam::Output;
 use super::directory::{Directory, NodeId};
 use super::msg::Body;
 use super::node::*;
+use super::roles::*;
 
 impl TfaNode {
     /// Time passes: re-sends what is unanswered, fails transactions whose requests timed out,
@@ -19,7 +20,7 @@ impl TfaNode {
         let mut expired = Vec::new();
         let mut resend = Vec::new();
         let mut refetch = Vec::new();
-        for (&h, tx) in &mut self.active {
+        for (&h, tx) in &mut self.coord.active {
             if let Some(o) = tx.outstanding.get(&BUSY_WAIT) {
                 if now >= o.deadline {
                     refetch.push((h, o.key.clone(), o.to));
@@ -51,14 +52,14 @@ impl TfaNode {
             self.fail(now, h, failure, out);
         }
         for (h, key, to) in refetch {
-            if let Some(tx) = self.active.get_mut(&h) {
+            if let Some(tx) = self.coord.active.get_mut(&h) {
                 tx.outstanding.remove(&BUSY_WAIT);
             }
             self.fetch_from(now, h, key, to, out);
         }
         let mut gone = Vec::new();
         let mut repeat = Vec::new();
-        for (tx, p) in &mut self.decided {
+        for (tx, p) in &mut self.coord.decided {
             // Kept well past the owners' abandon time: an owner asking later must never be told
             // "abort" about a committed transaction.
             if now >= p.since + self.cfg.abandon.saturating_mul(2) {
@@ -79,7 +80,7 @@ impl TfaNode {
             }
         }
         for tx in gone {
-            self.decided.remove(&tx);
+            self.coord.decided.remove(&tx);
         }
         repeat.sort_by_key(|(to, _)| *to);
         for (to, body) in repeat {
@@ -88,7 +89,7 @@ impl TfaNode {
         let mut tracks: BTreeMap<NodeId, Vec<(Key, u64)>> = BTreeMap::new();
         let mut losses: BTreeMap<NodeId, Vec<(Key, u64, NodeId)>> = BTreeMap::new();
         let (dir, resend, abandon) = (&self.dir, self.cfg.resend, self.cfg.abandon);
-        self.tracking.retain(|key, t| {
+        self.owner.tracking.retain(|key, t| {
             // A loss report is kept until confirmed: given up, the home would go on naming a
             // node that holds nothing.
             if t.lost_with.is_none() && now >= t.since + abandon {
@@ -134,7 +135,7 @@ impl TfaNode {
         }
         let mut ask: BTreeSet<(NodeId, u64)> = BTreeSet::new();
         let mut gone: BTreeSet<(NodeId, u64)> = BTreeSet::new();
-        for hold in self.abstract_held.values_mut() {
+        for hold in self.home.abstract_held.values_mut() {
             if hold.ask_at <= now {
                 hold.ask_at = now + self.cfg.lease;
                 if now >= hold.since + self.cfg.abandon {
@@ -153,14 +154,14 @@ impl TfaNode {
         }
         for (node, family) in ask {
             if node == self.me {
-                if !self.families.contains(&family) {
+                if !self.coord.families.contains(&family) {
                     self.free_abstract_of((node, family));
                 }
             } else {
                 self.send(node, Body::FamilyAlive { family }, out);
             }
         }
-        for (tx, held_for) in self.objects.overdue(now, self.cfg.lease) {
+        for (tx, held_for) in self.owner.objects.overdue(now, self.cfg.lease) {
             if tx.node == self.me {
                 // Our own transaction: it resolves its locks itself (decision or timeout).
                 continue;
