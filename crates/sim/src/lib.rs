@@ -12,7 +12,8 @@
 //! random choice comes from one generator seeded by a `u64`, so a seed reproduces a run
 //! exactly, trace and all.
 //!
-//! [`check`] holds the checks every protocol's simulation shares (a planted bug caught,
+//! [`fuzz`] is the harness of the decoder fuzzing (a counting heap, a generator, mutated
+//! inputs). [`check`] holds the checks every protocol's simulation shares (a planted bug caught,
 //! replicas that agree position by position, survivors that converged). [`workload`] generates bank transfers and list-append transactions from the same seed, and
 //! turns what the nodes reported into a history for
 //! [`list_append::check`](atomos_core::history::list_append::check), which needs no clock and
@@ -22,6 +23,7 @@
 
 pub mod check;
 mod disk;
+pub mod fuzz;
 mod rng;
 mod seeds;
 mod setup;

@@ -11,11 +11,15 @@
 //! from an input the machine refuses (a TFA clock beyond the protocol's bound, a message from a
 //! non-member of the order layer, a snapshot that does not decode).
 //!
+//! The harness (counting heap, generator, mutations, `ATOMOS_FUZZ_*`) is `atomos_sim::fuzz`.
 //! `ATOMOS_FUZZ_INPUTS=N` sets the inputs per target (default 20,000);
 //! `ATOMOS_FUZZ_SEED=S` the first seed. On demand, ten million inputs:
 //! `ATOMOS_FUZZ_INPUTS=10000000 cargo test --release -p atomos --test fuzz_decoders`.
 
-mod harness;
 mod order;
 mod tfa;
 mod wire;
+
+/// Counts the heap, so that an input that makes a decode or a step allocate without bound fails.
+#[global_allocator]
+static HEAP: atomos_sim::fuzz::CountingHeap = atomos_sim::fuzz::CountingHeap;

@@ -12,8 +12,8 @@ use raft::eraftpb::{
     ConfState, Entry, EntryType, Message, MessageType, Snapshot, SnapshotMetadata,
 };
 
-use super::harness::*;
 use super::wire::*;
+use atomos_sim::fuzz::*;
 
 /// A Raft message built field by field from unstructured bytes (raft-rs's types do not
 /// implement `Arbitrary`).

@@ -8,9 +8,9 @@ use atomos::Key;
 use atomos::NodeMsg;
 use atomos_seam::{Input, Machine};
 
-use super::harness::*;
 use super::order::*;
 use super::wire::*;
+use atomos_sim::fuzz::*;
 
 /// Three TFA nodes running transfers among themselves, so the one under fuzzing owns objects,
 /// holds locks, tracks keys and coordinates transactions of its own while the inputs arrive.

@@ -14,8 +14,8 @@ use atomos::protocols::tfa::{TfaConfig, TfaMsg, TfaNode, TfaRequest};
 use atomos::NodeMsg;
 use atomos_seam::{Input, Machine};
 
-use super::harness::*;
 use super::order::*;
+use atomos_sim::fuzz::*;
 
 /// A node message built by `arbitrary`.
 pub(crate) fn arbitrary_node_msg(u: &mut Unstructured) -> arbitrary::Result<NodeMsg> {
