@@ -26,25 +26,47 @@ impl TfaNode {
         out: &mut Vec<Action>,
     ) {
         let family = self.family_id(family);
-        let Some(tx) = self.coord.active.get_mut(&h) else {
+        if !self.coord.active.contains_key(&h) {
             return;
-        };
-        self.coord.families.insert(family);
+        }
+        self.coord.family_asks(family);
         let key = Key::from(name.as_str());
         let home = self.dir.home(&key);
         if home == self.me {
-            let granted = self.grant_abstract(now, (self.me, family), name);
-            return self.abstract_answer(h, granted, out);
+            let granted = self.grant_abstract(now, (self.me, family), name.clone());
+            let newly = self.coord.family_answered(family, &name, granted.is_some());
+            return self.abstract_answer(h, granted.map(|_| newly), out);
         }
-        tx.wait = Wait::Abstract;
-        let body = |req| Body::AbstractLock { req, family, name };
+        let asked = name.clone();
+        if let Some(tx) = self.coord.active.get_mut(&h) {
+            tx.wait = Wait::Abstract { family, name };
+        }
+        let body = |req| Body::AbstractLock {
+            req,
+            family,
+            name: asked,
+        };
         self.request(now, h, home, key, body, out);
+    }
+
+    /// The home answered transaction `h`'s ask for an abstract lock. Whether the lock is new is
+    /// the family's view, not the home's: a home that granted a re-sent ask answers "held
+    /// already", yet the family never heard of the first grant and must release the lock.
+    pub(super) fn abstract_asked(&mut self, h: u64, granted: Option<bool>, out: &mut Vec<Action>) {
+        let Some(tx) = self.coord.active.get_mut(&h) else {
+            return;
+        };
+        let Wait::Abstract { family, name } = std::mem::replace(&mut tx.wait, Wait::Idle) else {
+            return;
+        };
+        let newly = self.coord.family_answered(family, &name, granted.is_some());
+        self.abstract_answer(h, granted.map(|_| newly), out);
     }
 
     /// `family` ended: its abstract locks are released (on their homes, by message).
     pub fn release_abstract(&mut self, family: u64, names: Vec<String>, out: &mut Vec<Action>) {
         let family = self.family_id(family);
-        self.coord.families.remove(&family);
+        self.coord.family_released(family, &names);
         let mut by_home: BTreeMap<NodeId, Vec<String>> = BTreeMap::new();
         for name in names {
             by_home

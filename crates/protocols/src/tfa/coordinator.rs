@@ -166,7 +166,7 @@ impl TfaNode {
         if let Some(tx) = self.coord.active.get_mut(&h) {
             if matches!(
                 tx.wait,
-                Wait::Idle | Wait::Fetch { .. } | Wait::Forward { .. } | Wait::Abstract
+                Wait::Idle | Wait::Fetch { .. } | Wait::Forward { .. } | Wait::Abstract { .. }
             ) {
                 let (id, contacted) = (tx.id, std::mem::take(&mut tx.contacted));
                 self.coord.finish(h);

@@ -28,8 +28,11 @@ pub(super) struct Coordinator {
     pub(super) handles: HashMap<TxId, u64>,
     /// Decisions not yet confirmed by every owner they concern.
     pub(super) decided: BTreeMap<TxId, Pending>,
-    /// Families of this node that may hold abstract locks (until they release them).
-    pub(super) families: BTreeSet<u64>,
+    /// Families of this node that hold abstract locks, with the names each holds as far as
+    /// this node heard (a grant whose answer never came is its home's to free, by asking); a
+    /// family waiting for a lock is here too. A family runs, for the homes that ask, while it
+    /// is here: giving back some names (an open-nested block that aborted) keeps the others.
+    families: BTreeMap<u64, BTreeSet<String>>,
     /// Where this node last found each object.
     pub(super) cache: OwnerCache,
     pub(super) next_tx: u64,
@@ -48,7 +51,7 @@ impl Coordinator {
             requests: HashMap::default(),
             handles: HashMap::default(),
             decided: BTreeMap::new(),
-            families: BTreeSet::new(),
+            families: BTreeMap::new(),
             cache: OwnerCache::new(),
             next_tx: incarnation << 32,
             next_req: incarnation << 32,
@@ -61,11 +64,55 @@ impl Coordinator {
         self.contended_until = now.saturating_add(quiet);
     }
 
-    /// Forgets the transaction of handle `h` and its requests in flight.
+    /// Forgets the transaction of handle `h` and its requests in flight (a lock it was asking
+    /// for included).
     pub(super) fn finish(&mut self, h: u64) {
         if let Some(mut tx) = self.active.remove(&h) {
             drop_requests(&mut self.requests, &mut tx.outstanding);
             self.handles.remove(&tx.id);
+            if let Wait::Abstract { family, .. } = tx.wait {
+                self.forget_family_if_idle(family);
+            }
+        }
+    }
+
+    /// Whether `family` holds abstract locks or is asking for one (what its homes are told).
+    pub(super) fn family_runs(&self, family: u64) -> bool {
+        self.families.contains_key(&family)
+    }
+
+    /// `family` asks for an abstract lock: it runs from now on.
+    pub(super) fn family_asks(&mut self, family: u64) {
+        self.families.entry(family).or_default();
+    }
+
+    /// The home of `name` answered `family`'s request: granted, or held by another. Whether
+    /// the family did not hold `name` before (it is new to it, so it must release it).
+    pub(super) fn family_answered(&mut self, family: u64, name: &str, granted: bool) -> bool {
+        if granted {
+            self.families
+                .entry(family)
+                .or_default()
+                .insert(name.to_string())
+        } else {
+            self.forget_family_if_idle(family);
+            false
+        }
+    }
+
+    /// `family` gave back `names`; with nothing left it no longer runs.
+    pub(super) fn family_released(&mut self, family: u64, names: &[String]) {
+        if let Some(held) = self.families.get_mut(&family) {
+            for name in names {
+                held.remove(name);
+            }
+        }
+        self.forget_family_if_idle(family);
+    }
+
+    fn forget_family_if_idle(&mut self, family: u64) {
+        if self.families.get(&family).is_some_and(BTreeSet::is_empty) {
+            self.families.remove(&family);
         }
     }
 
@@ -206,8 +253,11 @@ pub(super) enum Wait {
     Validate {
         writes: Vec<(Key, Option<Vec<u8>>)>,
     },
-    /// An abstract lock asked of its home.
-    Abstract,
+    /// An abstract lock asked of its home, for `family`.
+    Abstract {
+        family: u64,
+        name: String,
+    },
 }
 
 /// An abstract lock held at its home.

@@ -181,7 +181,7 @@ impl TfaNode {
                             Some((
                                 h,
                                 Wait::Idle
-                                | Wait::Abstract
+                                | Wait::Abstract { .. }
                                 | Wait::Forward { .. }
                                 | Wait::Fetch { lock: false, .. },
                             )) => {
@@ -236,12 +236,12 @@ impl TfaNode {
             }
             Body::AbstractLocked { req, granted } => {
                 if let Some(h) = self.coord.take_request(req, from, false) {
-                    self.abstract_answer(h, granted, out);
+                    self.abstract_asked(h, granted, out);
                 }
             }
             Body::AbstractRelease { family, names } => self.free_abstract((from, family), &names),
             Body::FamilyAlive { family } => {
-                let alive = self.coord.families.contains(&family);
+                let alive = self.coord.family_runs(family);
                 self.send(from, Body::FamilyState { family, alive }, out);
             }
             Body::FamilyState { family, alive } => {

@@ -154,7 +154,7 @@ impl TfaNode {
         }
         for (node, family) in ask {
             if node == self.me {
-                if !self.coord.families.contains(&family) {
+                if !self.coord.family_runs(family) {
                     self.free_abstract_of((node, family));
                 }
             } else {

@@ -159,3 +159,82 @@ fn answers_for_an_earlier_run_are_ignored_and_a_read_is_answered_by_whoever_serv
         }) if v == &vec![8]
     )));
 }
+
+/// An open-nested block that aborts gives back only the locks it took: its family runs on and
+/// keeps the others. The home that asks after the lease whether the family still runs must
+/// hear that it does, or another family could take a lock the first still relies on (its
+/// compensation would then undo the other's work).
+#[test]
+fn a_family_that_gives_back_one_lock_keeps_the_others() {
+    let mut net = Net::new(3);
+    let mut on_two = (0..)
+        .map(|i| format!("lock/{i}"))
+        .filter(|n| net.node(1).home(&Key::from(n.as_str())) == 2);
+    let (kept, given_back) = (on_two.next().unwrap(), on_two.next().unwrap());
+    net.node(1).begin(1);
+    for name in [&kept, &given_back] {
+        assert_eq!(
+            take_abstract(&mut net, 1, 1, 7, name),
+            Reply::Abstract(Ok(true))
+        );
+    }
+    let mut acts = Vec::new();
+    net.node(1)
+        .release_abstract(7, vec![given_back.clone()], &mut acts);
+    net.absorb(1, acts);
+    net.settle();
+    net.ticks(10);
+    assert_eq!(
+        net.node(2).abstract_locks_held(),
+        1,
+        "the family still holds {kept}"
+    );
+    net.node(3).begin(1);
+    assert_eq!(
+        take_abstract(&mut net, 3, 1, 8, &kept),
+        Reply::Abstract(Err(Failure::Conflict(AbortCause::AbstractLock))),
+    );
+    assert_eq!(
+        take_abstract(&mut net, 3, 1, 8, &given_back),
+        Reply::Abstract(Ok(true))
+    );
+}
+
+/// A grant whose answer is lost: the re-sent ask finds the lock held by the same family and
+/// the home says "held already", but the family never heard of the first grant. It is new to
+/// the family, which must give it back when it ends (a family told "held already" releases
+/// nothing, and the lock would stay until its home gave up on it).
+#[test]
+fn a_lock_granted_to_a_re_sent_ask_is_new_to_the_family() {
+    let mut net = Net::new(2);
+    let name = (0..)
+        .map(|i| format!("lock/{i}"))
+        .find(|n| net.node(1).home(&Key::from(n.as_str())) == 2)
+        .unwrap();
+    net.node(1).begin(1);
+    let mut acts = Vec::new();
+    let now = net.now;
+    net.node(1)
+        .abstract_lock(now, 1, 7, name.clone(), &mut acts);
+    net.absorb(1, acts);
+    // The ask reaches the home; its answer is lost.
+    let (from, to, ask) = net.queue.pop_front().expect("the ask");
+    let mut acts = Vec::new();
+    net.node(to).on_message(now, from, ask, &mut acts);
+    assert_eq!(net.node(2).abstract_locks_held(), 1);
+    // Re-sent after the re-send time; this time the answer arrives.
+    let mut reply = None;
+    for _ in 0..10 {
+        net.ticks(1);
+        if let Some(r) = net.take_reply(1, 1) {
+            reply = Some(r);
+            break;
+        }
+    }
+    assert_eq!(reply, Some(Reply::Abstract(Ok(true))));
+    let mut acts = Vec::new();
+    net.node(1).release_abstract(7, vec![name], &mut acts);
+    net.absorb(1, acts);
+    net.settle();
+    assert_eq!(net.node(2).abstract_locks_held(), 0);
+}
