@@ -7,7 +7,8 @@
 //! owner, and one that has none is reported lost by its home (a crashed node's objects are lost:
 //! TFA keeps one copy); a final read of every list sees every committed append to it, or is told
 //! the list was lost; without a lost account the final balances add up; no lock is held and no
-//! decision is left unconfirmed; a transaction fails only as lost or unavailable (what crashes
+//! decision is left unconfirmed; families holding abstract locks (open nesting's, see
+//! `tfa_sim_parts/exclusive.rs`) never hold one name at the same time, and none is left held; a transaction fails only as lost or unavailable (what crashes
 //! and partitions explain), never by running out of attempts.
 //!
 //! Replay one seed: `ATOMOS_SIM_SEED=N cargo test -p atomos-protocols --test tfa_sim`; run
@@ -48,6 +49,11 @@ fn under_network_faults_alone_nearly_everything_commits() {
         let n = committed(&o);
         if n < 150 {
             return Err(format!("only {n} of 205 transactions committed"));
+        }
+        // The families held their abstract locks, not only asked for them.
+        let held = check_exclusion(&o, 4)?;
+        if held < 40 {
+            return Err(format!("only {held} abstract locks held by 60 families"));
         }
         Ok(())
     });
@@ -96,10 +102,12 @@ fn seeds_that_found_defects() {
 
 /// The simulation catches planted defects: a restarted committer's locks released (the old
 /// copies kept) instead of dropped as lost; a restarted home that forgets its records; a read
-/// for a write that takes no lock; a commit that takes objects it locked but did not write.
-/// The first two show when a node crashes at the wrong moment, so their faults crash nodes and
-/// lose messages often; the last two show under network faults alone (a crash would turn the
-/// objects they orphan into objects reported lost). The same seeds pass without the defect.
+/// for a write that takes no lock; a commit that takes objects it locked but did not write; a
+/// home that frees an abstract lock on a release or a "no longer runs" sent before the family
+/// asked for it again. The first two show when a node crashes at the wrong moment, so their
+/// faults crash nodes and lose messages often; the others show under network faults alone (a
+/// crash would turn the objects they orphan into objects reported lost, and void the beliefs
+/// about a restarted home's abstract locks). The same seeds pass without the defect.
 #[test]
 fn planted_bugs_are_caught() {
     let crashing = Faults {
@@ -113,6 +121,7 @@ fn planted_bugs_are_caught() {
         (PlantedBug::ForgetHomeRecords, &crashing),
         (PlantedBug::UnlockedWriteRead, &network),
         (PlantedBug::SurrenderUnnamed, &network),
+        (PlantedBug::StaleRelease, &network),
     ] {
         let (seed, _) = first_caught(&format!("{bug:?}"), 500, |seed| {
             check(&simulate(seed, 4, faults.clone(), Some(bug)))

@@ -155,6 +155,8 @@ pub struct Run<D> {
     pub notes: Vec<(u64, NodeId, D)>,
     /// Machine errors (each crash-stopped its node): (time, node, error).
     pub failures: Vec<(u64, NodeId, String)>,
+    /// Every crash, whatever its cause: (time, node).
+    pub crashes: Vec<(u64, NodeId)>,
     /// Nodes that refused to start: (time, node, why).
     pub refused: Vec<(u64, NodeId, String)>,
     /// Nodes whose log was damaged in the middle: (time, node).
@@ -175,6 +177,7 @@ impl<D> Run<D> {
             trace: Vec::new(),
             notes: Vec::new(),
             failures: Vec::new(),
+            crashes: Vec::new(),
             refused: Vec::new(),
             corrupted: Vec::new(),
             wiped: Vec::new(),

@@ -201,6 +201,7 @@ impl<M: Machine> Sim<M> {
     /// land torn), and maybe a record in the middle of its log is damaged.
     fn crash(&mut self, node: NodeId, why: &str) {
         self.log(format!("{} crash {node} ({why})", self.now));
+        self.run.crashes.push((self.now, node));
         let f = self.cfg.faults.clone();
         let corrupted_nodes = self.slots.iter().filter(|s| s.corrupted).count();
         let mut rng = std::mem::replace(&mut self.rng, SimRng::new(0));

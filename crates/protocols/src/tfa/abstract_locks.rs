@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use atomos_core::{AbortCause, Key};
 use atomos_seam::Output;
 
+use super::config::PlantedBug;
 use super::directory::{Directory, NodeId};
 use super::msg::Body;
 use super::node::*;
@@ -33,7 +34,8 @@ impl TfaNode {
         let key = Key::from(name.as_str());
         let home = self.dir.home(&key);
         if home == self.me {
-            let granted = self.grant_abstract(now, (self.me, family), name.clone());
+            let req = self.coord.next_req;
+            let granted = self.grant_abstract(now, (self.me, family), name.clone(), req);
             let newly = self.coord.family_answered(family, &name, granted.is_some());
             return self.abstract_answer(h, granted.map(|_| newly), out);
         }
@@ -74,11 +76,18 @@ impl TfaNode {
                 .or_default()
                 .push(name);
         }
+        // Every later ask of the family is numbered from here on.
+        let before = self.coord.next_req;
         for (home, names) in by_home {
             if home == self.me {
-                self.free_abstract((self.me, family), &names);
+                self.free_abstract((self.me, family), &names, u64::MAX);
             } else {
-                self.send(home, Body::AbstractRelease { family, names }, out);
+                let body = Body::AbstractRelease {
+                    family,
+                    names,
+                    before,
+                };
+                self.send(home, body, out);
             }
         }
     }
@@ -88,21 +97,32 @@ impl TfaNode {
         self.home.abstract_held.len()
     }
 
+    /// Grants `name` to `holder`, asking with request number `req`: `Some(true)` taken now,
+    /// `Some(false)` held by `holder` already (granted again: a release sent before this ask
+    /// no longer frees it), `None` held by another.
     pub(super) fn grant_abstract(
         &mut self,
         now: u64,
         holder: (NodeId, u64),
         name: String,
+        req: u64,
     ) -> Option<bool> {
-        match self.home.abstract_held.get(&name) {
-            Some(hold) if hold.holder == holder => Some(false),
+        match self.home.abstract_held.get_mut(&name) {
+            Some(hold) if hold.holder == holder => {
+                if req >= hold.req {
+                    hold.req = req;
+                    hold.heard = now;
+                }
+                Some(false)
+            }
             Some(_) => None,
             None => {
                 self.home.abstract_held.insert(
                     name,
                     AbstractHold {
+                        req,
                         holder,
-                        since: now,
+                        heard: now,
                         ask_at: now + self.cfg.lease,
                     },
                 );
@@ -111,16 +131,27 @@ impl TfaNode {
         }
     }
 
-    pub(super) fn free_abstract(&mut self, holder: (NodeId, u64), names: &[String]) {
+    /// `holder` gave `names` back: each is free unless an ask numbered from `before` on
+    /// granted it again.
+    pub(super) fn free_abstract(&mut self, holder: (NodeId, u64), names: &[String], before: u64) {
+        let before = self.planted_before(before);
         for name in names {
             if self
                 .home
                 .abstract_held
                 .get(name)
-                .is_some_and(|hold| hold.holder == holder)
+                .is_some_and(|hold| hold.holder == holder && hold.req < before)
             {
                 self.home.abstract_held.remove(name);
             }
+        }
+    }
+
+    /// `before`, or every ask under the planted bug that ignores the numbering.
+    fn planted_before(&self, before: u64) -> u64 {
+        match self.cfg.planted_bug {
+            Some(PlantedBug::StaleRelease) => u64::MAX,
+            _ => before,
         }
     }
 
@@ -130,10 +161,21 @@ impl TfaNode {
         (self.incarnation << 40) ^ family
     }
 
-    pub(super) fn free_abstract_of(&mut self, holder: (NodeId, u64)) {
+    /// `holder`'s node says the family runs: its locks here are kept another abandon time.
+    pub(super) fn heard_from(&mut self, now: u64, holder: (NodeId, u64)) {
+        for hold in self.home.abstract_held.values_mut() {
+            if hold.holder == holder {
+                hold.heard = now;
+            }
+        }
+    }
+
+    /// `holder` no longer runs: what it held from asks numbered below `before` is free.
+    pub(super) fn free_abstract_of(&mut self, holder: (NodeId, u64), before: u64) {
+        let before = self.planted_before(before);
         self.home
             .abstract_held
-            .retain(|_, hold| hold.holder != holder);
+            .retain(|_, hold| hold.holder != holder || hold.req >= before);
     }
 
     pub(super) fn abstract_answer(&mut self, h: u64, granted: Option<bool>, out: &mut Vec<Action>) {

@@ -7,7 +7,8 @@ pub struct TfaConfig {
     /// A lock held this long without a decision makes its owner ask the committer.
     pub lease: u64,
     /// A lock whose committer has not answered for this long is released (the committer is
-    /// presumed gone). Must be longer than any partition the deployment expects to heal.
+    /// presumed gone), as is an abstract lock whose family's node has not. Must be longer than
+    /// any partition the deployment expects to heal.
     pub abandon: u64,
     /// Unanswered requests and unconfirmed decisions are re-sent this often.
     pub resend: u64,
@@ -53,6 +54,10 @@ pub enum PlantedBug {
     /// An owner hands every object a committed transaction locked to the committer, not only
     /// those the decision names (objects read for a write that did not happen included).
     SurrenderUnnamed,
+    /// A home frees a family's abstract lock on any release or "no longer runs" from it, even
+    /// one sent before a later ask granted the lock again (what TFA did before it numbered
+    /// them).
+    StaleRelease,
 }
 
 impl Default for TfaConfig {

@@ -149,12 +149,16 @@ pub enum Body {
         /// The outcome.
         granted: Option<bool>,
     },
-    /// The family's transaction ended: its abstract locks here are free.
+    /// The family gave these abstract locks back (its transaction, or one of its open-nested
+    /// blocks, ended): they are free here unless granted again since.
     AbstractRelease {
         /// The family.
         family: u64,
         /// The locks.
         names: Vec<String>,
+        /// Every ask of the family numbered from `before` on came after this release: a grant
+        /// to one of those stays (messages between two nodes may arrive out of order).
+        before: u64,
     },
     /// A home whose abstract lock outlived its lease asks whether the family still runs.
     FamilyAlive {
@@ -165,8 +169,11 @@ pub enum Body {
     FamilyState {
         /// The family.
         family: u64,
-        /// Whether it still runs.
+        /// Whether it holds abstract locks or asks for one.
         alive: bool,
+        /// As for `AbstractRelease`: what a family that does not run held from asks numbered
+        /// below `before` is free; a grant to a later ask stays.
+        before: u64,
     },
     /// A `Fetch` or `FetchLock`, passed on by a node that does not own the object to the node
     /// it believes does; the receiver answers the reader directly (`Fetched`), or passes it on

@@ -262,9 +262,15 @@ pub(super) enum Wait {
 
 /// An abstract lock held at its home.
 pub(super) struct AbstractHold {
+    /// The number of the latest ask that granted it (the holder's request number; for a lock
+    /// this node is home to and holds itself, its request count then). A release or a "no
+    /// longer runs" sent before that ask does not free it.
+    pub(super) req: u64,
     /// The holding family: its node and its number there.
     pub(super) holder: (NodeId, u64),
-    pub(super) since: u64,
+    /// When the home last heard from the holder: the grant, an ask again, or its node saying
+    /// the family runs. A holder silent for the abandon time loses the lock.
+    pub(super) heard: u64,
     pub(super) ask_at: u64,
 }
 

@@ -231,7 +231,7 @@ impl TfaNode {
                 }
             }
             Body::AbstractLock { req, family, name } => {
-                let granted = self.grant_abstract(now, (from, family), name);
+                let granted = self.grant_abstract(now, (from, family), name, req);
                 self.send(from, Body::AbstractLocked { req, granted }, out);
             }
             Body::AbstractLocked { req, granted } => {
@@ -239,14 +239,30 @@ impl TfaNode {
                     self.abstract_asked(h, granted, out);
                 }
             }
-            Body::AbstractRelease { family, names } => self.free_abstract((from, family), &names),
+            Body::AbstractRelease {
+                family,
+                names,
+                before,
+            } => self.free_abstract((from, family), &names, before),
             Body::FamilyAlive { family } => {
                 let alive = self.coord.family_runs(family);
-                self.send(from, Body::FamilyState { family, alive }, out);
+                let before = self.coord.next_req;
+                let body = Body::FamilyState {
+                    family,
+                    alive,
+                    before,
+                };
+                self.send(from, body, out);
             }
-            Body::FamilyState { family, alive } => {
-                if !alive {
-                    self.free_abstract_of((from, family));
+            Body::FamilyState {
+                family,
+                alive,
+                before,
+            } => {
+                if alive {
+                    self.heard_from(now, (from, family));
+                } else {
+                    self.free_abstract_of((from, family), before);
                 }
             }
             Body::Tracked { entries } => {

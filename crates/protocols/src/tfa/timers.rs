@@ -138,7 +138,7 @@ impl TfaNode {
         for hold in self.home.abstract_held.values_mut() {
             if hold.ask_at <= now {
                 hold.ask_at = now + self.cfg.lease;
-                if now >= hold.since + self.cfg.abandon {
+                if now >= hold.heard + self.cfg.abandon {
                     gone.insert(hold.holder);
                 } else {
                     ask.insert(hold.holder);
@@ -146,7 +146,7 @@ impl TfaNode {
             }
         }
         for holder in gone {
-            self.free_abstract_of(holder);
+            self.free_abstract_of(holder, u64::MAX);
             out.push(Output::Warn(format!(
                 "released the abstract locks of family {} of node {} after no answer",
                 holder.1, holder.0
@@ -155,7 +155,7 @@ impl TfaNode {
         for (node, family) in ask {
             if node == self.me {
                 if !self.coord.family_runs(family) {
-                    self.free_abstract_of((node, family));
+                    self.free_abstract_of((node, family), u64::MAX);
                 }
             } else {
                 self.send(node, Body::FamilyAlive { family }, out);

@@ -238,3 +238,119 @@ fn a_lock_granted_to_a_re_sent_ask_is_new_to_the_family() {
     net.settle();
     assert_eq!(net.node(2).abstract_locks_held(), 0);
 }
+
+/// Takes the queued messages whose body `is` out of the network (to deliver later, or never).
+fn hold_back(net: &mut Net, is: impl Fn(&Body) -> bool) -> Vec<(u64, u64, TfaMsg)> {
+    let mut held = Vec::new();
+    for m in std::mem::take(&mut net.queue) {
+        if is(&m.2.body) {
+            held.push(m);
+        } else {
+            net.queue.push_back(m);
+        }
+    }
+    held
+}
+
+/// Delivers messages taken out with [`hold_back`], late.
+fn deliver_late(net: &mut Net, late: Vec<(u64, u64, TfaMsg)>) {
+    net.queue.extend(late);
+    net.settle();
+}
+
+/// A name node 2 is home to, as seen from node 1.
+fn homed_on_two(net: &mut Net) -> String {
+    (0..)
+        .map(|i| format!("lock/{i}"))
+        .find(|n| net.node(1).home(&Key::from(n.as_str())) == 2)
+        .unwrap()
+}
+
+/// Messages between two nodes may arrive out of order: a family that gives a lock back and at
+/// once asks for it again (an open-nested block that aborted and runs again) keeps it when
+/// the ask overtakes the release.
+#[test]
+fn a_release_overtaken_by_the_next_ask_frees_nothing() {
+    let mut net = Net::new(2);
+    let name = homed_on_two(&mut net);
+    net.node(1).begin(1);
+    let take = |net: &mut Net| take_abstract(net, 1, 1, 7, &name);
+    assert_eq!(take(&mut net), Reply::Abstract(Ok(true)));
+    let mut acts = Vec::new();
+    net.node(1)
+        .release_abstract(7, vec![name.clone()], &mut acts);
+    net.absorb(1, acts);
+    let release = hold_back(&mut net, |b| matches!(b, Body::AbstractRelease { .. }));
+    assert_eq!(release.len(), 1);
+    assert_eq!(
+        take(&mut net),
+        Reply::Abstract(Ok(true)),
+        "new to the family"
+    );
+    deliver_late(&mut net, release);
+    assert_eq!(
+        net.node(2).abstract_locks_held(),
+        1,
+        "the late release freed the new grant"
+    );
+    net.node(2).begin(1);
+    assert_eq!(
+        take_abstract(&mut net, 2, 1, 8, &name),
+        Reply::Abstract(Err(Failure::Conflict(AbortCause::AbstractLock))),
+    );
+}
+
+/// A home asks whether a family runs while it holds nothing (its release was lost); the answer
+/// "no" is late, and arrives after the family asked for the lock again and got it: the grant
+/// stays.
+#[test]
+fn a_late_answer_that_the_family_stopped_frees_no_later_grant() {
+    let mut net = Net::new(2);
+    let name = homed_on_two(&mut net);
+    net.node(1).begin(1);
+    assert_eq!(
+        take_abstract(&mut net, 1, 1, 7, &name),
+        Reply::Abstract(Ok(true))
+    );
+    let mut acts = Vec::new();
+    net.node(1)
+        .release_abstract(7, vec![name.clone()], &mut acts);
+    net.absorb(1, acts);
+    let lost = hold_back(&mut net, |b| matches!(b, Body::AbstractRelease { .. }));
+    assert_eq!(lost.len(), 1);
+    // Past the lease the home asks; the answer "not running" is held back.
+    let mut stale = Vec::new();
+    for _ in 0..10 {
+        net.now += 1;
+        for id in 1..=2 {
+            let mut acts = Vec::new();
+            let now = net.now;
+            net.node(id).tick(now, &mut acts);
+            net.absorb(id, acts);
+        }
+        while let Some((from, to, msg)) = net.queue.pop_front() {
+            if matches!(msg.body, Body::FamilyState { alive: false, .. }) {
+                stale.push((from, to, msg));
+                continue;
+            }
+            let mut acts = Vec::new();
+            let now = net.now;
+            net.node(to).on_message(now, from, msg, &mut acts);
+            net.absorb(to, acts);
+        }
+        if !stale.is_empty() {
+            break;
+        }
+    }
+    assert!(!stale.is_empty(), "the home asked and node 1 answered");
+    assert_eq!(
+        take_abstract(&mut net, 1, 1, 7, &name),
+        Reply::Abstract(Ok(true))
+    );
+    deliver_late(&mut net, stale);
+    assert_eq!(
+        net.node(2).abstract_locks_held(),
+        1,
+        "the late answer freed the new grant"
+    );
+}

@@ -32,6 +32,13 @@ pub(crate) fn final_state(machines: &[&SimNode]) -> Result<Final, String> {
         if held > 0 {
             return Err(format!("node {} still holds {held} locks", m.me));
         }
+        let held = m.tfa.abstract_locks_held();
+        if held > 0 {
+            return Err(format!(
+                "node {} is home to {held} abstract locks no family holds",
+                m.me
+            ));
+        }
     }
     for m in machines {
         let (active, decided, tracking) = m.tfa.in_flight();
@@ -249,6 +256,7 @@ pub(crate) fn check(o: &Outcome) -> Result<(), String> {
             return Err(format!("final balances {:?}", end.balances));
         }
     }
+    check_exclusion(o, o.nodes)?;
     Ok(())
 }
 
@@ -278,5 +286,5 @@ pub(crate) fn all_faults() -> Faults {
 }
 
 pub(crate) fn crashes(o: &Outcome) -> usize {
-    o.run.trace.iter().filter(|l| l.contains(" crash ")).count()
+    o.run.crashes.len()
 }

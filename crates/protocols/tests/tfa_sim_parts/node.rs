@@ -25,6 +25,8 @@ pub(crate) struct SimNode {
     pub(crate) me: NodeId,
     pub(crate) tfa: TfaNode,
     pub(crate) running: BTreeMap<u64, Running>,
+    /// Families holding abstract locks, by handle.
+    pub(crate) holding: BTreeMap<u64, Holding>,
     pub(crate) rng: SimRng,
 }
 
@@ -45,6 +47,7 @@ impl SimNode {
             me,
             tfa,
             running: BTreeMap::new(),
+            holding: BTreeMap::new(),
             rng: SimRng::new(seed ^ (me * 0x9e37) ^ (boot.incarnation << 40)),
         })
     }
@@ -131,6 +134,16 @@ impl SimNode {
         acts: &mut Vec<Action>,
         out: &mut Vec<Output<TfaMsg, Note>>,
     ) {
+        if self.holding.contains_key(&h) {
+            let answer = match reply {
+                Reply::Abstract(a) => a,
+                Reply::Read(Err(f)) | Reply::Commit(Err(f)) => Err(f),
+                Reply::Read(Ok(_)) | Reply::Commit(Ok(())) => {
+                    unreachable!("a family reads and commits nothing")
+                }
+            };
+            return self.on_hold_answer(now, h, answer, acts, out);
+        }
         let result = match reply {
             Reply::Read(Ok(value)) => {
                 let Some(r) = self.running.get_mut(&h) else {
@@ -200,6 +213,7 @@ impl Machine for SimNode {
         let mut acts = Vec::new();
         match input {
             Input::Persisted { .. } => {}
+            Input::Request(Txn::Exclusive(ex)) => self.start_exclusive(now, ex, &mut acts, out),
             Input::Request(txn) => {
                 let h = txn.id();
                 self.running.insert(
@@ -226,6 +240,7 @@ impl Machine for SimNode {
                 for h in due {
                     self.start_attempt(now, h, &mut acts, out);
                 }
+                self.hold_tick(now, &mut acts, out);
             }
         }
         self.drive(now, acts, out);
@@ -254,6 +269,7 @@ pub(crate) fn sim_tfa_config() -> TfaConfig {
 }
 
 pub(crate) struct Outcome {
+    pub(crate) nodes: usize,
     pub(crate) run: Run<Note>,
     pub(crate) submitted: Vec<ListAppendTxn>,
     pub(crate) end: Result<Final, String>,
@@ -309,6 +325,27 @@ pub(crate) fn simulate(
         };
         sim.request_at(at, node, txn);
     }
+    // Families holding abstract locks, contending for a few names (drawn apart, so the other
+    // programs are what they were without them).
+    let mut holders = SimRng::new(seed ^ 0xab5);
+    for i in 0..60u64 {
+        let at = 100 + i * 45 + holders.below(45);
+        let node = 1 + holders.below(nodes as u64);
+        let first = holders.below(LOCK_NAMES);
+        let mut names = vec![lock_name(first)];
+        if holders.chance(0.7) {
+            names.push(lock_name(
+                (first + 1 + holders.below(LOCK_NAMES - 1)) % LOCK_NAMES,
+            ));
+        }
+        let ex = Exclusive {
+            id: HOLDERS + i,
+            names,
+            hold: 20 + holders.below(280),
+            give_back: holders.chance(0.6),
+        };
+        sim.request_at(at, node, Txn::Exclusive(ex));
+    }
     // Once the faults are over and every node is back: read every list.
     for key in 0..LIST_KEYS {
         let t = ListAppendTxn {
@@ -338,6 +375,7 @@ pub(crate) fn simulate(
         }
     }
     Outcome {
+        nodes,
         run,
         submitted,
         end,

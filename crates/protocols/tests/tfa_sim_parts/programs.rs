@@ -32,6 +32,8 @@ pub(crate) enum Txn {
         id: u64,
         op: BankOp,
     },
+    /// A family holding abstract locks (see `exclusive`).
+    Exclusive(super::Exclusive),
 }
 
 impl Txn {
@@ -40,6 +42,7 @@ impl Txn {
             Txn::Setup => 0,
             Txn::Lists(t) => t.id,
             Txn::Bank { id, .. } => *id,
+            Txn::Exclusive(ex) => ex.id,
         }
     }
 }
@@ -65,6 +68,17 @@ pub(crate) enum Note {
     /// The accounts were never there (the setup's node crashed before creating them).
     NeverCreated {
         id: u64,
+    },
+    /// Family `id` heard that it holds the abstract lock `name`, asked for since `asked_at`.
+    Holds {
+        id: u64,
+        name: String,
+        asked_at: u64,
+    },
+    /// Family `id` gave these abstract locks back.
+    Frees {
+        id: u64,
+        names: Vec<String>,
     },
 }
 
@@ -100,6 +114,7 @@ pub(crate) fn reads_to_write(txn: &Txn, key: &Key) -> bool {
         Txn::Bank {
             op: BankOp::Audit, ..
         } => false,
+        Txn::Exclusive(_) => unreachable!("a family reads no objects"),
         Txn::Lists(t) => {
             t.id % 2 == 0
                 || t.ops
@@ -121,6 +136,7 @@ pub(crate) fn program(txn: &Txn, seen: &BTreeMap<Key, Option<Vec<u8>>>) -> Next 
         };
     }
     match txn {
+        Txn::Exclusive(_) => unreachable!("a family runs no object program"),
         Txn::Setup => {
             for i in 0..ACCOUNTS {
                 get!(account(i));
