@@ -65,7 +65,8 @@ impl TfaNode {
         self.abstract_answer(h, granted.map(|_| newly), out);
     }
 
-    /// `family` ended: its abstract locks are released (on their homes, by message).
+    /// `family` gives `names` back (it ended, or an open-nested block of it aborted): they are
+    /// released on their homes (by message to the others).
     pub fn release_abstract(&mut self, family: u64, names: Vec<String>, out: &mut Vec<Action>) {
         let family = self.family_id(family);
         self.coord.family_released(family, &names);
@@ -107,12 +108,9 @@ impl TfaNode {
         name: String,
         req: u64,
     ) -> Option<bool> {
-        match self.home.abstract_held.get_mut(&name) {
+        let granted = match self.home.abstract_held.get_mut(&name) {
             Some(hold) if hold.holder == holder => {
-                if req >= hold.req {
-                    hold.req = req;
-                    hold.heard = now;
-                }
+                hold.req = hold.req.max(req);
                 Some(false)
             }
             Some(_) => None,
@@ -128,7 +126,12 @@ impl TfaNode {
                 );
                 Some(true)
             }
+        };
+        if granted.is_some() {
+            // The holder was heard from: every lock it holds here is kept another abandon time.
+            self.heard_from(now, holder);
         }
+        granted
     }
 
     /// `holder` gave `names` back: each is free unless an ask numbered from `before` on
@@ -161,7 +164,8 @@ impl TfaNode {
         (self.incarnation << 40) ^ family
     }
 
-    /// `holder`'s node says the family runs: its locks here are kept another abandon time.
+    /// The home heard from `holder` (an ask, or its node saying the family runs): its locks
+    /// here are kept another abandon time.
     pub(super) fn heard_from(&mut self, now: u64, holder: (NodeId, u64)) {
         for hold in self.home.abstract_held.values_mut() {
             if hold.holder == holder {

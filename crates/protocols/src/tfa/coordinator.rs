@@ -489,11 +489,9 @@ impl TfaNode {
     /// Ends transaction `h` with `failure`: locks it holds here are released, owners it asked
     /// for locks are told (until they confirm), and the application gets the failure.
     pub(super) fn fail(&mut self, now: u64, h: u64, failure: Failure, out: &mut Vec<Action>) {
-        let Some(mut tx) = self.coord.active.remove(&h) else {
+        let Some(mut tx) = self.coord.take(h) else {
             return;
         };
-        drop_requests(&mut self.coord.requests, &mut tx.outstanding);
-        self.coord.handles.remove(&tx.id);
         self.release_locks(now, tx.id, std::mem::take(&mut tx.contacted), out);
         if matches!(failure, Failure::Unavailable { .. }) {
             self.counters.unavailable += 1;

@@ -116,8 +116,10 @@ impl Tracker {
         }
     }
 
-    /// `key`, held by `owner` at `version`, was lost. Applied unless the record is newer;
-    /// returns the new record if it was.
+    /// `key`, held by `owner` at `version`, was lost. Applied unless the record is newer (or
+    /// says lost at that version already): a record lost at an older version moves up to this
+    /// one, so that a late report of a move to `version` cannot bring the object back. Returns
+    /// the new record if it was applied.
     pub fn lose(&mut self, key: Key, owner: NodeId, version: u64) -> Option<OwnerRecord> {
         let rec = self.owners.entry(key).or_insert(OwnerRecord {
             owner,
@@ -125,7 +127,7 @@ impl Tracker {
             version,
             lost: false,
         });
-        if rec.version > version || rec.lost {
+        if rec.version > version || (rec.lost && rec.version == version) {
             return None;
         }
         *rec = OwnerRecord {
@@ -267,6 +269,33 @@ mod tests {
         assert!(t.lose(b.clone(), 3, 5).is_none(), "a newer record stays");
         assert!(t.lose(b.clone(), 3, 6).is_some());
         assert_eq!(t.owner(&b), None);
+    }
+
+    /// Found by the simulation (seed 552 of `tfa_sim` with the abstract-lock families): the
+    /// home marked a key lost with its restarted owner at version 27; the old owner then reported
+    /// that the key, which it had committed at 33, went to the restarted node and died there
+    /// (`Lost` at 33); a late `Track` of that same version 33 from the old owner arrived after.
+    /// The loss at 33 must stick: the old owner no longer holds the key.
+    #[test]
+    fn a_loss_reported_at_a_newer_version_sticks_against_a_late_move_to_it() {
+        let k = Key::from("k");
+        let mut t = Tracker::new();
+        t.update(k.clone(), 4, 0, 27);
+        assert_eq!(t.lose_owner(4, 1).len(), 1);
+        assert!(
+            t.lose(k.clone(), 4, 33).is_some(),
+            "the loss moves up to 33"
+        );
+        assert!(t.lose(k.clone(), 4, 33).is_none(), "once");
+        assert!(
+            t.update(k.clone(), 2, 0, 33).is_none(),
+            "the late move to 33 does not bring it back"
+        );
+        assert_eq!(t.owner(&k), None);
+        assert!(
+            t.update(k.clone(), 1, 0, 40).is_some(),
+            "a newer version does"
+        );
     }
 
     #[test]

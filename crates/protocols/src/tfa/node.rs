@@ -155,6 +155,12 @@ impl TfaNode {
         })
     }
 
+    /// How many families of this node hold abstract locks or ask for one (none once every
+    /// family ended).
+    pub fn abstract_families(&self) -> usize {
+        self.coord.families()
+    }
+
     /// This node's id.
     pub fn id(&self) -> NodeId {
         self.me

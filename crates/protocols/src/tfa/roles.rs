@@ -29,8 +29,8 @@ pub(super) struct Coordinator {
     /// Decisions not yet confirmed by every owner they concern.
     pub(super) decided: BTreeMap<TxId, Pending>,
     /// Families of this node that hold abstract locks, with the names each holds as far as
-    /// this node heard (a grant whose answer never came is its home's to free, by asking); a
-    /// family waiting for a lock is here too. A family runs, for the homes that ask, while it
+    /// this node heard (a grant whose answer never came is freed by its home once the family
+    /// ends, when it asks); a family waiting for a lock is here too. A family runs, for the homes that ask, while it
     /// is here: giving back some names (an open-nested block that aborted) keeps the others.
     families: BTreeMap<u64, BTreeSet<String>>,
     /// Where this node last found each object.
@@ -64,16 +64,26 @@ impl Coordinator {
         self.contended_until = now.saturating_add(quiet);
     }
 
-    /// Forgets the transaction of handle `h` and its requests in flight (a lock it was asking
-    /// for included).
-    pub(super) fn finish(&mut self, h: u64) {
-        if let Some(mut tx) = self.active.remove(&h) {
-            drop_requests(&mut self.requests, &mut tx.outstanding);
-            self.handles.remove(&tx.id);
-            if let Wait::Abstract { family, .. } = tx.wait {
-                self.forget_family_if_idle(family);
-            }
+    /// Takes the transaction of handle `h` out: its requests in flight are forgotten, and a
+    /// family that was only asking for a lock no longer runs.
+    pub(super) fn take(&mut self, h: u64) -> Option<Active> {
+        let mut tx = self.active.remove(&h)?;
+        drop_requests(&mut self.requests, &mut tx.outstanding);
+        self.handles.remove(&tx.id);
+        if let Wait::Abstract { family, .. } = tx.wait {
+            self.forget_family_if_idle(family);
         }
+        Some(tx)
+    }
+
+    /// Forgets the transaction of handle `h` (see [`Coordinator::take`]).
+    pub(super) fn finish(&mut self, h: u64) {
+        self.take(h);
+    }
+
+    /// How many families hold abstract locks or ask for one.
+    pub(super) fn families(&self) -> usize {
+        self.families.len()
     }
 
     /// Whether `family` holds abstract locks or is asking for one (what its homes are told).

@@ -138,7 +138,8 @@ impl TfaNode {
         for hold in self.home.abstract_held.values_mut() {
             if hold.ask_at <= now {
                 hold.ask_at = now + self.cfg.lease;
-                if now >= hold.heard + self.cfg.abandon {
+                // A family of this node is asked directly: it is never silent.
+                if hold.holder.0 != self.me && now >= hold.heard + self.cfg.abandon {
                     gone.insert(hold.holder);
                 } else {
                     ask.insert(hold.holder);
@@ -153,12 +154,12 @@ impl TfaNode {
             )));
         }
         for (node, family) in ask {
-            if node == self.me {
-                if !self.coord.family_runs(family) {
-                    self.free_abstract_of((node, family), u64::MAX);
-                }
-            } else {
+            if node != self.me {
                 self.send(node, Body::FamilyAlive { family }, out);
+            } else if self.coord.family_runs(family) {
+                self.heard_from(now, (node, family));
+            } else {
+                self.free_abstract_of((node, family), u64::MAX);
             }
         }
         for (tx, held_for) in self.owner.objects.overdue(now, self.cfg.lease) {

@@ -354,3 +354,70 @@ fn a_late_answer_that_the_family_stopped_frees_no_later_grant() {
         "the late answer freed the new grant"
     );
 }
+
+/// A name whose home is the family's own node: the home asks the family directly, so a family
+/// that runs keeps it however long it holds it (past the abandon time).
+#[test]
+fn a_family_keeps_a_lock_of_its_own_node_past_the_abandon_time() {
+    let mut net = Net::new(2);
+    let name = (0..)
+        .map(|i| format!("lock/{i}"))
+        .find(|n| net.node(1).home(&Key::from(n.as_str())) == 1)
+        .unwrap();
+    net.node(1).begin(1);
+    assert_eq!(
+        take_abstract(&mut net, 1, 1, 7, &name),
+        Reply::Abstract(Ok(true))
+    );
+    net.ticks(3 * cfg().abandon);
+    assert_eq!(net.node(1).abstract_locks_held(), 1);
+    net.node(2).begin(1);
+    assert_eq!(
+        take_abstract(&mut net, 2, 1, 8, &name),
+        Reply::Abstract(Err(Failure::Conflict(AbortCause::AbstractLock))),
+    );
+}
+
+/// A family whose ask times out (its home unreachable) holds nothing and asks for nothing: its
+/// node no longer counts it as running.
+#[test]
+fn a_family_whose_ask_timed_out_no_longer_runs() {
+    let mut net = Net::new(2);
+    let name = homed_on_two(&mut net);
+    net.node(1).begin(1);
+    net.cut = Some(2);
+    let reply = take_abstract(&mut net, 1, 1, 7, &name);
+    assert!(
+        matches!(reply, Reply::Commit(Err(Failure::Unavailable { .. }))),
+        "{reply:?}"
+    );
+    assert_eq!(net.node(1).abstract_families(), 0);
+}
+
+/// An ask is news from the holder for every lock it holds at that home: a lock it has been
+/// silent about (its node unreachable) for nearly the abandon time is kept along with the new
+/// one.
+#[test]
+fn an_ask_keeps_the_holders_other_locks_at_that_home() {
+    let mut net = Net::new(2);
+    let mut on_two = (0..)
+        .map(|i| format!("lock/{i}"))
+        .filter(|n| net.node(1).home(&Key::from(n.as_str())) == 2);
+    let (first, second) = (on_two.next().unwrap(), on_two.next().unwrap());
+    net.node(1).begin(1);
+    assert_eq!(
+        take_abstract(&mut net, 1, 1, 7, &first),
+        Reply::Abstract(Ok(true))
+    );
+    // Silent (cut off) for nearly the abandon time, then back.
+    net.cut = Some(1);
+    net.ticks(cfg().abandon - 10);
+    net.cut = None;
+    assert_eq!(
+        take_abstract(&mut net, 1, 1, 7, &second),
+        Reply::Abstract(Ok(true))
+    );
+    net.cut = Some(1);
+    net.ticks(20);
+    assert_eq!(net.node(2).abstract_locks_held(), 2, "both kept");
+}

@@ -39,6 +39,13 @@ pub(crate) fn final_state(machines: &[&SimNode]) -> Result<Final, String> {
                 m.me
             ));
         }
+        let families = m.tfa.abstract_families();
+        if families > 0 {
+            return Err(format!(
+                "node {} counts {families} families as running after they all ended",
+                m.me
+            ));
+        }
     }
     for m in machines {
         let (active, decided, tracking) = m.tfa.in_flight();

@@ -4,12 +4,15 @@
 //! a release and an ask the network may reorder); it holds them a while, then releases them
 //! and ends. A family refused a name gives back what it holds and tries again later.
 //!
+//! A family that waits too long for an answer gives up while it asks (its transaction ends with
+//! the ask outstanding), and some families hold their names longer than the abandon time
+//! (their node keeps telling the homes that they run).
+//!
 //! Checked: no two families believe at the same time that they hold the same name, except
 //! where the guarantee does not reach: the name's home restarted after the family asked
 //! (abstract locks live in the home's memory, and a grant of its earlier run may still be on
-//! its way), or the holder's node crashed (its families ended with it). A family that heard
-//! of a grant too late to release it before the abandon time gives up instead of holding it, so
-//! a home that frees a lock after the abandon time breaks no belief.
+//! its way), the holder's node crashed (its families ended with it), or the home gave the
+//! holder up after hearing nothing from it for the abandon time (it warns so).
 
 use std::collections::BTreeMap;
 
@@ -25,11 +28,8 @@ use super::*;
 pub(crate) const HOLDERS: u64 = 1_500_000;
 /// How many names the families share (few: they contend).
 pub(crate) const LOCK_NAMES: u64 = 3;
-/// A family that waited this long since its attempt began for a grant gives up the attempt.
+/// A family still asking this long after its attempt began gives up the attempt.
 const ANSWER_BY: u64 = 400;
-/// A family releases everything at most this long after its attempt began (under the
-/// simulation's abandon time, 1,000, counted from the first grant of a lock).
-const RELEASE_BY: u64 = 700;
 /// Attempts before a family gives up.
 const MAX_HOLD_ATTEMPTS: u32 = 30;
 
@@ -60,6 +60,8 @@ pub(crate) struct Holding {
     /// Names it reported holding (the ones the check counts).
     reported: Vec<String>,
     gave_back: bool,
+    /// An ask is outstanding.
+    asking: bool,
     release_at: Option<u64>,
     restart_at: Option<u64>,
 }
@@ -81,6 +83,7 @@ impl SimNode {
             held: Vec::new(),
             reported: Vec::new(),
             gave_back: false,
+            asking: false,
             release_at: None,
             restart_at: None,
         };
@@ -120,6 +123,7 @@ impl SimNode {
         };
         let family = f.ex.id;
         if let Some(name) = f.ex.names.iter().find(|n| !f.held.contains(n)).cloned() {
+            f.asking = true;
             return self.tfa.abstract_lock(now, h, family, name, acts);
         }
         if f.ex.give_back && !f.gave_back && f.held.len() == 2 {
@@ -130,10 +134,11 @@ impl SimNode {
                 id: family,
                 names: vec![name.clone()],
             }));
+            f.asking = true;
             self.tfa.release_abstract(family, vec![name.clone()], acts);
             return self.tfa.abstract_lock(now, h, family, name, acts);
         }
-        f.release_at = Some((now + f.ex.hold).min(f.started + RELEASE_BY));
+        f.release_at = Some(now + f.ex.hold);
     }
 
     /// The answer to family `h`'s ask, or a failure of its transaction.
@@ -148,7 +153,7 @@ impl SimNode {
         let Some(f) = self.holding.get_mut(&h) else {
             return;
         };
-        let late = now > f.started + ANSWER_BY;
+        f.asking = false;
         match answer {
             Ok(_) => {
                 let name =
@@ -158,10 +163,6 @@ impl SimNode {
                         .cloned()
                         .expect("an ask was outstanding");
                 f.held.push(name.clone());
-                if late {
-                    // Too late to hold it within the abandon time: give up this attempt.
-                    return self.end_attempt(now, h, true, acts, out);
-                }
                 f.reported.push(name.clone());
                 out.push(Output::Deliver(Note::Holds {
                     id: f.ex.id,
@@ -201,6 +202,7 @@ impl SimNode {
         }
         let held = std::mem::take(&mut f.held);
         f.release_at = None;
+        f.asking = false;
         let retry = again && f.attempt < MAX_HOLD_ATTEMPTS;
         if retry {
             f.restart_at = Some(now + 1 + self.rng.below(20 * u64::from(f.attempt.min(8))));
@@ -220,27 +222,37 @@ impl SimNode {
         acts: &mut Vec<Action>,
         out: &mut Vec<Output<TfaMsg, Note>>,
     ) {
-        let due: Vec<(u64, bool)> = self
+        let due: Vec<(u64, Due)> = self
             .holding
             .iter()
             .filter_map(|(&h, f)| {
                 if f.release_at.is_some_and(|t| t <= now) {
-                    Some((h, true))
+                    Some((h, Due::Release))
+                } else if f.asking && now > f.started + ANSWER_BY {
+                    Some((h, Due::GiveUp))
                 } else if f.restart_at.is_some_and(|t| t <= now) {
-                    Some((h, false))
+                    Some((h, Due::Restart))
                 } else {
                     None
                 }
             })
             .collect();
-        for (h, done) in due {
-            if done {
-                self.end_attempt(now, h, false, acts, out);
-            } else {
-                self.begin_holding(now, h, acts, out);
+        for (h, due) in due {
+            match due {
+                Due::Release => self.end_attempt(now, h, false, acts, out),
+                // Its transaction ends with the ask outstanding.
+                Due::GiveUp => self.end_attempt(now, h, true, acts, out),
+                Due::Restart => self.begin_holding(now, h, acts, out),
             }
         }
     }
+}
+
+/// What a family's time brought.
+enum Due {
+    Release,
+    GiveUp,
+    Restart,
 }
 
 /// One family's belief that it holds a name: from when it heard of the grant until it gave
@@ -273,6 +285,34 @@ pub(crate) fn check_exclusion(o: &Outcome, nodes: usize) -> Result<usize, String
             .map(|(t, _)| *t)
             .min()
     };
+    // Homes that gave a holder up after hearing nothing from it: (home, node, family, when).
+    let abandoned: Vec<(NodeId, NodeId, u64, u64)> = o
+        .run
+        .trace
+        .iter()
+        .filter_map(|line| {
+            let (t, rest) = line.split_once(" warn ")?;
+            let (home, text) = rest.split_once(' ')?;
+            let text = text.strip_prefix("released the abstract locks of family ")?;
+            let (family, text) = text.split_once(" of node ")?;
+            let node = text.strip_suffix(" after no answer")?;
+            // The family's number there carries its node's incarnation above bit 40.
+            let family = family.parse::<u64>().ok()? & ((1 << 40) - 1);
+            Some((
+                home.parse().ok()?,
+                node.parse().ok()?,
+                family,
+                t.parse().ok()?,
+            ))
+        })
+        .collect();
+    let given_up = |home: NodeId, node: NodeId, family: u64, from: u64, until: u64| {
+        abandoned
+            .iter()
+            .filter(|(h, n, f, t)| (*h, *n, *f) == (home, node, family) && *t >= from && *t < until)
+            .map(|(_, _, _, t)| *t)
+            .min()
+    };
     let mut open: BTreeMap<(u64, String), Open> = BTreeMap::new();
     let mut beliefs: BTreeMap<String, Vec<Belief>> = BTreeMap::new();
     let mut close = |name: String, family: u64, o: Open, until: u64| {
@@ -281,6 +321,7 @@ pub(crate) fn check_exclusion(o: &Outcome, nodes: usize) -> Result<usize, String
         let ends = [
             crashed_between(o.node, o.from, until),
             crashed_between(home(&name), o.asked_at, until),
+            given_up(home(&name), o.node, family, o.from, until),
         ];
         let until = ends.into_iter().flatten().fold(until, u64::min);
         if until > o.from {

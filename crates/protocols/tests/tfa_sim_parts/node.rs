@@ -341,7 +341,12 @@ pub(crate) fn simulate(
         let ex = Exclusive {
             id: HOLDERS + i,
             names,
-            hold: 20 + holders.below(280),
+            // One family in ten holds longer than the abandon time (1,000).
+            hold: if holders.chance(0.1) {
+                1_200 + holders.below(1_300)
+            } else {
+                20 + holders.below(280)
+            },
             give_back: holders.chance(0.6),
         };
         sim.request_at(at, node, Txn::Exclusive(ex));
