@@ -27,17 +27,31 @@ fn start(
     listener: TcpListener,
     fsync: FsyncPolicy,
 ) -> Arc<OrderNode> {
+    start_with(id, members, dir, listener, fsync, |_, _| {})
+}
+
+/// `start` with the replica's and the transport's settings changed by `tweak`.
+fn start_with(
+    id: u64,
+    members: &[(u64, SocketAddr)],
+    dir: &std::path::Path,
+    listener: TcpListener,
+    fsync: FsyncPolicy,
+    tweak: impl Fn(&mut ReplicaConfig, &mut TcpConfig),
+) -> Arc<OrderNode> {
     let ids: Vec<u64> = members.iter().map(|m| m.0).collect();
-    let mut cfg = OrderNodeConfig::new(ReplicaConfig::new(id, ids));
-    cfg.wal = Some((dir.join(format!("node-{id}.wal")), fsync));
+    let mut replica = ReplicaConfig::new(id, ids);
     // Keys derived from the ids: tests only.
     let key = |id: u64| KeyPair::from_private([id as u8; 32]).unwrap();
     let roster = Roster::new(members.iter().map(|&(m, _)| (m, vec![key(m).public()])), []);
-    let tcp = TcpConfig::new(
+    let mut tcp = TcpConfig::new(
         Identity::member("order-test", id, "s", key(id)).unwrap(),
         members.to_vec(),
         Arc::new(roster),
     );
+    tweak(&mut replica, &mut tcp);
+    let mut cfg = OrderNodeConfig::new(replica);
+    cfg.wal = Some((dir.join(format!("node-{id}.wal")), fsync));
     let node = OrderNode::start(cfg, Register::new(), move |deliver| {
         let t: Arc<dyn Transport<OrderMsg>> =
             Arc::new(TcpTransport::start(tcp, listener, deliver)?);
@@ -202,6 +216,83 @@ async fn restarts_lose_nothing(fsync: FsyncPolicy) {
             .filter(|r| matches!(r, atomos::order::Record::Entries(_)))
             .count();
         assert!(entries > 0, "{} holds no entries", path.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A replica that lagged past the others' compaction needs a snapshot; one larger than the
+/// frame limit cannot travel in one message. The leader's refusal is counted and kept in its
+/// stats (and logged) with the setting to raise, never dropped in silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_past_the_frame_limit_is_reported_not_dropped_in_silence() {
+    let dir = std::env::temp_dir().join(format!("atomos-order-frame-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut listeners = Vec::new();
+    let mut members = Vec::new();
+    for id in 1..=3u64 {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        members.push((id, l.local_addr().unwrap()));
+        listeners.push(l);
+    }
+    let tweak = |r: &mut ReplicaConfig, t: &mut TcpConfig| {
+        r.snapshot_every = 20;
+        r.batch_max = 4;
+        t.max_frame = 128 << 10;
+    };
+    let fsync = FsyncPolicy::Never;
+    let mut nodes: Vec<Option<Arc<OrderNode>>> = listeners
+        .into_iter()
+        .zip(&members)
+        .map(|(l, m)| Some(start_with(m.0, &members, &dir, l, fsync, tweak)))
+        .collect();
+    // Node 3 stops; the others order about 1 MiB of values and compact their logs.
+    nodes[2].take().expect("running").shutdown();
+    let mut pending = Vec::new();
+    for i in 0..256u64 {
+        let node = nodes[(i % 2) as usize].clone().expect("running");
+        let op = RegisterOp::Append {
+            key: "big".into(),
+            value: vec![i as u8; 4096],
+        };
+        pending.push(tokio::spawn(async move {
+            tokio::time::timeout(Duration::from_secs(10), node.submit(op.encode())).await
+        }));
+        if pending.len() >= 8 {
+            let p: Vec<_> = std::mem::take(&mut pending);
+            for p in p {
+                p.await.unwrap().expect("answered").expect("ordered");
+            }
+        }
+    }
+    for p in pending {
+        p.await.unwrap().expect("answered").expect("ordered");
+    }
+    // Node 3 comes back with its short log: only a snapshot (over 1 MiB) can bring it up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let listener = rebind(members[2].1).await;
+    nodes[2] = Some(start_with(3, &members, &dir, listener, fsync, tweak));
+    let mut report = None;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        report = nodes.iter().flatten().find_map(|n| n.stats().last_refused);
+        if report.is_some() {
+            break;
+        }
+    }
+    let report = report.expect("the leader's refused snapshot was reported");
+    println!("{report}");
+    assert!(
+        report.contains("for replica 3") && report.contains("max_frame_bytes"),
+        "{report}"
+    );
+    let refused: u64 = nodes
+        .iter()
+        .flatten()
+        .map(|n| n.stats().sends_refused)
+        .sum();
+    assert!(refused > 0);
+    for n in nodes.iter().flatten() {
+        n.shutdown();
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

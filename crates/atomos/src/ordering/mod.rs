@@ -35,6 +35,7 @@ use crate::disk::{Abandon, DiskError, FsyncPolicy};
 use crate::driver::{open_log, LogDisk, Runner};
 use crate::health::Health;
 
+mod refused_sends;
 mod requests;
 mod task;
 
@@ -147,6 +148,12 @@ pub struct OrderNodeStats {
     pub opt_to_final_us: (f64, f64, u64),
     /// Messages from the network dropped because the replica's inbox was full.
     pub inbox_dropped: u64,
+    /// Messages the transport refused to send for the replica (a full backlog, an unknown
+    /// peer, a message too large for a frame).
+    pub sends_refused: u64,
+    /// The latest refusal an operator must act on: a message too large for a frame (for
+    /// example a snapshot past `max_frame_bytes`, which a lagging replica then never gets).
+    pub last_refused: Option<String>,
     /// The state machine's own counters ([`StateMachine::counters`]), as of at most
     /// [`MACHINE_COUNTERS_EVERY`] ago.
     pub machine: Vec<(&'static str, u64)>,
@@ -222,6 +229,7 @@ struct Shared {
     opt_to_final: Mutex<Histogram<u64>>,
     deliveries: Mutex<Option<mpsc::UnboundedSender<Delivery>>>,
     inbox_dropped: AtomicU64,
+    refused: refused_sends::RefusedSends,
     machine: Mutex<Vec<(&'static str, u64)>>,
     /// Requests whose callers stopped waiting, and the number of the next such.
     watched: Mutex<Watched>,
@@ -315,6 +323,7 @@ impl OrderNode {
             ),
             deliveries: Mutex::new(None),
             inbox_dropped: AtomicU64::new(0),
+            refused: Default::default(),
             machine: Mutex::new(Vec::new()),
             watched: Mutex::new(Watched::default()),
             next_ticket: AtomicU64::new(1),
@@ -362,6 +371,7 @@ impl OrderNode {
                 waiters: Waiters::new(&cfg),
                 opt_at: BTreeMap::new(),
                 counters_due: Instant::now(),
+                reported: Default::default(),
             },
         };
         let health = cfg.health.clone().unwrap_or_default();
@@ -436,6 +446,8 @@ impl OrderNode {
                 h.len(),
             ),
             inbox_dropped: self.shared.inbox_dropped.load(Ordering::Relaxed),
+            sends_refused: self.shared.refused.count(),
+            last_refused: self.shared.refused.last(),
             machine: self.shared.machine.lock().clone(),
         }
     }

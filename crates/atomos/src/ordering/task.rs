@@ -108,12 +108,19 @@ pub(super) struct OrderIo {
     pub(super) opt_at: BTreeMap<u64, Instant>,
     /// When the state machine's counters are published next.
     pub(super) counters_due: Instant,
+    /// When each peer's refused sends were last reported in the log.
+    pub(super) reported: super::refused_sends::Reported,
 }
 
 impl<S: StateMachine> Carry<Endpoint<S>> for OrderIo {
     /// The endpoint keeps this node's messages to itself: everything sent here is for others.
     fn send(&mut self, to: Addr, msg: OrderMsg) {
-        let _ = self.transport.send(to, msg);
+        let what = super::refused_sends::describe(&msg);
+        if let Err(e) = self.transport.send(to, msg) {
+            self.shared
+                .refused
+                .refused(&mut self.reported, to, what, &e);
+        }
     }
 
     fn deliver(&mut self, d: EndpointDelivery) {

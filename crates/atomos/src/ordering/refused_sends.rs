@@ -1,0 +1,126 @@
+//! Messages the transport refused to send for the replica: counted, kept for the node's
+//! stats, and reported in the log, never dropped in silence. A message too large for a frame
+//! (a snapshot past `max_frame_bytes`, which a lagging replica then never receives) is
+//! reported at warning level, at most once a minute per peer; a full backlog or an unknown peer
+//! passes (the replica sends again) and is only counted.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use atomos_net::transport::SendError;
+use atomos_order::{Addr, OrderMsg};
+use parking_lot::Mutex;
+
+/// How often one peer's refused oversized messages are reported in the log.
+const REPORT_EVERY: Duration = Duration::from_secs(60);
+
+/// The refused sends of one order node, shared with its stats.
+#[derive(Default)]
+pub(super) struct RefusedSends {
+    count: AtomicU64,
+    /// The latest refusal that will not pass by itself (a message that cannot be encoded).
+    last: Mutex<Option<String>>,
+}
+
+impl RefusedSends {
+    /// Sends refused so far.
+    pub(super) fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The latest refusal that needs an operator (an oversized or unencodable message).
+    pub(super) fn last(&self) -> Option<String> {
+        self.last.lock().clone()
+    }
+}
+
+/// When each peer's refusals were last reported in the log (the order task's own).
+#[derive(Default)]
+pub(super) struct Reported(BTreeMap<Addr, Instant>);
+
+impl RefusedSends {
+    /// The transport refused `msg` (described by `what`, `bytes` long) for `to` with `error`.
+    pub(super) fn refused(
+        &self,
+        reported: &mut Reported,
+        to: Addr,
+        (what, bytes): (&'static str, usize),
+        error: &SendError,
+    ) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let reason = match error {
+            SendError::Encode { .. } => "encode",
+            SendError::Backlog { .. } => "backlog",
+            SendError::UnknownPeer(_) => "unknown_peer",
+            _ => "closed",
+        };
+        metrics::counter!("atomos_order_sends_refused_total", "reason" => reason).increment(1);
+        let SendError::Encode { reason, .. } = error else {
+            return;
+        };
+        let text = format!(
+            "a {what} of {bytes} bytes for replica {to} was not sent: {reason}; a replica that \
+             needs it cannot catch up (raise `max_frame_bytes`, up to 1 GiB, on every node)"
+        );
+        *self.last.lock() = Some(text.clone());
+        let now = Instant::now();
+        let due = reported
+            .0
+            .get(&to)
+            .is_none_or(|at| now.duration_since(*at) >= REPORT_EVERY);
+        if due {
+            reported.0.insert(to, now);
+            tracing::warn!(peer = to, bytes, "{text}");
+        }
+    }
+}
+
+/// What an order-layer message is, and how many bytes its bulk takes (for reports).
+pub(super) fn describe(msg: &OrderMsg) -> (&'static str, usize) {
+    match msg {
+        OrderMsg::Raft(bytes) => ("Raft message", bytes.len()),
+        OrderMsg::State { snapshot } => ("snapshot", snapshot.len()),
+        OrderMsg::Batch { requests, .. } => (
+            "batch",
+            requests.iter().map(|r| r.payload.len()).sum::<usize>(),
+        ),
+        OrderMsg::Request(r) => ("request", r.payload.len()),
+        _ => ("message", 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_message_is_kept_and_reported_a_backlog_only_counted() {
+        let refused = RefusedSends::default();
+        let mut reported = Reported::default();
+        let backlog = SendError::Backlog {
+            peer: 2,
+            queued: 10,
+            limit: 5,
+        };
+        refused.refused(&mut reported, 2, ("batch", 10), &backlog);
+        assert_eq!((refused.count(), refused.last()), (1, None));
+        let too_large = SendError::Encode {
+            peer: 3,
+            reason: "frame of 20000000 bytes is over the limit".into(),
+        };
+        let snapshot = describe(&OrderMsg::State {
+            snapshot: vec![0; 100],
+        });
+        refused.refused(&mut reported, 3, snapshot, &too_large);
+        refused.refused(&mut reported, 3, snapshot, &too_large);
+        assert_eq!(refused.count(), 3);
+        let last = refused.last().expect("kept");
+        assert!(
+            last.contains("snapshot of 100 bytes for replica 3")
+                && last.contains("max_frame_bytes"),
+            "{last}"
+        );
+        assert_eq!(reported.0.len(), 1, "reported once for the peer");
+    }
+}
