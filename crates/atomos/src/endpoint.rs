@@ -1,6 +1,8 @@
 //! A node's HTTP endpoint, for a node process and for an application that embeds a node alike:
-//! `/metrics` (Prometheus text, from the recorder [`install_recorder`] installed) and `/health`
-//! (200 `ok`, or 503 with the failure that is stopping the node); GET and HEAD, query strings
+//! `/metrics` (Prometheus text, from the recorder [`install_recorder`] installed), `/health`
+//! (200 `ok`, or 503 with the failure that is stopping the node) and `/ready` (200 `ready` when
+//! the node is healthy and its replica, if it has one, follows a leader and has applied what it
+//! knows committed; else 503 with why not); GET and HEAD, query strings
 //! ignored, anything else 404 (405 for other methods). Served by axum (hyper underneath), at
 //! most [`MAX_CONNECTIONS`] requests at once, each answered within [`REQUEST_TIMEOUT`].
 
@@ -54,7 +56,7 @@ struct Served {
     health: Arc<Health>,
 }
 
-/// Binds `addr` and serves `/metrics` and `/health` on the current tokio runtime until it
+/// Binds `addr` and serves `/metrics`, `/health` and `/ready` on the current tokio runtime until it
 /// stops; returns the bound address (port 0 picks one). The recorder's upkeep (histograms'
 /// expiry) runs every 5 s.
 pub async fn serve(
@@ -75,10 +77,11 @@ pub async fn serve(
     let app = Router::new()
         .route("/metrics", get(render_metrics))
         .route("/health", get(report_health))
+        .route("/ready", get(report_ready))
         .fallback(|| async {
             (
                 StatusCode::NOT_FOUND,
-                "not found: try /metrics or /health\n",
+                "not found: try /metrics, /health or /ready\n",
             )
         })
         .layer(
@@ -100,6 +103,16 @@ pub async fn serve(
 
 async fn render_metrics(State(s): State<Served>) -> String {
     s.metrics.render()
+}
+
+async fn report_ready(State(s): State<Served>) -> (StatusCode, String) {
+    match s.health.readiness() {
+        Ok(()) => (StatusCode::OK, "ready\n".into()),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
+    }
 }
 
 async fn report_health(State(s): State<Served>) -> (StatusCode, String) {

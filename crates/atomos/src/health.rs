@@ -10,11 +10,16 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-/// A node's health: healthy until the first failure, which it keeps.
+/// Whether a part of the node is ready to serve, and why not.
+pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// A node's health: healthy until the first failure, which it keeps; and whether it is ready
+/// to serve (healthy, and its replica, if it has one, caught up with a leader it follows).
 #[derive(Default)]
 pub struct Health {
     failure: Mutex<Option<String>>,
     changed: Notify,
+    ready: Mutex<Option<Readiness>>,
 }
 
 impl std::fmt::Debug for Health {
@@ -52,6 +57,21 @@ impl Health {
     /// The first failure, if any.
     pub fn failure(&self) -> Option<String> {
         self.failure.lock().clone()
+    }
+
+    /// Makes `probe` say whether the node is ready (the order node sets it: a replica that
+    /// follows a leader and has applied what it knows committed). Setting it again replaces it.
+    pub fn set_readiness(&self, probe: Readiness) {
+        *self.ready.lock() = Some(probe);
+    }
+
+    /// Whether the node is ready to serve: healthy, and ready by its probe if it has one.
+    pub fn readiness(&self) -> Result<(), String> {
+        if let Some(f) = self.failure() {
+            return Err(format!("failed: {f}"));
+        }
+        let probe = self.ready.lock().clone();
+        probe.map_or(Ok(()), |ready| ready())
     }
 
     /// Waits for a failure and returns it.

@@ -1,5 +1,6 @@
-//! The node's HTTP endpoint: `/metrics` and `/health` answer GET and HEAD whatever the query
-//! string, a failed node's health is 503, other paths 404 and other methods 405.
+//! The node's HTTP endpoint: `/metrics`, `/health` and `/ready` answer GET and HEAD whatever
+//! the query string, a failed node's health is 503, a node whose probe says it is not ready is
+//! 503 on `/ready` with the reason, other paths 404 and other methods 405.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -49,6 +50,31 @@ fn metrics_and_health_answer_get_and_head_and_nothing_else() {
     assert_eq!(status, 200);
     assert!(body.contains("atomos_example_total 3"), "{body}");
     assert_eq!(ask(addr, "GET /health HTTP/1.1"), (200, "ok\n".into()));
+    assert_eq!(
+        ask(addr, "GET /ready HTTP/1.1"),
+        (200, "ready\n".into()),
+        "no probe: ready"
+    );
+    let not_yet = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let probe = not_yet.clone();
+    health.set_readiness(Arc::new(move || {
+        if probe.load(std::sync::atomic::Ordering::Relaxed) {
+            Err("no leader known".into())
+        } else {
+            Ok(())
+        }
+    }));
+    assert_eq!(
+        ask(addr, "GET /ready HTTP/1.1"),
+        (503, "not ready: no leader known\n".into())
+    );
+    assert_eq!(
+        ask(addr, "GET /health HTTP/1.1").0,
+        200,
+        "healthy all the same"
+    );
+    not_yet.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(ask(addr, "GET /ready HTTP/1.1").0, 200);
     assert_eq!(ask(addr, "HEAD /health HTTP/1.1"), (200, String::new()));
     assert_eq!(ask(addr, "GET /nope HTTP/1.1").0, 404);
     assert_eq!(ask(addr, "POST /health HTTP/1.1").0, 405);
@@ -56,6 +82,9 @@ fn metrics_and_health_answer_get_and_head_and_nothing_else() {
     health.fail("disk", "fsync failed");
     let (status, body) = ask(addr, "GET /health HTTP/1.1");
     assert_eq!(status, 503);
+    assert!(body.contains("fsync failed"), "{body}");
+    let (status, body) = ask(addr, "GET /ready HTTP/1.1");
+    assert_eq!(status, 503, "a failed node is not ready");
     assert!(body.contains("fsync failed"), "{body}");
     let _keep: Arc<Health> = health;
 }

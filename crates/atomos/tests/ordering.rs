@@ -296,3 +296,44 @@ async fn a_snapshot_past_the_frame_limit_is_reported_not_dropped_in_silence() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A replica is ready once it follows a leader and has applied what it knows committed; one
+/// left without a majority (the two others stopped) stops being ready, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_ready_while_it_follows_a_leader_and_not_without_a_majority() {
+    let dir = std::env::temp_dir().join(format!("atomos-order-ready-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut listeners = Vec::new();
+    let mut members = Vec::new();
+    for id in 1..=3u64 {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        members.push((id, l.local_addr().unwrap()));
+        listeners.push(l);
+    }
+    let nodes: Vec<Arc<OrderNode>> = listeners
+        .into_iter()
+        .zip(&members)
+        .map(|(l, m)| start(m.0, &members, &dir, l, FsyncPolicy::Never))
+        .collect();
+    let ready = |n: &OrderNode| n.readiness().is_ok();
+    let mut waited = 0;
+    while !nodes.iter().all(|n| ready(n)) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += 1;
+        assert!(waited < 500, "never ready: {:?}", nodes[0].readiness());
+    }
+    nodes[1].shutdown();
+    nodes[2].shutdown();
+    let mut why = Ok(());
+    for _ in 0..500 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        why = nodes[0].readiness();
+        if why.is_err() {
+            break;
+        }
+    }
+    let why = why.expect_err("a replica without a majority stays ready");
+    assert!(why.contains("no leader known"), "{why}");
+    nodes[0].shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}

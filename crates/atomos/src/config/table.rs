@@ -232,8 +232,9 @@ pub static SETTINGS: [Setting; 31] = [
         key: "metrics",
         kind: Kind::Text,
         readers: Readers::Every,
-        meaning: "Serve Prometheus metrics (`/metrics`) and health (`/health`) here: an \
-                  address, or a port alone for 127.0.0.1. The endpoint has no authentication.",
+        meaning: "Serve Prometheus metrics (`/metrics`), health (`/health`) and readiness \
+                  (`/ready`) here: an address, or a port alone for 127.0.0.1. The endpoint has \
+                  no authentication.",
         default_note: Some("off"),
         apply: |s, name, raw| {
             s.metrics = Some(metrics_address(name, raw.text())?);

@@ -159,6 +159,10 @@ pub struct OrderNodeStats {
     pub machine: Vec<(&'static str, u64)>,
 }
 
+/// How many committed positions a ready replica may still have to apply (see
+/// [`OrderNode::readiness`]).
+pub const READY_LAG: u64 = 1_000;
+
 /// How often a replica publishes its state machine's counters (in [`OrderNodeStats`] and as
 /// metrics `atomos_replica_<name>_total`).
 pub const MACHINE_COUNTERS_EVERY: Duration = Duration::from_millis(100);
@@ -221,6 +225,11 @@ impl Submitter {
 struct Shared {
     leader: AtomicBool,
     term: AtomicU64,
+    /// The leader the replica follows or is (0: none known).
+    leader_id: AtomicU64,
+    /// The highest position known committed, and the last finally delivered.
+    commit: AtomicU64,
+    applied: AtomicU64,
     metrics: OrderMetrics,
     opt_delivered: AtomicU64,
     revoked: AtomicU64,
@@ -312,6 +321,9 @@ impl OrderNode {
         let (net_tx, net_rx) = mpsc::channel(NET_QUEUE);
         let shared = Arc::new(Shared {
             leader: AtomicBool::new(false),
+            leader_id: AtomicU64::new(0),
+            commit: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
             term: AtomicU64::new(0),
             metrics: OrderMetrics::new(cfg.replica.id),
             opt_delivered: AtomicU64::new(0),
@@ -375,6 +387,11 @@ impl OrderNode {
             },
         };
         let health = cfg.health.clone().unwrap_or_default();
+        let probe = Arc::downgrade(&shared);
+        health.set_readiness(Arc::new(move || match probe.upgrade() {
+            Some(shared) => readiness(&shared),
+            None => Err("the order node stopped".into()),
+        }));
         let component = format!("order replica {}", cfg.replica.id);
         let inbox = Inbox {
             ctl: rx,
@@ -452,6 +469,14 @@ impl OrderNode {
         }
     }
 
+    /// Whether the replica is ready to serve: it follows (or is) a leader, which means it hears
+    /// from a majority (a leader that does not steps down, a follower that misses heartbeats
+    /// starts an election), and it has finally delivered all but at most [`READY_LAG`] of the
+    /// entries it knows committed. `Err` says why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        readiness(&self.shared)
+    }
+
     /// Stops the node at once, as if its process died: nothing more is sent or answered.
     pub fn shutdown(&self) {
         self.stop.cancel();
@@ -476,4 +501,21 @@ impl Drop for OrderNode {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// See [`OrderNode::readiness`].
+fn readiness(s: &Shared) -> Result<(), String> {
+    if s.leader_id.load(Ordering::Relaxed) == 0 {
+        return Err("no leader known: an election is running, or no majority is reachable".into());
+    }
+    let (commit, applied) = (
+        s.commit.load(Ordering::Relaxed),
+        s.applied.load(Ordering::Relaxed),
+    );
+    if commit > applied + READY_LAG {
+        return Err(format!(
+            "catching up: {applied} of {commit} committed positions applied"
+        ));
+    }
+    Ok(())
 }

@@ -335,6 +335,12 @@ async fn run_loop<S: StateMachine>(
             let shared = &task.io.shared;
             shared.leader.store(replica.is_leader(), Ordering::Relaxed);
             shared.term.store(replica.term(), Ordering::Relaxed);
+            let leader = replica.leader().unwrap_or(0);
+            shared.leader_id.store(leader, Ordering::Relaxed);
+            shared.commit.store(replica.commit(), Ordering::Relaxed);
+            shared
+                .applied
+                .store(replica.final_next().saturating_sub(1), Ordering::Relaxed);
         }
         task.runner.drain_backlog().await?;
         // A few rounds of local work per wake-up; whatever remains waits for the next one.

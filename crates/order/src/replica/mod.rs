@@ -271,6 +271,19 @@ impl<S: StateMachine> Replica<S> {
         self.delivery.final_next
     }
 
+    /// The leader this replica follows or is (`None` while an election runs, or while it hears
+    /// from no majority: a leader that does not steps down, and a follower that misses its
+    /// heartbeats starts an election).
+    pub fn leader(&self) -> Option<Addr> {
+        let id = self.raft.raft.leader_id;
+        (id != raft::INVALID_ID).then_some(id)
+    }
+
+    /// The highest position Raft reported committed here.
+    pub fn commit(&self) -> u64 {
+        self.delivery.commit
+    }
+
     /// The log's time at the last finally delivered entry (see [`Delivery::Final`]): a
     /// request with an earlier deadline that has not run by now never will.
     pub fn log_time(&self) -> u64 {
