@@ -61,6 +61,18 @@ fn start_with(
     Arc::new(node)
 }
 
+/// Three members on loopback: their listeners, and their ids with addresses.
+async fn three_listeners() -> (Vec<TcpListener>, Vec<(u64, SocketAddr)>) {
+    let mut listeners = Vec::new();
+    let mut members = Vec::new();
+    for id in 1..=3u64 {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        members.push((id, l.local_addr().unwrap()));
+        listeners.push(l);
+    }
+    (listeners, members)
+}
+
 async fn rebind(addr: SocketAddr) -> TcpListener {
     for _ in 0..200 {
         if let Ok(l) = TcpListener::bind(addr).await {
@@ -109,13 +121,7 @@ async fn restarts_lose_nothing(fsync: FsyncPolicy) {
     let dir =
         std::env::temp_dir().join(format!("atomos-order-test-{}-{fsync}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut listeners = Vec::new();
-    let mut members = Vec::new();
-    for id in 1..=3u64 {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        members.push((id, l.local_addr().unwrap()));
-        listeners.push(l);
-    }
+    let (listeners, members) = three_listeners().await;
     let nodes: Nodes = Arc::new(Mutex::new(
         listeners
             .into_iter()
@@ -227,13 +233,7 @@ async fn restarts_lose_nothing(fsync: FsyncPolicy) {
 async fn a_snapshot_past_the_frame_limit_is_reported_not_dropped_in_silence() {
     let dir = std::env::temp_dir().join(format!("atomos-order-frame-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut listeners = Vec::new();
-    let mut members = Vec::new();
-    for id in 1..=3u64 {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        members.push((id, l.local_addr().unwrap()));
-        listeners.push(l);
-    }
+    let (listeners, members) = three_listeners().await;
     let tweak = |r: &mut ReplicaConfig, t: &mut TcpConfig| {
         r.snapshot_every = 20;
         r.batch_max = 4;
@@ -303,13 +303,7 @@ async fn a_snapshot_past_the_frame_limit_is_reported_not_dropped_in_silence() {
 async fn a_replica_is_ready_while_it_follows_a_leader_and_not_without_a_majority() {
     let dir = std::env::temp_dir().join(format!("atomos-order-ready-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut listeners = Vec::new();
-    let mut members = Vec::new();
-    for id in 1..=3u64 {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        members.push((id, l.local_addr().unwrap()));
-        listeners.push(l);
-    }
+    let (listeners, members) = three_listeners().await;
     let nodes: Vec<Arc<OrderNode>> = listeners
         .into_iter()
         .zip(&members)
