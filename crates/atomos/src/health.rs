@@ -14,7 +14,8 @@ use tokio::sync::Notify;
 pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// A node's health: healthy until the first failure, which it keeps; and whether it is ready
-/// to serve (healthy, and its replica, if it has one, caught up with a leader it follows).
+/// to serve (healthy, and ready by the probe of its replica if it has one: see
+/// `OrderNode::readiness`). One probe: the one set last.
 #[derive(Default)]
 pub struct Health {
     failure: Mutex<Option<String>>,

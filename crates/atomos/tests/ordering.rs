@@ -282,7 +282,7 @@ async fn a_snapshot_past_the_frame_limit_is_reported_not_dropped_in_silence() {
     let report = report.expect("the leader's refused snapshot was reported");
     println!("{report}");
     assert!(
-        report.contains("for replica 3") && report.contains("max_frame_bytes"),
+        report.contains("for node 3") && report.contains("max_frame_bytes"),
         "{report}"
     );
     let refused: u64 = nodes

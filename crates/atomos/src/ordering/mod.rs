@@ -230,6 +230,8 @@ struct Shared {
     /// The highest position known committed, and the last finally delivered.
     commit: AtomicU64,
     applied: AtomicU64,
+    /// The replica rebuilds a lost log (it does not vote yet).
+    rebuilding: AtomicBool,
     metrics: OrderMetrics,
     opt_delivered: AtomicU64,
     revoked: AtomicU64,
@@ -324,6 +326,7 @@ impl OrderNode {
             leader_id: AtomicU64::new(0),
             commit: AtomicU64::new(0),
             applied: AtomicU64::new(0),
+            rebuilding: AtomicBool::new(false),
             term: AtomicU64::new(0),
             metrics: OrderMetrics::new(cfg.replica.id),
             opt_delivered: AtomicU64::new(0),
@@ -470,9 +473,12 @@ impl OrderNode {
     }
 
     /// Whether the replica is ready to serve: it follows (or is) a leader, which means it hears
-    /// from a majority (a leader that does not steps down, a follower that misses heartbeats
-    /// starts an election), and it has finally delivered all but at most [`READY_LAG`] of the
-    /// entries it knows committed. `Err` says why not.
+    /// from a majority (a leader that hears from none steps down, a follower that misses
+    /// heartbeats starts an election, within about two election timeouts), it is not rebuilding
+    /// a lost log, and it has finally delivered all but at most [`READY_LAG`] of the entries it
+    /// knows committed. A follower knows no commit past its own log, so one whose log is still
+    /// far behind the leader's (still receiving it, or waiting for a snapshot) can be ready by
+    /// this measure. `Err` says why not.
     pub fn readiness(&self) -> Result<(), String> {
         readiness(&self.shared)
     }
@@ -507,6 +513,9 @@ impl Drop for OrderNode {
 fn readiness(s: &Shared) -> Result<(), String> {
     if s.leader_id.load(Ordering::Relaxed) == 0 {
         return Err("no leader known: an election is running, or no majority is reachable".into());
+    }
+    if s.rebuilding.load(Ordering::Relaxed) {
+        return Err("rebuilding a lost log from the others".into());
     }
     let (commit, applied) = (
         s.commit.load(Ordering::Relaxed),

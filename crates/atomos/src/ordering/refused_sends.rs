@@ -60,7 +60,7 @@ impl RefusedSends {
             return;
         };
         let text = format!(
-            "a {what} of {bytes} bytes for replica {to} was not sent: {reason}; a replica that \
+            "a {what} of {bytes} bytes for node {to} was not sent: {reason}; a replica that \
              needs it cannot catch up (raise `max_frame_bytes`, up to 1 GiB, on every node)"
         );
         *self.last.lock() = Some(text.clone());
@@ -70,6 +70,10 @@ impl RefusedSends {
             .get(&to)
             .is_none_or(|at| now.duration_since(*at) >= REPORT_EVERY);
         if due {
+            // Peers (clients among them) not reported for a while are forgotten.
+            reported
+                .0
+                .retain(|_, at| now.duration_since(*at) < REPORT_EVERY);
             reported.0.insert(to, now);
             tracing::warn!(peer = to, bytes, "{text}");
         }
@@ -117,8 +121,7 @@ mod tests {
         assert_eq!(refused.count(), 3);
         let last = refused.last().expect("kept");
         assert!(
-            last.contains("snapshot of 100 bytes for replica 3")
-                && last.contains("max_frame_bytes"),
+            last.contains("snapshot of 100 bytes for node 3") && last.contains("max_frame_bytes"),
             "{last}"
         );
         assert_eq!(reported.0.len(), 1, "reported once for the peer");

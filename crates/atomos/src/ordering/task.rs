@@ -341,6 +341,9 @@ async fn run_loop<S: StateMachine>(
             shared
                 .applied
                 .store(replica.final_next().saturating_sub(1), Ordering::Relaxed);
+            shared
+                .rebuilding
+                .store(replica.lost_log(), Ordering::Relaxed);
         }
         task.runner.drain_backlog().await?;
         // A few rounds of local work per wake-up; whatever remains waits for the next one.

@@ -245,6 +245,11 @@ impl<S: StateMachine> Replica<S> {
         self.lost_log.rejoining() || self.delivery.final_next <= self.delivery.commit
     }
 
+    /// Whether this replica rebuilds a lost log (it does not vote until it caught up).
+    pub fn lost_log(&self) -> bool {
+        self.lost_log.rejoining()
+    }
+
     /// Counters since this replica started.
     pub fn stats(&self) -> OrderStats {
         self.stats
@@ -272,14 +277,15 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// The leader this replica follows or is (`None` while an election runs, or while it hears
-    /// from no majority: a leader that does not steps down, and a follower that misses its
-    /// heartbeats starts an election).
+    /// from no majority: a leader that hears from none steps down, and a follower that misses
+    /// its heartbeats starts an election).
     pub fn leader(&self) -> Option<Addr> {
         let id = self.raft.raft.leader_id;
         (id != raft::INVALID_ID).then_some(id)
     }
 
-    /// The highest position Raft reported committed here.
+    /// The highest position Raft reported committed here. A follower learns no commit past its
+    /// own log: how far the leader's log runs ahead is not known here.
     pub fn commit(&self) -> u64 {
         self.delivery.commit
     }
