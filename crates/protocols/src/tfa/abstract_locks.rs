@@ -120,7 +120,6 @@ impl TfaNode {
                     AbstractHold {
                         req,
                         holder,
-                        heard: now,
                         ask_at: now + self.cfg.lease,
                     },
                 );
@@ -128,7 +127,7 @@ impl TfaNode {
             }
         };
         if granted.is_some() {
-            // The holder was heard from: every lock it holds here is kept another abandon time.
+            // The holder was heard from: its locks here are kept another abandon time.
             self.heard_from(now, holder);
         }
         granted
@@ -167,11 +166,7 @@ impl TfaNode {
     /// The home heard from `holder` (an ask, or its node saying the family runs): its locks
     /// here are kept another abandon time.
     pub(super) fn heard_from(&mut self, now: u64, holder: (NodeId, u64)) {
-        for hold in self.home.abstract_held.values_mut() {
-            if hold.holder == holder {
-                hold.heard = now;
-            }
-        }
+        self.home.heard.insert(holder, now);
     }
 
     /// `holder` no longer runs: what it held from asks numbered below `before` is free.

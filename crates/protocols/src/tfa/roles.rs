@@ -205,6 +205,9 @@ pub(super) struct Home {
     pub(super) tracker: Tracker,
     /// Abstract locks this node is home to.
     pub(super) abstract_held: BTreeMap<String, AbstractHold>,
+    /// When the home last heard from each holder of those locks: a grant, an ask again, or its
+    /// node saying the family runs. A holder silent for the abandon time loses its locks here.
+    pub(super) heard: BTreeMap<(NodeId, u64), u64>,
 }
 
 impl Home {
@@ -213,6 +216,7 @@ impl Home {
         Home {
             tracker,
             abstract_held: BTreeMap::new(),
+            heard: BTreeMap::new(),
         }
     }
 }
@@ -278,9 +282,6 @@ pub(super) struct AbstractHold {
     pub(super) req: u64,
     /// The holding family: its node and its number there.
     pub(super) holder: (NodeId, u64),
-    /// When the home last heard from the holder: the grant, an ask again, or its node saying
-    /// the family runs. A holder silent for the abandon time loses the lock.
-    pub(super) heard: u64,
     pub(super) ask_at: u64,
 }
 

@@ -135,11 +135,13 @@ impl TfaNode {
         }
         let mut ask: BTreeSet<(NodeId, u64)> = BTreeSet::new();
         let mut gone: BTreeSet<(NodeId, u64)> = BTreeSet::new();
+        let heard = &self.home.heard;
         for hold in self.home.abstract_held.values_mut() {
             if hold.ask_at <= now {
                 hold.ask_at = now + self.cfg.lease;
+                let last = heard.get(&hold.holder).copied().unwrap_or(0);
                 // A family of this node is asked directly: it is never silent.
-                if hold.holder.0 != self.me && now >= hold.heard + self.cfg.abandon {
+                if hold.holder.0 != self.me && now >= last + self.cfg.abandon {
                     gone.insert(hold.holder);
                 } else {
                     ask.insert(hold.holder);
@@ -162,6 +164,10 @@ impl TfaNode {
                 self.free_abstract_of((node, family), u64::MAX);
             }
         }
+        // Holders with no lock left here are forgotten.
+        let holders: BTreeSet<(NodeId, u64)> =
+            self.home.abstract_held.values().map(|h| h.holder).collect();
+        self.home.heard.retain(|h, _| holders.contains(h));
         for (tx, held_for) in self.owner.objects.overdue(now, self.cfg.lease) {
             if tx.node == self.me {
                 // Our own transaction: it resolves its locks itself (decision or timeout).
