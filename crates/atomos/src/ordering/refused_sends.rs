@@ -45,7 +45,7 @@ impl RefusedSends {
         &self,
         reported: &mut Reported,
         to: Addr,
-        (what, bytes): (&'static str, usize),
+        Described { what, size, unit }: Described,
         error: &SendError,
     ) {
         self.count.fetch_add(1, Ordering::Relaxed);
@@ -60,7 +60,7 @@ impl RefusedSends {
             return;
         };
         let text = format!(
-            "a {what} of {bytes} bytes for node {to} was not sent: {reason}; a replica that \
+            "a {what} of {size} {unit} for node {to} was not sent: {reason}; a replica that \
              needs it cannot catch up (raise `max_frame_bytes`, up to 1 GiB, on every node)"
         );
         *self.last.lock() = Some(text.clone());
@@ -75,23 +75,30 @@ impl RefusedSends {
                 .0
                 .retain(|_, at| now.duration_since(*at) < REPORT_EVERY);
             reported.0.insert(to, now);
-            tracing::warn!(peer = to, bytes, "{text}");
+            tracing::warn!(peer = to, size, "{text}");
         }
     }
 }
 
-/// What an order-layer message is, and how many bytes its bulk takes (for reports).
-pub(super) fn describe(msg: &OrderMsg) -> (&'static str, usize) {
-    match msg {
-        OrderMsg::Raft(bytes) => ("Raft message", bytes.len()),
-        OrderMsg::State { snapshot } => ("snapshot", snapshot.len()),
-        OrderMsg::Batch { requests, .. } => (
-            "batch",
-            requests.iter().map(|r| r.payload.len()).sum::<usize>(),
-        ),
-        OrderMsg::Request(r) => ("request", r.payload.len()),
-        _ => ("message", 0),
-    }
+/// What an order-layer message is and how big, in a unit that costs nothing to count (it is
+/// taken before every send, since the transport consumes the message).
+pub(super) fn describe(msg: &OrderMsg) -> Described {
+    let (what, size, unit) = match msg {
+        OrderMsg::Raft(bytes) => ("Raft message", bytes.len(), "bytes"),
+        OrderMsg::State { snapshot } => ("snapshot", snapshot.len(), "bytes"),
+        OrderMsg::Batch { requests, .. } => ("batch", requests.len(), "requests"),
+        OrderMsg::Request(r) => ("request", r.payload.len(), "bytes of payload"),
+        _ => ("message", 0, "bytes"),
+    };
+    Described { what, size, unit }
+}
+
+/// A message as a report names it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Described {
+    what: &'static str,
+    size: usize,
+    unit: &'static str,
 }
 
 #[cfg(test)]
@@ -107,7 +114,11 @@ mod tests {
             queued: 10,
             limit: 5,
         };
-        refused.refused(&mut reported, 2, ("batch", 10), &backlog);
+        let batch = describe(&OrderMsg::Batch {
+            id: atomos_order::BatchId { origin: 1, n: 1 },
+            requests: Vec::new(),
+        });
+        refused.refused(&mut reported, 2, batch, &backlog);
         assert_eq!((refused.count(), refused.last()), (1, None));
         let too_large = SendError::Encode {
             peer: 3,
