@@ -24,6 +24,10 @@ const LEVELS: u16 = 5;
 /// (yielding its core to any thread that wants it): a sleep overshoots by the timer slack
 /// (tens of microseconds), which would bunch arrivals into bursts.
 const SLEEP_SLACK: Duration = Duration::from_micros(200);
+/// How long after the last arrival every request must have ended. A request still running
+/// then means the system under test stopped making progress: the run fails saying so instead
+/// of waiting forever.
+const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
 /// Turnaround of the requests of one priority, in microseconds.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -182,6 +186,28 @@ pub(crate) fn run(
     let mut running: BTreeMap<u8, Histogram<u64>> = BTreeMap::new();
     let histogram = || Histogram::new_with_bounds(1, 600_000_000_000, 3).expect("bounds");
     let requests = pending.len() as u64;
+    let drained_by = Instant::now() + DRAIN_LIMIT;
+    if let Some(stuck) = pending
+        .iter()
+        .position(|p| !p.ticket.wait_until(drained_by))
+    {
+        let left = pending[stuck..]
+            .iter()
+            .filter(|p| !p.ticket.is_done())
+            .count();
+        let profile = &workload.profiles()[pending[stuck].profile];
+        // The services cannot be stopped while requests run (stopping waits for them): they
+        // are left to the process's end.
+        std::mem::forget(services);
+        return Err(BenchError::Stuck(format!(
+            "{left} of {requests} requests had not ended {DRAIN_LIMIT:?} after the last \
+             arrival (the first: a {profile} at priority {}): under --protocol {} --sched {} \
+             the cluster stopped making progress",
+            pending[stuck].level,
+            cfg.protocol,
+            cfg.sched.name(),
+        )));
+    }
     let mut failure = None;
     for p in pending {
         let (result, timing): (_, Timing) = p

@@ -150,6 +150,10 @@ pub enum BenchError {
     /// A transaction failed with an error that is not a conflict.
     #[error("transaction failed: {0}")]
     Tx(#[from] TxError),
+    /// Requests still had not ended long after the last one arrived: the system under test
+    /// stopped making progress.
+    #[error("{0}")]
+    Stuck(String),
 }
 
 impl BenchConfig {

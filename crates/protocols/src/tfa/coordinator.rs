@@ -523,6 +523,25 @@ impl TfaNode {
         true
     }
 
+    /// Where transaction `tx` of this node stands, for an owner holding its locks past the
+    /// lease.
+    pub(super) fn standing(&self, tx: TxId) -> Standing {
+        let Some(&h) = self.coord.handles.get(&tx) else {
+            return Standing::Gone;
+        };
+        match self.coord.active.get(&h).map(|a| &a.wait) {
+            None => Standing::Gone,
+            Some(Wait::Fetch { lock: true, .. }) => Standing::Locking,
+            Some(Wait::Lock { .. } | Wait::Validate { .. }) => Standing::Committing(h),
+            Some(
+                Wait::Idle
+                | Wait::Abstract { .. }
+                | Wait::Forward { .. }
+                | Wait::Fetch { lock: false, .. },
+            ) => Standing::Working(h),
+        }
+    }
+
     /// An owner asked about transaction `h`, which still runs, and is answered "abort": `h`
     /// gives its locks up ([`TfaNode::give_up_locks`]) and goes on under a new number even if
     /// it knows of no lock there (a late duplicate of one of its reads for writes may have

@@ -33,7 +33,9 @@
 //!   (`Track`). A transaction that ends otherwise releases every lock it took.
 //! - A lock is held until the owner hears the decision; an owner asks a silent committer
 //!   (`Ask`) after the lease; a committer asked about an undecided transaction aborts it; one
-//!   that never answers loses its locks after the abandon time.
+//!   that never answers loses its locks after the abandon time. An owner holding locks of its
+//!   own node's transaction past the lease asks nobody: a transaction still working gives up
+//!   the locks it took with reads there and then, as it would if asked.
 //! - Requests are re-sent until answered; one unanswered for the request timeout fails the
 //!   transaction with the unreachable node and key.
 

@@ -240,6 +240,20 @@ pub(super) struct Outstanding {
     pub(super) deadline: u64,
 }
 
+/// Where a running transaction stands when an owner has held its locks past the lease.
+pub(super) enum Standing {
+    /// Not running here (ended, or never known under that number).
+    Gone,
+    /// Running, not committing (the application works between operations, or waits for a
+    /// read that takes no lock): handle `h`.
+    Working(u64),
+    /// A read that may take a lock is in flight (giving locks up now would let it take one
+    /// under the number given up).
+    Locking,
+    /// Committing: handle `h`. Its decision, or its requests' timeout, ends its locks.
+    Committing(u64),
+}
+
 #[derive(Debug)]
 pub(super) enum Wait {
     Idle,

@@ -173,28 +173,18 @@ impl TfaNode {
                         // decision is kept until every owner confirmed it, or twice the abandon
                         // time, after which every owner that did not confirm has given its
                         // locks up (as lost): no asker waits for it.
-                        let running = self.coord.handles.get(&tx).copied();
-                        match running.and_then(|h| self.coord.active.get(&h).map(|a| (h, &a.wait)))
-                        {
+                        match self.standing(tx) {
                             // Still running (not committing): it gives up the locks it took
                             // with reads and goes on without them.
-                            Some((
-                                h,
-                                Wait::Idle
-                                | Wait::Abstract { .. }
-                                | Wait::Forward { .. }
-                                | Wait::Fetch { lock: false, .. },
-                            )) => {
-                                self.give_up_number(now, h, out);
-                            }
+                            Standing::Working(h) => self.give_up_number(now, h, out),
                             // A read that may lock is in flight: asked again after a lease.
-                            Some((_, Wait::Fetch { lock: true, .. })) => return,
-                            Some((h, Wait::Lock { .. } | Wait::Validate { .. })) => {
+                            Standing::Locking => return,
+                            Standing::Committing(h) => {
                                 self.counters.aborts_validation += 1;
                                 let failure = Failure::Conflict(AbortCause::CommitValidation);
                                 self.fail(now, h, failure, out);
                             }
-                            None => {}
+                            Standing::Gone => {}
                         }
                         Decision::Abort
                     }

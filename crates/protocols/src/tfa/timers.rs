@@ -170,7 +170,13 @@ impl TfaNode {
         self.home.heard.retain(|h, _| holders.contains(h));
         for (tx, held_for) in self.owner.objects.overdue(now, self.cfg.lease) {
             if tx.node == self.me {
-                // Our own transaction: it resolves its locks itself (decision or timeout).
+                // Our own transaction. Committing, it ends its locks itself (decision or
+                // timeout). Still working, it gives up the locks it took with reads, as it
+                // does when another node's owner asks: its application may be busy, or its
+                // task preempted behind the very transactions its locks refuse.
+                if let Standing::Working(h) = self.standing(tx) {
+                    self.give_up_number(now, h, out);
+                }
                 continue;
             }
             if held_for >= self.cfg.abandon {

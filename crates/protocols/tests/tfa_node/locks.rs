@@ -157,6 +157,36 @@ fn a_long_transaction_gives_up_its_read_locks_when_asked_and_still_commits() {
     assert_eq!(read_value(&mut net, 3, 3, &k), Some(vec![3]));
 }
 
+/// A lock taken with a read of an object the transaction's own node owns, held past the lease
+/// while the transaction does nothing (its application is busy, or its task was preempted by
+/// a more urgent one), is given up as one an owner elsewhere asks about: readers of the object
+/// are not refused until the holder runs again (which, behind them, it may never do).
+#[test]
+fn a_read_lock_on_an_object_of_its_own_node_is_given_up_after_the_lease() {
+    let mut net = Net::new(3);
+    let k = Key::from("mine");
+    assert_eq!(
+        net.write_all(1, 1, std::slice::from_ref(&k), 1),
+        Reply::Commit(Ok(()))
+    );
+    assert_eq!(net.owners(&k), vec![1]);
+    net.node(1).begin(2);
+    assert!(matches!(net.read_for_write(1, 2, &k), Reply::Read(Ok(_))));
+    assert_eq!(net.locks(), 1);
+    net.ticks(cfg().lease + 2);
+    assert_eq!(net.locks(), 0, "given up after the lease");
+    assert_eq!(net.node(1).counters().locks_given_up, 1);
+    assert_eq!(net.take_reply(1, 2), None, "not aborted");
+    // A reader on the same node gets the object instead of being refused.
+    net.node(1).begin(3);
+    assert_eq!(net.read(1, 3, &k), Reply::Read(Ok(Some(vec![1]))));
+    assert_eq!(
+        net.commit(1, 2, vec![(k.clone(), Some(vec![3]))]),
+        Reply::Commit(Ok(()))
+    );
+    assert_eq!(read_value(&mut net, 3, 4, &k), Some(vec![3]));
+}
+
 #[test]
 fn a_lock_answered_by_a_node_not_asked_is_ignored() {
     let mut net = Net::new(3);
