@@ -2,6 +2,7 @@
 //! client bit; see [`Client`](crate::Client)):
 //!
 //! - the node's protocol and procedures ([`NodeMsg::Describe`]);
+//! - where the node stands: health, readiness, its replica's log ([`NodeMsg::Status`]);
 //! - read-only procedures, run here from a snapshot ([`NodeMsg::Query`]);
 //! - update procedures under `active`: the client's order-layer request, checked here and
 //!   handed to the node's order replica, which orders it, deduplicates it by the client's id
@@ -29,8 +30,10 @@ use parking_lot::RwLock;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
+use crate::health::Health;
 use crate::node::{Node, Protocol};
 use crate::service::TxService;
+use crate::status::MemberStatus;
 use crate::wire::{NodeMsg, Refusal};
 
 /// How many client requests a node serves at once by default (each may hold a thread).
@@ -106,7 +109,11 @@ enum Unorderable {
 
 /// Serves clients' messages and requests on behalf of `node`.
 pub(crate) struct ClientService {
+    /// This node's id.
+    pub(crate) id: NodeId,
     pub(crate) node: Node,
+    /// Its health and its replica's state (what a status request is answered with).
+    pub(crate) health: Arc<Health>,
     pub(crate) rpc: Rpc<NodeMsg>,
     /// Where prioritized requests run, once the node started a transaction service.
     pub(crate) service: Arc<std::sync::OnceLock<Arc<TxService>>>,
@@ -221,6 +228,16 @@ impl ClientService {
                     protocol: self.node.protocol().to_string(),
                     procedures: catalog,
                 });
+            }
+            NodeMsg::Status => {
+                let status = MemberStatus {
+                    id: self.id,
+                    protocol: self.node.protocol().to_string(),
+                    failure: self.health.failure(),
+                    not_ready: self.health.readiness().err(),
+                    replica: self.health.replica(),
+                };
+                let _ = reply.send(NodeMsg::StatusReport(Box::new(status)));
             }
             NodeMsg::Query {
                 procedure,

@@ -10,8 +10,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-/// Whether a part of the node is ready to serve, and why not.
-pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+use crate::status::ReplicaStatus;
+
+/// Where the node's replica stands now (set by the order node; see `OrderNode::status`).
+pub type ReplicaProbe = Arc<dyn Fn() -> ReplicaStatus + Send + Sync>;
 
 /// A node's health: healthy until the first failure, which it keeps; and whether it is ready
 /// to serve (healthy, and ready by the probe of its replica if it has one: see
@@ -20,7 +22,7 @@ pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 pub struct Health {
     failure: Mutex<Option<String>>,
     changed: Notify,
-    ready: Mutex<Option<Readiness>>,
+    replica: Mutex<Option<ReplicaProbe>>,
 }
 
 impl std::fmt::Debug for Health {
@@ -60,19 +62,28 @@ impl Health {
         self.failure.lock().clone()
     }
 
-    /// Makes `probe` say whether the node is ready (the order node sets it: a replica that
-    /// follows a leader and has applied what it knows committed). Setting it again replaces it.
-    pub fn set_readiness(&self, probe: Readiness) {
-        *self.ready.lock() = Some(probe);
+    /// Makes `probe` say where the node's replica stands, and so whether the node is ready
+    /// (the order node sets it: ready is a replica that follows a leader and has applied what
+    /// it knows committed). Setting it again replaces it.
+    pub fn set_replica(&self, probe: ReplicaProbe) {
+        *self.replica.lock() = Some(probe);
     }
 
-    /// Whether the node is ready to serve: healthy, and ready by its probe if it has one.
+    /// Where the node's replica stands, if it has one.
+    pub fn replica(&self) -> Option<ReplicaStatus> {
+        let probe = self.replica.lock().clone();
+        probe.map(|status| status())
+    }
+
+    /// Whether the node is ready to serve: healthy, and its replica ready if it has one.
     pub fn readiness(&self) -> Result<(), String> {
         if let Some(f) = self.failure() {
             return Err(format!("failed: {f}"));
         }
-        let probe = self.ready.lock().clone();
-        probe.map_or(Ok(()), |ready| ready())
+        match self.replica().and_then(|r| r.not_ready) {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
     }
 
     /// Waits for a failure and returns it.

@@ -46,6 +46,7 @@ pub mod ordering;
 mod oss;
 pub mod runtime;
 pub mod service;
+pub mod status;
 mod tfa;
 pub mod trust;
 mod wire;

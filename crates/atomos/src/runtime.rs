@@ -264,8 +264,11 @@ impl NodeRuntime {
         let order_inbox = Arc::new(OnceLock::new());
         let service = Arc::new(OnceLock::new());
         let client_limits = Arc::new(ClientLimits::new());
+        let health = Health::new();
         let clients = ClientService {
+            id,
             node: node.clone(),
+            health: health.clone(),
             rpc: rpc.clone(),
             service: service.clone(),
             limits: client_limits.clone(),
@@ -300,7 +303,7 @@ impl NodeRuntime {
             tfa: OnceLock::new(),
             oss: OnceLock::new(),
             service,
-            health: Health::new(),
+            health,
             stop,
             answer_poll: DEFAULT_ANSWER_POLL,
             hot_spot_keys,
@@ -411,9 +414,16 @@ fn plan_of(settings: &NodeSettings) -> ProtocolPlan {
     plan.rejoin = settings.order_rejoin;
     plan.certify.commit_limit = settings.commit_limit;
     plan.snapshot_every = settings.order_snapshot_every;
+    plan.snapshot_chunk_bytes = snapshot_chunk_bytes(settings);
     plan.oss_commit = settings.oss_commit;
     plan.oss_domains = settings.oss_domains.clone();
     plan
+}
+
+/// Snapshot chunks fit a frame with room to spare: a quarter of `max_frame_bytes`, at most
+/// 1 MiB (smaller chunks pace a transfer more evenly beside the other traffic).
+fn snapshot_chunk_bytes(settings: &NodeSettings) -> usize {
+    (settings.max_frame_bytes / 4).clamp(1, 1 << 20)
 }
 
 /// The order replica's settings from the node's: every member is a replica; the log is
@@ -431,6 +441,7 @@ fn order_config(settings: &NodeSettings) -> Result<OrderNodeConfig, RuntimeError
     let mut replica = ReplicaConfig::new(settings.node_id, members);
     replica.seed = rand::random();
     replica.snapshot_every = settings.order_snapshot_every;
+    replica.snapshot_chunk_bytes = snapshot_chunk_bytes(settings);
     replica.rejoin = settings.order_rejoin;
     let mut cfg = OrderNodeConfig::new(replica);
     cfg.wal = Some((settings.data_dir.join("order.wal"), settings.order_fsync));

@@ -8,6 +8,8 @@ use atomos_protocols::oss::OssMsg;
 use atomos_protocols::tfa::TfaMsg;
 use serde::{Deserialize, Serialize};
 
+use crate::status::MemberStatus;
+
 /// Messages of the node runtime itself. Protocols add their own variants as they arrive.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum NodeMsg {
@@ -54,6 +56,10 @@ pub enum NodeMsg {
     },
     /// The encoded result of a [`NodeMsg::Submit`], or why it did not run.
     SubmitAnswer(Result<Vec<u8>, Refusal>),
+    /// Asks the receiver where it stands; answered with [`NodeMsg::StatusReport`].
+    Status,
+    /// The receiver's account of itself (boxed: it is larger than the other messages).
+    StatusReport(Box<MemberStatus>),
 }
 
 /// Why a node did not run a client's procedure, as it travels back to the client.

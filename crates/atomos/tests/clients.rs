@@ -561,3 +561,79 @@ async fn a_flood_of_submissions_gets_busy_answers_and_no_thread_each() {
     println!("{done} done, {busy} busy, {queries} queries; threads {before} -> at most {most}");
     node.shutdown();
 }
+
+/// `Client::status` (what `atomos status` prints): every member answers with its role, term
+/// and positions; one leader, followed by all in one term; the positions cover what was
+/// committed; a stopped member is reported unreachable and the rest can still commit; under
+/// a protocol without replicas the members say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_one_leader_the_positions_and_the_members_that_do_not_answer() {
+    use atomos::status::ClusterSummary;
+    let (mut nodes, members) = cluster(3, "active", "status").await;
+    let client = Client::connect(client_config(&members, 1)).await.unwrap();
+    count_to(&client, "s", 1, 20).await;
+    // Every replica applies what was acknowledged; a follower learns of the last commit with
+    // the leader's next message.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let reports = loop {
+        let reports = client.status(Duration::from_secs(3)).await;
+        let caught_up = reports.iter().all(|r| {
+            r.status.as_ref().is_ok_and(|s| {
+                s.not_ready.is_none() && s.replica.as_ref().is_some_and(|p| p.applied >= 20)
+            })
+        });
+        if caught_up || tokio::time::Instant::now() > deadline {
+            break reports;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ids: Vec<u64> = reports.iter().map(|r| r.id).collect();
+    assert_eq!(ids, vec![1, 2, 3]);
+    let summary = ClusterSummary::of(&reports);
+    assert!(summary.can_commit, "{summary:?}");
+    assert_eq!((summary.answered, summary.with_leader), (3, 3));
+    let (leader, term) = summary.leader.unwrap();
+    for r in &reports {
+        let s = r.status.as_ref().unwrap();
+        assert_eq!((s.id, s.protocol.as_str()), (r.id, "active"));
+        assert_eq!(s.failure, None);
+        assert_eq!(s.not_ready, None, "member {} not ready", s.id);
+        let replica = s.replica.as_ref().unwrap();
+        assert_eq!((replica.leader, replica.term), (Some(leader), term));
+        assert_eq!(s.role(), if s.id == leader { "leader" } else { "follower" });
+        // Twenty invocations took at least twenty positions, each applied where committed.
+        assert!(
+            replica.applied >= 20 && replica.applied <= replica.commit,
+            "{replica:?}"
+        );
+    }
+    // A follower stops: it is reported unreachable, and the other two still commit.
+    let follower = reports.iter().find(|r| r.id != leader).unwrap().id;
+    let stopped = nodes[follower as usize - 1].take().unwrap();
+    stopped.shutdown();
+    drop(stopped);
+    let reports = client.status(Duration::from_millis(800)).await;
+    let summary = ClusterSummary::of(&reports);
+    assert_eq!(summary.answered, 2, "{reports:?}");
+    assert!(reports[follower as usize - 1].status.is_err());
+    assert!(summary.can_commit, "{summary:?}");
+    client.close();
+    for node in nodes.iter().flatten() {
+        node.shutdown();
+    }
+
+    // Without replicas, each member answers for itself.
+    let (nodes, members) = cluster(2, "tfa", "status-tfa").await;
+    let client = Client::connect(client_config(&members, 1)).await.unwrap();
+    let reports = client.status(Duration::from_secs(3)).await;
+    for r in &reports {
+        let s = r.status.as_ref().unwrap();
+        assert_eq!((s.protocol.as_str(), s.role()), ("tfa", "not replicated"));
+    }
+    let summary = ClusterSummary::of(&reports);
+    assert!(summary.can_commit && summary.verdict.starts_with("not replicated (tfa)"));
+    client.close();
+    for node in nodes.iter().flatten() {
+        node.shutdown();
+    }
+}

@@ -57,12 +57,11 @@ fn metrics_and_health_answer_get_and_head_and_nothing_else() {
     );
     let not_yet = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let probe = not_yet.clone();
-    health.set_readiness(Arc::new(move || {
-        if probe.load(std::sync::atomic::Ordering::Relaxed) {
-            Err("no leader known".into())
-        } else {
-            Ok(())
-        }
+    health.set_replica(Arc::new(move || atomos::status::ReplicaStatus {
+        not_ready: probe
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| "no leader known".to_string()),
+        ..atomos::status::ReplicaStatus::default()
     }));
     assert_eq!(
         ask(addr, "GET /ready HTTP/1.1"),

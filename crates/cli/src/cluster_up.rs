@@ -121,9 +121,10 @@ pub fn run(args: UpArgs) -> Result<bool, String> {
         });
     }
     say!(
-        "clients connect with {} (its key: {})",
+        "clients connect with {} (its key: {}); `atomos status --client {}` shows the members",
         dir.join("client.toml").display(),
-        dir.join("client.key").display()
+        dir.join("client.key").display(),
+        dir.join("client.toml").display()
     );
     say!(
         "cluster of {} nodes ({protocol}) is up; Ctrl-C stops it.",

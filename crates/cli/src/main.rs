@@ -11,6 +11,7 @@ mod bench;
 mod cluster_up;
 mod demo;
 mod serve;
+mod status;
 mod sweep;
 
 use bench::BenchArgs;
@@ -95,6 +96,21 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Asks every member of a cluster where it stands: role, term, committed and applied
+    /// positions, lag, health and readiness; then whether the cluster can commit (a majority
+    /// follows one leader). Exits 0 when it can and every member answered, 1 otherwise.
+    #[command(allow_negative_numbers = true)]
+    Status {
+        /// The client configuration (`client.toml`, as `cluster up` writes it).
+        #[arg(long, value_name = "FILE")]
+        client: PathBuf,
+        /// Seconds to wait for each member's answer.
+        #[arg(long, default_value_t = 3.0)]
+        wait: f64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Prints the configuration reference in Markdown: every key, its ATOMOS_ variable, type,
     /// default, which nodes read it and what it means (docs/guide/configuration.md).
     ConfigReference,
@@ -149,6 +165,7 @@ fn main() -> ExitCode {
                 | Command::Report { .. }
                 | Command::Demo { .. }
                 | Command::CheckConfig { .. }
+                | Command::Status { .. }
                 | Command::ConfigReference
         )
     {
@@ -186,6 +203,12 @@ fn main() -> ExitCode {
             client,
         } => keygen(&out, force, member, client),
         Command::Node { config } => serve::run(config.as_deref()),
+        Command::Status { client, wait, json } => match Duration::try_from_secs_f64(wait) {
+            Ok(w) if !w.is_zero() => status::run(&client, w, json),
+            _ => Err(format!(
+                "--wait must be a positive number of seconds, not {wait}"
+            )),
+        },
         Command::Cluster(ClusterCommand::Up {
             nodes,
             protocol,

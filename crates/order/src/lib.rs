@@ -37,5 +37,5 @@ pub use register::{Register, RegisterOp};
 pub use replica::{Command, Input, OrderStats, PlantedBug, Replica, ReplicaConfig};
 pub use types::{
     Action, Addr, BatchId, Delivery, OrderMsg, Request, RequestWithoutDeadline, StateMachine,
-    NO_DEADLINE,
+    StreamKind, NO_DEADLINE,
 };

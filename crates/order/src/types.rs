@@ -129,6 +129,47 @@ pub enum OrderMsg {
         /// The request's number.
         seq: u64,
     },
+    /// The sender streams a snapshot of `total` bytes to the receiver (see
+    /// [`OrderMsg::StreamChunk`]); streams from one sender are numbered upwards, a newer one
+    /// replacing an older.
+    StreamOffer {
+        /// The stream's number at its sender.
+        stream: u64,
+        /// What the snapshot is for.
+        kind: StreamKind,
+        /// Its size in bytes.
+        total: u64,
+        /// The CRC-32 of its bytes.
+        checksum: u32,
+    },
+    /// Bytes `offset..offset + data.len()` of a stream.
+    StreamChunk {
+        /// The stream.
+        stream: u64,
+        /// Where `data` starts.
+        offset: u64,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// The receiver holds the first `next` bytes of the stream (all of them, checked, when
+    /// `next` is its size; none when 0, and the sender starts over).
+    StreamAck {
+        /// The stream.
+        stream: u64,
+        /// Bytes held, in order.
+        next: u64,
+    },
+}
+
+/// What a streamed snapshot is for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum StreamKind {
+    /// Raft's snapshot message (protobuf), sent with its snapshot's data left out: the stream
+    /// carries the data, and the message is stepped once it is whole.
+    Raft(Vec<u8>),
+    /// A snapshot (protobuf) answering [`OrderMsg::FetchState`].
+    State,
 }
 
 impl OrderMsg {

@@ -147,12 +147,14 @@ fn deadlines_are_decided_by_the_log_alone() {
 /// Planted bugs the simulation must catch: entries delivered finally before Raft commits them
 /// (a leader change then replaces what was applied), committed entries applied before this
 /// replica's own write of them is durable (on slow disks, a crash then takes back what a
-/// leader applied), and expiry decided by each replica's own clock (replicas whose clocks
-/// differ run different requests).
+/// leader applied), expiry decided by each replica's own clock (replicas whose clocks
+/// differ run different requests), and snapshot streams taken in arrival order without their
+/// checksum (a replica then adopts a state that is not the sender's).
 #[test]
 fn planted_bugs_are_caught() {
-    let bugs: [(PlantedBug, Setup); 3] = [
+    let bugs: [(PlantedBug, Setup); 4] = [
         (PlantedBug::FinalBeforeCommit, Setup::new(10_000)),
+        (PlantedBug::UncheckedStream, Setup::new(5)),
         (
             PlantedBug::ApplyBeforeDurable,
             Setup {

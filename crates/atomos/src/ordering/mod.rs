@@ -34,6 +34,7 @@ use crate::answer::{AnswerSlot, Replier};
 use crate::disk::{Abandon, DiskError, FsyncPolicy};
 use crate::driver::{open_log, LogDisk, Runner};
 use crate::health::Health;
+use crate::status::ReplicaStatus;
 
 mod refused_sends;
 mod requests;
@@ -391,9 +392,12 @@ impl OrderNode {
         };
         let health = cfg.health.clone().unwrap_or_default();
         let probe = Arc::downgrade(&shared);
-        health.set_readiness(Arc::new(move || match probe.upgrade() {
-            Some(shared) => readiness(&shared),
-            None => Err("the order node stopped".into()),
+        health.set_replica(Arc::new(move || match probe.upgrade() {
+            Some(shared) => status(&shared),
+            None => ReplicaStatus {
+                not_ready: Some("the order node stopped".into()),
+                ..ReplicaStatus::default()
+            },
         }));
         let component = format!("order replica {}", cfg.replica.id);
         let inbox = Inbox {
@@ -483,6 +487,11 @@ impl OrderNode {
         readiness(&self.shared)
     }
 
+    /// Where the replica stands now (what `atomos status` shows of it).
+    pub fn status(&self) -> ReplicaStatus {
+        status(&self.shared)
+    }
+
     /// Stops the node at once, as if its process died: nothing more is sent or answered.
     pub fn shutdown(&self) {
         self.stop.cancel();
@@ -506,6 +515,21 @@ impl OrderNode {
 impl Drop for OrderNode {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// See [`OrderNode::status`].
+fn status(s: &Shared) -> ReplicaStatus {
+    let leader = s.leader_id.load(Ordering::Relaxed);
+    ReplicaStatus {
+        leader: (leader != 0).then_some(leader),
+        term: s.term.load(Ordering::Relaxed),
+        commit: s.commit.load(Ordering::Relaxed),
+        applied: s.applied.load(Ordering::Relaxed),
+        rebuilding: s.rebuilding.load(Ordering::Relaxed),
+        sends_refused: s.refused.count(),
+        last_refused: s.refused.last(),
+        not_ready: readiness(s).err(),
     }
 }
 

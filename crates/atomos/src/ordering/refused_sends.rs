@@ -86,6 +86,7 @@ pub(super) fn describe(msg: &OrderMsg) -> Described {
     let (what, size, unit) = match msg {
         OrderMsg::Raft(bytes) => ("Raft message", bytes.len(), "bytes"),
         OrderMsg::State { snapshot } => ("snapshot", snapshot.len(), "bytes"),
+        OrderMsg::StreamChunk { data, .. } => ("snapshot chunk", data.len(), "bytes"),
         OrderMsg::Batch { requests, .. } => ("batch", requests.len(), "requests"),
         OrderMsg::Request(r) => ("request", r.payload.len(), "bytes of payload"),
         _ => ("message", 0, "bytes"),

@@ -34,6 +34,8 @@ pub struct ProtocolPlan {
     pub certify: CertifyOptions,
     /// certify, active: a snapshot of the replicated store every this many entries.
     pub snapshot_every: u64,
+    /// certify, active: snapshots go to other replicas in chunks of at most this many bytes.
+    pub snapshot_chunk_bytes: usize,
     /// oss: the commit protocol.
     pub oss_commit: CommitMode,
     /// oss: the consistency domains besides the default one (key prefixes).
@@ -54,6 +56,7 @@ impl ProtocolPlan {
             rejoin: false,
             certify: CertifyOptions::default(),
             snapshot_every: ReplicaConfig::new(1, vec![1]).snapshot_every,
+            snapshot_chunk_bytes: ReplicaConfig::new(1, vec![1]).snapshot_chunk_bytes,
             oss_commit: oss.commit,
             oss_domains: Vec::new(),
             tfa: TfaConfig::default(),
@@ -101,6 +104,7 @@ impl NodeRuntime {
                 let mut replica = ReplicaConfig::new(self.id, members);
                 replica.seed = rand::random();
                 replica.snapshot_every = plan.snapshot_every;
+                replica.snapshot_chunk_bytes = plan.snapshot_chunk_bytes;
                 replica.rejoin = plan.rejoin;
                 let mut order = OrderNodeConfig::new(replica);
                 order.wal = plan.log_file(&format!("{protocol}.wal"))?;

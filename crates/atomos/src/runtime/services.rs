@@ -68,7 +68,11 @@ pub(super) async fn serve(
             }
             Inbound::Request {
                 from,
-                msg: msg @ (NodeMsg::Describe | NodeMsg::Query { .. } | NodeMsg::Submit { .. }),
+                msg:
+                    msg @ (NodeMsg::Describe
+                    | NodeMsg::Status
+                    | NodeMsg::Query { .. }
+                    | NodeMsg::Submit { .. }),
                 reply,
             } => clients.request(from, msg, reply),
             Inbound::Message {

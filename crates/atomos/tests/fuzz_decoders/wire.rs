@@ -138,6 +138,8 @@ pub(crate) fn deliver(
         | NodeMsg::Pong(_)
         | NodeMsg::Describe
         | NodeMsg::Catalog { .. }
+        | NodeMsg::Status
+        | NodeMsg::StatusReport(_)
         | NodeMsg::Query { .. }
         | NodeMsg::QueryAnswer(_)
         | NodeMsg::Submit { .. }

@@ -26,6 +26,12 @@ pub struct ReplicaConfig {
     /// Seeds the jitter added to ticks, which keeps elections from splitting forever, and the
     /// numbering of this start's batches: give each start of a replica a seed of its own.
     pub seed: u64,
+    /// Snapshots travel to other replicas in chunks of at most this many bytes (keep it well
+    /// under the transport's frame limit: a quarter of it leaves room for the envelope).
+    pub snapshot_chunk_bytes: usize,
+    /// The largest snapshot this replica accepts from another, in bytes (what it holds in
+    /// memory while the snapshot arrives).
+    pub snapshot_max_bytes: u64,
     /// This replica lost its log (its data directory was wiped) and the cluster has a
     /// history: it neither votes nor campaigns until it has caught up (see `lost_log`). Only
     /// an operator can say so: a new replica's empty log looks the same. Ignored once the
@@ -45,6 +51,9 @@ pub enum PlantedBug {
     /// Deliver (and apply) entries finally as soon as they are in the log, before Raft commits
     /// them.
     FinalBeforeCommit,
+    /// Take a snapshot stream's chunks in the order they arrive, whatever their offset, and
+    /// skip the checksum.
+    UncheckedStream,
     /// Deliver (and apply) committed entries before this replica's own write of them is
     /// durable: a leader's readers then see entries that its crash can take back.
     ApplyBeforeDurable,
@@ -56,7 +65,8 @@ pub enum PlantedBug {
 impl ReplicaConfig {
     /// Defaults for replica `id` of `replicas`: batches of up to 256 requests sealed at the next
     /// tick, election after 10 ticks, heartbeat every 2, retries every 10 ticks, a snapshot every
-    /// 10,000 entries, 256 appends in flight.
+    /// 10,000 entries, 256 appends in flight, snapshots sent in chunks of 1 MiB and accepted up
+    /// to 64 GiB.
     pub fn new(id: Addr, replicas: Vec<Addr>) -> ReplicaConfig {
         ReplicaConfig {
             id,
@@ -68,6 +78,8 @@ impl ReplicaConfig {
             retry_ticks: 10,
             snapshot_every: 10_000,
             max_inflight: 256,
+            snapshot_chunk_bytes: 1 << 20,
+            snapshot_max_bytes: 64 << 30,
             seed: id,
             rejoin: false,
             planted_bug: None,
@@ -104,8 +116,13 @@ pub struct OrderStats {
     pub snapshots_taken: u64,
     /// Snapshots not taken because the state machine's did not pass its own check.
     pub snapshots_failed: u64,
-    /// Snapshots from peers refused because their state does not decode.
+    /// Snapshots from peers refused because their state does not decode, they were larger
+    /// than `snapshot_max_bytes`, or their checksum did not match.
     pub snapshots_refused: u64,
+    /// Snapshots streamed to other replicas to the end.
+    pub snapshots_sent: u64,
+    /// Snapshot streams given up on (the receiver went silent).
+    pub snapshot_streams_abandoned: u64,
     /// Raft messages from peers refused as malformed (see `raft_guard`).
     pub raft_refused: u64,
     /// Votes withheld while this replica, rejoining after losing its log, caught up.

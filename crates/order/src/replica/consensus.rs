@@ -5,7 +5,6 @@
 
 use prost::Message as _;
 use raft::eraftpb::{Entry, HardState, Message, MessageType};
-use raft::SnapshotStatus;
 
 use atomos_seam::Output;
 
@@ -40,21 +39,27 @@ impl<S: StateMachine> Replica<S> {
     /// A Raft message from replica `from`: stepped into raft-rs if well formed, addressed
     /// here, and acceptable to a replica in this one's state.
     pub(super) fn on_raft(&mut self, from: Addr, bytes: &[u8], out: &mut Vec<Action>) {
-        let m = match Message::decode(bytes) {
-            Ok(m) if m.from == from && m.to == self.cfg.id => m,
-            Ok(m) => {
+        match Message::decode(bytes) {
+            Ok(m) => self.on_raft_message(from, m, out),
+            Err(e) => warn(
+                out,
+                format!("undecodable raft message from replica {from} dropped: {e}"),
+            ),
+        }
+    }
+
+    /// A decoded Raft message from replica `from` (sent whole, or a snapshot message whose
+    /// data arrived as a stream): stepped into raft-rs if addressed here and acceptable.
+    pub(super) fn on_raft_message(&mut self, from: Addr, m: Message, out: &mut Vec<Action>) {
+        let m = match m {
+            m if m.from == from && m.to == self.cfg.id => m,
+            m => {
                 return warn(
                     out,
                     format!(
                         "misaddressed raft message from replica {from} dropped (claims {} to {})",
                         m.from, m.to
                     ),
-                )
-            }
-            Err(e) => {
-                return warn(
-                    out,
-                    format!("undecodable raft message from replica {from} dropped: {e}"),
                 )
             }
         };
@@ -152,7 +157,9 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             if kind == MessageType::MsgSnapshot {
-                self.snapshot_to.push(m.to);
+                // The snapshot's data goes as a stream of chunks; the message follows it.
+                self.stream_raft_snapshot(m, out);
+                continue;
             }
             out.push(Output::Send {
                 to: m.to,
@@ -214,11 +221,6 @@ impl<S: StateMachine> Replica<S> {
                 self.delivery.commit = self.delivery.commit.max(last.index);
             }
             self.raft.advance_apply();
-        }
-        // A snapshot message may be lost: report it sent, and raft-rs probes the follower
-        // again (sending another snapshot if it still needs one).
-        for to in std::mem::take(&mut self.snapshot_to) {
-            self.raft.report_snapshot(to, SnapshotStatus::Finish);
         }
         Ok(())
     }

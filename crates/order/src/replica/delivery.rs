@@ -152,7 +152,9 @@ impl<S: StateMachine> Replica<S> {
         let committed = match self.cfg.planted_bug {
             Some(PlantedBug::FinalBeforeCommit) => self.raft.store().last(),
             Some(PlantedBug::ApplyBeforeDurable) => d.commit,
-            None | Some(PlantedBug::ExpireByOwnClock) => d.commit.min(self.disk.durable_index()),
+            None | Some(PlantedBug::ExpireByOwnClock | PlantedBug::UncheckedStream) => {
+                d.commit.min(self.disk.durable_index())
+            }
         };
         while self.delivery.final_next <= committed
             && self.delivery.final_next < self.delivery.opt_next

@@ -28,6 +28,7 @@ mod disk;
 mod dissemination;
 mod entries;
 mod snapshot;
+mod transfer;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -54,6 +55,7 @@ use disk::Disk;
 use dissemination::Batches;
 use entries::{entry_batch, fresh_batch_base};
 use snapshot::SnapshotData;
+use transfer::Streams;
 
 /// One replica. `S` is the replicated state machine.
 pub struct Replica<S> {
@@ -71,8 +73,8 @@ pub struct Replica<S> {
     now_ms: u64,
     /// The configured replicas, sorted (what a peer's snapshot must be configured with).
     voters: Vec<u64>,
-    /// Peers Raft sent a snapshot to in this step.
-    snapshot_to: Vec<u64>,
+    /// Snapshots streamed to other replicas, and from them.
+    streams: Streams,
     /// Whether this replica's log is known to have lost entries (see `lost_log`).
     lost_log: LostLog,
     stats: OrderStats,
@@ -200,7 +202,12 @@ impl<S: StateMachine> Replica<S> {
             ticks: 0,
             now_ms: 0,
             voters,
-            snapshot_to: Vec::new(),
+            // Stream numbers of this start: drawn from its seed, apart from the generator
+            // that times its ticks.
+            streams: Streams::new(
+                &cfg,
+                SplitMix64::seed_from_u64(cfg.seed ^ 0xbb67_ae85_84ca_a73b).next_u64(),
+            ),
             lost_log: LostLog::new(rejoin),
             stats: OrderStats::default(),
             cfg,
@@ -348,6 +355,7 @@ impl<S: StateMachine> Replica<S> {
         self.seal_due(false, out);
         self.retry_dissemination(out);
         self.unstick(out);
+        self.tick_streams(out);
     }
 
     fn on_message(
@@ -370,6 +378,20 @@ impl<S: StateMachine> Replica<S> {
             OrderMsg::FetchState { after } if member => self.on_fetch_state(from, after, out),
             OrderMsg::State { snapshot } if member => self.on_state(from, &snapshot, out)?,
             OrderMsg::Behind { last } if member => self.restart_peer(from, last, out),
+            OrderMsg::StreamOffer {
+                stream,
+                kind,
+                total,
+                checksum,
+            } if member => self.on_stream_offer(from, stream, kind, total, checksum, out),
+            OrderMsg::StreamChunk {
+                stream,
+                offset,
+                data,
+            } if member => self.on_stream_chunk(from, stream, offset, &data, out)?,
+            OrderMsg::StreamAck { stream, next } if member => {
+                self.on_stream_ack(from, stream, next, out)
+            }
             OrderMsg::Request(req) => self.on_request(from, req, out),
             OrderMsg::Behind { .. }
             | OrderMsg::Raft(_)
@@ -377,7 +399,10 @@ impl<S: StateMachine> Replica<S> {
             | OrderMsg::BatchAck { .. }
             | OrderMsg::FetchBatch { .. }
             | OrderMsg::FetchState { .. }
-            | OrderMsg::State { .. } => {
+            | OrderMsg::State { .. }
+            | OrderMsg::StreamOffer { .. }
+            | OrderMsg::StreamChunk { .. }
+            | OrderMsg::StreamAck { .. } => {
                 warn(
                     out,
                     format!("replica message from non-member {from} dropped"),

@@ -9,16 +9,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use prost::Message as _;
-use raft::eraftpb::Snapshot;
+use raft::eraftpb::{Message, MessageType, Snapshot};
+use raft::SnapshotStatus;
 use serde::{Deserialize, Serialize};
 
 use atomos_seam::{Output, Write};
 
 use super::clients::Last;
+use super::transfer::{Offer, Received, Sent};
 use super::Replica;
 use crate::error::OrderError;
 use crate::record::Record;
-use crate::types::{Action, Addr, BatchId, Delivery, OrderMsg, StateMachine};
+use crate::types::{Action, Addr, BatchId, Delivery, OrderMsg, StateMachine, StreamKind};
 
 /// What a snapshot holds besides Raft's metadata. Fields are only ever appended (postcard
 /// encodes them in order), so a snapshot written by an earlier build decodes as a prefix.
@@ -156,16 +158,170 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// A replica asks for a snapshot covering position `after`: the latest one here, if it
-    /// does.
+    /// does, streamed (unless a stream to it is under way already: it asks again while it
+    /// waits).
     pub(super) fn on_fetch_state(&mut self, from: Addr, after: u64, out: &mut Vec<Action>) {
         let snap = self.raft.store().latest_snapshot();
-        if snap.get_metadata().index >= after {
-            out.push(Output::Send {
-                to: from,
-                msg: OrderMsg::State {
-                    snapshot: snap.encode_to_vec(),
-                },
-            });
+        if snap.get_metadata().index >= after && !self.streams.senders.sending_to(from) {
+            let mut msgs = Vec::new();
+            let data = snap.encode_to_vec();
+            self.streams
+                .senders
+                .start(self.ticks, from, StreamKind::State, data, &mut msgs);
+            send_all(msgs, out);
+        }
+    }
+
+    /// Streams Raft's snapshot message `m`: its snapshot's data in chunks, the message itself
+    /// (without the data) in the offer. Raft hears how it went once the stream ends. While a
+    /// Raft snapshot is under way to that replica, another is not started: raft-rs sends one
+    /// again on a late or repeated rejection, and under steady compaction each would replace
+    /// the last and none would ever arrive (the simulation found this). The replica takes the
+    /// one under way and catches up from there.
+    pub(super) fn stream_raft_snapshot(&mut self, mut m: Message, out: &mut Vec<Action>) {
+        let to = m.to;
+        if self.streams.senders.sending_raft_to(to) {
+            return;
+        }
+        let data = std::mem::take(&mut m.mut_snapshot().data);
+        let header = m.encode_to_vec();
+        let mut msgs = Vec::new();
+        // A stream it replaces was not Raft's current one: raft-rs sends no second snapshot
+        // message to a replica while the first is unreported.
+        let _replaced =
+            self.streams
+                .senders
+                .start(self.ticks, to, StreamKind::Raft(header), data, &mut msgs);
+        send_all(msgs, out);
+    }
+
+    /// A replica offers a stream: taken, unless it is larger than this replica accepts.
+    pub(super) fn on_stream_offer(
+        &mut self,
+        from: Addr,
+        stream: u64,
+        kind: StreamKind,
+        total: u64,
+        checksum: u32,
+        out: &mut Vec<Action>,
+    ) {
+        let mut msgs = Vec::new();
+        let offer = Offer {
+            stream,
+            kind,
+            total,
+            checksum,
+        };
+        let received = self
+            .streams
+            .receivers
+            .on_offer(self.ticks, from, offer, &mut msgs);
+        send_all(msgs, out);
+        if let Received::Refused(why) = received {
+            self.stats.snapshots_refused += 1;
+            out.push(Output::Warn(why));
+        }
+    }
+
+    /// A chunk of a stream: once the stream is whole, its snapshot is taken as if it had
+    /// come in one message (a Raft snapshot stepped, a state adopted).
+    pub(super) fn on_stream_chunk(
+        &mut self,
+        from: Addr,
+        stream: u64,
+        offset: u64,
+        data: &[u8],
+        out: &mut Vec<Action>,
+    ) -> Result<(), OrderError> {
+        let mut msgs = Vec::new();
+        let received = self
+            .streams
+            .receivers
+            .on_chunk(self.ticks, from, stream, offset, data, &mut msgs);
+        send_all(msgs, out);
+        match received {
+            Received::Nothing => {}
+            Received::Refused(why) | Received::Corrupt(why) => {
+                self.stats.snapshots_refused += 1;
+                out.push(Output::Warn(why));
+            }
+            Received::Complete {
+                kind: StreamKind::State,
+                data,
+            } => self.on_state(from, &data, out)?,
+            Received::Complete {
+                kind: StreamKind::Raft(header),
+                data,
+            } => match Message::decode(header.as_slice()) {
+                Ok(mut m) if m.msg_type == MessageType::MsgSnapshot as i32 => {
+                    m.mut_snapshot().data = data;
+                    self.on_raft_message(from, m, out);
+                }
+                Ok(m) => out.push(Output::Warn(format!(
+                    "a snapshot stream from replica {from} carried a raft message of type {} \
+                     instead of a snapshot: dropped",
+                    m.msg_type
+                ))),
+                Err(e) => out.push(Output::Warn(format!(
+                    "a snapshot stream from replica {from} carried an undecodable raft \
+                     message: {e}"
+                ))),
+            },
+        }
+        Ok(())
+    }
+
+    /// A replica holds `next` bytes of a stream sent from here: more chunks, or the end (Raft
+    /// hears that its snapshot arrived).
+    pub(super) fn on_stream_ack(
+        &mut self,
+        from: Addr,
+        stream: u64,
+        next: u64,
+        out: &mut Vec<Action>,
+    ) {
+        let mut msgs = Vec::new();
+        let ended = self
+            .streams
+            .senders
+            .on_ack(self.ticks, from, stream, next, &mut msgs);
+        send_all(msgs, out);
+        if let Some(ended) = ended {
+            self.stream_ended(ended, out);
+        }
+    }
+
+    /// Time passes for the streams: silent receivers get the rest again or are given up on;
+    /// streams whose sender went silent are dropped.
+    pub(super) fn tick_streams(&mut self, out: &mut Vec<Action>) {
+        let mut msgs = Vec::new();
+        let ended = self.streams.senders.tick(self.ticks, &mut msgs);
+        self.streams.receivers.tick(self.ticks);
+        send_all(msgs, out);
+        for e in ended {
+            self.stream_ended(e, out);
+        }
+    }
+
+    fn stream_ended(&mut self, ended: Sent, out: &mut Vec<Action>) {
+        match ended {
+            Sent::Delivered { to, kind } => {
+                self.stats.snapshots_sent += 1;
+                if matches!(kind, StreamKind::Raft(_)) {
+                    self.raft.report_snapshot(to, SnapshotStatus::Finish);
+                }
+            }
+            Sent::Abandoned { to, kind } => {
+                self.stats.snapshot_streams_abandoned += 1;
+                out.push(Output::Warn(format!(
+                    "a snapshot stream to replica {to} was given up on: it stopped answering"
+                )));
+                if matches!(kind, StreamKind::Raft(_)) {
+                    // raft-rs probes the replica again, and sends another snapshot if it
+                    // still needs one.
+                    self.raft.report_snapshot(to, SnapshotStatus::Failure);
+                }
+            }
         }
     }
 
@@ -315,4 +471,9 @@ impl<S: StateMachine> Replica<S> {
             records.iter().map(Record::encode).collect(),
         )));
     }
+}
+
+/// Queues a stream's messages.
+fn send_all(msgs: Vec<(Addr, OrderMsg)>, out: &mut Vec<Action>) {
+    out.extend(msgs.into_iter().map(|(to, msg)| Output::Send { to, msg }));
 }

@@ -254,6 +254,9 @@ pub fn replica_config(seed: u64, node: NodeId, setup: Setup) -> ReplicaConfig {
     cfg.batch_max = 8;
     cfg.retry_ticks = 5;
     cfg.snapshot_every = setup.snapshot_every;
+    // Snapshots stream in small chunks (from 16 to 271 bytes by seed), so that every state
+    // transfer crosses many messages the faults can lose, repeat and reorder.
+    cfg.snapshot_chunk_bytes = 16 + (seed % 256) as usize;
     cfg.planted_bug = setup.bug;
     cfg
 }

@@ -32,7 +32,8 @@
 //!   those objects over and release the transaction's other locks, and tells each key's home
 //!   (`Track`). A transaction that ends otherwise releases every lock it took.
 //! - A lock is held until the owner hears the decision; an owner asks a silent committer
-//!   (`Ask`) after the lease; a committer asked about an undecided transaction aborts it; one
+//!   (`Ask`) after the lease; a committer asked about an undecided transaction gives up its
+//!   read locks if it is still working, or aborts it if it is committing; one
 //!   that never answers loses its locks after the abandon time. An owner holding locks of its
 //!   own node's transaction past the lease asks nobody: a transaction still working gives up
 //!   the locks it took with reads there and then, as it would if asked.

@@ -94,7 +94,9 @@ pub struct TfaCounters {
     pub marked_lost: u64,
     /// Messages dropped because they came from an earlier run of their sender.
     pub stale_dropped: u64,
-    /// Transactions that gave up the locks they took with reads, to wait for another lock.
+    /// Transactions that gave up the locks they took with reads: to wait for another lock, or
+    /// because they held them past the lease without committing (an owner asked, or the
+    /// object is this node's).
     pub locks_given_up: u64,
     /// Redirects this node's reads followed: answers of a node that did not own the object
     /// and did not pass the request on, or this node's own forwarding address.

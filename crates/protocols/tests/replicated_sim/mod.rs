@@ -136,6 +136,8 @@ impl Node {
         cfg.batch_max = 4;
         cfg.retry_ticks = 5;
         cfg.snapshot_every = setup.snapshot_every;
+        // Snapshots stream in chunks of a few hundred bytes: a transfer crosses many messages.
+        cfg.snapshot_chunk_bytes = 64 + (seed % 512) as usize;
         // A wiped replica is restarted as an operator would: told that it lost its log.
         cfg.rejoin = boot.wiped;
         let engine = Arc::new(Engine::new(EngineConfig {

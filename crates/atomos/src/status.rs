@@ -1,0 +1,256 @@
+//! What a member says of itself when an operator asks (`atomos status`,
+//! [`Client::status`](crate::Client::status)): its protocol, its health and readiness, and on
+//! a replica where its log stands.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::net::transport::NodeId;
+
+/// What one member answered to [`Client::status`](crate::Client::status).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MemberReport {
+    /// The member's id, as the client's configuration lists it.
+    pub id: NodeId,
+    /// Its address, as the client's configuration lists it.
+    pub address: SocketAddr,
+    /// Its account of itself, or why there is none (unreachable, no answer in time).
+    pub status: Result<MemberStatus, String>,
+}
+
+/// A member's account of itself, as of when it answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberStatus {
+    /// Its id.
+    pub id: NodeId,
+    /// The protocol it runs (`local`, `tfa`, `certify`, `active`, `oss`).
+    pub protocol: String,
+    /// Its first component failure, if one failed (it then stops: restart it).
+    pub failure: Option<String>,
+    /// Why it is not ready to serve (`None`: ready). The same answer as its `/ready` endpoint.
+    pub not_ready: Option<String>,
+    /// Its order-layer replica, under the replicated protocols (`None` under `local` and
+    /// `tfa`, or before its replica started).
+    pub replica: Option<ReplicaStatus>,
+}
+
+/// Where a replica's log stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaStatus {
+    /// The leader it follows, or itself if it leads (`None`: none known, an election runs or
+    /// no majority is reachable).
+    pub leader: Option<NodeId>,
+    /// Its Raft term.
+    pub term: u64,
+    /// The highest log position it knows committed (a follower knows no commit past its own
+    /// log).
+    pub commit: u64,
+    /// The last position it applied (finally delivered).
+    pub applied: u64,
+    /// It rebuilds a lost log from the others (it does not vote meanwhile).
+    pub rebuilding: bool,
+    /// Messages its transport refused to send for it.
+    pub sends_refused: u64,
+    /// The latest refusal an operator must act on (a message too large for a frame).
+    pub last_refused: Option<String>,
+    /// Why the replica is not ready (`None`: ready).
+    pub not_ready: Option<String>,
+}
+
+impl MemberStatus {
+    /// Its role: `leader`, `follower`, `no leader` (a replica that knows none), or
+    /// `not replicated` (no replica: `local`, `tfa`).
+    pub fn role(&self) -> &'static str {
+        match &self.replica {
+            None => "not replicated",
+            Some(r) => match r.leader {
+                Some(l) if l == self.id => "leader",
+                Some(_) => "follower",
+                None => "no leader",
+            },
+        }
+    }
+}
+
+/// What the members' reports say of the cluster as a whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClusterSummary {
+    /// Members in the configuration.
+    pub members: usize,
+    /// Members that answered.
+    pub answered: usize,
+    /// The leader of the highest term any member reports leading, and that term.
+    pub leader: Option<(NodeId, u64)>,
+    /// Members (the leader included) that follow that leader in that term.
+    pub with_leader: usize,
+    /// Whether the cluster can commit now: a majority of the members follow one leader in one
+    /// term (always true of a cluster without replicas whose members all answered).
+    pub can_commit: bool,
+    /// The highest commit position any member reports (what lag is counted from).
+    pub highest_commit: u64,
+    /// One line saying why the cluster can or cannot commit.
+    pub verdict: String,
+}
+
+impl ClusterSummary {
+    /// The summary of `reports` (one per configured member).
+    pub fn of(reports: &[MemberReport]) -> ClusterSummary {
+        let answered: Vec<&MemberStatus> = reports
+            .iter()
+            .filter_map(|r| r.status.as_ref().ok())
+            .collect();
+        let members = reports.len();
+        let replicas: Vec<(NodeId, &ReplicaStatus)> = answered
+            .iter()
+            .filter_map(|s| s.replica.as_ref().map(|r| (s.id, r)))
+            .collect();
+        let highest_commit = replicas.iter().map(|(_, r)| r.commit).max().unwrap_or(0);
+        let leader = replicas
+            .iter()
+            .filter(|(id, r)| r.leader == Some(*id))
+            .map(|(id, r)| (*id, r.term))
+            .max_by_key(|&(id, term)| (term, id));
+        let with_leader = leader.map_or(0, |(l, term)| {
+            replicas
+                .iter()
+                .filter(|(_, r)| r.leader == Some(l) && r.term == term)
+                .count()
+        });
+        let majority = members / 2 + 1;
+        let (can_commit, verdict) = if answered.is_empty() {
+            (false, "no member answered".to_string())
+        } else if replicas.is_empty() && answered.iter().all(|s| s.replica.is_none()) {
+            let protocol = &answered[0].protocol;
+            (
+                answered.len() == members,
+                format!(
+                    "not replicated ({protocol}): {} of {members} members answered",
+                    answered.len()
+                ),
+            )
+        } else {
+            match leader {
+                Some((l, term)) if with_leader >= majority => (
+                    true,
+                    format!(
+                        "can commit: leader {l} in term {term}, followed by {with_leader} of \
+                         {members} members"
+                    ),
+                ),
+                Some((l, term)) => (
+                    false,
+                    format!(
+                        "cannot commit: leader {l} in term {term} is followed by {with_leader} \
+                         of {members} members, fewer than a majority ({majority})"
+                    ),
+                ),
+                None => (
+                    false,
+                    format!(
+                        "cannot commit: no answering member leads ({} of {members} answered)",
+                        answered.len()
+                    ),
+                ),
+            }
+        };
+        ClusterSummary {
+            members,
+            answered: answered.len(),
+            leader,
+            with_leader,
+            can_commit,
+            highest_commit,
+            verdict,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica(id: NodeId, leader: Option<NodeId>, term: u64, commit: u64) -> MemberReport {
+        MemberReport {
+            id,
+            address: SocketAddr::from(([127, 0, 0, 1], 7400 + id as u16)),
+            status: Ok(MemberStatus {
+                id,
+                protocol: "certify".into(),
+                replica: Some(ReplicaStatus {
+                    leader,
+                    term,
+                    commit,
+                    applied: commit,
+                    ..ReplicaStatus::default()
+                }),
+                ..MemberStatus::default()
+            }),
+        }
+    }
+
+    fn gone(id: NodeId) -> MemberReport {
+        MemberReport {
+            status: Err("no answer".into()),
+            ..replica(id, None, 0, 0)
+        }
+    }
+
+    #[test]
+    fn a_majority_following_one_leader_can_commit_and_fewer_cannot() {
+        let all = [
+            replica(1, Some(2), 3, 10),
+            replica(2, Some(2), 3, 12),
+            replica(3, Some(2), 3, 11),
+        ];
+        let s = ClusterSummary::of(&all);
+        assert!(s.can_commit, "{}", s.verdict);
+        assert_eq!(
+            (s.leader, s.with_leader, s.highest_commit),
+            (Some((2, 3)), 3, 12)
+        );
+        assert_eq!(all[1].status.as_ref().unwrap().role(), "leader");
+        assert_eq!(all[0].status.as_ref().unwrap().role(), "follower");
+
+        // The leader alone (its followers unreachable) cannot commit.
+        let s = ClusterSummary::of(&[gone(1), replica(2, Some(2), 3, 12), gone(3)]);
+        assert!(
+            !s.can_commit && s.verdict.contains("fewer than a majority"),
+            "{}",
+            s.verdict
+        );
+
+        // A deposed leader still claiming an old term counts for nothing.
+        let s = ClusterSummary::of(&[
+            replica(1, Some(1), 2, 9),
+            replica(2, Some(3), 4, 12),
+            replica(3, Some(3), 4, 12),
+        ]);
+        assert_eq!(
+            (s.leader, s.with_leader, s.can_commit),
+            (Some((3, 4)), 2, true)
+        );
+
+        let s = ClusterSummary::of(&[gone(1), gone(2), gone(3)]);
+        assert!(!s.can_commit && s.verdict == "no member answered");
+        let s = ClusterSummary::of(&[replica(1, None, 5, 0), replica(2, None, 5, 0)]);
+        assert!(!s.can_commit && s.verdict.contains("no answering member leads"));
+    }
+
+    #[test]
+    fn members_without_replicas_are_summed_up_as_such() {
+        let plain = |id| MemberReport {
+            status: Ok(MemberStatus {
+                id,
+                protocol: "tfa".into(),
+                ..MemberStatus::default()
+            }),
+            ..gone(id)
+        };
+        let s = ClusterSummary::of(&[plain(1), plain(2)]);
+        assert!(s.can_commit && s.verdict.starts_with("not replicated (tfa)"));
+        assert_eq!(plain(1).status.unwrap().role(), "not replicated");
+        let s = ClusterSummary::of(&[plain(1), gone(2)]);
+        assert!(!s.can_commit, "{}", s.verdict);
+    }
+}

@@ -1,0 +1,506 @@
+//! Snapshots streamed in chunks, so that a state of any size reaches a replica through frames
+//! of a bounded size. A sender offers a stream (its size and checksum), sends chunks of at most
+//! `chunk_bytes` a window at a time, and moves on as the receiver acknowledges the bytes it
+//! holds in order; silence for `retry_ticks` re-sends from the last acknowledged byte (a broken
+//! connection resumes where it stopped), and silence for `give_up_ticks` abandons the stream.
+//! The receiver takes chunks only in order, acknowledges what it holds, checks the checksum
+//! once it holds every byte, and only then acknowledges the last byte and hands the snapshot
+//! over; a checksum that does not match starts the stream over.
+//!
+//! Pure bookkeeping: no Raft, no state machine. The replica decides what a stream carries and
+//! what to do with it once complete.
+
+use std::collections::BTreeMap;
+
+use super::config::{PlantedBug, ReplicaConfig};
+use crate::types::{Addr, OrderMsg, StreamKind};
+
+/// How streams are cut and paced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StreamLimits {
+    /// Bytes per chunk (at least 1).
+    pub(crate) chunk_bytes: usize,
+    /// Chunks sent beyond the last acknowledged byte (at least 1).
+    pub(crate) window: usize,
+    /// Ticks without an acknowledgement before the sender re-sends from the last one.
+    pub(crate) retry_ticks: u64,
+    /// Ticks without an acknowledgement (sender) or a chunk (receiver) before a stream is
+    /// abandoned.
+    pub(crate) give_up_ticks: u64,
+    /// The largest stream a receiver accepts, in bytes.
+    pub(crate) max_bytes: u64,
+}
+
+/// The checksum of a stream's bytes.
+pub(crate) fn checksum(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
+/// One stream being sent.
+struct Outgoing {
+    stream: u64,
+    kind: StreamKind,
+    data: Vec<u8>,
+    checksum: u32,
+    /// Bytes the receiver acknowledged holding, in order.
+    acked: u64,
+    /// Bytes sent so far (chunks past `acked` may be in flight).
+    sent: u64,
+    /// When the receiver last acknowledged progress (or the stream started).
+    heard_at: u64,
+    /// When the unacknowledged part was last sent again.
+    resent_at: u64,
+}
+
+/// How a stream a sender started ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// The receiver holds every byte and the checksum matched.
+    Delivered { to: Addr, kind: StreamKind },
+    /// The receiver went silent for `give_up_ticks`; the stream is dropped.
+    Abandoned { to: Addr, kind: StreamKind },
+}
+
+/// The streams a replica sends: one per receiver at a time (a newer one replaces it).
+/// Streams are numbered from a base drawn at each start of the replica, so that a receiver
+/// never takes a stream of this start for one of an earlier start (numbers from 1 would
+/// repeat after a restart, and a receiver would answer the new stream with what it holds
+/// of the old one).
+pub(crate) struct Senders {
+    limits: StreamLimits,
+    out: BTreeMap<Addr, Outgoing>,
+    next_stream: u64,
+}
+
+impl Senders {
+    /// Senders whose streams are numbered from `first` on (drawn at random at each start).
+    pub(crate) fn new(limits: StreamLimits, first: u64) -> Senders {
+        Senders {
+            limits,
+            out: BTreeMap::new(),
+            next_stream: first,
+        }
+    }
+
+    /// Whether a stream to `to` is under way.
+    pub(crate) fn sending_to(&self, to: Addr) -> bool {
+        self.out.contains_key(&to)
+    }
+
+    /// Whether a stream of a Raft snapshot to `to` is under way.
+    pub(crate) fn sending_raft_to(&self, to: Addr) -> bool {
+        self.out
+            .get(&to)
+            .is_some_and(|o| matches!(o.kind, StreamKind::Raft(_)))
+    }
+
+    /// Starts streaming `data` to `to` (replacing a stream under way to it, which is
+    /// returned as abandoned): the offer and the first window of chunks.
+    pub(crate) fn start(
+        &mut self,
+        now: u64,
+        to: Addr,
+        kind: StreamKind,
+        data: Vec<u8>,
+        msgs: &mut Vec<(Addr, OrderMsg)>,
+    ) -> Option<Sent> {
+        let stream = self.next_stream;
+        self.next_stream = self.next_stream.wrapping_add(1);
+        let replaced = self.out.insert(
+            to,
+            Outgoing {
+                stream,
+                kind,
+                checksum: checksum(&data),
+                data,
+                acked: 0,
+                sent: 0,
+                heard_at: now,
+                resent_at: now,
+            },
+        );
+        self.offer_and_fill(to, msgs);
+        replaced.map(|o| Sent::Abandoned { to, kind: o.kind })
+    }
+
+    /// The receiver `from` holds `next` bytes of `stream`: more chunks, or the end.
+    pub(crate) fn on_ack(
+        &mut self,
+        now: u64,
+        from: Addr,
+        stream: u64,
+        next: u64,
+        msgs: &mut Vec<(Addr, OrderMsg)>,
+    ) -> Option<Sent> {
+        let o = self.out.get_mut(&from).filter(|o| o.stream == stream)?;
+        let total = o.data.len() as u64;
+        if next > total {
+            return None;
+        }
+        if next > o.acked {
+            o.acked = next;
+            o.heard_at = now;
+            o.resent_at = now;
+        } else if next == 0 && o.acked > 0 {
+            // The receiver holds nothing of it any more (its checksum did not match, or it
+            // restarted): the sender starts over. (A lower, non-zero count is an older
+            // acknowledgement overtaken by a later one: ignored.)
+            o.acked = 0;
+            o.sent = 0;
+            o.heard_at = now;
+        }
+        if o.acked == total {
+            let o = self.out.remove(&from)?;
+            return Some(Sent::Delivered {
+                to: from,
+                kind: o.kind,
+            });
+        }
+        o.sent = o.sent.max(o.acked);
+        self.fill(from, msgs);
+        None
+    }
+
+    /// Time passes: silent receivers get the unacknowledged part again, from the offer on;
+    /// receivers silent too long are given up on.
+    pub(crate) fn tick(&mut self, now: u64, msgs: &mut Vec<(Addr, OrderMsg)>) -> Vec<Sent> {
+        let mut ended = Vec::new();
+        let limits = self.limits;
+        let silent: Vec<Addr> = self
+            .out
+            .iter()
+            .filter(|(_, o)| now >= o.resent_at + limits.retry_ticks)
+            .map(|(to, _)| *to)
+            .collect();
+        for to in silent {
+            let Some(o) = self.out.get_mut(&to) else {
+                continue;
+            };
+            if now >= o.heard_at + limits.give_up_ticks {
+                if let Some(o) = self.out.remove(&to) {
+                    ended.push(Sent::Abandoned { to, kind: o.kind });
+                }
+                continue;
+            }
+            o.resent_at = now;
+            o.sent = o.acked;
+            self.offer_and_fill(to, msgs);
+        }
+        ended
+    }
+
+    fn offer_and_fill(&mut self, to: Addr, msgs: &mut Vec<(Addr, OrderMsg)>) {
+        let Some(o) = self.out.get(&to) else {
+            return;
+        };
+        msgs.push((
+            to,
+            OrderMsg::StreamOffer {
+                stream: o.stream,
+                kind: o.kind.clone(),
+                total: o.data.len() as u64,
+                checksum: o.checksum,
+            },
+        ));
+        self.fill(to, msgs);
+    }
+
+    /// Sends chunks until `window` chunks past the acknowledged bytes are out.
+    fn fill(&mut self, to: Addr, msgs: &mut Vec<(Addr, OrderMsg)>) {
+        let limits = self.limits;
+        let Some(o) = self.out.get_mut(&to) else {
+            return;
+        };
+        let chunk = limits.chunk_bytes.max(1) as u64;
+        let horizon = o.acked + chunk * limits.window.max(1) as u64;
+        let total = o.data.len() as u64;
+        while o.sent < total && o.sent < horizon {
+            let end = (o.sent + chunk).min(total);
+            msgs.push((
+                to,
+                OrderMsg::StreamChunk {
+                    stream: o.stream,
+                    offset: o.sent,
+                    data: o.data[o.sent as usize..end as usize].to_vec(),
+                },
+            ));
+            o.sent = end;
+        }
+    }
+}
+
+/// One stream being received.
+struct Incoming {
+    stream: u64,
+    kind: StreamKind,
+    total: u64,
+    checksum: u32,
+    /// The bytes held in order, from the first.
+    data: Vec<u8>,
+    /// Chunks that arrived ahead of a missing one, by offset (at most a window's worth past
+    /// `data`): taken once the gap is filled, so a reordering network costs no re-send.
+    ahead: BTreeMap<u64, Vec<u8>>,
+    heard_at: u64,
+}
+
+/// A stream as its sender offers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Offer {
+    /// Its number at its sender.
+    pub(crate) stream: u64,
+    /// What it carries.
+    pub(crate) kind: StreamKind,
+    /// Its size in bytes.
+    pub(crate) total: u64,
+    /// The CRC-32 of its bytes.
+    pub(crate) checksum: u32,
+}
+
+/// What a receiver made of a message.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Received {
+    /// Nothing complete yet (an acknowledgement may have been queued).
+    Nothing,
+    /// Every byte arrived and the checksum matched.
+    Complete { kind: StreamKind, data: Vec<u8> },
+    /// The offer was refused (too large): said once per offer.
+    Refused(String),
+    /// Every byte arrived but the checksum did not match: the stream starts over.
+    Corrupt(String),
+}
+
+/// The streams a replica receives: one per sender at a time (another one replaces it).
+pub(crate) struct Receivers {
+    limits: StreamLimits,
+    /// The planted bug [`PlantedBug::UncheckedStream`].
+    unchecked: bool,
+    incoming: BTreeMap<Addr, Incoming>,
+    /// Per sender, the last stream completed here and its size: a sender that missed the
+    /// final acknowledgement is told again instead of sending it all once more.
+    completed: BTreeMap<Addr, (u64, u64)>,
+    /// Per sender, the last stream refused (its offer repeated is not reported again).
+    refused: BTreeMap<Addr, u64>,
+}
+
+impl Receivers {
+    pub(crate) fn new(limits: StreamLimits) -> Receivers {
+        Receivers {
+            limits,
+            unchecked: false,
+            incoming: BTreeMap::new(),
+            completed: BTreeMap::new(),
+            refused: BTreeMap::new(),
+        }
+    }
+
+    /// Bytes held for streams not complete yet.
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.incoming.values().map(|i| i.data.len() as u64).sum()
+    }
+
+    /// `from` offers a stream: taken (acknowledged with the bytes held), replacing another
+    /// held from it, unless larger than this replica accepts. (An older offer overtaken by a
+    /// newer one may replace it for a while: the newer one's sender offers it again.)
+    pub(crate) fn on_offer(
+        &mut self,
+        now: u64,
+        from: Addr,
+        offer: Offer,
+        msgs: &mut Vec<(Addr, OrderMsg)>,
+    ) -> Received {
+        let Offer {
+            stream,
+            kind,
+            total,
+            checksum,
+        } = offer;
+        if total > self.limits.max_bytes {
+            if self.refused.insert(from, stream) == Some(stream) {
+                return Received::Nothing;
+            }
+            return Received::Refused(format!(
+                "a snapshot of {total} bytes from replica {from} refused: larger than the \
+                 {} bytes a replica accepts",
+                self.limits.max_bytes
+            ));
+        }
+        if let Some(&(done, total)) = self.completed.get(&from).filter(|c| c.0 == stream) {
+            msgs.push((
+                from,
+                OrderMsg::StreamAck {
+                    stream: done,
+                    next: total,
+                },
+            ));
+            return Received::Nothing;
+        }
+        match self.incoming.get_mut(&from) {
+            Some(i) if i.stream == stream => i.heard_at = now,
+            _ => {
+                self.incoming.insert(
+                    from,
+                    Incoming {
+                        stream,
+                        kind,
+                        total,
+                        checksum,
+                        data: Vec::new(),
+                        ahead: BTreeMap::new(),
+                        heard_at: now,
+                    },
+                );
+            }
+        }
+        self.finish_or_ack(now, from, msgs)
+    }
+
+    /// A chunk of `stream` from `from`: kept if it is the next one, acknowledged either way.
+    pub(crate) fn on_chunk(
+        &mut self,
+        now: u64,
+        from: Addr,
+        stream: u64,
+        offset: u64,
+        data: &[u8],
+        msgs: &mut Vec<(Addr, OrderMsg)>,
+    ) -> Received {
+        let Some(i) = self.incoming.get_mut(&from).filter(|i| i.stream == stream) else {
+            if let Some(&(done, total)) = self.completed.get(&from).filter(|c| c.0 == stream) {
+                msgs.push((
+                    from,
+                    OrderMsg::StreamAck {
+                        stream: done,
+                        next: total,
+                    },
+                ));
+            }
+            return Received::Nothing;
+        };
+        let held = i.data.len() as u64;
+        let end = offset.saturating_add(data.len() as u64);
+        let in_order = offset == held || self.unchecked;
+        let reach = self.limits.chunk_bytes as u64 * self.limits.window as u64;
+        if data.is_empty() || end > i.total || held + data.len() as u64 > i.total {
+            // Nothing of it fits the stream: not kept.
+        } else if in_order {
+            i.data.extend_from_slice(data);
+            i.heard_at = now;
+            // Chunks that came ahead of this one and now follow on.
+            while let Some(next) = i.ahead.remove(&(i.data.len() as u64)) {
+                i.data.extend_from_slice(&next);
+            }
+            let held = i.data.len() as u64;
+            i.ahead.retain(|&at, _| at > held);
+        } else if offset > held && offset <= held + reach {
+            // Ahead of a missing chunk: kept until the gap is filled; the acknowledgement
+            // below asks for the gap.
+            i.ahead.insert(offset, data.to_vec());
+            i.heard_at = now;
+        }
+        self.finish_or_ack(now, from, msgs)
+    }
+
+    /// Once every byte of `from`'s stream is here: checked, acknowledged whole and handed
+    /// over, or started over if the checksum does not match. Before: acknowledged as far as
+    /// it goes.
+    fn finish_or_ack(
+        &mut self,
+        now: u64,
+        from: Addr,
+        msgs: &mut Vec<(Addr, OrderMsg)>,
+    ) -> Received {
+        let whole = self
+            .incoming
+            .get(&from)
+            .is_some_and(|i| i.data.len() as u64 == i.total);
+        if !whole {
+            self.ack(from, msgs);
+            return Received::Nothing;
+        }
+        let Some(done) = self.incoming.remove(&from) else {
+            return Received::Nothing;
+        };
+        let stream = done.stream;
+        let sum = checksum(&done.data);
+        if sum != done.checksum && !self.unchecked {
+            // Start over: the sender re-sends from byte 0.
+            let why = format!(
+                "a snapshot from replica {from} arrived whole but its checksum {sum:#010x} is \
+                 not the offered {:#010x}: asked again",
+                done.checksum
+            );
+            self.incoming.insert(
+                from,
+                Incoming {
+                    data: Vec::new(),
+                    ahead: BTreeMap::new(),
+                    heard_at: now,
+                    ..done
+                },
+            );
+            self.ack(from, msgs);
+            return Received::Corrupt(why);
+        }
+        msgs.push((
+            from,
+            OrderMsg::StreamAck {
+                stream,
+                next: done.total,
+            },
+        ));
+        self.completed.insert(from, (stream, done.total));
+        Received::Complete {
+            kind: done.kind,
+            data: done.data,
+        }
+    }
+
+    /// Streams whose sender went silent for `give_up_ticks` are dropped (their memory too).
+    pub(crate) fn tick(&mut self, now: u64) {
+        let give_up = self.limits.give_up_ticks;
+        self.incoming.retain(|_, i| now < i.heard_at + give_up);
+    }
+
+    fn ack(&self, from: Addr, msgs: &mut Vec<(Addr, OrderMsg)>) {
+        if let Some(i) = self.incoming.get(&from) {
+            msgs.push((
+                from,
+                OrderMsg::StreamAck {
+                    stream: i.stream,
+                    next: i.data.len() as u64,
+                },
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// A replica's streams, both ways.
+pub(crate) struct Streams {
+    pub(crate) senders: Senders,
+    pub(crate) receivers: Receivers,
+}
+
+impl Streams {
+    /// Streams cut and paced by `cfg`: chunks of `snapshot_chunk_bytes`, four in flight,
+    /// re-sent after two retry periods of silence, given up on after sixty.
+    pub(crate) fn new(cfg: &ReplicaConfig, first_stream: u64) -> Streams {
+        let retry = cfg.retry_ticks.max(1);
+        let limits = StreamLimits {
+            chunk_bytes: cfg.snapshot_chunk_bytes.max(1),
+            window: 4,
+            retry_ticks: 2 * retry,
+            give_up_ticks: 60 * retry,
+            max_bytes: cfg.snapshot_max_bytes,
+        };
+        let mut receivers = Receivers::new(limits);
+        receivers.unchecked = cfg.planted_bug == Some(PlantedBug::UncheckedStream);
+        Streams {
+            senders: Senders::new(limits, first_stream),
+            receivers,
+        }
+    }
+}
