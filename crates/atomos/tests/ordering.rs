@@ -231,32 +231,55 @@ async fn restarts_lose_nothing(fsync: FsyncPolicy) {
 /// Nothing is refused for its size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_past_the_frame_limit_reaches_a_lagging_replica_in_chunks() {
-    let dir = std::env::temp_dir().join(format!("atomos-order-frame-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let (listeners, members) = three_listeners().await;
     let tweak = |r: &mut ReplicaConfig, t: &mut TcpConfig| {
         r.snapshot_every = 20;
         r.batch_max = 4;
         t.max_frame = 128 << 10;
         r.snapshot_chunk_bytes = t.max_frame / 4;
     };
+    lagging_replica_catches_up("frame", 256, 4096, tweak).await;
+}
+
+/// A 64 MiB store (four times the default frame limit) reaches a replica that lagged past a
+/// compaction, at the default settings: chunks of 1 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_64_mib_reaches_a_lagging_replica_at_the_default_frame_limit() {
+    let tweak = |r: &mut ReplicaConfig, t: &mut TcpConfig| {
+        r.snapshot_every = 64;
+        r.batch_max = 4;
+        assert_eq!(t.max_frame, 16 << 20, "the default frame limit");
+        assert_eq!(r.snapshot_chunk_bytes, 1 << 20, "the default chunk");
+    };
+    lagging_replica_catches_up("64mib", 1024, 64 << 10, tweak).await;
+}
+
+/// Stops node 3, orders `values` appends of `bytes` each on the others (which compact their
+/// logs), restarts node 3 and waits until it applied as far as they did.
+async fn lagging_replica_catches_up(
+    name: &str,
+    values: u64,
+    bytes: usize,
+    tweak: impl Fn(&mut ReplicaConfig, &mut TcpConfig) + Copy,
+) {
+    let dir = std::env::temp_dir().join(format!("atomos-order-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (listeners, members) = three_listeners().await;
     let fsync = FsyncPolicy::Never;
     let mut nodes: Vec<Option<Arc<OrderNode>>> = listeners
         .into_iter()
         .zip(&members)
         .map(|(l, m)| Some(start_with(m.0, &members, &dir, l, fsync, tweak)))
         .collect();
-    // Node 3 stops; the others order about 1 MiB of values and compact their logs.
     nodes[2].take().expect("running").shutdown();
     let mut pending = Vec::new();
-    for i in 0..256u64 {
+    for i in 0..values {
         let node = nodes[(i % 2) as usize].clone().expect("running");
         let op = RegisterOp::Append {
             key: "big".into(),
-            value: vec![i as u8; 4096],
+            value: vec![i as u8; bytes],
         };
         pending.push(tokio::spawn(async move {
-            tokio::time::timeout(Duration::from_secs(10), node.submit(op.encode())).await
+            tokio::time::timeout(Duration::from_secs(30), node.submit(op.encode())).await
         }));
         if pending.len() >= 8 {
             let p: Vec<_> = std::mem::take(&mut pending);
@@ -276,15 +299,16 @@ async fn a_snapshot_past_the_frame_limit_reaches_a_lagging_replica_in_chunks() {
         .max()
         .unwrap_or(0);
     assert!(target > 64, "the others applied only {target} positions");
-    // Node 3 comes back with its short log: only a snapshot (over 1 MiB) can bring it up.
+    // Node 3 comes back with its short log: only a snapshot can bring it up.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let listener = rebind(members[2].1).await;
     let third = start_with(3, &members, &dir, listener, fsync, tweak);
     nodes[2] = Some(third.clone());
+    let started = std::time::Instant::now();
     let mut waited = 0;
     while applied(&third) < target {
         assert!(
-            waited < 400,
+            waited < 1200,
             "node 3 applied {} of {target} positions: {:?}",
             applied(&third),
             third.status()
@@ -292,6 +316,11 @@ async fn a_snapshot_past_the_frame_limit_reaches_a_lagging_replica_in_chunks() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         waited += 1;
     }
+    println!(
+        "{name}: {} MiB of values, node 3 caught up in {:?}",
+        (values * bytes as u64) >> 20,
+        started.elapsed()
+    );
     for n in nodes.iter().flatten() {
         let stats = n.stats();
         assert_eq!(stats.sends_refused, 0, "{:?}", stats.last_refused);
