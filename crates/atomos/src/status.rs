@@ -58,12 +58,20 @@ pub struct ReplicaStatus {
     pub not_ready: Option<String>,
 }
 
+/// Whether members of `protocol` have no replica (`local`, `tfa`).
+fn unreplicated(protocol: &str) -> bool {
+    matches!(protocol, "local" | "tfa")
+}
+
 impl MemberStatus {
-    /// Its role: `leader`, `follower`, `no leader` (a replica that knows none), or
-    /// `not replicated` (no replica: `local`, `tfa`).
+    /// Its role: `leader`, `follower`, `no leader` (a replica that knows none),
+    /// `not replicated` (no replica: `local`, `tfa`), or `unknown` (a replicated protocol
+    /// whose replica reports nothing: not started yet, or `oss`, whose control log does not
+    /// report its state yet).
     pub fn role(&self) -> &'static str {
         match &self.replica {
-            None => "not replicated",
+            None if unreplicated(&self.protocol) => "not replicated",
+            None => "unknown",
             Some(r) => match r.leader {
                 Some(l) if l == self.id => "leader",
                 Some(_) => "follower",
@@ -106,27 +114,42 @@ impl ClusterSummary {
             .filter_map(|s| s.replica.as_ref().map(|r| (s.id, r)))
             .collect();
         let highest_commit = replicas.iter().map(|(_, r)| r.commit).max().unwrap_or(0);
-        let leader = replicas
+        // The (leader, term) most members follow: a leader that does not answer still leads
+        // if a majority follows it.
+        let mut followed: std::collections::BTreeMap<(NodeId, u64), usize> = Default::default();
+        for (_, r) in &replicas {
+            if let Some(l) = r.leader {
+                *followed.entry((l, r.term)).or_default() += 1;
+            }
+        }
+        let leader = followed
             .iter()
-            .filter(|(id, r)| r.leader == Some(*id))
-            .map(|(id, r)| (*id, r.term))
-            .max_by_key(|&(id, term)| (term, id));
-        let with_leader = leader.map_or(0, |(l, term)| {
-            replicas
-                .iter()
-                .filter(|(_, r)| r.leader == Some(l) && r.term == term)
-                .count()
-        });
+            .max_by_key(|&(&(l, term), &n)| (n, term, l))
+            .map(|(&pair, _)| pair);
+        let with_leader = leader.map_or(0, |pair| followed[&pair]);
         let majority = members / 2 + 1;
         let (can_commit, verdict) = if answered.is_empty() {
             (false, "no member answered".to_string())
-        } else if replicas.is_empty() && answered.iter().all(|s| s.replica.is_none()) {
+        } else if answered.iter().all(|s| unreplicated(&s.protocol)) {
             let protocol = &answered[0].protocol;
             (
                 answered.len() == members,
                 format!(
                     "not replicated ({protocol}): {} of {members} members answered",
                     answered.len()
+                ),
+            )
+        } else if replicas.is_empty() {
+            (
+                false,
+                format!(
+                    "cannot tell: no answering member reports a replica ({}: {})",
+                    answered[0].protocol,
+                    if answered[0].protocol == "oss" {
+                        "its control log does not report its state yet"
+                    } else {
+                        "its replica has not started"
+                    }
                 ),
             )
         } else {
@@ -148,7 +171,8 @@ impl ClusterSummary {
                 None => (
                     false,
                     format!(
-                        "cannot commit: no answering member leads ({} of {members} answered)",
+                        "cannot commit: no answering member knows a leader ({} of {members} \
+                         answered)",
                         answered.len()
                     ),
                 ),
@@ -234,7 +258,17 @@ mod tests {
         let s = ClusterSummary::of(&[gone(1), gone(2), gone(3)]);
         assert!(!s.can_commit && s.verdict == "no member answered");
         let s = ClusterSummary::of(&[replica(1, None, 5, 0), replica(2, None, 5, 0)]);
-        assert!(!s.can_commit && s.verdict.contains("no answering member leads"));
+        assert!(!s.can_commit && s.verdict.contains("no answering member knows a leader"));
+        // The leader does not answer, but the two others follow it: a majority.
+        let s = ClusterSummary::of(&[
+            replica(1, Some(2), 3, 10),
+            gone(2),
+            replica(3, Some(2), 3, 10),
+        ]);
+        assert_eq!(
+            (s.leader, s.with_leader, s.can_commit),
+            (Some((2, 3)), 2, true)
+        );
     }
 
     #[test]
@@ -252,5 +286,21 @@ mod tests {
         assert_eq!(plain(1).status.unwrap().role(), "not replicated");
         let s = ClusterSummary::of(&[plain(1), gone(2)]);
         assert!(!s.can_commit, "{}", s.verdict);
+        // A replicated protocol whose members report no replica: nothing can be told.
+        let silent = |id| MemberReport {
+            status: Ok(MemberStatus {
+                id,
+                protocol: "oss".into(),
+                ..MemberStatus::default()
+            }),
+            ..gone(id)
+        };
+        let s = ClusterSummary::of(&[silent(1), silent(2)]);
+        assert!(
+            !s.can_commit && s.verdict.starts_with("cannot tell"),
+            "{}",
+            s.verdict
+        );
+        assert_eq!(silent(1).status.unwrap().role(), "unknown");
     }
 }

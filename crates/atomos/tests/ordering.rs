@@ -317,9 +317,11 @@ async fn lagging_replica_catches_up(
         waited += 1;
     }
     println!(
-        "{name}: {} MiB of values, node 3 caught up in {:?}",
+        "{name}: {} MiB of values, node 3 caught up in {:?} ({} messages dropped at its full \
+         inbox)",
         (values * bytes as u64) >> 20,
-        started.elapsed()
+        started.elapsed(),
+        third.stats().inbox_dropped
     );
     for n in nodes.iter().flatten() {
         let stats = n.stats();

@@ -104,7 +104,7 @@ enum Command {
         /// The client configuration (`client.toml`, as `cluster up` writes it).
         #[arg(long, value_name = "FILE")]
         client: PathBuf,
-        /// Seconds to wait for each member's answer.
+        /// Seconds to wait for each member's answer (up to 3600).
         #[arg(long, default_value_t = 3.0)]
         wait: f64,
         /// Print JSON instead of a table.
@@ -204,9 +204,11 @@ fn main() -> ExitCode {
         } => keygen(&out, force, member, client),
         Command::Node { config } => serve::run(config.as_deref()),
         Command::Status { client, wait, json } => match Duration::try_from_secs_f64(wait) {
-            Ok(w) if !w.is_zero() => status::run(&client, w, json),
+            Ok(w) if !w.is_zero() && w <= Duration::from_secs(3600) => {
+                status::run(&client, w, json)
+            }
             _ => Err(format!(
-                "--wait must be a positive number of seconds, not {wait}"
+                "--wait must be a positive number of seconds up to 3600, not {wait}"
             )),
         },
         Command::Cluster(ClusterCommand::Up {

@@ -10,6 +10,11 @@ const ATOMOS: &str = env!("CARGO_BIN_EXE_atomos");
 
 /// Each entry: the arguments, and a word the error must contain.
 const BAD: &[(&str, &str)] = &[
+    ("status --client /nonexistent/client.toml", "--client"),
+    ("status --client client.toml --wait 0", "--wait"),
+    ("status --client client.toml --wait 1e12", "--wait"),
+    ("status --client client.toml --wait nan", "--wait"),
+    ("status", "--client"),
     ("demo --protocol Certify", "--protocol"),
     ("cluster up --nodes -1", "--nodes"),
     ("cluster up --protocol Certify", "--protocol"),

@@ -39,10 +39,37 @@ fn cluster_survives_kill_9_refuses_a_wrong_secret_and_stops_cleanly() {
         wait_for_line(&log(a), 0, &["peer answers", &format!("peer={b}")]);
     }
 
+    // `atomos status` reaches every member with the generated client's key.
+    let status = |wait: &str| {
+        let out = Command::new(ATOMOS)
+            .args(["status", "--wait", wait, "--client"])
+            .arg(dir.join("client.toml"))
+            .output()
+            .expect("atomos status runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, table) = status("5");
+    assert_eq!(code, Some(0), "{table}");
+    assert_eq!(table.matches("not replicated").count(), 4, "{table}");
+    assert!(
+        table.contains("not replicated (local): 3 of 3 members answered"),
+        "{table}"
+    );
+
     // kill -9 node 3: the others notice.
     signal(pids[2], libc::SIGKILL);
     let down = wait_for_line(&log(1), 0, &["peer does not answer", "peer=3"]);
     wait_for_line(&log(2), 0, &["peer does not answer", "peer=3"]);
+    let (code, table) = status("1");
+    assert_eq!(code, Some(1), "{table}");
+    let third = table
+        .lines()
+        .find(|l| l.starts_with('3'))
+        .unwrap_or_default();
+    assert!(third.contains("unreachable"), "{table}");
 
     // An impostor with node 3's configuration but the wrong secret is refused, and both sides
     // say why.

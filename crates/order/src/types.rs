@@ -159,6 +159,13 @@ pub enum OrderMsg {
         /// Bytes held, in order.
         next: u64,
     },
+    /// The receiver will not take the stream (it is larger than it accepts), saying why.
+    StreamRefused {
+        /// The stream.
+        stream: u64,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// What a streamed snapshot is for.

@@ -60,8 +60,9 @@ impl RefusedSends {
             return;
         };
         let text = format!(
-            "a {what} of {size} {unit} for node {to} was not sent: {reason}; a replica that \
-             needs it cannot catch up (raise `max_frame_bytes`, up to 1 GiB, on every node)"
+            "a {what} of {size} {unit} for node {to} was not sent: {reason} (a message past \
+             `max_frame_bytes`: raise it, up to 1 GiB, on every node, or make the requests \
+             smaller)"
         );
         *self.last.lock() = Some(text.clone());
         let now = Instant::now();

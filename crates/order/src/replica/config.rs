@@ -121,7 +121,8 @@ pub struct OrderStats {
     pub snapshots_refused: u64,
     /// Snapshots streamed to other replicas to the end.
     pub snapshots_sent: u64,
-    /// Snapshot streams given up on (the receiver went silent).
+    /// Snapshot streams that did not arrive: the receiver went silent or refused it, or a
+    /// Raft snapshot replaced a state it had asked for.
     pub snapshot_streams_abandoned: u64,
     /// Raft messages from peers refused as malformed (see `raft_guard`).
     pub raft_refused: u64,

@@ -189,6 +189,13 @@ impl<S: StateMachine> Replica<S> {
         };
         // What the log held at start is on the disk.
         let disk = Disk::new(raft.store().last(), queued);
+        let stream_base = SplitMix64::seed_from_u64(
+            cfg.seed
+                ^ 0xbb67_ae85_84ca_a73b
+                ^ raft.store().last().rotate_left(17)
+                ^ raft.store().hard_state().term.rotate_left(41),
+        )
+        .next_u64();
         let mut voters = cfg.replicas.clone();
         voters.sort_unstable();
         Ok(Replica {
@@ -202,12 +209,10 @@ impl<S: StateMachine> Replica<S> {
             ticks: 0,
             now_ms: 0,
             voters,
-            // Stream numbers of this start: drawn from its seed, apart from the generator
-            // that times its ticks.
-            streams: Streams::new(
-                &cfg,
-                SplitMix64::seed_from_u64(cfg.seed ^ 0xbb67_ae85_84ca_a73b).next_u64(),
-            ),
+            // Stream numbers of this start: drawn from its seed and where its log stands (a
+            // caller that gives every start the same seed still numbers each start apart),
+            // apart from the generator that times its ticks.
+            streams: Streams::new(&cfg, stream_base),
             lost_log: LostLog::new(rejoin),
             stats: OrderStats::default(),
             cfg,
@@ -392,6 +397,10 @@ impl<S: StateMachine> Replica<S> {
             OrderMsg::StreamAck { stream, next } if member => {
                 self.on_stream_ack(from, stream, next, out)
             }
+            OrderMsg::StreamRefused { stream, reason } if member => self
+                .streams
+                .senders
+                .on_refused(self.ticks, from, stream, reason),
             OrderMsg::Request(req) => self.on_request(from, req, out),
             OrderMsg::Behind { .. }
             | OrderMsg::Raft(_)
@@ -402,7 +411,8 @@ impl<S: StateMachine> Replica<S> {
             | OrderMsg::State { .. }
             | OrderMsg::StreamOffer { .. }
             | OrderMsg::StreamChunk { .. }
-            | OrderMsg::StreamAck { .. } => {
+            | OrderMsg::StreamAck { .. }
+            | OrderMsg::StreamRefused { .. } => {
                 warn(
                     out,
                     format!("replica message from non-member {from} dropped"),

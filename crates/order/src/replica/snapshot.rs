@@ -186,13 +186,15 @@ impl<S: StateMachine> Replica<S> {
         let data = std::mem::take(&mut m.mut_snapshot().data);
         let header = m.encode_to_vec();
         let mut msgs = Vec::new();
-        // A stream it replaces was not Raft's current one: raft-rs sends no second snapshot
-        // message to a replica while the first is unreported.
-        let _replaced =
+        // What it replaces can only be a state asked for (a Raft stream is never replaced).
+        let replaced =
             self.streams
                 .senders
                 .start(self.ticks, to, StreamKind::Raft(header), data, &mut msgs);
         send_all(msgs, out);
+        if replaced.is_some() {
+            self.stats.snapshot_streams_abandoned += 1;
+        }
     }
 
     /// A replica offers a stream: taken, unless it is larger than this replica accepts.
@@ -309,6 +311,15 @@ impl<S: StateMachine> Replica<S> {
                 self.stats.snapshots_sent += 1;
                 if matches!(kind, StreamKind::Raft(_)) {
                     self.raft.report_snapshot(to, SnapshotStatus::Finish);
+                }
+            }
+            Sent::Refused { to, kind, reason } => {
+                self.stats.snapshot_streams_abandoned += 1;
+                out.push(Output::Warn(format!(
+                    "a snapshot stream to replica {to} was refused: {reason}"
+                )));
+                if matches!(kind, StreamKind::Raft(_)) {
+                    self.raft.report_snapshot(to, SnapshotStatus::Failure);
                 }
             }
             Sent::Abandoned { to, kind } => {

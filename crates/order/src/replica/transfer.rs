@@ -1,11 +1,15 @@
 //! Snapshots streamed in chunks, so that a state of any size reaches a replica through frames
 //! of a bounded size. A sender offers a stream (its size and checksum), sends chunks of at most
 //! `chunk_bytes` a window at a time, and moves on as the receiver acknowledges the bytes it
-//! holds in order; silence for `retry_ticks` re-sends from the last acknowledged byte (a broken
-//! connection resumes where it stopped), and silence for `give_up_ticks` abandons the stream.
-//! The receiver takes chunks only in order, acknowledges what it holds, checks the checksum
-//! once it holds every byte, and only then acknowledges the last byte and hands the snapshot
-//! over; a checksum that does not match starts the stream over.
+//! holds in order; no progress for `retry_ticks` re-sends from the last acknowledged byte (a
+//! broken connection resumes where it stopped), the wait doubling with each re-send that brings
+//! none (so a slow link is not flooded with copies of what is still on its way), and silence
+//! for `give_up_ticks` abandons the stream. The receiver keeps the bytes in order and a
+//! window's worth of chunks that came ahead of a gap, acknowledges what it holds, checks the
+//! checksum once it holds every byte, and only then acknowledges the last byte and hands the
+//! snapshot over; a checksum that does not match starts the stream over. A receiver refuses a
+//! stream larger than it accepts, and tells the sender, which then waits `give_up_ticks`
+//! before it reports the stream ended (so that its caller does not offer it again at once).
 //!
 //! Pure bookkeeping: no Raft, no state machine. The replica decides what a stream carries and
 //! what to do with it once complete.
@@ -46,11 +50,22 @@ struct Outgoing {
     acked: u64,
     /// Bytes sent so far (chunks past `acked` may be in flight).
     sent: u64,
-    /// When the receiver last acknowledged progress (or the stream started).
+    /// When the receiver last acknowledged anything of it (or the stream started).
     heard_at: u64,
-    /// When the unacknowledged part was last sent again.
+    /// When the unacknowledged part was last sent (again), or progress last acknowledged.
     resent_at: u64,
+    /// Re-sends since the last progress: the next waits `retry_ticks << backoff`.
+    backoff: u32,
+    /// The acknowledged count for which the next chunk was sent again at once, on an
+    /// acknowledgement that repeated it (the receiver holds chunks past a gap).
+    refilled_at: Option<u64>,
+    /// The receiver refused it (why): nothing more is sent, and it ends at this tick.
+    refused: Option<(String, u64)>,
 }
+
+/// The longest wait between re-sends, in `retry_ticks` (as a power of two): eight periods, so
+/// that several re-sends still fit in the give-up time.
+const MAX_BACKOFF: u32 = 3;
 
 /// How a stream a sender started ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -59,6 +74,12 @@ pub(crate) enum Sent {
     Delivered { to: Addr, kind: StreamKind },
     /// The receiver went silent for `give_up_ticks`; the stream is dropped.
     Abandoned { to: Addr, kind: StreamKind },
+    /// The receiver refused it (too large for it), saying why.
+    Refused {
+        to: Addr,
+        kind: StreamKind,
+        reason: String,
+    },
 }
 
 /// The streams a replica sends: one per receiver at a time (a newer one replaces it).
@@ -117,6 +138,9 @@ impl Senders {
                 sent: 0,
                 heard_at: now,
                 resent_at: now,
+                backoff: 0,
+                refilled_at: None,
+                refused: None,
             },
         );
         self.offer_and_fill(to, msgs);
@@ -132,22 +156,43 @@ impl Senders {
         next: u64,
         msgs: &mut Vec<(Addr, OrderMsg)>,
     ) -> Option<Sent> {
-        let o = self.out.get_mut(&from).filter(|o| o.stream == stream)?;
+        let o = self
+            .out
+            .get_mut(&from)
+            .filter(|o| o.stream == stream && o.refused.is_none())?;
         let total = o.data.len() as u64;
         if next > total {
             return None;
         }
+        // Any acknowledgement says the receiver is alive (on a slow link the progress may be
+        // queued behind copies sent again).
+        o.heard_at = now;
         if next > o.acked {
             o.acked = next;
-            o.heard_at = now;
             o.resent_at = now;
+            o.backoff = 0;
+        } else if next == o.acked && o.sent > o.acked && o.refilled_at != Some(next) {
+            // The receiver repeats what it holds while more was sent: a chunk after it came
+            // and the next one did not (lost, or the receiver's inbox was full). That one
+            // chunk goes again at once, once per gap; the timer covers the rest.
+            o.refilled_at = Some(next);
+            let chunk = self.limits.chunk_bytes.max(1) as u64;
+            let end = (next + chunk).min(total);
+            msgs.push((
+                from,
+                OrderMsg::StreamChunk {
+                    stream,
+                    offset: next,
+                    data: o.data[next as usize..end as usize].to_vec(),
+                },
+            ));
+            return None;
         } else if next == 0 && o.acked > 0 {
             // The receiver holds nothing of it any more (its checksum did not match, or it
             // restarted): the sender starts over. (A lower, non-zero count is an older
             // acknowledgement overtaken by a later one: ignored.)
             o.acked = 0;
             o.sent = 0;
-            o.heard_at = now;
         }
         if o.acked == total {
             let o = self.out.remove(&from)?;
@@ -161,28 +206,59 @@ impl Senders {
         None
     }
 
-    /// Time passes: silent receivers get the unacknowledged part again, from the offer on;
-    /// receivers silent too long are given up on.
+    /// The receiver `from` refused `stream`: nothing more is sent; it ends (reported by
+    /// [`Senders::tick`]) `give_up_ticks` from now.
+    pub(crate) fn on_refused(&mut self, now: u64, from: Addr, stream: u64, reason: String) {
+        if let Some(o) = self.out.get_mut(&from).filter(|o| o.stream == stream) {
+            if o.refused.is_none() {
+                o.refused = Some((reason, now + self.limits.give_up_ticks));
+            }
+        }
+    }
+
+    /// Time passes: receivers that acknowledged no progress get the unacknowledged part
+    /// again, from the offer on, each time after twice as long; receivers silent too long are
+    /// given up on; refused streams end once their wait is over.
     pub(crate) fn tick(&mut self, now: u64, msgs: &mut Vec<(Addr, OrderMsg)>) -> Vec<Sent> {
         let mut ended = Vec::new();
         let limits = self.limits;
         let silent: Vec<Addr> = self
             .out
             .iter()
-            .filter(|(_, o)| now >= o.resent_at + limits.retry_ticks)
+            .filter(|(_, o)| o.refused.is_none() && now >= o.heard_at + limits.give_up_ticks)
             .map(|(to, _)| *to)
             .collect();
         for to in silent {
+            if let Some(o) = self.out.remove(&to) {
+                ended.push(Sent::Abandoned { to, kind: o.kind });
+            }
+        }
+        let due: Vec<Addr> = self
+            .out
+            .iter()
+            .filter(|(_, o)| match &o.refused {
+                Some((_, until)) => now >= *until,
+                None => now >= o.resent_at + (limits.retry_ticks << o.backoff),
+            })
+            .map(|(to, _)| *to)
+            .collect();
+        for to in due {
             let Some(o) = self.out.get_mut(&to) else {
                 continue;
             };
-            if now >= o.heard_at + limits.give_up_ticks {
-                if let Some(o) = self.out.remove(&to) {
-                    ended.push(Sent::Abandoned { to, kind: o.kind });
+            if o.refused.is_some() {
+                if let Some(Outgoing {
+                    kind,
+                    refused: Some((reason, _)),
+                    ..
+                }) = self.out.remove(&to)
+                {
+                    ended.push(Sent::Refused { to, kind, reason });
                 }
                 continue;
             }
             o.resent_at = now;
+            o.backoff = (o.backoff + 1).min(MAX_BACKOFF);
             o.sent = o.acked;
             self.offer_and_fill(to, msgs);
         }
@@ -278,7 +354,7 @@ pub(crate) struct Receivers {
     /// Per sender, the last stream completed here and its size: a sender that missed the
     /// final acknowledgement is told again instead of sending it all once more.
     completed: BTreeMap<Addr, (u64, u64)>,
-    /// Per sender, the last stream refused (its offer repeated is not reported again).
+    /// Per sender, when a refusal was last reported (one report per `give_up_ticks`).
     refused: BTreeMap<Addr, u64>,
 }
 
@@ -316,14 +392,24 @@ impl Receivers {
             checksum,
         } = offer;
         if total > self.limits.max_bytes {
-            if self.refused.insert(from, stream) == Some(stream) {
+            let reason = format!(
+                "a snapshot of {total} bytes from replica {from} refused: larger than the {} \
+                 bytes this replica accepts (snapshot_max_bytes)",
+                self.limits.max_bytes
+            );
+            msgs.push((
+                from,
+                OrderMsg::StreamRefused {
+                    stream,
+                    reason: reason.clone(),
+                },
+            ));
+            let reported = self.refused.get(&from).copied();
+            if reported.is_some_and(|at| now < at + self.limits.give_up_ticks) {
                 return Received::Nothing;
             }
-            return Received::Refused(format!(
-                "a snapshot of {total} bytes from replica {from} refused: larger than the \
-                 {} bytes a replica accepts",
-                self.limits.max_bytes
-            ));
+            self.refused.insert(from, now);
+            return Received::Refused(reason);
         }
         if let Some(&(done, total)) = self.completed.get(&from).filter(|c| c.0 == stream) {
             msgs.push((
@@ -392,9 +478,12 @@ impl Receivers {
             }
             let held = i.data.len() as u64;
             i.ahead.retain(|&at, _| at > held);
-        } else if offset > held && offset <= held + reach {
-            // Ahead of a missing chunk: kept until the gap is filled; the acknowledgement
-            // below asks for the gap.
+        } else if offset > held
+            && offset <= held + reach
+            && i.ahead.values().map(Vec::len).sum::<usize>() + data.len() <= reach as usize
+        {
+            // Ahead of a missing chunk: kept (up to a window's worth of bytes) until the gap
+            // is filled; the acknowledgement below asks for the gap.
             i.ahead.insert(offset, data.to_vec());
             i.heard_at = now;
         }
