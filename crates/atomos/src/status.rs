@@ -88,7 +88,7 @@ pub struct ClusterSummary {
     pub members: usize,
     /// Members that answered.
     pub answered: usize,
-    /// The leader of the highest term any member reports leading, and that term.
+    /// The (leader, term) most answering members follow (on a tie, the higher term).
     pub leader: Option<(NodeId, u64)>,
     /// Members (the leader included) that follow that leader in that term.
     pub with_leader: usize,

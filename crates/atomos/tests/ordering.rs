@@ -304,17 +304,16 @@ async fn lagging_replica_catches_up(
     let listener = rebind(members[2].1).await;
     let third = start_with(3, &members, &dir, listener, fsync, tweak);
     nodes[2] = Some(third.clone());
+    // Measured on two cores: 5 to 104 s for 64 MiB (the spread is not explained yet).
     let started = std::time::Instant::now();
-    let mut waited = 0;
     while applied(&third) < target {
         assert!(
-            waited < 1200,
+            started.elapsed() < Duration::from_secs(300),
             "node 3 applied {} of {target} positions: {:?}",
             applied(&third),
             third.status()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-        waited += 1;
     }
     println!(
         "{name}: {} MiB of values, node 3 caught up in {:?} ({} messages dropped at its full \

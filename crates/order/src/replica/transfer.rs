@@ -3,8 +3,10 @@
 //! `chunk_bytes` a window at a time, and moves on as the receiver acknowledges the bytes it
 //! holds in order; no progress for `retry_ticks` re-sends from the last acknowledged byte (a
 //! broken connection resumes where it stopped), the wait doubling with each re-send that brings
-//! none (so a slow link is not flooded with copies of what is still on its way), and silence
-//! for `give_up_ticks` abandons the stream. The receiver keeps the bytes in order and a
+//! none (so a slow link is not flooded with copies of what is still on its way); an
+//! acknowledgement that repeats what the receiver holds while more was sent (a chunk came after
+//! a lost one) sends the missing chunk again at once, once per gap; silence for
+//! `give_up_ticks`, or four times that without progress, abandons the stream. The receiver keeps the bytes in order and a
 //! window's worth of chunks that came ahead of a gap, acknowledges what it holds, checks the
 //! checksum once it holds every byte, and only then acknowledges the last byte and hands the
 //! snapshot over; a checksum that does not match starts the stream over. A receiver refuses a
@@ -26,10 +28,11 @@ pub(crate) struct StreamLimits {
     pub(crate) chunk_bytes: usize,
     /// Chunks sent beyond the last acknowledged byte (at least 1).
     pub(crate) window: usize,
-    /// Ticks without an acknowledgement before the sender re-sends from the last one.
+    /// Ticks without progress before the sender first re-sends from the last acknowledged
+    /// byte (each further re-send without progress waits twice as long, up to eight times).
     pub(crate) retry_ticks: u64,
-    /// Ticks without an acknowledgement (sender) or a chunk (receiver) before a stream is
-    /// abandoned.
+    /// Ticks without any acknowledgement (sender) or chunk (receiver) before a stream is
+    /// abandoned; a sender also abandons one after four times this without progress.
     pub(crate) give_up_ticks: u64,
     /// The largest stream a receiver accepts, in bytes.
     pub(crate) max_bytes: u64,
@@ -52,6 +55,8 @@ struct Outgoing {
     sent: u64,
     /// When the receiver last acknowledged anything of it (or the stream started).
     heard_at: u64,
+    /// When the receiver last acknowledged more bytes (or the stream started).
+    progressed_at: u64,
     /// When the unacknowledged part was last sent (again), or progress last acknowledged.
     resent_at: u64,
     /// Re-sends since the last progress: the next waits `retry_ticks << backoff`.
@@ -137,6 +142,7 @@ impl Senders {
                 acked: 0,
                 sent: 0,
                 heard_at: now,
+                progressed_at: now,
                 resent_at: now,
                 backoff: 0,
                 refilled_at: None,
@@ -169,6 +175,7 @@ impl Senders {
         o.heard_at = now;
         if next > o.acked {
             o.acked = next;
+            o.progressed_at = now;
             o.resent_at = now;
             o.backoff = 0;
         } else if next == o.acked && o.sent > o.acked && o.refilled_at != Some(next) {
@@ -193,6 +200,9 @@ impl Senders {
             // acknowledgement overtaken by a later one: ignored.)
             o.acked = 0;
             o.sent = 0;
+            o.refilled_at = None;
+            o.backoff = 0;
+            o.resent_at = now;
         }
         if o.acked == total {
             let o = self.out.remove(&from)?;
@@ -225,7 +235,13 @@ impl Senders {
         let silent: Vec<Addr> = self
             .out
             .iter()
-            .filter(|(_, o)| o.refused.is_none() && now >= o.heard_at + limits.give_up_ticks)
+            .filter(|(_, o)| {
+                // Silent, or answering without ever getting further (chunks it cannot take,
+                // say a frame limit smaller than the sender's chunks): either way it ends.
+                o.refused.is_none()
+                    && (now >= o.heard_at + limits.give_up_ticks
+                        || now >= o.progressed_at + 4 * limits.give_up_ticks)
+            })
             .map(|(to, _)| *to)
             .collect();
         for to in silent {
@@ -266,9 +282,17 @@ impl Senders {
     }
 
     fn offer_and_fill(&mut self, to: Addr, msgs: &mut Vec<(Addr, OrderMsg)>) {
-        let Some(o) = self.out.get(&to) else {
+        self.offer(to, msgs);
+        self.fill(to, msgs);
+    }
+
+    fn offer(&mut self, to: Addr, msgs: &mut Vec<(Addr, OrderMsg)>) {
+        let Some(o) = self.out.get_mut(&to) else {
             return;
         };
+        // The offer's acknowledgement repeats what the receiver holds by design: it is no
+        // sign of a gap.
+        o.refilled_at = Some(o.acked);
         msgs.push((
             to,
             OrderMsg::StreamOffer {
@@ -278,7 +302,6 @@ impl Senders {
                 checksum: o.checksum,
             },
         ));
-        self.fill(to, msgs);
     }
 
     /// Sends chunks until `window` chunks past the acknowledged bytes are out.
@@ -339,7 +362,7 @@ pub(crate) enum Received {
     Nothing,
     /// Every byte arrived and the checksum matched.
     Complete { kind: StreamKind, data: Vec<u8> },
-    /// The offer was refused (too large): said once per offer.
+    /// The offer was refused (too large): said at most once per give-up period per sender.
     Refused(String),
     /// Every byte arrived but the checksum did not match: the stream starts over.
     Corrupt(String),
@@ -465,6 +488,11 @@ impl Receivers {
         };
         let held = i.data.len() as u64;
         let end = offset.saturating_add(data.len() as u64);
+        if end <= held && !self.unchecked {
+            // A copy of what it holds (sent again on a timer): no answer, which the sender
+            // would take for a gap. The offer sent with every re-send is answered instead.
+            return Received::Nothing;
+        }
         let in_order = offset == held || self.unchecked;
         let reach = self.limits.chunk_bytes as u64 * self.limits.window as u64;
         if data.is_empty() || end > i.total || held + data.len() as u64 > i.total {
@@ -575,7 +603,8 @@ pub(crate) struct Streams {
 
 impl Streams {
     /// Streams cut and paced by `cfg`: chunks of `snapshot_chunk_bytes`, four in flight,
-    /// re-sent after two retry periods of silence, given up on after sixty.
+    /// re-sent after two retry periods without progress (then backing off), given up on after
+    /// sixty without any acknowledgement or 240 without progress.
     pub(crate) fn new(cfg: &ReplicaConfig, first_stream: u64) -> Streams {
         let retry = cfg.retry_ticks.max(1);
         let limits = StreamLimits {

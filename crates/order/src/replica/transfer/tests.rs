@@ -8,7 +8,7 @@ fn limits() -> StreamLimits {
         chunk_bytes: 7,
         window: 3,
         retry_ticks: 2,
-        give_up_ticks: 120,
+        give_up_ticks: 240,
         max_bytes: 10_000,
     }
 }
@@ -30,6 +30,8 @@ struct Link {
     received: Vec<Received>,
     /// The most chunks past the acknowledged bytes seen in flight at once.
     most_ahead: u64,
+    /// Chunks the sender sent.
+    chunks_sent: u64,
 }
 
 impl Link {
@@ -44,6 +46,7 @@ impl Link {
             sent: Vec::new(),
             received: Vec::new(),
             most_ahead: 0,
+            chunks_sent: 0,
         }
     }
 
@@ -58,6 +61,7 @@ impl Link {
         for (to, msg) in msgs {
             if let OrderMsg::StreamChunk { data, .. } = &msg {
                 assert!(data.len() <= limits().chunk_bytes, "a chunk past the limit");
+                self.chunks_sent += 1;
             }
             if self.next() % 100 < self.loss {
                 continue;
@@ -194,6 +198,12 @@ fn a_stream_arrives_whole_in_chunks_a_window_at_a_time() {
         "{}",
         link.most_ahead
     );
+    // Nothing is sent twice on a link that loses nothing (an acknowledgement of a copy once
+    // looked like a gap and sent a copy of the next chunk, a quarter more in all).
+    assert_eq!(
+        link.chunks_sent,
+        100u64.div_ceil(limits().chunk_bytes as u64)
+    );
     assert_eq!(link.receivers.held_bytes(), 0);
     // An empty snapshot is a stream too.
     let mut link = Link::new(2, 0);
@@ -209,7 +219,13 @@ fn loss_repeats_and_reordering_delay_a_stream_but_it_arrives_once_and_whole() {
         let data = bytes(50 + (seed as usize * 13) % 400);
         link.start(data.clone());
         link.run(2_000);
-        assert_eq!(link.completed(), vec![&data], "seed {seed}");
+        assert_eq!(
+            link.completed(),
+            vec![&data],
+            "seed {seed}: {:?} at {}",
+            link.sent,
+            link.now
+        );
         let delivered = link
             .sent
             .iter()
@@ -459,4 +475,32 @@ fn a_gap_is_filled_at_once_without_waiting_for_the_timer() {
     while link.deliver_one() {}
     assert_eq!(link.now, 0, "no tick passed");
     assert_eq!(link.completed(), vec![&data]);
+}
+
+/// A receiver that answers every offer but never takes a chunk (its frame limit is smaller
+/// than the sender's chunks, say): the stream still ends, after four give-up periods without
+/// progress, instead of keeping Raft waiting for good.
+#[test]
+fn a_stream_that_never_progresses_ends_though_the_receiver_answers() {
+    let mut link = Link::new(12, 0);
+    link.start(bytes(100));
+    let limit = 4 * limits().give_up_ticks;
+    while link.now <= limit && link.sent.is_empty() {
+        link.queue
+            .retain(|(_, _, m)| !matches!(m, OrderMsg::StreamChunk { .. }));
+        while link.deliver_one() {
+            link.queue
+                .retain(|(_, _, m)| !matches!(m, OrderMsg::StreamChunk { .. }));
+        }
+        link.tick();
+    }
+    assert!(
+        matches!(&link.sent[..], [Sent::Abandoned { .. }]),
+        "{:?}",
+        link.sent
+    );
+    assert!(
+        link.now > limits().give_up_ticks,
+        "not for silence: it answered"
+    );
 }
