@@ -434,14 +434,7 @@ impl Receivers {
             self.refused.insert(from, now);
             return Received::Refused(reason);
         }
-        if let Some(&(done, total)) = self.completed.get(&from).filter(|c| c.0 == stream) {
-            msgs.push((
-                from,
-                OrderMsg::StreamAck {
-                    stream: done,
-                    next: total,
-                },
-            ));
+        if self.ack_completed(from, stream, msgs) {
             return Received::Nothing;
         }
         match self.incoming.get_mut(&from) {
@@ -475,15 +468,7 @@ impl Receivers {
         msgs: &mut Vec<(Addr, OrderMsg)>,
     ) -> Received {
         let Some(i) = self.incoming.get_mut(&from).filter(|i| i.stream == stream) else {
-            if let Some(&(done, total)) = self.completed.get(&from).filter(|c| c.0 == stream) {
-                msgs.push((
-                    from,
-                    OrderMsg::StreamAck {
-                        stream: done,
-                        next: total,
-                    },
-                ));
-            }
+            self.ack_completed(from, stream, msgs);
             return Received::Nothing;
         };
         let held = i.data.len() as u64;
@@ -577,6 +562,22 @@ impl Receivers {
     pub(crate) fn tick(&mut self, now: u64) {
         let give_up = self.limits.give_up_ticks;
         self.incoming.retain(|_, i| now < i.heard_at + give_up);
+    }
+
+    /// If `stream` is the last one completed from `from`, acknowledges it whole again (the
+    /// sender missed the final acknowledgement) and answers true.
+    fn ack_completed(&self, from: Addr, stream: u64, msgs: &mut Vec<(Addr, OrderMsg)>) -> bool {
+        let Some(&(_, total)) = self.completed.get(&from).filter(|c| c.0 == stream) else {
+            return false;
+        };
+        msgs.push((
+            from,
+            OrderMsg::StreamAck {
+                stream,
+                next: total,
+            },
+        ));
+        true
     }
 
     fn ack(&self, from: Addr, msgs: &mut Vec<(Addr, OrderMsg)>) {
