@@ -32,7 +32,16 @@ pub(crate) fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
 }
 
 pub(crate) fn file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("atomos-config-test-{}", std::process::id()));
+    // A directory per test (each runs on a thread of its own): tests run in parallel and
+    // several write a file of the same name (`key-1.key`), which one could read while another
+    // rewrites it. One test's files share a directory (a configuration names its key file
+    // relative to itself).
+    let test = format!("{:?}", std::thread::current().id())
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect::<String>();
+    let dir =
+        std::env::temp_dir().join(format!("atomos-config-test-{}/{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
