@@ -105,6 +105,16 @@ impl Client {
         self.id
     }
 
+    /// Sends to `replicas` from now on (the membership changed): the replica it sends to now
+    /// stays its target if it is among them, else the first one is.
+    pub fn set_replicas(&mut self, replicas: Vec<Addr>) {
+        let current = self.target();
+        self.target = current
+            .and_then(|t| replicas.iter().position(|&r| r == t))
+            .unwrap_or(0);
+        self.replicas = replicas;
+    }
+
     /// The replica the client sends to now: the first one, until one failed to answer in time.
     pub fn target(&self) -> Option<Addr> {
         self.replicas.get(self.target).copied()

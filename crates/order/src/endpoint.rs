@@ -14,6 +14,7 @@ use atomos_seam::{Gate, Machine, Output};
 
 use crate::client::{Client, ClientAction, ClientInput};
 use crate::error::OrderError;
+use crate::membership::{MemberChange, Membership};
 use crate::replica::{Command, Replica};
 use crate::types::{Addr, Delivery, OrderMsg, StateMachine};
 
@@ -34,6 +35,14 @@ pub enum EndpointRequest {
     },
     /// Seal the replica's open batch now ([`Command::Flush`]).
     Flush,
+    /// Propose a membership change ([`Command::ChangeMembership`]); the answer comes back as
+    /// the replica's [`Delivery::MemberChange`] with this `ticket`.
+    ChangeMembership {
+        /// The host's number for the change.
+        ticket: u64,
+        /// The change.
+        change: MemberChange,
+    },
 }
 
 /// How a submission ended.
@@ -94,15 +103,20 @@ pub struct Endpoint<S: StateMachine> {
 }
 
 impl<S: StateMachine> Endpoint<S> {
-    /// An endpoint around `replica` (opened from its log by the host).
+    /// An endpoint around `replica` (opened from its log by the host). Its clients send to
+    /// the members the replica's log names, or to `replicas` while it names none.
     pub fn new(replica: Replica<S>, replicas: &[Addr], cfg: EndpointConfig) -> Endpoint<S> {
         let me = replica.id();
-        let mut order = vec![me];
-        order.extend(replicas.iter().copied().filter(|&r| r != me));
+        let known = replica.membership().all();
+        let replicas = if known.is_empty() {
+            own_first(me, replicas)
+        } else {
+            own_first(me, &known)
+        };
         Endpoint {
             replica,
             me,
-            replicas: order,
+            replicas,
             cfg,
             clients_made: 0,
             busy: BTreeMap::new(),
@@ -165,10 +179,35 @@ impl<S: StateMachine> Endpoint<S> {
                         self.local.push_back(msg);
                     }
                 }
+                Output::Deliver(Delivery::Membership { seq, membership }) => {
+                    self.follow(&membership);
+                    let d = Delivery::Membership { seq, membership };
+                    out.push(Output::Deliver(EndpointDelivery::Order(d)));
+                }
                 other => out.push(other.map(|m| m, EndpointDelivery::Order)),
             }
         }
         Ok(())
+    }
+
+    /// The membership changed: this node's clients send to its members from now on (this
+    /// replica first while it is one).
+    fn follow(&mut self, membership: &Membership) {
+        let members = membership.all();
+        let mut replicas = own_first(self.me, &members);
+        if !membership.contains(self.me) {
+            replicas.remove(0);
+        }
+        if replicas.is_empty() {
+            return;
+        }
+        for (c, _) in self.busy.values_mut() {
+            c.set_replicas(replicas.clone());
+        }
+        for c in &mut self.idle {
+            c.set_replicas(replicas.clone());
+        }
+        self.replicas = replicas;
     }
 
     /// Carries out a client's actions: requests to this node's replica stay here, others go
@@ -297,6 +336,10 @@ impl<S: StateMachine> Machine for Endpoint<S> {
             Input::Request(EndpointRequest::Flush) => {
                 self.step_replica(now, Input::Request(Command::Flush), out)?
             }
+            Input::Request(EndpointRequest::ChangeMembership { ticket, change }) => {
+                let command = Command::ChangeMembership { ticket, change };
+                self.step_replica(now, Input::Request(command), out)?
+            }
             Input::Persisted { through } => {
                 // What waited for these writes first: its outputs then come before any write
                 // the replica makes on hearing of them, so nothing holds them back again.
@@ -307,4 +350,11 @@ impl<S: StateMachine> Machine for Endpoint<S> {
         }
         self.drain_local(now, out)
     }
+}
+
+/// `replicas` with `me` first (whether or not it was among them), each once.
+fn own_first(me: Addr, replicas: &[Addr]) -> Vec<Addr> {
+    let mut order = vec![me];
+    order.extend(replicas.iter().copied().filter(|&r| r != me));
+    order
 }

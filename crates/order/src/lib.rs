@@ -21,6 +21,7 @@ mod error;
 mod log_store;
 mod logging;
 mod lost_log;
+mod membership;
 mod raft_guard;
 mod record;
 mod register;
@@ -32,6 +33,7 @@ pub use endpoint::{Endpoint, EndpointConfig, EndpointDelivery, EndpointRequest, 
 pub use error::OrderError;
 pub use log_store::{AppendOutside, LogStore};
 pub use logging::raft_logger;
+pub use membership::{ChangeRefused, MemberChange, Membership};
 pub use record::{decode_log, Record};
 pub use register::{Register, RegisterOp};
 pub use replica::{Command, Input, OrderStats, PlantedBug, Replica, ReplicaConfig};

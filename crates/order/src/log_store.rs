@@ -16,7 +16,8 @@ pub struct LogStore {
 }
 
 impl LogStore {
-    /// An empty log for a cluster whose voters are `voters`.
+    /// An empty log for a cluster founded by `voters` (none for a replica that joins an
+    /// existing cluster: it learns the configuration from the leader's snapshot).
     pub fn new(voters: Vec<u64>) -> LogStore {
         let conf = ConfState {
             voters,
@@ -28,6 +29,18 @@ impl LogStore {
         };
         s.snapshot.mut_metadata().set_conf_state(conf);
         s
+    }
+
+    /// The log starts from the configuration founded by `voters` (read from the log itself),
+    /// unless a snapshot already gave it one.
+    pub fn found(&mut self, voters: Vec<u64>) {
+        if self.snapshot_index() == 0 {
+            *self = LogStore {
+                hard: self.hard.clone(),
+                entries: std::mem::take(&mut self.entries),
+                ..LogStore::new(voters)
+            };
+        }
     }
 
     /// Index of the snapshot the log starts after.
@@ -131,9 +144,15 @@ impl LogStore {
         self.entry(index).map(|e| e.term)
     }
 
-    /// The configuration.
+    /// The configuration: the one raft-rs starts from (the snapshot's, or the founding one),
+    /// then the latest one applied (what a snapshot taken now records).
     pub fn conf_state(&self) -> &ConfState {
         &self.conf
+    }
+
+    /// Records configuration `conf`, applied from the log.
+    pub fn set_conf_state(&mut self, conf: ConfState) {
+        self.conf = conf;
     }
 }
 

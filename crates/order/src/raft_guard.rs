@@ -7,15 +7,17 @@
 
 use raft::eraftpb::{ConfState, EntryType, Message, MessageType};
 
+use crate::membership;
+
 /// Terms and indexes at or above this are refused: a correct cluster adds one term per election
 /// and one index per entry, so it never comes near, while raft-rs computes `term + 1` and
 /// `index + 1` unchecked.
 pub(crate) const CEILING: u64 = 1 << 48;
 
 /// What a check needs to know of the receiving replica.
-pub(crate) struct View<'a> {
-    /// The configured replicas, sorted.
-    pub(crate) voters: &'a [u64],
+pub(crate) struct View {
+    /// The receiving replica's id.
+    pub(crate) me: u64,
     /// The index of the replica's last log entry.
     pub(crate) last_index: u64,
 }
@@ -80,9 +82,13 @@ pub(crate) fn check(m: &Message, view: &View) -> Result<(), &'static str> {
                 if e.term > m.term {
                     return Err("an appended entry from a later term than the message");
                 }
-                // Membership is static: nothing but normal entries is ever proposed.
-                if EntryType::from_i32(e.entry_type) != Some(EntryType::EntryNormal) {
-                    return Err("an appended entry that is not a normal entry");
+                // Replicas propose normal entries and version-2 configuration changes only.
+                let kind = EntryType::from_i32(e.entry_type);
+                if !matches!(
+                    kind,
+                    Some(EntryType::EntryNormal | EntryType::EntryConfChangeV2)
+                ) {
+                    return Err("an appended entry of a type replicas do not propose");
                 }
             }
         }
@@ -110,12 +116,14 @@ pub(crate) fn check(m: &Message, view: &View) -> Result<(), &'static str> {
             if meta.term == 0 || meta.index == 0 || meta.index >= CEILING {
                 return Err("a snapshot without a term or position, or beyond any log");
             }
-            let same = meta
+            let usable = meta
                 .conf_state
                 .as_ref()
-                .is_some_and(|cs| same_configuration(cs, view.voters));
-            if !same {
-                return Err("a snapshot of another configuration");
+                .is_some_and(|cs| membership::well_formed(cs) && includes(cs, view.me));
+            if !usable {
+                return Err(
+                    "a snapshot of a configuration raft cannot take or without this replica",
+                );
             }
         }
         _ => {}
@@ -123,13 +131,14 @@ pub(crate) fn check(m: &Message, view: &View) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Whether `cs` is the static configuration `voters` (sorted), and nothing else.
-fn same_configuration(cs: &ConfState, voters: &[u64]) -> bool {
-    let mut theirs = cs.voters.clone();
-    theirs.sort_unstable();
-    theirs == voters
-        && cs.learners.is_empty()
-        && cs.voters_outgoing.is_empty()
-        && cs.learners_next.is_empty()
-        && !cs.auto_leave
+/// Whether `cs` names replica `me` in any role.
+fn includes(cs: &ConfState, me: u64) -> bool {
+    [
+        &cs.voters,
+        &cs.voters_outgoing,
+        &cs.learners,
+        &cs.learners_next,
+    ]
+    .iter()
+    .any(|ids| ids.contains(&me))
 }

@@ -46,6 +46,11 @@ pub enum Record {
         /// Its requests.
         requests: Vec<Request>,
     },
+    /// The replicas that founded the cluster, as this replica first started with them: the
+    /// configuration its log starts from, whatever it is configured with later (written once,
+    /// first, by a founding replica; logs written before hold none and start from the
+    /// configured list).
+    Founders(Vec<u64>),
 }
 
 impl Record {

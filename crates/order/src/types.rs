@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::membership::{ChangeRefused, Membership};
+
 /// A node's address: its id in the cluster's transport (never 0; replicas use it as their Raft
 /// id too).
 pub type Addr = atomos_seam::NodeId;
@@ -222,6 +224,22 @@ pub enum Delivery {
     Installed {
         /// The snapshot's position.
         seq: u64,
+    },
+    /// The membership in force from entry `seq` on (a change applied there, or the one a
+    /// snapshot installed at `seq` holds). The same at every position on every replica.
+    Membership {
+        /// The position.
+        seq: u64,
+        /// The configuration.
+        membership: Membership,
+    },
+    /// What became of the membership change a host asked for with `ticket`: proposed at a
+    /// position, or refused.
+    MemberChange {
+        /// The host's number for the change.
+        ticket: u64,
+        /// Where it was proposed, or why not.
+        result: Result<u64, ChangeRefused>,
     },
     /// Applying entry `seq`, the state machine found something an operator must hear of (for
     /// the replicated store: its state differs from another replica's at the same position).

@@ -152,6 +152,18 @@ fn a_snapshot_whose_state_does_not_decode_is_refused_not_fatal() {
     assert_eq!(r.stats().snapshots_installed, 0);
 }
 
+/// A snapshot at position 10 of term 1 with configuration `conf`.
+fn snapshot_of(conf: raft::eraftpb::ConfState) -> Snapshot {
+    Snapshot {
+        data: Vec::new(),
+        metadata: Some(raft::eraftpb::SnapshotMetadata {
+            index: 10,
+            term: 1,
+            conf_state: Some(conf),
+        }),
+    }
+}
+
 /// Well-formed Raft messages that raft-rs would panic on (it trusts its peers), found by
 /// fuzzing: they are refused before raft-rs sees them, and the replica goes on unchanged.
 #[test]
@@ -232,6 +244,31 @@ fn raft_messages_that_would_panic_raft_rs_are_refused() {
                 }),
             })
         }),
+        // A snapshot of a configuration raft-rs cannot restore as it stands (a voter that is
+        // also a learner), and one without this replica.
+        with(MessageType::MsgSnapshot, &|m| {
+            m.snapshot = Some(snapshot_of(raft::eraftpb::ConfState {
+                voters: vec![1, 2, 3],
+                learners: vec![2],
+                ..Default::default()
+            }))
+        }),
+        with(MessageType::MsgSnapshot, &|m| {
+            m.snapshot = Some(snapshot_of(raft::eraftpb::ConfState {
+                voters: vec![2, 3, 4],
+                ..Default::default()
+            }))
+        }),
+        // A configuration change of the first version: replicas propose version 2 only.
+        with(MessageType::MsgAppend, &|m| {
+            let mut e = Entry {
+                index: 1,
+                term: 1,
+                ..Default::default()
+            };
+            e.set_entry_type(raft::eraftpb::EntryType::EntryConfChange);
+            m.entries = vec![e];
+        }),
     ];
     let mut out = Vec::new();
     for m in crafted {
@@ -239,7 +276,7 @@ fn raft_messages_that_would_panic_raft_rs_are_refused() {
         r.step(0, Input::Message { from: 2, msg }, &mut out)
             .expect("refused, not fatal");
     }
-    assert_eq!(r.stats().raft_refused, 11);
+    assert_eq!(r.stats().raft_refused, 14);
     assert_eq!(standing(&r), before);
     let mut stats = r.stats();
     stats.raft_refused = 0;

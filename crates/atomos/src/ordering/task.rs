@@ -154,6 +154,21 @@ impl<S: StateMachine> Carry<Endpoint<S>> for OrderIo {
             Delivery::Installed { seq } => {
                 self.opt_at = self.opt_at.split_off(&(seq + 1));
             }
+            Delivery::Membership { seq, membership } => {
+                // Nodes do not ask for membership changes yet: a log written by a build that
+                // did is followed (the replica applies it), and said here.
+                tracing::info!(
+                    node = self.me,
+                    seq,
+                    voters = ?membership.voters,
+                    learners = ?membership.learners,
+                    outgoing = ?membership.outgoing,
+                    "membership in force"
+                );
+            }
+            Delivery::MemberChange { ticket, result } => {
+                tracing::info!(node = self.me, ticket, ?result, "membership change");
+            }
             Delivery::Alarm { seq, text } => {
                 tracing::error!(node = self.me, seq, "{text}");
                 metrics::counter!("atomos_replica_alarms_total").increment(1);

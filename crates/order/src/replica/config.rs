@@ -1,5 +1,6 @@
 //! A replica's vocabulary: its settings, its local requests, its counters.
 
+use crate::membership::MemberChange;
 use crate::types::{Addr, OrderMsg};
 
 /// Settings of a replica.
@@ -7,7 +8,10 @@ use crate::types::{Addr, OrderMsg};
 pub struct ReplicaConfig {
     /// This replica's address (also its Raft id; not 0).
     pub id: Addr,
-    /// Every replica's address, this one included.
+    /// The replicas that founded the cluster, this one included (the same list on each of
+    /// them); empty for a replica that joins an existing cluster, which learns the
+    /// configuration from the leader's snapshot. Once the log holds a snapshot, the
+    /// configuration comes from the log alone (membership changes are applied from it).
     pub replicas: Vec<Addr>,
     /// A batch is sealed when it holds this many requests...
     pub batch_max: usize,
@@ -60,6 +64,10 @@ pub enum PlantedBug {
     /// Decide whether a request expired by this replica's own clock instead of the log's
     /// time: replicas whose clocks differ then run different requests.
     ExpireByOwnClock,
+    /// Count batch acknowledgements against the founding replicas instead of the
+    /// configuration in the log: once members are replaced, a batch is ordered that too few
+    /// of the current voters hold, or none is ordered at all.
+    FoundingQuorum,
 }
 
 impl ReplicaConfig {
@@ -93,6 +101,17 @@ pub enum Command {
     /// Seal the open batch now: the driver has no more requests waiting (batching by load,
     /// like group commit, on top of the size and tick limits).
     Flush,
+    /// Propose `change` of the membership (the leader only). The replica answers with a
+    /// [`crate::Delivery::MemberChange`] carrying `ticket` (the host's number for it): the
+    /// position it was proposed at, or why not. It has taken effect when a
+    /// [`crate::Delivery::Membership`] at that position or later shows it (a leader change can
+    /// drop a proposal: ask again).
+    ChangeMembership {
+        /// The host's number for this change.
+        ticket: u64,
+        /// The change.
+        change: MemberChange,
+    },
 }
 
 /// What a replica reacts to: messages, ticks (one each), [`Command`]s and persistence
@@ -130,4 +149,10 @@ pub struct OrderStats {
     pub votes_withheld: u64,
     /// Peers this leader started over with because their log was shorter than acknowledged.
     pub peers_restarted: u64,
+    /// Membership changes applied from the log.
+    pub membership_changes: u64,
+    /// Messages dropped because their sender is no member: state (snapshots, streams) from a
+    /// replica this one neither counts as a member nor follows, and proposals forwarded by a
+    /// replica that is no member (a removed replica that still runs, say).
+    pub from_non_members: u64,
 }

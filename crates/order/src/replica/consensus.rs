@@ -64,7 +64,7 @@ impl<S: StateMachine> Replica<S> {
             }
         };
         let view = raft_guard::View {
-            voters: &self.voters,
+            me: self.cfg.id,
             last_index: self.raft.raft.raft_log.last_index(),
         };
         // The raw number: the enum's getter panics on a number it does not know, and the guard
@@ -104,6 +104,18 @@ impl<S: StateMachine> Replica<S> {
                     ),
                 );
             }
+        } else if is(MessageType::MsgPropose) && !self.members.contains(from) {
+            // A removed replica that has not heard of its removal still forms batches with
+            // quorums of its old configuration: none of them is ordered.
+            self.stats.from_non_members += 1;
+        } else if is(MessageType::MsgAppend) && self.members.is_empty() && !m.entries.is_empty() {
+            // A replica that joins knows no configuration: its first state must be a snapshot
+            // (entries from the log's start would be applied to an empty configuration). The
+            // append is taken without its entries: raft-rs then answers where its log stands,
+            // and the leader sends a snapshot.
+            let mut m = m;
+            m.entries.clear();
+            let _ = self.raft.step(m);
         } else if is(MessageType::MsgSnapshot) && self.check_snapshot(m.get_snapshot()).is_err() {
             self.stats.snapshots_refused += 1;
             warn(
@@ -208,7 +220,9 @@ impl<S: StateMachine> Replica<S> {
             if let Some(last) = rd.committed_entries().last() {
                 self.delivery.commit = self.delivery.commit.max(last.index);
             }
-            let mut light = self.raft.advance(rd);
+            // Applied entries are reported as they are finally delivered (`sync_applied`):
+            // raft-rs must not take a configuration change as applied before it is.
+            let mut light = self.raft.advance_append(rd);
             if let Some(commit) = light.commit_index() {
                 self.raft.mut_store().set_commit(commit);
                 let hs = self.raft.store().hard_state().clone();
@@ -220,9 +234,20 @@ impl<S: StateMachine> Replica<S> {
             if let Some(last) = light.committed_entries().last() {
                 self.delivery.commit = self.delivery.commit.max(last.index);
             }
-            self.raft.advance_apply();
         }
         Ok(())
+    }
+
+    /// Tells raft-rs how far entries are applied: those finally delivered here (never past
+    /// what it counts committed and persisted).
+    pub(super) fn sync_applied(&mut self) {
+        let log = &self.raft.raft.raft_log;
+        let applied = (self.delivery.final_next - 1)
+            .min(log.committed)
+            .min(log.persisted);
+        if applied > log.applied {
+            self.raft.advance_apply_to(applied);
+        }
     }
 
     /// Appends entries to the log (and queues their record); revokes optimistic deliveries they

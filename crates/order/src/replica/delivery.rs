@@ -16,6 +16,7 @@ use atomos_seam::Output;
 use super::clients::{Admission, Last};
 use super::config::PlantedBug;
 use super::entries::{entry_batch, entry_stamp};
+use super::reconfigure::ConfigEntry;
 use super::Replica;
 use crate::error::OrderError;
 use crate::types::{Action, BatchId, Delivery, Request, StateMachine};
@@ -29,6 +30,8 @@ struct Pending {
     expired: Vec<(u64, u64)>,
     /// The log's time at the entry.
     time: u64,
+    /// The membership change the entry carries, if it is one (applied when it is final).
+    change: Option<ConfigEntry>,
 }
 
 /// Where a replica's deliveries stand.
@@ -98,6 +101,7 @@ impl<S: StateMachine> Replica<S> {
             let seq = self.delivery.opt_next;
             let entry = self.raft.store().entry(seq);
             let batch = entry.and_then(entry_batch);
+            let change = entry.and_then(ConfigEntry::of);
             let time = self.delivery.opt_time.max(entry.map_or(0, entry_stamp));
             let duplicate = batch.is_some_and(|id| {
                 self.batches.delivered.contains(&id) || self.delivery.pending_batch(id)
@@ -138,6 +142,7 @@ impl<S: StateMachine> Replica<S> {
                     requests,
                     expired: admission.expired,
                     time,
+                    change,
                 },
             );
             d.opt_time = time;
@@ -152,9 +157,12 @@ impl<S: StateMachine> Replica<S> {
         let committed = match self.cfg.planted_bug {
             Some(PlantedBug::FinalBeforeCommit) => self.raft.store().last(),
             Some(PlantedBug::ApplyBeforeDurable) => d.commit,
-            None | Some(PlantedBug::ExpireByOwnClock | PlantedBug::UncheckedStream) => {
-                d.commit.min(self.disk.durable_index())
-            }
+            None
+            | Some(
+                PlantedBug::ExpireByOwnClock
+                | PlantedBug::UncheckedStream
+                | PlantedBug::FoundingQuorum,
+            ) => d.commit.min(self.disk.durable_index()),
         };
         while self.delivery.final_next <= committed
             && self.delivery.final_next < self.delivery.opt_next
@@ -178,6 +186,9 @@ impl<S: StateMachine> Replica<S> {
             }
             for text in self.machine.take_alarms() {
                 out.push(Output::Deliver(Delivery::Alarm { seq, text }));
+            }
+            if let Some(change) = p.change {
+                self.apply_change(seq, change, out);
             }
             out.push(Output::Deliver(Delivery::Final {
                 seq,

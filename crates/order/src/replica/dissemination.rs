@@ -1,10 +1,12 @@
 //! S-Paxos batch dissemination: a replica batches its clients' requests, persists each batch
-//! and sends it to every replica; each persists it and acknowledges; once a majority holds it,
-//! its id is proposed to Raft. With at most three replicas the leader and the origin are
-//! already a majority when the batch reaches the leader, so the leader proposes it on receipt,
-//! and a follower origin leaves it to the leader (proposing it itself only if it is not in the
-//! log after `retry_ticks`). Lost batches, acknowledgements and proposals are re-sent every
-//! `retry_ticks`; a batch an entry needs and this replica lacks is fetched from the others.
+//! and sends it to every member (learners too: they deliver what the voters do); each
+//! persists it and acknowledges; once a quorum of the configuration in force holds it (a
+//! majority of the voters, of both sets while joint; learners never count), its id is
+//! proposed to Raft. When the leader and the origin are a quorum by themselves (three voters,
+//! say) the leader proposes the batch on receipt, and a follower origin leaves it to the
+//! leader (proposing it itself only if it is not in the log after `retry_ticks`). Lost
+//! batches, acknowledgements and proposals are re-sent every `retry_ticks`; a batch an entry
+//! needs and this replica lacks is fetched from the others.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,9 +33,9 @@ pub(super) struct Batches {
     open_since: u64,
     /// The next number of a batch formed here.
     next_n: u64,
-    /// Own batches not yet held by a majority: who acknowledged, when last sent.
+    /// Own batches not yet held by a quorum: who acknowledged, when last sent.
     unacked: BTreeMap<BatchId, (BTreeSet<Addr>, u64)>,
-    /// Own batches held by a majority and not yet delivered: when last proposed.
+    /// Own batches held by a quorum and not yet delivered: when last proposed.
     proposed: BTreeMap<BatchId, u64>,
     /// Requests in this replica's batches that are not delivered yet.
     in_flight: BTreeSet<(u64, u64)>,
@@ -42,7 +44,7 @@ pub(super) struct Batches {
 impl Batches {
     /// The batches a log held at start (`held`, of which `delivered` were delivered and
     /// `in_log` are ordered): own batches neither delivered nor ordered may never have reached
-    /// a majority, and go round again. This start numbers its batches from `next_n`.
+    /// a quorum, and go round again. This start numbers its batches from `next_n`.
     pub(super) fn new(
         me: Addr,
         held: BTreeMap<BatchId, Vec<Request>>,
@@ -162,7 +164,7 @@ impl<S: StateMachine> Replica<S> {
             });
         }
         self.batches.held.insert(id, requests);
-        if self.majority() <= 1 {
+        if self.quorum(&BTreeSet::from([self.cfg.id])) {
             self.propose(id);
         } else {
             self.batches
@@ -171,7 +173,7 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    /// Re-sends, every `retry_ticks`, the batches not yet held by a majority (to those that
+    /// Re-sends, every `retry_ticks`, the batches not yet held by a quorum (to those that
     /// did not acknowledge) and the proposals not yet in the log.
     pub(super) fn retry_dissemination(&mut self, out: &mut Vec<Action>) {
         // Batches delivered meanwhile (a snapshot can deliver them wholesale) are done; their
@@ -180,6 +182,19 @@ impl<S: StateMachine> Replica<S> {
         let delivered = &b.delivered;
         b.proposed.retain(|id, _| !delivered.contains(id));
         b.unacked.retain(|id, _| !delivered.contains(id));
+        // The configuration may have changed since: acknowledgements in hand may be a quorum
+        // now (and nobody else left to acknowledge).
+        let held: Vec<BatchId> = self
+            .batches
+            .unacked
+            .iter()
+            .filter(|(_, (acks, _))| self.quorum(acks))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in held {
+            self.held_by_quorum(id);
+        }
+        let b = &mut self.batches;
         let (now, retry) = (self.ticks, self.cfg.retry_ticks);
         for (id, (acks, sent)) in &mut b.unacked {
             if now < *sent + retry {
@@ -191,7 +206,7 @@ impl<S: StateMachine> Replica<S> {
             let Some(requests) = b.held.get(id) else {
                 continue;
             };
-            for &to in self.cfg.replicas.iter().filter(|r| !acks.contains(r)) {
+            for to in self.members.all().into_iter().filter(|r| !acks.contains(r)) {
                 out.push(Output::Send {
                     to,
                     msg: OrderMsg::Batch {
@@ -213,7 +228,7 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// A batch from a replica: persisted (if new) and acknowledged to its origin; a leader
-    /// that with the origin makes a majority proposes it at once.
+    /// that with the origin makes a quorum proposes it at once.
     pub(super) fn on_batch(
         &mut self,
         from: Addr,
@@ -244,19 +259,26 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    /// A replica holds batch `id`: once a majority does, it is proposed.
+    /// A replica holds batch `id`: once a quorum does, it is proposed.
     pub(super) fn on_batch_ack(&mut self, from: Addr, id: BatchId) {
-        let majority = self.majority();
         let Some((acks, _)) = self.batches.unacked.get_mut(&id) else {
             return;
         };
         acks.insert(from);
-        if acks.len() < majority {
-            return;
+        let acks = acks.clone();
+        if self.quorum(&acks) {
+            self.held_by_quorum(id);
         }
+    }
+
+    /// Own batch `id` is held by a quorum: proposed (unless the leader did on receipt).
+    fn held_by_quorum(&mut self, id: BatchId) {
         self.batches.unacked.remove(&id);
         let leader = self.raft.raft.leader_id;
-        if leader != 0 && leader != self.cfg.id && majority <= 2 {
+        if leader != 0
+            && leader != self.cfg.id
+            && self.quorum(&BTreeSet::from([leader, self.cfg.id]))
+        {
             // The leader proposed it when the batch reached it; proposing here too would order
             // it twice. It is proposed from here only if it is not in the log after
             // `retry_ticks` (the leader changed, say).
@@ -311,8 +333,10 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Whether this replica, as leader, proposes the batches `origin` sends it on receipt: it
-    /// leads, `origin` is another replica, and the two of them are a majority.
+    /// leads, `origin` is another replica, and the two of them are a quorum.
     fn leader_orders_for(&self, origin: Addr) -> bool {
-        self.is_leader() && origin != self.cfg.id && self.majority() <= 2
+        self.is_leader()
+            && origin != self.cfg.id
+            && self.quorum(&BTreeSet::from([self.cfg.id, origin]))
     }
 }

@@ -25,10 +25,11 @@ pub(super) fn encode_stamp(now_ms: u64) -> Vec<u8> {
     postcard::to_stdvec(&now_ms).unwrap_or_default()
 }
 
-/// The clock reading an entry carries (0 for none: a leader's empty entry, or an entry
-/// written before entries were stamped).
+/// The clock reading an entry carries (0 for none: a leader's empty entry, a configuration
+/// change, whose context is the new member's, or an entry written before entries were
+/// stamped).
 pub(super) fn entry_stamp(e: &Entry) -> u64 {
-    if e.context.is_empty() {
+    if e.context.is_empty() || e.get_entry_type() != EntryType::EntryNormal {
         return 0;
     }
     postcard::from_bytes(&e.context).unwrap_or(0)

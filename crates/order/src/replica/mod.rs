@@ -11,6 +11,7 @@
 //! - [`clients`]: deduplication in log order and the answers owed to waiting clients (pure);
 //! - [`snapshot`]: snapshots, compaction, state transfer;
 //! - [`consensus`]: the Raft glue (checked messages in, `Ready` out);
+//! - [`reconfigure`]: membership changes, proposed by the leader and applied from the log;
 //! - [`disk`]: which writes are emitted and which durable.
 //!
 //! Requests are deduplicated in log order, so every replica drops the same duplicates: a
@@ -27,6 +28,7 @@ mod delivery;
 mod disk;
 mod dissemination;
 mod entries;
+mod reconfigure;
 mod snapshot;
 mod transfer;
 
@@ -46,6 +48,7 @@ use crate::error::OrderError;
 use crate::log_store::LogStore;
 use crate::logging::raft_logger;
 use crate::lost_log::LostLog;
+use crate::membership::Membership;
 use crate::record::Record;
 use crate::types::{Action, Addr, Delivery, OrderMsg, Request, StateMachine};
 use clients::{ClientTable, Reception};
@@ -71,8 +74,11 @@ pub struct Replica<S> {
     /// The clock reading of the current step (milliseconds since the Unix epoch in
     /// production): what this replica stamps on the entries it proposes.
     now_ms: u64,
-    /// The configured replicas, sorted (what a peer's snapshot must be configured with).
-    voters: Vec<u64>,
+    /// The configuration in force (the latest one applied from the log).
+    members: Membership,
+    /// A snapshot is due at the next delivery, whatever `snapshot_every` says (the membership
+    /// changed: see `reconfigure`).
+    snapshot_due: bool,
     /// Snapshots streamed to other replicas, and from them.
     streams: Streams,
     /// Whether this replica's log is known to have lost entries (see `lost_log`).
@@ -86,6 +92,8 @@ struct Replayed {
     batches: BTreeMap<crate::types::BatchId, Vec<Request>>,
     /// What the log says of rejoining: still at it, caught up since, or nothing.
     rejoining: Option<bool>,
+    /// Whether the log holds anything.
+    empty: bool,
 }
 
 /// Replays a replica's records into its log store and batches.
@@ -94,6 +102,7 @@ fn replay(replicas: Vec<Addr>, log: Vec<Record>) -> Result<Replayed, OrderError>
         store: LogStore::new(replicas),
         batches: BTreeMap::new(),
         rejoining: None,
+        empty: log.is_empty(),
     };
     let corrupt = |e: &dyn std::fmt::Display| OrderError::Corrupt(e.to_string());
     for record in log {
@@ -124,6 +133,7 @@ fn replay(replicas: Vec<Addr>, log: Vec<Record>) -> Result<Replayed, OrderError>
             }
             Record::Rejoining => replayed.rejoining = Some(true),
             Record::Rejoined => replayed.rejoining = Some(false),
+            Record::Founders(voters) => replayed.store.found(voters),
         }
     }
     Ok(replayed)
@@ -134,9 +144,10 @@ impl<S: StateMachine> Replica<S> {
     /// new replica) and starts Raft where the log left off. `machine` must be in its initial
     /// state.
     pub fn open(cfg: ReplicaConfig, log: Vec<Record>, mut machine: S) -> Result<Self, OrderError> {
-        if cfg.id == 0 || !cfg.replicas.contains(&cfg.id) {
+        if cfg.id == 0 || !(cfg.replicas.is_empty() || cfg.replicas.contains(&cfg.id)) {
             return Err(OrderError::Config(format!(
-                "replica id {} must be non-zero and among the replicas {:?}",
+                "replica id {} must be non-zero and among the founding replicas {:?} (or \
+                 join with none)",
                 cfg.id, cfg.replicas
             )));
         }
@@ -144,11 +155,13 @@ impl<S: StateMachine> Replica<S> {
             store,
             batches,
             rejoining,
+            empty,
         } = replay(cfg.replicas.clone(), log)?;
         let base = store.snapshot_index();
         let mut clients = ClientTable::default();
         let mut delivered = BTreeSet::new();
         let mut log_time = 0;
+        let mut contexts = BTreeMap::new();
         if base > 0 {
             let data = SnapshotData::decode(&store.latest_snapshot().data)
                 .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
@@ -157,8 +170,10 @@ impl<S: StateMachine> Replica<S> {
                 .map_err(OrderError::Corrupt)?;
             clients = ClientTable::from_last(data.clients());
             log_time = data.log_time;
+            contexts = data.member_contexts();
             delivered = data.delivered_batches.into_iter().collect();
         }
+        let members = Membership::of(store.conf_state(), &contexts);
         let commit = store.hard_state().commit.max(base);
         let in_log = store
             .entries_from(store.first())
@@ -180,13 +195,17 @@ impl<S: StateMachine> Replica<S> {
         // Told to rejoin and the log does not show it caught up since (an operator may leave
         // the setting on), or the log says an earlier start was still rejoining.
         let rejoin = rejoining.unwrap_or(cfg.rejoin);
+        // A founder's log starts with the founding replicas, so that a restart starts from
+        // them whatever the replica is configured with by then.
+        let mut queued = Vec::new();
+        if empty && !cfg.replicas.is_empty() {
+            queued.push(Record::Founders(cfg.replicas.clone()));
+        }
         // Written before anything else this start writes, so a crash before catching up
         // restarts rejoining, whatever the configuration says then.
-        let queued = if rejoin && rejoining.is_none() {
-            vec![Record::Rejoining]
-        } else {
-            Vec::new()
-        };
+        if rejoin && rejoining.is_none() {
+            queued.push(Record::Rejoining);
+        }
         // What the log held at start is on the disk.
         let disk = Disk::new(raft.store().last(), queued);
         let stream_base = SplitMix64::seed_from_u64(
@@ -196,8 +215,6 @@ impl<S: StateMachine> Replica<S> {
                 ^ raft.store().hard_state().term.rotate_left(41),
         )
         .next_u64();
-        let mut voters = cfg.replicas.clone();
-        voters.sort_unstable();
         Ok(Replica {
             raft,
             machine,
@@ -208,7 +225,8 @@ impl<S: StateMachine> Replica<S> {
             rng: SplitMix64::seed_from_u64(cfg.seed ^ 0x6a09_e667_f3bc_c908),
             ticks: 0,
             now_ms: 0,
-            voters,
+            members,
+            snapshot_due: false,
             // Stream numbers of this start: drawn from its seed and where its log stands (a
             // caller that gives every start the same seed still numbers each start apart),
             // apart from the generator that times its ticks.
@@ -327,14 +345,42 @@ impl<S: StateMachine> Replica<S> {
         )
     }
 
-    fn majority(&self) -> usize {
-        self.cfg.replicas.len() / 2 + 1
+    /// The membership in force here (the latest configuration applied from the log).
+    pub fn membership(&self) -> &Membership {
+        &self.members
     }
 
-    /// The other replicas.
-    fn others(&self) -> impl Iterator<Item = Addr> + '_ {
+    /// Whether `holders` hold a batch safely enough to order it: a quorum of the
+    /// configuration in force (unless a planted bug counts the founding replicas instead).
+    fn quorum(&self, holders: &BTreeSet<Addr>) -> bool {
+        if self.cfg.planted_bug == Some(PlantedBug::FoundingQuorum) {
+            let held = self.cfg.replicas.iter().filter(|r| holders.contains(r));
+            return held.count() > self.cfg.replicas.len() / 2;
+        }
+        self.members.quorum(holders)
+    }
+
+    /// The other members (voters and learners), and the leader if this replica does not know
+    /// it as one (it lags behind a change of members: the leader can still help it).
+    fn others(&self) -> Vec<Addr> {
         let me = self.cfg.id;
-        self.cfg.replicas.iter().copied().filter(move |&r| r != me)
+        let mut others: Vec<Addr> = self
+            .members
+            .all()
+            .into_iter()
+            .filter(|&r| r != me)
+            .collect();
+        if let Some(leader) = self.leader().filter(|&l| l != me && !others.contains(&l)) {
+            others.push(leader);
+        }
+        others
+    }
+
+    /// Whether this replica takes state from `from` (a snapshot, a stream, word that its log
+    /// is behind): a member, the leader, or anyone while it knows no configuration (it joins
+    /// and waits for the leader's snapshot).
+    fn trusts(&self, from: Addr) -> bool {
+        self.members.contains(from) || self.leader() == Some(from) || self.members.is_empty()
     }
 
     /// Queues a record for the next disk write.
@@ -363,68 +409,81 @@ impl<S: StateMachine> Replica<S> {
         self.tick_streams(out);
     }
 
+    /// A message from `from`. Raft messages and batches are taken from any replica (a replica
+    /// that lags may not know of the newest members yet; raft-rs's terms and pre-votes keep a
+    /// removed replica that still runs from disturbing the others, its acknowledgements count
+    /// in no quorum and its forwarded proposals are dropped); what replaces state here only
+    /// from replicas it [`trusts`].
+    ///
+    /// [`trusts`]: Replica::trusts
     fn on_message(
         &mut self,
         from: Addr,
         msg: OrderMsg,
         out: &mut Vec<Action>,
     ) -> Result<(), OrderError> {
-        let member = self.cfg.replicas.contains(&from);
+        let replaces_state = matches!(
+            msg,
+            OrderMsg::State { .. }
+                | OrderMsg::StreamOffer { .. }
+                | OrderMsg::StreamChunk { .. }
+                | OrderMsg::Behind { .. }
+        );
+        if replaces_state && !self.trusts(from) {
+            // Reported once, then counted: a removed replica that still runs sends on.
+            self.stats.from_non_members += 1;
+            if self.stats.from_non_members == 1 {
+                warn(
+                    out,
+                    format!(
+                        "state from non-member {from} dropped (further messages from \
+                         non-members are only counted)"
+                    ),
+                );
+            }
+            return Ok(());
+        }
         match msg {
-            OrderMsg::Raft(bytes) if member => self.on_raft(from, &bytes, out),
+            OrderMsg::Raft(bytes) => self.on_raft(from, &bytes, out),
             OrderMsg::Batch { requests, .. } if requests.is_empty() => {
                 // No replica seals an empty batch; taking one would deliver nothing where the
                 // others deliver the batch's requests.
                 warn(out, format!("empty batch from {from} refused"));
             }
-            OrderMsg::Batch { id, requests } if member => self.on_batch(from, id, requests, out),
-            OrderMsg::BatchAck { id } if member => self.on_batch_ack(from, id),
-            OrderMsg::FetchBatch { id } if member => self.on_fetch_batch(from, id, out),
-            OrderMsg::FetchState { after } if member => self.on_fetch_state(from, after, out),
-            OrderMsg::State { snapshot } if member => self.on_state(from, &snapshot, out)?,
-            OrderMsg::Behind { last } if member => self.restart_peer(from, last, out),
+            OrderMsg::Batch { id, requests } => self.on_batch(from, id, requests, out),
+            OrderMsg::BatchAck { id } => self.on_batch_ack(from, id),
+            OrderMsg::FetchBatch { id } => self.on_fetch_batch(from, id, out),
+            OrderMsg::FetchState { after } => self.on_fetch_state(from, after, out),
+            OrderMsg::State { snapshot } => self.on_state(from, &snapshot, out)?,
+            OrderMsg::Behind { last } => self.restart_peer(from, last, out),
             OrderMsg::StreamOffer {
                 stream,
                 kind,
                 total,
                 checksum,
-            } if member => self.on_stream_offer(from, stream, kind, total, checksum, out),
+            } => self.on_stream_offer(from, stream, kind, total, checksum, out),
             OrderMsg::StreamChunk {
                 stream,
                 offset,
                 data,
-            } if member => self.on_stream_chunk(from, stream, offset, &data, out)?,
-            OrderMsg::StreamAck { stream, next } if member => {
-                self.on_stream_ack(from, stream, next, out)
-            }
-            OrderMsg::StreamRefused { stream, reason } if member => self
+            } => self.on_stream_chunk(from, stream, offset, &data, out)?,
+            OrderMsg::StreamAck { stream, next } => self.on_stream_ack(from, stream, next, out),
+            OrderMsg::StreamRefused { stream, reason } => self
                 .streams
                 .senders
                 .on_refused(self.ticks, from, stream, reason),
             OrderMsg::Request(req) => self.on_request(from, req, out),
-            OrderMsg::Behind { .. }
-            | OrderMsg::Raft(_)
-            | OrderMsg::Batch { .. }
-            | OrderMsg::BatchAck { .. }
-            | OrderMsg::FetchBatch { .. }
-            | OrderMsg::FetchState { .. }
-            | OrderMsg::State { .. }
-            | OrderMsg::StreamOffer { .. }
-            | OrderMsg::StreamChunk { .. }
-            | OrderMsg::StreamAck { .. }
-            | OrderMsg::StreamRefused { .. } => {
-                warn(
-                    out,
-                    format!("replica message from non-member {from} dropped"),
-                );
-            }
             OrderMsg::Reply { .. } | OrderMsg::Expired { .. } => {}
         }
         Ok(())
     }
 
-    /// A client's request: answered from the clients' table if decided, else ordered.
+    /// A client's request: answered from the clients' table if decided, else ordered. A
+    /// replica that is no member (removed, or joining) drops it: the client fails over.
     fn on_request(&mut self, from: Addr, req: Request, out: &mut Vec<Action>) {
+        if !self.members.contains(self.cfg.id) {
+            return;
+        }
         match self.clients.receive(from, &req, self.delivery.final_time) {
             Reception::Answer(msg) => out.push(Output::Send { to: from, msg }),
             Reception::Drop => {}
@@ -448,12 +507,23 @@ impl<S: StateMachine> Machine for Replica<S> {
         match input {
             Input::Tick => self.tick(out),
             Input::Request(Command::Flush) => self.seal_due(true, out),
+            Input::Request(Command::ChangeMembership { ticket, change }) => {
+                self.change_membership(ticket, change, out)
+            }
             Input::Message { from, msg } => self.on_message(from, msg, out)?,
             // Writes are ordered before what depends on them; nothing waits for this.
             Input::Persisted { through } => self.disk.persisted(through),
         }
-        self.handle_ready(out)?;
-        self.deliver(out)?;
+        // Applying an entry can make raft-rs ready again (leaving a joint configuration, or
+        // stepping down after its own removal).
+        loop {
+            self.handle_ready(out)?;
+            self.deliver(out)?;
+            self.sync_applied();
+            if !self.raft.has_ready() {
+                break;
+            }
+        }
         self.flush(out);
         if self
             .lost_log

@@ -1,5 +1,5 @@
-//! Snapshots and state transfer. Every `snapshot_every` finally delivered entries a replica
-//! snapshots its state (the state machine's, the clients' table, the delivered batches, the
+//! Snapshots and state transfer. Every `snapshot_every` finally delivered entries, and whenever
+//! it applies a membership change (see `reconfigure`), a replica snapshots its state (the state machine's, the clients' table, the delivered batches, the
 //! log's time), compacts its log and rewrites its disk. A replica whose log is behind the
 //! leader's first entry gets a snapshot through Raft (`install`); one that waits for a batch
 //! nobody keeps any more (it was away while the others compacted) asks the others for their
@@ -19,6 +19,7 @@ use super::clients::Last;
 use super::transfer::{Offer, Received, Sent};
 use super::Replica;
 use crate::error::OrderError;
+use crate::membership::Membership;
 use crate::record::Record;
 use crate::types::{Action, Addr, BatchId, Delivery, OrderMsg, StateMachine, StreamKind};
 
@@ -34,6 +35,18 @@ pub(super) struct SnapshotData {
     pub(super) log_time: u64,
     /// The clients whose latest request expired.
     expired: Vec<u64>,
+    /// The contexts the members that joined through the log were added with.
+    members: Vec<(u64, Vec<u8>)>,
+}
+
+/// A snapshot as builds before membership changes wrote it.
+#[derive(Deserialize)]
+struct SnapshotDataWithoutMembers {
+    machine: Vec<u8>,
+    clients: Vec<(u64, u64, Vec<u8>)>,
+    delivered_batches: Vec<BatchId>,
+    log_time: u64,
+    expired: Vec<u64>,
 }
 
 /// A snapshot as builds before request deadlines wrote it.
@@ -45,21 +58,39 @@ struct SnapshotDataWithoutTime {
 }
 
 impl SnapshotData {
-    /// Decodes a snapshot of this build or of an earlier one (without log time: 0, and no
-    /// expired requests). The current layout extends the earlier one, so earlier bytes fail
-    /// only for want of the new fields.
+    /// Decodes a snapshot of this build or of an earlier one (without member contexts: none;
+    /// without log time: 0, and no expired requests). Each layout extends the one before, so
+    /// earlier bytes fail only for want of the new fields.
     pub(super) fn decode(bytes: &[u8]) -> Result<SnapshotData, String> {
+        let without_members = |old: SnapshotDataWithoutMembers| SnapshotData {
+            machine: old.machine,
+            clients: old.clients,
+            delivered_batches: old.delivered_batches,
+            log_time: old.log_time,
+            expired: old.expired,
+            members: Vec::new(),
+        };
+        let without_time = |old: SnapshotDataWithoutTime| SnapshotData {
+            machine: old.machine,
+            clients: old.clients,
+            delivered_batches: old.delivered_batches,
+            log_time: 0,
+            expired: Vec::new(),
+            members: Vec::new(),
+        };
         postcard::from_bytes::<SnapshotData>(bytes).or_else(|e| {
-            postcard::from_bytes::<SnapshotDataWithoutTime>(bytes)
-                .map(|old| SnapshotData {
-                    machine: old.machine,
-                    clients: old.clients,
-                    delivered_batches: old.delivered_batches,
-                    log_time: 0,
-                    expired: Vec::new(),
+            postcard::from_bytes::<SnapshotDataWithoutMembers>(bytes)
+                .map(without_members)
+                .or_else(|_| {
+                    postcard::from_bytes::<SnapshotDataWithoutTime>(bytes).map(without_time)
                 })
                 .map_err(|_| e.to_string())
         })
+    }
+
+    /// The contexts of the members that joined through the log.
+    pub(super) fn member_contexts(&self) -> BTreeMap<Addr, Vec<u8>> {
+        self.members.iter().cloned().collect()
     }
 
     /// What a snapshot holds of `machine`'s state and a replica's tables.
@@ -68,6 +99,7 @@ impl SnapshotData {
         clients: &BTreeMap<u64, (u64, Last)>,
         delivered_batches: &BTreeSet<BatchId>,
         log_time: u64,
+        members: &BTreeMap<Addr, Vec<u8>>,
     ) -> SnapshotData {
         let mut expired = Vec::new();
         let clients = clients
@@ -86,6 +118,7 @@ impl SnapshotData {
             delivered_batches: delivered_batches.iter().copied().collect(),
             log_time,
             expired,
+            members: members.iter().map(|(id, c)| (*id, c.clone())).collect(),
         }
     }
 
@@ -124,6 +157,7 @@ impl<S: StateMachine> Replica<S> {
             .restore(&data.machine)
             .map_err(OrderError::Corrupt)?;
         self.clients.restore(data.clients());
+        let contexts = data.member_contexts();
         self.batches.delivered = data.delivered_batches.into_iter().collect();
         if self.delivery.opt_next > self.delivery.final_next {
             self.revoke(self.delivery.final_next, out);
@@ -137,6 +171,12 @@ impl<S: StateMachine> Replica<S> {
         self.delivery.skip_to(index, data.log_time);
         self.stats.snapshots_installed += 1;
         out.push(Output::Deliver(Delivery::Installed { seq: index }));
+        let conf = snap.get_metadata().get_conf_state();
+        self.members = Membership::of(conf, &contexts);
+        out.push(Output::Deliver(Delivery::Membership {
+            seq: index,
+            membership: self.members.clone(),
+        }));
         Ok(())
     }
 
@@ -370,8 +410,12 @@ impl<S: StateMachine> Replica<S> {
         if !usable {
             return Ok(());
         }
+        // raft-rs must know of the membership changes the snapshot skips.
+        self.apply_changes_in_log(self.delivery.final_next, index, out);
         self.restore_state(&snap, out)?;
         self.raft.mut_store().compact(snap);
+        // The snapshot adopted covers the changes applied above.
+        self.snapshot_due = false;
         self.rewrite_disk(out);
         Ok(())
     }
@@ -398,11 +442,13 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Takes a snapshot at the last finally delivered entry once `snapshot_every` entries have
-    /// been delivered since the last one; compacts the log and rewrites the disk.
+    /// been delivered since the last one, or a membership change was applied; compacts the log
+    /// and rewrites the disk.
     pub(super) fn maybe_snapshot(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
         let applied = self.delivery.final_next - 1;
         let base = self.raft.store().snapshot_index();
-        if applied < base + self.cfg.snapshot_every.max(1) {
+        let due = self.snapshot_due && applied > base;
+        if !due && applied < base + self.cfg.snapshot_every.max(1) {
             return Ok(());
         }
         let Some(term) = self.raft.store().term_of(applied) else {
@@ -412,6 +458,7 @@ impl<S: StateMachine> Replica<S> {
         if let Err(why) = self.machine.check_snapshot(&machine) {
             // Compacting would leave a log this replica could not restart from: keep the log.
             self.stats.snapshots_failed += 1;
+            self.snapshot_due = false;
             out.push(Output::Warn(format!(
                 "no snapshot taken at {applied} (the log is kept whole): the state machine's \
                  snapshot does not pass its own check: {why}"
@@ -423,6 +470,7 @@ impl<S: StateMachine> Replica<S> {
             self.clients.last(),
             &self.batches.delivered,
             self.delivery.final_time,
+            &self.members.contexts,
         );
         let mut snap = Snapshot {
             data: postcard::to_stdvec(&data).map_err(|e| OrderError::Corrupt(e.to_string()))?,
@@ -435,6 +483,7 @@ impl<S: StateMachine> Replica<S> {
         self.raft.mut_store().compact(snap);
         self.batches.forget_delivered(applied);
         self.rewrite_disk(out);
+        self.snapshot_due = false;
         self.stats.snapshots_taken += 1;
         Ok(())
     }

@@ -12,6 +12,8 @@ pub fn check(o: &Outcome) -> Result<(), String> {
     let mut final_order = Agreement::new("requests finally delivered");
     // seq -> the log's time there, as the first replica to deliver it finally said.
     let mut times = Agreement::new("the log's times");
+    // seq -> the membership in force from there on.
+    let mut memberships = Agreement::new("memberships");
     #[derive(Default)]
     struct View {
         opt: BTreeMap<u64, Vec<Request>>,
@@ -91,7 +93,15 @@ pub fn check(o: &Outcome) -> Result<(), String> {
                     .map_err(|e| format!("at {t}: {e}"))?;
                 v.final_next += 1;
             }
-            Note::Done { .. } | Note::Expired { .. } => {}
+            Note::Delivered(Delivery::Membership { seq, membership }) => {
+                memberships
+                    .see(*node, *seq, membership.clone())
+                    .map_err(|e| format!("at {t}: {e}"))?;
+            }
+            Note::Delivered(Delivery::MemberChange { .. })
+            | Note::Proposed(_)
+            | Note::Done { .. }
+            | Note::Expired { .. } => {}
         }
     }
     let (final_order, times) = (final_order.into_values(), times.into_values());

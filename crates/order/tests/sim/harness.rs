@@ -1,5 +1,6 @@
-//! The simulated cluster: three replicas, well-behaved clients and adversarial ones, the run's
-//! settings, and what a run leaves to check.
+//! The simulated cluster: three founding replicas (and, in membership runs, two that join
+//! later while an operator replaces members), well-behaved clients and adversarial ones, the
+//! run's settings, and what a run leaves to check.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -7,12 +8,15 @@ use std::rc::Rc;
 
 use atomos_order::{
     decode_log, Client, ClientAction, ClientInput, Delivery, Endpoint, EndpointConfig,
-    EndpointDelivery, OrderError, OrderMsg, PlantedBug, Register, RegisterOp, Replica,
-    ReplicaConfig, Request, NO_DEADLINE,
+    EndpointDelivery, EndpointRequest, MemberChange, Membership, OrderError, OrderMsg, PlantedBug,
+    Register, RegisterOp, Replica, ReplicaConfig, Request, NO_DEADLINE,
 };
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 
+/// The replicas that found the cluster (nodes 1 to 3).
 pub const REPLICAS: usize = 3;
+/// Replica slots in membership runs: the founders and two that join (nodes 4 and 5).
+const MEMBERSHIP_SLOTS: usize = 5;
 pub const CLIENTS: usize = 4;
 pub const REQUESTS_PER_CLIENT: u64 = 25;
 
@@ -35,6 +39,8 @@ pub enum Note {
         client: u64,
         seq: u64,
     },
+    /// This replica, leading, proposed a change of the operator's script.
+    Proposed(MemberChange),
 }
 
 /// A client that numbers its requests as no well-behaved client does: an older number after a
@@ -43,17 +49,20 @@ pub enum Note {
 /// ones keep mixing while the faults last. What it is answered becomes [`Note::Done`].
 pub struct Adversary {
     id: u64,
+    /// The replica slots it sends to.
+    slots: u64,
     rng: SimRng,
     /// The longest time a request of its may live, if its requests have deadlines.
     ttl_max: Option<u64>,
 }
 
 impl Adversary {
-    fn new(id: u64, seed: u64, ttl_max: Option<u64>) -> Adversary {
+    fn new(id: u64, seed: u64, setup: Setup) -> Adversary {
         Adversary {
             id,
+            slots: setup.slots() as u64,
             rng: SimRng::new(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-            ttl_max,
+            ttl_max: setup.ttl_max,
         }
     }
 
@@ -93,9 +102,9 @@ impl Adversary {
                     payload: adversary_payload(self.id, seq),
                     deadline_ms,
                 };
-                // To one, two or all three replicas at once.
-                let mask = 1 + self.random() % 7;
-                for r in 1..=REPLICAS as u64 {
+                // To one replica, several or all of them at once.
+                let mask = 1 + self.random() % ((1 << self.slots) - 1);
+                for r in 1..=self.slots {
                     if mask & (1 << (r - 1)) != 0 {
                         out.push(Output::Send {
                             to: r,
@@ -147,7 +156,11 @@ pub enum Node {
         last_read: u64,
         /// What sets this replica's clock apart (see [`replica_clock`]).
         clock: (u64, Setup),
+        /// Membership changes this replica asked for as leader (the operator's script).
+        tickets: u64,
     },
+    /// A replica removed from the cluster: decommissioned, it takes no input any more.
+    Gone,
     /// A client and the payloads it has yet to submit (all at its start without deadlines;
     /// one at a time, each when the one before is answered, with deadlines).
     Client(Box<SimClient>),
@@ -208,6 +221,9 @@ pub struct Setup {
     pub ttl_max: Option<u64>,
     /// Each replica's clock is off the simulation's by up to this much, either way.
     pub clock_skew: u64,
+    /// Two more replicas join and an operator replaces members while faults last (see
+    /// [`operator_script`]).
+    pub membership: bool,
 }
 
 impl Setup {
@@ -219,6 +235,24 @@ impl Setup {
             adversaries: 0,
             ttl_max: None,
             clock_skew: 0,
+            membership: false,
+        }
+    }
+
+    /// Membership changes under every fault.
+    pub fn membership(snapshot_every: u64) -> Setup {
+        Setup {
+            membership: true,
+            ..Setup::new(snapshot_every)
+        }
+    }
+
+    /// The replica slots: nodes 1 to this.
+    pub fn slots(&self) -> usize {
+        if self.membership {
+            MEMBERSHIP_SLOTS
+        } else {
+            REPLICAS
         }
     }
 
@@ -248,8 +282,61 @@ fn replica_clock(seed: u64, node: NodeId, setup: Setup, now: u64) -> u64 {
 /// Faults are injected until this time.
 const FAULT_UNTIL: u64 = 4_000;
 
+/// The operator's script in membership runs, in order, each step with the earliest time it is
+/// asked for: grow from 3 to 4 voters, add a fifth as learner and swap it for replica 1 (a
+/// joint configuration), then remove replica 2. The cluster ends with voters 3, 4 and 5.
+pub fn operator_script() -> [(u64, MemberChange); 5] {
+    let add = |id| MemberChange::AddLearner {
+        id,
+        context: format!("replica {id}").into_bytes(),
+    };
+    [
+        (400, add(4)),
+        (1_000, MemberChange::Promote { id: 4 }),
+        (1_600, add(5)),
+        (2_200, MemberChange::Replace { remove: 1, add: 5 }),
+        (2_800, MemberChange::Remove { id: 2 }),
+    ]
+}
+
+/// Whether a step of the script shows in `m`.
+fn done(step: &MemberChange, m: &Membership) -> bool {
+    match step {
+        MemberChange::AddLearner { id, .. } => m.contains(*id),
+        MemberChange::Promote { id } => m.votes(*id),
+        MemberChange::Replace { remove, add } => m.votes(*add) && !m.contains(*remove),
+        MemberChange::Remove { id } => !m.contains(*id),
+    }
+}
+
+/// The first step of the script that `m` does not show yet, if it is due at `now`.
+fn next_change(now: u64, m: &Membership) -> Option<MemberChange> {
+    let (at, step) = operator_script()
+        .into_iter()
+        .find(|(_, step)| !done(step, m))?;
+    (now >= at).then_some(step)
+}
+
+/// The membership a run ends with when the script ran to the end.
+pub fn scripted_end() -> Membership {
+    Membership {
+        voters: vec![3, 4, 5],
+        contexts: [4, 5]
+            .into_iter()
+            .map(|id| (id, format!("replica {id}").into_bytes()))
+            .collect(),
+        ..Membership::default()
+    }
+}
+
 pub fn replica_config(seed: u64, node: NodeId, setup: Setup) -> ReplicaConfig {
-    let mut cfg = ReplicaConfig::new(node, (1..=REPLICAS as u64).collect());
+    // The founders know each other; a replica that joins knows nobody yet.
+    let founders = if node as usize <= REPLICAS {
+        (1..=REPLICAS as u64).collect()
+    } else {
+        Vec::new()
+    };
+    let mut cfg = ReplicaConfig::new(node, founders);
     cfg.seed = seed.wrapping_mul(31).wrapping_add(node);
     cfg.batch_max = 8;
     cfg.retry_ticks = 5;
@@ -277,9 +364,9 @@ fn client_id(node: NodeId) -> u64 {
     100 + node
 }
 
-/// Whether `client` is one of the adversarial clients.
-pub fn is_adversary(client: u64) -> bool {
-    client > client_id((REPLICAS + CLIENTS) as NodeId)
+/// Whether `client` is one of the adversarial clients of a run set up as `setup`.
+pub fn is_adversary(client: u64, setup: Setup) -> bool {
+    client > client_id((setup.slots() + CLIENTS) as NodeId)
 }
 
 /// What local readers saw: (node, entries applied, the state then), recorded the moment a
@@ -288,14 +375,15 @@ pub type Reads = Rc<RefCell<Vec<(NodeId, u64, Register)>>>;
 
 impl Node {
     fn boot(seed: u64, setup: Setup, boot: Boot, reads: Reads) -> Result<Node, String> {
-        if boot.node as usize > REPLICAS + CLIENTS {
+        let slots = setup.slots();
+        if boot.node as usize > slots + CLIENTS {
             // Clients never crash: this is their only start.
             let id = client_id(boot.node);
-            return Ok(Node::Adversary(Adversary::new(id, seed, setup.ttl_max)));
+            return Ok(Node::Adversary(Adversary::new(id, seed, setup)));
         }
-        if boot.node as usize > REPLICAS {
-            let c = boot.node - REPLICAS as u64 - 1;
-            let replicas = (1..=REPLICAS as u64).collect();
+        if boot.node as usize > slots {
+            let c = boot.node - slots as u64 - 1;
+            let replicas = (1..=slots as u64).collect();
             let client = Client::new(client_id(boot.node), replicas, c as usize, 15);
             return Ok(Node::Client(Box::new(SimClient {
                 client,
@@ -308,8 +396,11 @@ impl Node {
         cfg.seed ^= boot.incarnation << 32;
         let log = decode_log(&boot.log).map_err(|e| e.to_string())?;
         let replica = Replica::open(cfg, log, Register::new()).map_err(|e| e.to_string())?;
+        if removed(&replica) {
+            return Ok(Node::Gone);
+        }
         let last_read = replica.final_next() - 1;
-        let replicas: Vec<NodeId> = (1..=REPLICAS as u64).collect();
+        let replicas: Vec<NodeId> = replica.membership().all();
         let endpoint_cfg = EndpointConfig {
             client_base: (boot.node << 40) | (boot.incarnation << 32),
             resend_ticks: 15,
@@ -320,8 +411,15 @@ impl Node {
             reads,
             last_read,
             clock: (seed, setup),
+            tickets: 0,
         })
     }
+}
+
+/// Whether `replica` knows it was removed: it had a configuration, and it is not in it.
+fn removed(replica: &Replica<Register>) -> bool {
+    let m = replica.membership();
+    !m.is_empty() && !m.contains(replica.id())
 }
 
 fn push_client_actions(
@@ -363,6 +461,7 @@ impl Machine for Node {
                 reads,
                 last_read,
                 clock,
+                tickets,
             } => {
                 if !*announced {
                     *announced = true;
@@ -378,8 +477,31 @@ impl Machine for Node {
                 };
                 let mut outputs = Vec::new();
                 let node = endpoint.replica().id();
+                let sim_now = now;
                 let now = replica_clock(clock.0, node, clock.1, now);
+                let tick = matches!(input, Input::Tick);
                 endpoint.step(now, input, &mut outputs)?;
+                // The operator asks the leader for the next change of its script.
+                let replica = endpoint.replica();
+                if clock.1.membership && tick && replica.is_leader() {
+                    if let Some(change) = next_change(sim_now, replica.membership()) {
+                        *tickets += 1;
+                        let ticket = *tickets;
+                        let ask = EndpointRequest::ChangeMembership {
+                            ticket,
+                            change: change.clone(),
+                        };
+                        endpoint.step(now, Input::Request(ask), &mut outputs)?;
+                        let proposed = outputs.iter().any(|o| {
+                            matches!(o, Output::Deliver(EndpointDelivery::Order(
+                                Delivery::MemberChange { ticket: t, result: Ok(_) }
+                            )) if *t == ticket)
+                        });
+                        if proposed {
+                            out.push(Output::Deliver(Note::Proposed(change)));
+                        }
+                    }
+                }
                 let replica = endpoint.replica();
                 let applied = replica.final_next() - 1;
                 if applied != *last_read {
@@ -416,6 +538,10 @@ impl Machine for Node {
                 push_client_actions(sim_client.client.id(), actions, out);
             }
             Node::Adversary(adversary) => adversary.step(now, input, out),
+            Node::Gone => {}
+        }
+        if matches!(self, Node::Replica { endpoint, .. } if removed(endpoint.replica())) {
+            *self = Node::Gone;
         }
         Ok(())
     }
@@ -429,7 +555,11 @@ pub struct Outcome {
     /// Requests (client, seq) with their payloads, as submitted.
     pub payloads: BTreeMap<(u64, u64), Vec<u8>>,
     pub unanswered: usize,
+    /// The final position and state of each member of the configuration the run ended
+    /// with (replicas removed, and those never added, are left out).
     pub finals: Vec<(u64, Register)>,
+    /// That configuration: the one applied at the highest position any replica reported.
+    pub membership: Membership,
     pub states: Vec<String>,
     /// Each replica's state rebuilt from its disk alone (`Replica::recover`), with the number
     /// of entries it applied, or why it could not be rebuilt.
@@ -438,11 +568,12 @@ pub struct Outcome {
 }
 
 pub fn simulate(seed: u64, setup: Setup) -> Outcome {
-    let clients_end = REPLICAS + CLIENTS;
+    let slots = setup.slots();
+    let clients_end = slots + CLIENTS;
     let nodes = clients_end + setup.adversaries;
     let mut payloads = BTreeMap::new();
-    for node in REPLICAS as u64 + 1..=clients_end as u64 {
-        let c = node - REPLICAS as u64 - 1;
+    for node in slots as u64 + 1..=clients_end as u64 {
+        let c = node - slots as u64 - 1;
         for (s, op) in (1..).zip(client_payloads(c)) {
             payloads.insert((client_id(node), s), op);
         }
@@ -456,7 +587,7 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
     let cfg = SimConfig {
         seed,
         nodes,
-        crashable: REPLICAS,
+        crashable: slots,
         tick_every: 10,
         fault_until: FAULT_UNTIL,
         settle: 6_000,
@@ -468,21 +599,34 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
         Node::boot(seed, setup, boot, recorder.clone())
     });
     let run = sim.run();
+    let founding = Membership {
+        voters: (1..=REPLICAS as u64).collect(),
+        ..Membership::default()
+    };
+    let membership = run
+        .notes
+        .iter()
+        .filter_map(|(_, _, n)| match n {
+            Note::Delivered(Delivery::Membership { seq, membership }) => Some((seq, membership)),
+            _ => None,
+        })
+        .max_by_key(|(seq, _)| **seq)
+        .map_or(founding, |(_, m)| m.clone());
     let mut unanswered = 0;
     let mut finals = Vec::new();
     let mut states = Vec::new();
     for node in 1..=nodes as NodeId {
         match sim.machine(node) {
             Some(Node::Client(c)) => unanswered += c.unanswered(),
-            Some(Node::Replica { endpoint, .. }) => {
+            Some(Node::Replica { endpoint, .. }) if membership.contains(node) => {
                 let replica = endpoint.replica();
                 states.push(replica.describe());
                 finals.push((replica.final_next(), replica.machine().clone()));
             }
-            Some(Node::Adversary(_)) | None => {}
+            Some(Node::Replica { .. } | Node::Gone | Node::Adversary(_)) | None => {}
         }
     }
-    let recovered = (1..=REPLICAS as NodeId)
+    let recovered = (1..=slots as NodeId)
         .map(|node| {
             let rebuilt = decode_log(&sim.disk(node))
                 .map_err(|e| e.to_string())
@@ -498,6 +642,7 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
         payloads,
         unanswered,
         finals,
+        membership,
         states,
         recovered,
         reads: reads.take(),

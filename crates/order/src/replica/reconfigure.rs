@@ -1,0 +1,230 @@
+//! Membership changes. The leader proposes a change as a raft-rs `ConfChangeV2` entry (a
+//! learner's context, what hosts need to reach it, rides in the entry's context); every
+//! replica applies it when the entry is finally delivered, in log order, so every replica
+//! counts the same voters from the same position on. raft-rs learns of it then too (it is
+//! told an entry is applied only once it is, see `sync_applied`), which keeps one change at a
+//! time and takes the cluster out of a joint configuration on its own.
+//!
+//! Every replica takes a snapshot (and compacts its log) when it applies a change. So a
+//! replica added as a learner gets its first state from a snapshot: no leader can send it
+//! entries from the log's start, whose founding configuration it does not know. And the
+//! founding replicas a replica is configured with stop mattering once the membership has
+//! changed: a restart starts from the snapshot's configuration.
+
+use prost::Message as _;
+use raft::eraftpb::{
+    ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, Entry, EntryType,
+};
+
+use atomos_seam::Output;
+
+use super::consensus::warn;
+use super::Replica;
+use crate::membership::{ChangeRefused, MemberChange, Membership};
+use crate::types::{Action, Addr, Delivery, StateMachine};
+
+/// A configuration entry: the change it carries (or why it does not decode) and its context.
+#[derive(Debug)]
+pub(super) struct ConfigEntry {
+    change: Result<ConfChangeV2, String>,
+    context: Vec<u8>,
+}
+
+impl ConfigEntry {
+    /// The configuration change entry `e` carries, if it is one.
+    pub(super) fn of(e: &Entry) -> Option<ConfigEntry> {
+        if e.get_entry_type() != EntryType::EntryConfChangeV2 {
+            return None;
+        }
+        Some(ConfigEntry {
+            change: ConfChangeV2::decode(e.data.as_slice()).map_err(|e| e.to_string()),
+            context: e.context.clone(),
+        })
+    }
+}
+
+/// `cc` if it is a change replicas propose: an automatic transition (one that leaves a joint
+/// configuration on its own) of changes of known kinds. raft-rs's getters abort the process
+/// on a kind they do not know, and an explicit transition would stay joint for good.
+fn proposable(cc: ConfChangeV2) -> Result<ConfChangeV2, String> {
+    if ConfChangeTransition::from_i32(cc.transition) != Some(ConfChangeTransition::Auto) {
+        return Err(format!("transition {} is not automatic", cc.transition));
+    }
+    if let Some(c) = cc
+        .changes
+        .iter()
+        .find(|c| ConfChangeType::from_i32(c.change_type).is_none())
+    {
+        return Err(format!("unknown kind of change {}", c.change_type));
+    }
+    Ok(cc)
+}
+
+fn single(id: Addr, kind: ConfChangeType) -> ConfChangeSingle {
+    ConfChangeSingle {
+        change_type: kind as i32,
+        node_id: id,
+    }
+}
+
+impl<S: StateMachine> Replica<S> {
+    /// A host asks for `change`: proposed if this replica leads and the change makes sense
+    /// now; the answer goes out as a [`Delivery::MemberChange`].
+    pub(super) fn change_membership(
+        &mut self,
+        ticket: u64,
+        change: MemberChange,
+        out: &mut Vec<Action>,
+    ) {
+        let result = self.propose_change(change);
+        out.push(Output::Deliver(Delivery::MemberChange { ticket, result }));
+    }
+
+    fn propose_change(&mut self, change: MemberChange) -> Result<u64, ChangeRefused> {
+        if !self.is_leader() {
+            return Err(ChangeRefused::NotLeader {
+                leader: self.leader(),
+            });
+        }
+        if self.raft.raft.has_pending_conf() || self.members.is_joint() {
+            return Err(ChangeRefused::UnderWay);
+        }
+        let m = &self.members;
+        let (changes, context) = match change {
+            MemberChange::AddLearner { id, context } => {
+                if id == 0 {
+                    return Err(ChangeRefused::Raft("a replica id is never 0".into()));
+                }
+                if m.contains(id) {
+                    return Err(ChangeRefused::AlreadyMember(id));
+                }
+                (vec![single(id, ConfChangeType::AddLearnerNode)], context)
+            }
+            MemberChange::Promote { id } => {
+                if !m.learners.contains(&id) {
+                    return Err(ChangeRefused::NotLearner(id));
+                }
+                self.caught_up(id)?;
+                (vec![single(id, ConfChangeType::AddNode)], Vec::new())
+            }
+            MemberChange::Remove { id } => {
+                if !m.contains(id) {
+                    return Err(ChangeRefused::NotMember(id));
+                }
+                if m.voters == [id] {
+                    return Err(ChangeRefused::LastVoter);
+                }
+                (vec![single(id, ConfChangeType::RemoveNode)], Vec::new())
+            }
+            MemberChange::Replace { remove, add } => {
+                if !m.voters.contains(&remove) {
+                    return Err(ChangeRefused::NotVoter(remove));
+                }
+                if !m.learners.contains(&add) {
+                    return Err(ChangeRefused::NotLearner(add));
+                }
+                self.caught_up(add)?;
+                let changes = vec![
+                    single(add, ConfChangeType::AddNode),
+                    single(remove, ConfChangeType::RemoveNode),
+                ];
+                (changes, Vec::new())
+            }
+        };
+        let cc = ConfChangeV2 {
+            transition: ConfChangeTransition::Auto as i32,
+            changes,
+            context: Vec::new(),
+        };
+        let before = self.raft.raft.raft_log.last_index();
+        self.raft
+            .propose_conf_change(context, cc)
+            .map_err(|e| ChangeRefused::Raft(e.to_string()))?;
+        let at = self.raft.raft.raft_log.last_index();
+        if at == before {
+            return Err(ChangeRefused::Raft("the proposal was dropped".into()));
+        }
+        Ok(at)
+    }
+
+    /// Whether learner `id`'s log reaches the leader's commit.
+    fn caught_up(&self, id: Addr) -> Result<(), ChangeRefused> {
+        let commit = self.raft.raft.raft_log.committed;
+        let matched = self.raft.raft.prs().get(id).map_or(0, |p| p.matched);
+        if matched < commit {
+            return Err(ChangeRefused::LearnerBehind {
+                id,
+                matched,
+                commit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies the configuration entry finally delivered at `seq`. A change raft-rs refuses
+    /// (it no longer fits the configuration it finds) is refused on every replica alike: all
+    /// apply the same entries to the same configuration.
+    pub(super) fn apply_change(&mut self, seq: u64, entry: ConfigEntry, out: &mut Vec<Action>) {
+        let cc = match entry.change.and_then(proposable) {
+            Ok(cc) => cc,
+            Err(e) => {
+                return warn(
+                    out,
+                    format!("membership change at {seq} cannot be applied: skipped: {e}"),
+                )
+            }
+        };
+        let was_leader = self.is_leader();
+        let cs = match self.raft.apply_conf_change(&cc) {
+            Ok(cs) => cs,
+            Err(e) => {
+                return warn(
+                    out,
+                    format!("membership change at {seq} does not apply: skipped: {e}"),
+                )
+            }
+        };
+        let added: Vec<Addr> = cc
+            .changes
+            .iter()
+            .filter(|c| c.change_type == ConfChangeType::AddLearnerNode as i32)
+            .map(|c| c.node_id)
+            .collect();
+        let mut contexts = std::mem::take(&mut self.members.contexts);
+        for &id in &added {
+            contexts.insert(id, entry.context.clone());
+        }
+        self.members = Membership::of(&cs, &contexts);
+        self.raft.mut_store().set_conf_state(cs);
+        self.stats.membership_changes += 1;
+        // See the module's doc.
+        self.snapshot_due = true;
+        if was_leader && !self.members.votes(self.cfg.id) {
+            // Removed while leading: the others elect a leader among themselves.
+            let term = self.raft.raft.term;
+            self.raft.raft.become_follower(term, raft::INVALID_ID);
+            warn(
+                out,
+                format!(
+                    "replica {} was removed while leading: it stepped down",
+                    self.cfg.id
+                ),
+            );
+        }
+        out.push(Output::Deliver(Delivery::Membership {
+            seq,
+            membership: self.members.clone(),
+        }));
+    }
+
+    /// Applies the configuration entries of this replica's log from `from` through `to`
+    /// (a snapshot adopted in their place skips their delivery, but raft-rs must know of them).
+    pub(super) fn apply_changes_in_log(&mut self, from: u64, to: u64, out: &mut Vec<Action>) {
+        for seq in from..=to {
+            let entry = self.raft.store().entry(seq).and_then(ConfigEntry::of);
+            if let Some(entry) = entry {
+                self.apply_change(seq, entry, out);
+            }
+        }
+    }
+}

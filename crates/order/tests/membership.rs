@@ -1,0 +1,178 @@
+//! Membership changes at one replica, stepped by hand: what the leader refuses and why, what
+//! it proposes, what a replica applies, and that a founder's log keeps the founding
+//! configuration whatever the replica is configured with later. (The simulation in `sim.rs`
+//! runs changes across a cluster under faults.)
+
+use atomos_order::{
+    decode_log, ChangeRefused, Command, Delivery, Input, MemberChange, Register, Replica,
+    ReplicaConfig,
+};
+use atomos_seam::{Machine, Output, Write};
+
+/// A replica, with every record it wrote (each write confirmed at once).
+struct Solo {
+    replica: Replica<Register>,
+    log: Vec<Vec<u8>>,
+    written: u64,
+    deliveries: Vec<Delivery>,
+}
+
+impl Solo {
+    fn open(cfg: ReplicaConfig, log: Vec<Vec<u8>>) -> Solo {
+        let records = decode_log(&log).expect("decodes");
+        let replica = Replica::open(cfg, records, Register::new()).expect("opens");
+        Solo {
+            replica,
+            log,
+            written: 0,
+            deliveries: Vec::new(),
+        }
+    }
+
+    fn step(&mut self, input: Input) {
+        let mut out = Vec::new();
+        self.replica.step(0, input, &mut out).expect("steps");
+        let mut writes = 0;
+        for o in out {
+            match o {
+                Output::Persist(Write::Append(records)) => {
+                    self.log.extend(records);
+                    writes += 1;
+                }
+                Output::Persist(Write::Rewrite(records)) => {
+                    self.log = records;
+                    writes += 1;
+                }
+                Output::Deliver(d) => self.deliveries.push(d),
+                Output::Send { .. } | Output::Warn(_) => {}
+            }
+        }
+        if writes > 0 {
+            self.written += writes;
+            let through = self.written;
+            self.step(Input::Persisted { through });
+        }
+    }
+
+    /// Ticks until the replica leads (a cluster of one elects itself).
+    fn lead(&mut self) {
+        for _ in 0..200 {
+            if self.replica.is_leader() {
+                return;
+            }
+            self.step(Input::Tick);
+        }
+        panic!("never led: {}", self.replica.describe());
+    }
+
+    /// Asks for `change` and returns the answer.
+    fn ask(&mut self, ticket: u64, change: MemberChange) -> Result<u64, ChangeRefused> {
+        self.step(Input::Request(Command::ChangeMembership { ticket, change }));
+        self.deliveries
+            .iter()
+            .rev()
+            .find_map(|d| match d {
+                Delivery::MemberChange { ticket: t, result } if *t == ticket => {
+                    Some(result.clone())
+                }
+                _ => None,
+            })
+            .expect("answered")
+    }
+}
+
+#[test]
+fn the_leader_refuses_changes_that_make_no_sense_and_says_why() {
+    let mut follower = Solo::open(ReplicaConfig::new(1, vec![1, 2, 3]), Vec::new());
+    assert_eq!(
+        follower.ask(1, MemberChange::Remove { id: 2 }),
+        Err(ChangeRefused::NotLeader { leader: None })
+    );
+    let mut solo = Solo::open(ReplicaConfig::new(1, vec![1]), Vec::new());
+    solo.lead();
+    let add = |id| MemberChange::AddLearner {
+        id,
+        context: b"10.0.0.2:7400".to_vec(),
+    };
+    assert_eq!(solo.ask(1, add(1)), Err(ChangeRefused::AlreadyMember(1)));
+    assert_eq!(
+        solo.ask(2, MemberChange::Promote { id: 2 }),
+        Err(ChangeRefused::NotLearner(2))
+    );
+    assert_eq!(
+        solo.ask(3, MemberChange::Remove { id: 1 }),
+        Err(ChangeRefused::LastVoter)
+    );
+    assert_eq!(
+        solo.ask(4, MemberChange::Remove { id: 7 }),
+        Err(ChangeRefused::NotMember(7))
+    );
+    assert_eq!(
+        solo.ask(5, MemberChange::Replace { remove: 3, add: 2 }),
+        Err(ChangeRefused::NotVoter(3))
+    );
+    // Nothing was proposed: the membership is the founding one.
+    assert_eq!(solo.replica.membership().voters, vec![1]);
+    assert!(solo.replica.membership().learners.is_empty());
+}
+
+#[test]
+fn a_learner_is_added_with_its_context_and_promoted_only_once_caught_up() {
+    let mut solo = Solo::open(ReplicaConfig::new(1, vec![1]), Vec::new());
+    solo.lead();
+    let context = b"10.0.0.2:7400".to_vec();
+    let at = solo
+        .ask(
+            1,
+            MemberChange::AddLearner {
+                id: 2,
+                context: context.clone(),
+            },
+        )
+        .expect("proposed");
+    // A cluster of one commits at once: the change applied at the position it was proposed
+    // at, and the replica took a snapshot there.
+    let applied = solo.deliveries.iter().find_map(|d| match d {
+        Delivery::Membership { seq, membership } => Some((*seq, membership.clone())),
+        _ => None,
+    });
+    let (seq, membership) = applied.expect("applied");
+    assert_eq!(seq, at);
+    assert_eq!(membership.voters, vec![1]);
+    assert_eq!(membership.learners, vec![2]);
+    assert_eq!(membership.contexts.get(&2), Some(&context));
+    assert_eq!(solo.replica.stats().snapshots_taken, 1);
+    assert_eq!(solo.replica.stats().membership_changes, 1);
+    // Replica 2 never answered: its log reaches nothing.
+    assert!(matches!(
+        solo.ask(2, MemberChange::Promote { id: 2 }),
+        Err(ChangeRefused::LearnerBehind {
+            id: 2,
+            matched: 0,
+            ..
+        })
+    ));
+    // A restart reads the membership back from the snapshot, context included.
+    let log = solo.log.clone();
+    let reopened = Solo::open(ReplicaConfig::new(1, vec![1]), log);
+    assert_eq!(reopened.replica.membership(), &membership);
+}
+
+#[test]
+fn a_founder_keeps_the_founding_configuration_whatever_it_is_configured_with_later() {
+    let mut solo = Solo::open(ReplicaConfig::new(1, vec![1, 2, 3]), Vec::new());
+    solo.step(Input::Tick);
+    assert!(
+        !solo.log.is_empty(),
+        "the founders are written at the first start"
+    );
+    // Restarted with a list an operator edited since: the log's founders stand.
+    let log = solo.log.clone();
+    let reopened = Solo::open(ReplicaConfig::new(1, vec![1, 2, 3, 4]), log);
+    assert_eq!(reopened.replica.membership().voters, vec![1, 2, 3]);
+    // A replica that joins writes no founders and knows nobody until the cluster tells it.
+    let mut joiner = Solo::open(ReplicaConfig::new(4, Vec::new()), Vec::new());
+    joiner.step(Input::Tick);
+    assert!(joiner.replica.membership().is_empty());
+    assert!(joiner.log.is_empty());
+}
