@@ -176,3 +176,58 @@ fn a_founder_keeps_the_founding_configuration_whatever_it_is_configured_with_lat
     assert!(joiner.replica.membership().is_empty());
     assert!(joiner.log.is_empty());
 }
+
+/// A learner whose log lags re-proposes its batches because it does not see them ordered; the
+/// leader orders each batch once (the simulation's joining replicas once grew the log to some
+/// 1,500 entries for 100 requests this way).
+#[test]
+fn the_leader_orders_a_batch_once_however_often_it_is_proposed() {
+    use atomos_order::{BatchId, OrderMsg, Request, NO_DEADLINE};
+    use prost::Message as _;
+    use raft::eraftpb::{Entry, Message, MessageType};
+
+    let mut solo = Solo::open(ReplicaConfig::new(1, vec![1]), Vec::new());
+    solo.lead();
+    let add = MemberChange::AddLearner {
+        id: 2,
+        context: Vec::new(),
+    };
+    solo.ask(1, add).expect("proposed");
+    // The learner's batch: the leader alone is a quorum, so it orders the batch on receipt.
+    let id = BatchId { origin: 2, n: 7 };
+    let requests = vec![Request {
+        client: 9,
+        seq: 1,
+        payload: vec![1],
+        deadline_ms: NO_DEADLINE,
+    }];
+    let batch = OrderMsg::Batch { id, requests };
+    solo.step(Input::Message {
+        from: 2,
+        msg: batch,
+    });
+    let ordered_at = solo.replica.final_next() - 1;
+    // The learner proposes it again, twice.
+    let mut entry = Entry {
+        data: postcard::to_stdvec(&id).expect("encodes"),
+        ..Entry::default()
+    };
+    entry.set_entry_type(raft::eraftpb::EntryType::EntryNormal);
+    let mut propose = Message {
+        from: 2,
+        to: 1,
+        entries: vec![entry],
+        ..Message::default()
+    };
+    propose.set_msg_type(MessageType::MsgPropose);
+    for _ in 0..2 {
+        let msg = OrderMsg::Raft(propose.encode_to_vec());
+        solo.step(Input::Message { from: 2, msg });
+    }
+    assert_eq!(solo.replica.stats().proposals_dropped, 2);
+    assert_eq!(
+        solo.replica.final_next() - 1,
+        ordered_at,
+        "nothing more ordered"
+    );
+}

@@ -244,10 +244,11 @@ fn members_join_are_promoted_replaced_and_removed_under_every_fault() {
 }
 
 /// The same with a snapshot every 100 entries: joining replicas, and replicas that fall behind
-/// while members change, catch up from snapshots that carry the configuration.
+/// while members change, catch up from snapshots that carry the configuration. (Seed 0 once
+/// ended with a replica behind: learners whose logs lagged re-proposed their batches every
+/// retry, each re-proposal became a new entry, and the log grew faster than they caught up,
+/// some 1,500 entries for 100 requests. A leader no longer orders a batch it has ordered.)
 #[test]
-#[ignore = "open defect: at seed 0 a replica ends behind the others (1,186 vs 1,570), and the \
-            log holds some 1,500 entries for 100 requests; run with --ignored"]
 fn members_change_while_replicas_catch_up_by_snapshot() {
     check_seeds(40, "-p atomos-order --test sim", |seed| {
         let o = simulate(seed, Setup::membership(100));

@@ -151,6 +151,9 @@ pub struct OrderStats {
     pub peers_restarted: u64,
     /// Membership changes applied from the log.
     pub membership_changes: u64,
+    /// Proposals forwarded to this leader that it dropped: every batch they would order is in
+    /// its log already, or delivered.
+    pub proposals_dropped: u64,
     /// Messages dropped because their sender is no member: state (snapshots, streams) from a
     /// replica this one neither counts as a member nor follows, and proposals forwarded by a
     /// replica that is no member (a removed replica that still runs, say).

@@ -126,6 +126,17 @@ impl<S: StateMachine> Replica<S> {
             if is(MessageType::MsgAppend) {
                 self.lost_log.leader_appended(m.commit);
             }
+            let mut m = m;
+            if is(MessageType::MsgPropose) && self.is_leader() {
+                // A replica whose log lags re-proposes its batches because it does not see them
+                // ordered yet; ordering one again only lengthens the log it has to catch up on.
+                m.entries
+                    .retain(|e| entry_batch(e).is_none_or(|id| !self.batches.ordered(&id)));
+                if m.entries.is_empty() {
+                    self.stats.proposals_dropped += 1;
+                    return;
+                }
+            }
             // Errors here are stale or irrelevant messages (raft-rs ignores them).
             let _ = self.raft.step(m);
         }

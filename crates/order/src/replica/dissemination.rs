@@ -72,6 +72,11 @@ impl Batches {
         self.in_flight.len()
     }
 
+    /// Whether `id` is ordered in this replica's log or was delivered.
+    pub(super) fn ordered(&self, id: &BatchId) -> bool {
+        self.in_log.contains_key(id) || self.delivered.contains(id)
+    }
+
     /// Whether `id` needs no more of this replica: it is delivered, or ordered, or unknown.
     fn settled(&self, id: &BatchId) -> bool {
         !self.held.contains_key(id) || self.in_log.contains_key(id) || self.delivered.contains(id)
@@ -325,8 +330,12 @@ impl<S: StateMachine> Replica<S> {
         self.propose_entry(id);
     }
 
-    /// Proposes an entry ordering batch `id`, stamped with this replica's clock reading.
+    /// Proposes an entry ordering batch `id`, stamped with this replica's clock reading (a
+    /// leader that has it in its log already or delivered it does not order it again).
     fn propose_entry(&mut self, id: BatchId) {
+        if self.is_leader() && self.batches.ordered(&id) {
+            return;
+        }
         let _ = self
             .raft
             .propose(encode_stamp(self.now_ms), encode_batch(id));
