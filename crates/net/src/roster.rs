@@ -141,6 +141,20 @@ impl Roster {
         self.changed.send_modify(|n| *n += 1);
     }
 
+    /// Admits member `id` proving one of `keys` from now on (a member that joined the
+    /// cluster, or new keys for one already known: connections proven with a key no longer
+    /// listed close).
+    pub fn add_member(&self, id: NodeId, keys: Vec<PublicKey>) {
+        self.keys.write().members.insert(id, keys);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Admits member `id` no more (it left the cluster): its connections close.
+    pub fn remove_member(&self, id: NodeId) {
+        self.keys.write().members.remove(&id);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
     /// Notifies of every change to the roster.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()

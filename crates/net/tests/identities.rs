@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use atomos_net::handshake::Identity;
 use atomos_net::keys::KeyPair;
+use atomos_net::rpc::Envelope;
 use atomos_net::transport::{NodeId, Transport};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
@@ -243,4 +244,57 @@ async fn a_members_key_rotates_while_the_others_keep_serving() {
         "the retired key still gets in"
     );
     assert!(answers(&nodes[0], 3).await);
+}
+
+/// Members join and leave while the transport runs: a member added with its address and key is
+/// dialled (by the lower id) and answers both ways; one removed is refused, its connection
+/// closes, and sends to it fail as to an unknown peer. Bad additions are errors naming why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_join_and_leave_while_the_transport_runs() {
+    let (mut ls, members) = listeners(3).await;
+    let founders = &members[..2];
+    let one = start(config(1, SECRET, founders), ls.remove(0));
+    let two = start(config(2, SECRET, founders), ls.remove(0));
+    until_answered(&one, 2).await;
+    // Member 3 starts knowing the founders; they learn of it later.
+    let three = start(config(3, SECRET, &members), ls.remove(0));
+    assert!(!answers(&one, 3).await, "3 is not a member of 1's yet");
+    assert!(matches!(
+        one.transport.send(3, Envelope::OneWay(Msg::Note(7))),
+        Err(atomos_net::transport::SendError::UnknownPeer(3))
+    ));
+    for node in [&one, &two] {
+        node.transport
+            .add_member(3, members[2].1, vec![member_key(3).public()])
+            .expect("added");
+    }
+    until_answered(&one, 3).await;
+    until_answered(&three, 1).await;
+    until_answered(&three, 2).await;
+    assert_eq!(one.transport.peers(), vec![2, 3]);
+
+    // Bad additions change nothing.
+    for (id, keys) in [(1, vec![member_key(1).public()]), (9, Vec::new())] {
+        let err = one
+            .transport
+            .add_member(id, members[2].1, keys)
+            .expect_err("refused");
+        assert!(err.to_string().contains(&format!("member {id}")), "{err}");
+    }
+    assert_eq!(one.transport.peers(), vec![2, 3]);
+
+    // 3 leaves: 1 and 2 no longer talk with it, and it cannot come back in.
+    for node in [&one, &two] {
+        node.transport.remove_member(3);
+    }
+    assert_eq!(one.transport.peers(), vec![2]);
+    tokio::time::timeout(WAIT, async {
+        while answers(&three, 1).await || answers(&three, 2).await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("3's connections closed");
+    assert!(!answers(&one, 3).await);
+    until_answered(&one, 2).await;
 }

@@ -42,7 +42,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
@@ -147,7 +147,8 @@ pub struct TcpTransport<M> {
 struct Shared<M> {
     cfg: TcpConfig,
     local_addr: SocketAddr,
-    links: HashMap<NodeId, Arc<Link>>,
+    /// The members' links; members join and leave while the transport runs.
+    links: RwLock<HashMap<NodeId, Arc<Link>>>,
     /// The clients connected now, each with the link of its current connection.
     clients: Mutex<HashMap<NodeId, Arc<Link>>>,
     deliver: Arc<dyn Deliver<M>>,
@@ -169,6 +170,8 @@ struct Link {
     counters: LinkCounters,
     /// A client's link: the key its connection proved (members' links outlive connections).
     key: Option<PublicKey>,
+    /// Cancelled when the member leaves: its dialling stops.
+    gone: CancellationToken,
 }
 
 #[derive(Default)]
@@ -236,12 +239,62 @@ where
         let shared = Shared::new(cfg, listener.local_addr()?, deliver);
         tokio::spawn(shared.busy.clone().run(shared.stop.clone()));
         tokio::spawn(accept_loop(shared.clone(), listener));
-        for link in shared.links.values() {
+        for link in shared.links.read().values() {
             if link.peer > me {
                 tokio::spawn(dial_loop(shared.clone(), link.clone()));
             }
         }
         Ok(TcpTransport { shared })
+    }
+
+    /// Member `id`, listening at `addr` and proving one of `keys`, joined the cluster: it is
+    /// admitted, sent to, and dialled if its id is above this node's (the lower id dials, as
+    /// at start). A member known already at another address is reached at the new one from
+    /// now on. Must be called inside a tokio runtime.
+    pub fn add_member(&self, id: NodeId, addr: SocketAddr, keys: Vec<PublicKey>) -> io::Result<()> {
+        let s = &self.shared;
+        let me = s.cfg.identity.node();
+        if id == me || is_client(id) {
+            return Err(invalid(format!(
+                "member {id} cannot be added here: it is this node, or its id has the client bit"
+            )));
+        }
+        if keys.is_empty() {
+            return Err(invalid(format!(
+                "member {id} has no public key: its connections could not be authenticated"
+            )));
+        }
+        s.cfg.roster.add_member(id, keys);
+        let link = {
+            let mut links = s.links.write();
+            if links.get(&id).is_some_and(|l| l.addr == addr) {
+                return Ok(());
+            }
+            let link = Arc::new(Link::new(
+                id,
+                addr,
+                LinkCounters::new(me, id),
+                s.stop.child_token(),
+            ));
+            if let Some(old) = links.insert(id, link.clone()) {
+                old.leave();
+            }
+            link
+        };
+        if id > me && !s.stop.is_cancelled() {
+            tokio::spawn(dial_loop(s.clone(), link));
+        }
+        Ok(())
+    }
+
+    /// Member `id` left the cluster: it is no longer admitted (its connections close), sent
+    /// to or dialled.
+    pub fn remove_member(&self, id: NodeId) {
+        let s = &self.shared;
+        s.cfg.roster.remove_member(id);
+        if let Some(link) = s.links.write().remove(&id) {
+            link.leave();
+        }
     }
 
     /// A client's transport: it listens nowhere and dials every member of `cfg.peers`, whose
@@ -258,7 +311,7 @@ where
         let nowhere = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
         let shared = Shared::new(cfg, nowhere, deliver);
         tokio::spawn(shared.busy.clone().run(shared.stop.clone()));
-        for link in shared.links.values() {
+        for link in shared.links.read().values() {
             tokio::spawn(dial_loop(shared.clone(), link.clone()));
         }
         Ok(TcpTransport { shared })
@@ -285,7 +338,7 @@ where
     }
 
     fn peers(&self) -> Vec<NodeId> {
-        let mut peers: Vec<NodeId> = self.shared.links.keys().copied().collect();
+        let mut peers: Vec<NodeId> = self.shared.links.read().keys().copied().collect();
         peers.sort_unstable();
         peers
     }
@@ -295,13 +348,14 @@ where
         if s.stop.is_cancelled() {
             return Err(SendError::Closed);
         }
-        let client_link;
-        let link = match s.links.get(&to) {
+        let link = match s.member_link(to) {
             Some(link) => link,
-            None if is_client(to) => {
-                client_link = s.clients.lock().get(&to).cloned();
-                client_link.as_ref().ok_or(SendError::UnknownPeer(to))?
-            }
+            None if is_client(to) => s
+                .clients
+                .lock()
+                .get(&to)
+                .cloned()
+                .ok_or(SendError::UnknownPeer(to))?,
             None => return Err(SendError::UnknownPeer(to)),
         };
         let delay = match s.faults.outgoing(to) {
@@ -380,7 +434,12 @@ fn invalid(reason: String) -> io::Error {
 }
 
 impl Link {
-    fn new(peer: NodeId, addr: SocketAddr, counters: LinkCounters) -> Link {
+    fn new(
+        peer: NodeId,
+        addr: SocketAddr,
+        counters: LinkCounters,
+        gone: CancellationToken,
+    ) -> Link {
         Link {
             peer,
             addr,
@@ -390,6 +449,15 @@ impl Link {
             generation: AtomicU64::new(0),
             counters,
             key: None,
+            gone,
+        }
+    }
+
+    /// The member left: its dialling stops and its connection closes.
+    fn leave(&self) {
+        self.gone.cancel();
+        if let Some((_, conn)) = self.current.lock().take() {
+            conn.cancel();
         }
     }
 }
@@ -398,33 +466,38 @@ impl<M> Shared<M> {
     fn new(cfg: TcpConfig, local_addr: SocketAddr, deliver: Arc<dyn Deliver<M>>) -> Arc<Self> {
         let me = cfg.identity.node();
         let cfg_busy_poll = cfg.busy_poll;
+        let stop = CancellationToken::new();
         let links = cfg
             .peers
             .iter()
             .filter(|(id, _)| *id != me)
             .map(|&(peer, addr)| {
-                (
-                    peer,
-                    Arc::new(Link::new(peer, addr, LinkCounters::new(me, peer))),
-                )
+                let counters = LinkCounters::new(me, peer);
+                let link = Link::new(peer, addr, counters, stop.child_token());
+                (peer, Arc::new(link))
             })
             .collect();
         Arc::new(Shared {
             local_addr,
             cfg,
-            links,
+            links: RwLock::new(links),
             clients: Mutex::new(HashMap::new()),
             deliver,
             faults: FaultRules::default(),
-            stop: CancellationToken::new(),
+            stop,
             busy: BusyPoll::new(cfg_busy_poll),
         })
+    }
+
+    /// Member `peer`'s link, if it is a member now.
+    fn member_link(&self, peer: NodeId) -> Option<Arc<Link>> {
+        self.links.read().get(&peer).cloned()
     }
 
     /// Whether a connection from `peer`, authenticated by its key, may be used: a member
     /// always; a client only by a member that accepts clients, on a connection it accepted.
     fn admits(&self, peer: NodeId, accepted: bool) -> bool {
-        self.links.contains_key(&peer)
+        self.links.read().contains_key(&peer)
             || (accepted
                 && is_client(peer)
                 && self.cfg.accept_clients
@@ -442,7 +515,12 @@ impl<M> Shared<M> {
         from: SocketAddr,
     ) -> Option<Arc<Link>> {
         let me = self.cfg.identity.node();
-        let mut link = Link::new(peer, from, LinkCounters::for_clients(me));
+        let mut link = Link::new(
+            peer,
+            from,
+            LinkCounters::for_clients(me),
+            self.stop.child_token(),
+        );
         link.key = Some(key);
         let link = Arc::new(link);
         let mut clients = self.clients.lock();
@@ -504,8 +582,8 @@ where
             .unwrap_or_else(|_| Err(("handshake timed out".to_string(), None)));
             drop(permit);
             match opened {
-                Ok(opened) => match shared.links.get(&opened.peer) {
-                    Some(link) => run_connection(&shared, link, opened).await,
+                Ok(opened) => match shared.member_link(opened.peer) {
+                    Some(link) => run_connection(&shared, &link, opened).await,
                     None => {
                         // `open_connection` admits no other peer than a member or a client.
                         match shared.client_connected(opened.peer, opened.key, from) {
@@ -545,7 +623,7 @@ where
             open_connection(&shared, stream, Some(link.peer)).await
         };
         let opened = tokio::select! {
-            _ = shared.stop.cancelled() => return,
+            _ = link.gone.cancelled() => return,
             opened = timeout(shared.cfg.handshake_timeout, attempt) => opened
                 .unwrap_or_else(|_| Err(("handshake timed out".to_string(), None))),
         };
@@ -568,7 +646,7 @@ where
         // Jitter in [backoff/2, backoff], so restarted clusters do not dial in lock-step.
         let jitter = rand::random::<f64>() * 0.5 + 0.5;
         tokio::select! {
-            _ = shared.stop.cancelled() => return,
+            _ = link.gone.cancelled() => return,
             _ = sleep(backoff.mul_f64(jitter)) => {}
         }
         backoff = (backoff * 2).min(shared.cfg.reconnect_max);
