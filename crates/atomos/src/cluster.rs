@@ -9,8 +9,10 @@ use atomos_net::transport::NodeId;
 
 use crate::certify::CertifyOptions;
 use crate::node::{Node, NodeConfig, Protocol};
+use crate::ordering::MembershipError;
 use crate::runtime::{NodeRuntime, ProtocolPlan};
 use crate::wire::NodeMsg;
+use atomos_order::MemberChange;
 
 /// Why a cluster could not be built, or a node of it killed or restarted.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,9 @@ pub enum ClusterError {
     /// The protocol does not come back from a node's loss in process.
     #[error("{0}")]
     Unsupported(String),
+    /// A membership change was not made.
+    #[error("membership change: {0}")]
+    Membership(#[from] MembershipError),
 }
 
 /// `n` nodes (ids 1..=n) in this process, linked by an in-memory network, driven by a runtime
@@ -81,7 +86,7 @@ impl Cluster {
         // Every node links first, then the protocols start (they reach each other at once).
         let mut members: Vec<NodeRuntime> = (1..=n as NodeId).map(|id| cluster.link(id)).collect();
         for member in &mut members {
-            cluster.start_protocol(member, false)?;
+            cluster.start_protocol(member, false, false)?;
         }
         cluster.members = members;
         Ok(cluster)
@@ -101,12 +106,18 @@ impl Cluster {
     }
 
     /// Starts the cluster's protocol on `member`; `rejoin` if it lost the log of an earlier
-    /// start.
-    fn start_protocol(&self, member: &mut NodeRuntime, rejoin: bool) -> Result<(), ClusterError> {
+    /// start, `join` if it joins the running cluster.
+    fn start_protocol(
+        &self,
+        member: &mut NodeRuntime,
+        rejoin: bool,
+        join: bool,
+    ) -> Result<(), ClusterError> {
         let ids: Vec<NodeId> = (1..=self.n as NodeId).collect();
         let _guard = self.runtime.enter();
         let mut plan = ProtocolPlan::new(ids);
         plan.rejoin = rejoin;
+        plan.join = join;
         plan.certify = self.options;
         let started = member.start_protocol(plan);
         started.map_err(|e| ClusterError::Protocol(e.to_string()))
@@ -140,10 +151,37 @@ impl Cluster {
             return Err(ClusterError::NotStopped(id));
         }
         let mut member = self.link(id);
-        self.start_protocol(&mut member, true)?;
+        self.start_protocol(&mut member, true, false)?;
         self.members.push(member);
         self.members.sort_by_key(|m| m.id());
         Ok(())
+    }
+
+    /// Starts node `id`, new to the cluster (above its first `n` ids), as a replica that
+    /// joins: it knows no members and waits until a member adds it
+    /// ([`Cluster::change_membership`] with [`MemberChange::AddLearner`]), then catches up from
+    /// the leader's snapshot. Only `certify` and `active` change their members; the others are
+    /// refused. A joined node is not restarted by [`Cluster::restart`].
+    pub fn join(&mut self, id: NodeId) -> Result<(), ClusterError> {
+        if id <= self.n as NodeId || self.member(id).is_some() {
+            return Err(ClusterError::NotStopped(id));
+        }
+        let mut member = self.link(id);
+        self.start_protocol(&mut member, false, true)?;
+        self.members.push(member);
+        self.members.sort_by_key(|m| m.id());
+        Ok(())
+    }
+
+    /// Asks node `via` to propose `change` of the members (it must lead): the position it was
+    /// proposed at. See [`crate::ordering::OrderNode::change_membership`].
+    pub fn change_membership(
+        &self,
+        via: NodeId,
+        change: MemberChange,
+    ) -> Result<u64, ClusterError> {
+        let member = self.member(via).ok_or(ClusterError::NoSuchNode(via))?;
+        Ok(self.runtime.block_on(member.change_membership(change))?)
     }
 
     /// The ids of the running nodes (1..=n while none is killed).

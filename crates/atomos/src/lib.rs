@@ -41,6 +41,7 @@ pub mod health;
 mod host;
 pub mod hot_spots;
 mod linked;
+pub mod membership;
 mod node;
 pub mod ordering;
 mod oss;

@@ -17,7 +17,7 @@ use atomos_net::roster::Roster;
 use atomos_net::rpc::{Envelope, Inbound, Rpc, RpcError};
 use atomos_net::tcp::{TcpConfig, TcpTransport};
 use atomos_net::transport::{Deliver, NodeId, Transport};
-use atomos_order::{OrderMsg, RegisterOp, ReplicaConfig};
+use atomos_order::{MemberChange, OrderMsg, RegisterOp, ReplicaConfig};
 use parking_lot::Mutex;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
@@ -36,7 +36,7 @@ pub use crate::client_service::{DEFAULT_CLIENT_REQUESTS_MAX, DEFAULT_CLIENT_REQU
 use crate::config::NodeSettings;
 use crate::health::Health;
 use crate::node::{Node, NodeConfig};
-use crate::ordering::{LoadHooks, OrderNode, OrderNodeConfig};
+use crate::ordering::{LoadHooks, MembershipError, OrderNode, OrderNodeConfig};
 use crate::oss::OssDriver;
 use crate::service::{ServiceConfig, TxService};
 use crate::tfa::TfaDriver;
@@ -123,6 +123,9 @@ pub struct NodeRuntime {
     client_limits: Arc<ClientLimits>,
     /// Which keys the TCP transport admits (none for other transports).
     pub(crate) roster: Option<Arc<Roster>>,
+    /// The TCP transport, which follows the members the order replica applies (none for
+    /// other transports).
+    tcp: Option<Arc<TcpTransport<Envelope<NodeMsg>>>>,
 }
 
 impl NodeRuntime {
@@ -177,9 +180,10 @@ impl NodeRuntime {
             peers = settings.peers.len(),
             "node started"
         );
-        let mut runtime =
-            NodeRuntime::start(settings.node_id, node, rpc, Arc::new(transport), inbox);
+        let transport = Arc::new(transport);
+        let mut runtime = NodeRuntime::start(settings.node_id, node, rpc, transport.clone(), inbox);
         runtime.roster = Some(roster);
+        runtime.tcp = Some(transport);
         runtime.set_answer_poll(settings.answer_poll);
         runtime.show_hot_spot_keys(settings.metrics_hot_spot_keys);
         runtime.set_client_limits(
@@ -249,6 +253,17 @@ impl NodeRuntime {
         self.order.as_ref()
     }
 
+    /// Asks this node's order replica to propose `change` of the members (it must lead):
+    /// the position it was proposed at, or why not. See [`OrderNode::change_membership`].
+    pub async fn change_membership(&self, change: MemberChange) -> Result<u64, MembershipError> {
+        match &self.order {
+            Some(order) => order.change_membership(change).await,
+            None => Err(MembershipError::NotReplicated(
+                self.node.protocol().to_string(),
+            )),
+        }
+    }
+
     /// Starts the services of node `id` on an already connected transport (`rpc` was built
     /// for it and `inbox` is its inbox). Must be called inside a tokio runtime.
     pub fn start(
@@ -309,6 +324,7 @@ impl NodeRuntime {
             hot_spot_keys,
             client_limits,
             roster: None,
+            tcp: None,
         }
     }
 

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use atomos_net::transport::{Deliver, NodeId, Transport};
 use atomos_order::{
-    decode_log, Delivery, Endpoint, EndpointConfig, OrderError, OrderMsg, Replica, ReplicaConfig,
-    StateMachine,
+    decode_log, ChangeRefused, Delivery, Endpoint, EndpointConfig, MemberChange, Membership,
+    OrderError, OrderMsg, Replica, ReplicaConfig, StateMachine,
 };
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
@@ -88,6 +88,38 @@ pub struct OrderNodeConfig {
     /// Where the replica reports that it failed (default: a health of its own, which still
     /// logs the failure).
     pub health: Option<Arc<Health>>,
+    /// Hears of every membership the replica applies (and, at start, the one its log holds),
+    /// with the one before it (`None` at start): how the node's transport follows the
+    /// members.
+    pub on_membership: Option<MembershipHook>,
+}
+
+/// What hears of a membership the replica applied: called with the one it replaced (`None`
+/// at start) and the new one.
+pub type MembershipFn = dyn Fn(Option<&Membership>, &Membership) + Send + Sync;
+
+/// Hears of a membership the replica applied, with the one it replaced (`None` at start).
+#[derive(Clone)]
+pub struct MembershipHook(pub Arc<MembershipFn>);
+
+impl std::fmt::Debug for MembershipHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MembershipHook")
+    }
+}
+
+/// Why a membership change was not made.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MembershipError {
+    /// The leader refused it (or this replica does not lead).
+    #[error(transparent)]
+    Refused(#[from] ChangeRefused),
+    /// The order node stopped before it answered.
+    #[error("the order node stopped")]
+    Stopped,
+    /// The node runs no order replica (its protocol does not change members).
+    #[error("this node runs {0}: only certify and active clusters change their members")]
+    NotReplicated(String),
 }
 
 /// Makes the payload of generated request number n.
@@ -126,6 +158,7 @@ impl OrderNodeConfig {
             client_resend_ticks: 40,
             load_hooks: None,
             health: None,
+            on_membership: None,
         }
     }
 }
@@ -246,6 +279,8 @@ struct Shared {
     /// Requests whose callers stopped waiting, and the number of the next such.
     watched: Mutex<Watched>,
     next_ticket: AtomicU64,
+    /// The membership the replica applied last.
+    membership: Mutex<Membership>,
 }
 
 impl Shared {
@@ -343,6 +378,7 @@ impl OrderNode {
             machine: Mutex::new(Vec::new()),
             watched: Mutex::new(Watched::default()),
             next_ticket: AtomicU64::new(1),
+            membership: Mutex::new(Membership::default()),
         });
         let transport = connect(Arc::new(ToTask {
             inbox: net_tx.clone(),
@@ -364,6 +400,13 @@ impl OrderNode {
         )?;
         let log = decode_log(&records)?;
         let replica = Replica::open(cfg.replica.clone(), log, machine)?;
+        let membership = replica.membership().clone();
+        if let Some(hook) = &cfg.on_membership {
+            if !membership.is_empty() {
+                (hook.0)(None, &membership);
+            }
+        }
+        *shared.membership.lock() = membership;
         let endpoint_cfg = EndpointConfig {
             // Random, so a restarted node never reuses a client id (and its sequence numbers).
             client_base: rand::random::<u64>() & !0xFFFF_FFFF,
@@ -385,6 +428,8 @@ impl OrderNode {
                 transport: transport.clone(),
                 shared: shared.clone(),
                 waiters: Waiters::new(&cfg),
+                changes: BTreeMap::new(),
+                on_membership: cfg.on_membership.clone(),
                 opt_at: BTreeMap::new(),
                 counters_due: Instant::now(),
                 reported: Default::default(),
@@ -432,6 +477,23 @@ impl OrderNode {
             Ok(Answer::Expired) => Err(SubmitError::Expired(Duration::MAX)),
             Err(_) => Err(SubmitError::Stopped),
         }
+    }
+
+    /// Asks the replica to propose `change` (it must lead) and returns the position it was
+    /// proposed at. The change has taken effect once [`OrderNode::membership`] shows it (a
+    /// leader change can drop a proposal: ask again).
+    pub async fn change_membership(&self, change: MemberChange) -> Result<u64, MembershipError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Event::ChangeMembership { change, reply })
+            .map_err(|_| MembershipError::Stopped)?;
+        Ok(answer.await.map_err(|_| MembershipError::Stopped)??)
+    }
+
+    /// The membership the replica applied last (empty while a joining replica waits for its
+    /// first snapshot).
+    pub fn membership(&self) -> Membership {
+        self.shared.membership.lock().clone()
     }
 
     /// A handle that submits from threads outside the async runtime.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use atomos_net::transport::NodeId;
-use atomos_order::OrderMsg;
+use atomos_order::{ChangeRefused, MemberChange, OrderMsg};
 use tokio::sync::oneshot;
 
 use crate::answer::{AnswerSlot, Replier};
@@ -107,6 +107,11 @@ pub(super) enum Event {
         reply: Reply,
     },
     Disk(DiskEvent),
+    /// A membership change to propose, and who waits for the leader's answer.
+    ChangeMembership {
+        change: MemberChange,
+        reply: oneshot::Sender<Result<u64, ChangeRefused>>,
+    },
 }
 
 /// The log's time for a request that may be ordered for `limit` from now: milliseconds since

@@ -9,11 +9,11 @@ use std::time::Instant;
 
 use atomos_net::transport::Transport;
 use atomos_order::{
-    Addr, Delivery, Endpoint, EndpointDelivery, EndpointRequest, OrderError, OrderMsg, Outcome,
-    StateMachine,
+    Addr, ChangeRefused, Delivery, Endpoint, EndpointDelivery, EndpointRequest, OrderError,
+    OrderMsg, Outcome, StateMachine,
 };
 use atomos_seam::Input;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -21,7 +21,7 @@ use crate::disk::DiskEvent;
 use crate::driver::{Carry, RunError, Runner};
 
 use super::{
-    Answer, Event, LoadHooks, OrderNodeConfig, OrderNodeError, Reply, Shared,
+    Answer, Event, LoadHooks, MembershipHook, OrderNodeConfig, OrderNodeError, Reply, Shared,
     MACHINE_COUNTERS_EVERY,
 };
 
@@ -61,6 +61,13 @@ impl Waiters {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         self.waiting.insert(ticket, waiter);
+        ticket
+    }
+
+    /// A ticket for a membership change (numbered with the submissions, so none is shared).
+    fn add_change(&mut self) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
         ticket
     }
 
@@ -105,6 +112,9 @@ pub(super) struct OrderIo {
     pub(super) transport: Arc<dyn Transport<OrderMsg>>,
     pub(super) shared: Arc<Shared>,
     pub(super) waiters: Waiters,
+    /// Membership changes asked for, by ticket, with who waits for the leader's answer.
+    pub(super) changes: BTreeMap<u64, oneshot::Sender<Result<u64, ChangeRefused>>>,
+    pub(super) on_membership: Option<MembershipHook>,
     pub(super) opt_at: BTreeMap<u64, Instant>,
     /// When the state machine's counters are published next.
     pub(super) counters_due: Instant,
@@ -155,8 +165,6 @@ impl<S: StateMachine> Carry<Endpoint<S>> for OrderIo {
                 self.opt_at = self.opt_at.split_off(&(seq + 1));
             }
             Delivery::Membership { seq, membership } => {
-                // Nodes do not ask for membership changes yet: a log written by a build that
-                // did is followed (the replica applies it), and said here.
                 tracing::info!(
                     node = self.me,
                     seq,
@@ -165,9 +173,15 @@ impl<S: StateMachine> Carry<Endpoint<S>> for OrderIo {
                     outgoing = ?membership.outgoing,
                     "membership in force"
                 );
+                let before = std::mem::replace(&mut *shared.membership.lock(), membership.clone());
+                if let Some(hook) = &self.on_membership {
+                    (hook.0)(Some(&before), membership);
+                }
             }
             Delivery::MemberChange { ticket, result } => {
-                tracing::info!(node = self.me, ticket, ?result, "membership change");
+                if let Some(reply) = self.changes.remove(ticket) {
+                    let _ = reply.send(result.clone());
+                }
             }
             Delivery::Alarm { seq, text } => {
                 tracing::error!(node = self.me, seq, "{text}");
@@ -216,6 +230,14 @@ impl<S: StateMachine> Task<S> {
                 self.runner.durable(through, &mut self.io)?;
             }
             Event::Disk(DiskEvent::Failed(e)) => return Err(e.into()),
+            Event::ChangeMembership { change, reply } => {
+                let ticket = self.io.waiters.add_change();
+                self.io.changes.insert(ticket, reply);
+                self.step(Input::Request(EndpointRequest::ChangeMembership {
+                    ticket,
+                    change,
+                }))?;
+            }
         }
         Ok(())
     }

@@ -29,6 +29,10 @@ pub struct ProtocolPlan {
     /// certify, active, oss: this node lost its log (its data directory was wiped) and the
     /// cluster has a history: it neither votes nor campaigns until it has caught up.
     pub rejoin: bool,
+    /// certify, active: this node joins a running cluster (`members` are ignored: it learns
+    /// the membership from the leader's snapshot once a member adds it as a learner). The
+    /// other protocols do not change members, and refuse it.
+    pub join: bool,
     /// certify, active (and the commit limit, oss): how commits wait and the store's
     /// housekeeping.
     pub certify: CertifyOptions,
@@ -54,6 +58,7 @@ impl ProtocolPlan {
             members,
             log: None,
             rejoin: false,
+            join: false,
             certify: CertifyOptions::default(),
             snapshot_every: ReplicaConfig::new(1, vec![1]).snapshot_every,
             snapshot_chunk_bytes: ReplicaConfig::new(1, vec![1]).snapshot_chunk_bytes,
@@ -84,7 +89,17 @@ impl NodeRuntime {
     pub fn start_protocol(&mut self, plan: ProtocolPlan) -> Result<(), RuntimeError> {
         let mut members = plan.members.clone();
         members.sort_unstable();
-        match self.node.protocol() {
+        let protocol = self.node.protocol();
+        if plan.join && !protocol.is_ordered() {
+            return Err(RuntimeError::Protocol {
+                name: "join",
+                why: format!(
+                    "only certify and active clusters change their members: a node cannot \
+                     join one running {protocol}"
+                ),
+            });
+        }
+        match protocol {
             Protocol::Local => Ok(()),
             Protocol::Tfa => {
                 let log = plan.log_file("tfa.wal")?;
@@ -101,7 +116,8 @@ impl NodeRuntime {
                 self.start_oss(cfg, log, plan.certify.commit_limit)
             }
             protocol @ (Protocol::Certify | Protocol::Active) => {
-                let mut replica = ReplicaConfig::new(self.id, members);
+                let founders = if plan.join { Vec::new() } else { members };
+                let mut replica = ReplicaConfig::new(self.id, founders);
                 replica.seed = rand::random();
                 replica.snapshot_every = plan.snapshot_every;
                 replica.snapshot_chunk_bytes = plan.snapshot_chunk_bytes;

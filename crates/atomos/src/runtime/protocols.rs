@@ -18,6 +18,7 @@ use super::{NodeRuntime, RuntimeError};
 use crate::certify::{CertifyOptions, SubmitOrderer};
 use crate::disk::FsyncPolicy;
 use crate::host::Host;
+use crate::membership::transport_follows;
 use crate::node::Protocol;
 use crate::ordering::{OrderNode, OrderNodeConfig};
 use crate::oss::{OssCertifier, OssDriver};
@@ -133,6 +134,9 @@ impl NodeRuntime {
         machine: S,
     ) -> Result<(), RuntimeError> {
         cfg.health = Some(self.health.clone());
+        if let Some(tcp) = &self.tcp {
+            cfg.on_membership = Some(transport_follows(self.id, Arc::downgrade(tcp)));
+        }
         let link = OrderLink {
             rpc: self.rpc.clone(),
             faults: FaultRules::default(),

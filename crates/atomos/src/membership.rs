@@ -1,0 +1,148 @@
+//! Membership changes as a node sees them: what a member added through the log carries (the
+//! change's context: where it listens and the keys it proves), and how the node's TCP
+//! transport follows the membership the order replica applies (a member added is admitted
+//! and dialled, one removed is refused and forgotten).
+//!
+//! Only `certify` and `active` change membership: their replicas order everything through
+//! the order layer, whose log carries the changes. `tfa` keeps objects on their owners, and
+//! `oss` counts its members in its epochs and watermarks: both run with the members they
+//! started with, and a change is refused with an error saying so.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Weak};
+
+use atomos_net::keys::PublicKey;
+use atomos_net::rpc::Envelope;
+use atomos_net::tcp::TcpTransport;
+use atomos_net::transport::NodeId;
+use atomos_order::Membership;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::ordering::MembershipHook;
+use crate::wire::NodeMsg;
+
+/// What the members need to know of a member added through the log: where it listens and the
+/// keys it may prove. Carried as the change's context.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberInfo {
+    /// Where it listens.
+    pub address: SocketAddr,
+    /// The keys it may prove (one; two while it rotates its key).
+    pub public_keys: Vec<PublicKey>,
+}
+
+/// The context's layout, version 1 (the first byte says which).
+#[derive(Serialize, Deserialize)]
+struct MemberInfoV1 {
+    address: String,
+    public_keys: Vec<String>,
+}
+
+const MEMBER_INFO_V1: u8 = 1;
+
+impl MemberInfo {
+    /// The bytes a membership change carries.
+    pub fn encode(&self) -> Vec<u8> {
+        let v1 = MemberInfoV1 {
+            address: self.address.to_string(),
+            public_keys: self.public_keys.iter().map(|k| k.to_string()).collect(),
+        };
+        let mut bytes = vec![MEMBER_INFO_V1];
+        // Strings only: postcard cannot fail on them.
+        bytes.extend(postcard::to_stdvec(&v1).unwrap_or_default());
+        bytes
+    }
+
+    /// What a membership change carried, or why it cannot be read.
+    pub fn decode(bytes: &[u8]) -> Result<MemberInfo, String> {
+        let Some((&version, rest)) = bytes.split_first() else {
+            return Err("no member information".into());
+        };
+        if version != MEMBER_INFO_V1 {
+            return Err(format!("member information of unknown version {version}"));
+        }
+        let v1: MemberInfoV1 = postcard::from_bytes(rest).map_err(|e| e.to_string())?;
+        let address = v1
+            .address
+            .parse()
+            .map_err(|e| format!("address {:?}: {e}", v1.address))?;
+        let public_keys = v1
+            .public_keys
+            .iter()
+            .map(|k| k.parse().map_err(|e| format!("public key {k:?}: {e}")))
+            .collect::<Result<Vec<PublicKey>, String>>()?;
+        if public_keys.is_empty() {
+            return Err("no public key".into());
+        }
+        Ok(MemberInfo {
+            address,
+            public_keys,
+        })
+    }
+}
+
+/// The hook that keeps node `me`'s TCP transport in step with the membership: members added
+/// through the log (with their information) are admitted and reached; members a change
+/// removed are refused and forgotten. A membership read at start only adds (a replica whose
+/// log lags must still hear from members it does not know yet).
+pub(crate) fn transport_follows(
+    me: NodeId,
+    transport: Weak<TcpTransport<Envelope<NodeMsg>>>,
+) -> MembershipHook {
+    MembershipHook(Arc::new(move |before, now: &Membership| {
+        let Some(transport) = transport.upgrade() else {
+            return;
+        };
+        for (&id, context) in &now.contexts {
+            if id == me {
+                continue;
+            }
+            match MemberInfo::decode(context) {
+                Ok(info) => {
+                    if let Err(e) = transport.add_member(id, info.address, info.public_keys) {
+                        warn!(node = me, member = id, error = %e, "cannot reach a new member");
+                    }
+                }
+                Err(e) => warn!(node = me, member = id, error = %e,
+                    "a member was added without information this node can read: not reached"),
+            }
+        }
+        for id in before.map(Membership::all).unwrap_or_default() {
+            if id != me && !now.contains(id) {
+                info!(node = me, member = id, "member removed: no longer admitted");
+                transport.remove_member(id);
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atomos_net::keys::KeyPair;
+
+    #[test]
+    fn member_information_round_trips_and_garbage_is_an_error() {
+        let info = MemberInfo {
+            address: "10.0.0.4:7400".parse().unwrap(),
+            public_keys: vec![KeyPair::from_private([4; 32]).unwrap().public()],
+        };
+        assert_eq!(MemberInfo::decode(&info.encode()), Ok(info.clone()));
+        assert!(MemberInfo::decode(&[]).is_err());
+        assert!(MemberInfo::decode(&[9, 1, 2])
+            .unwrap_err()
+            .contains("version 9"));
+        let mut bytes = info.encode();
+        bytes.truncate(5);
+        assert!(MemberInfo::decode(&bytes).is_err());
+        let none = MemberInfo {
+            public_keys: Vec::new(),
+            ..info
+        };
+        assert_eq!(
+            MemberInfo::decode(&none.encode()),
+            Err("no public key".into())
+        );
+    }
+}
