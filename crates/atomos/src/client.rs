@@ -53,6 +53,7 @@ use tokio_util::sync::CancellationToken;
 use crate::status::MemberReport;
 use crate::wire::NodeMsg;
 
+mod members;
 mod settings;
 
 pub use settings::{ClientConfig, ClientError};

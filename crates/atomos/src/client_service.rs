@@ -8,7 +8,9 @@
 //!   handed to the node's order replica, which orders it, deduplicates it by the client's id
 //!   and sequence number and answers the client once it is finally delivered;
 //! - procedures with a priority ([`NodeMsg::Submit`]), run on the node's transaction service
-//!   (under the other protocols: their transactions run on the node that serves them).
+//!   (under the other protocols: their transactions run on the node that serves them);
+//! - membership changes ([`NodeMsg::ChangeMembership`]), from operators only (clients whose
+//!   name the members list in `operators`), proposed by the node's replica if it leads.
 //!
 //! Anything else a client sends is dropped and logged. A request that no member can order (the
 //! cluster does not run `active`, or it is no invocation) is answered at once with
@@ -31,10 +33,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use crate::health::Health;
+use crate::membership::Operators;
 use crate::node::{Node, Protocol};
+use crate::ordering::{MemberChanger, MembershipError};
 use crate::service::TxService;
 use crate::status::MemberStatus;
-use crate::wire::{NodeMsg, Refusal};
+use crate::wire::MemberRefusal;
+use crate::wire::{MemberRequest, NodeMsg, Refusal};
+use atomos_order::ChangeRefused;
 
 /// How many client requests a node serves at once by default (each may hold a thread).
 pub const DEFAULT_CLIENT_REQUESTS_MAX: usize = 64;
@@ -118,6 +124,10 @@ pub(crate) struct ClientService {
     /// Where prioritized requests run, once the node started a transaction service.
     pub(crate) service: Arc<std::sync::OnceLock<Arc<TxService>>>,
     pub(crate) limits: Arc<ClientLimits>,
+    /// Which clients may change the membership.
+    pub(crate) operators: Arc<Operators>,
+    /// Where membership changes go, once the node's order replica started.
+    pub(crate) changer: Arc<std::sync::OnceLock<MemberChanger>>,
 }
 
 impl ClientService {
@@ -212,6 +222,49 @@ impl ClientService {
         }
     }
 
+    /// An operator's membership change: handed to this node's replica, which proposes it if
+    /// it leads; the answer says where, or why not (another member leads, the client is no
+    /// operator, the change does not fit).
+    fn change_membership(&self, from: NodeId, request: MemberRequest, reply: Reply<NodeMsg>) {
+        let ready = self
+            .operators
+            .check(from)
+            .map_err(|why| {
+                warn!(client = from, %why, "a membership change refused");
+                MemberRefusal::NotOperator(why)
+            })
+            .and_then(|()| {
+                self.changer.get().cloned().ok_or_else(|| {
+                    MemberRefusal::Refused(format!(
+                        "this node runs {}: only certify and active clusters change their \
+                         members",
+                        self.node.protocol()
+                    ))
+                })
+            })
+            .and_then(|changer| {
+                let change = request.to_change().map_err(MemberRefusal::Refused)?;
+                Ok((changer, change))
+            });
+        let (changer, change) = match ready {
+            Ok(ready) => ready,
+            Err(refusal) => {
+                let _ = reply.send(NodeMsg::MembershipChanged(Err(refusal)));
+                return;
+            }
+        };
+        tokio::spawn(async move {
+            let result = match changer.change(change).await {
+                Ok(at) => Ok(at),
+                Err(MembershipError::Refused(ChangeRefused::NotLeader { leader })) => {
+                    Err(MemberRefusal::NotLeader { leader })
+                }
+                Err(e) => Err(MemberRefusal::Refused(e.to_string())),
+            };
+            let _ = reply.send(NodeMsg::MembershipChanged(result));
+        });
+    }
+
     /// A client's request: what the node offers, a read-only procedure (run on a blocking
     /// thread: it may wait for this node to catch up), or a procedure with a priority for the
     /// node's transaction service.
@@ -302,6 +355,7 @@ impl ClientService {
                     }
                 }
             }
+            NodeMsg::ChangeMembership(request) => self.change_membership(from, request, reply),
             other => debug!(client = from, msg = ?other, "a client's request not served: dropped"),
         }
     }

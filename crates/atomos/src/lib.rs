@@ -84,4 +84,4 @@ pub use runtime::{NodeRuntime, PeerState, ProtocolPlan, RuntimeError};
 pub use service::TxService;
 pub use tfa::TfaDriver;
 pub use wire::NodeMsg;
-pub use wire::Refusal;
+pub use wire::{MemberRefusal, MemberRequest, Refusal};

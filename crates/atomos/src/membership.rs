@@ -19,8 +19,13 @@ use atomos_order::Membership;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
+use std::collections::BTreeSet;
+
+use atomos_order::MemberChange;
+use parking_lot::RwLock;
+
 use crate::ordering::MembershipHook;
-use crate::wire::NodeMsg;
+use crate::wire::{MemberRequest, NodeMsg};
 
 /// What the members need to know of a member added through the log: where it listens and the
 /// keys it may prove. Carried as the change's context.
@@ -79,6 +84,81 @@ impl MemberInfo {
             address,
             public_keys,
         })
+    }
+}
+
+impl MemberRequest {
+    /// The change it asks for, or why it cannot be made (an address or a key that does not
+    /// parse, no key).
+    pub fn to_change(&self) -> Result<MemberChange, String> {
+        Ok(match self {
+            MemberRequest::AddLearner {
+                id,
+                address,
+                public_keys,
+            } => {
+                let address: SocketAddr = address
+                    .parse()
+                    .map_err(|e| format!("address {address:?} of member {id}: {e}"))?;
+                let public_keys = public_keys
+                    .iter()
+                    .map(|k| {
+                        k.parse()
+                            .map_err(|e| format!("public key {k:?} of member {id}: {e}"))
+                    })
+                    .collect::<Result<Vec<PublicKey>, String>>()?;
+                if public_keys.is_empty() {
+                    return Err(format!("member {id} has no public key"));
+                }
+                let context = MemberInfo {
+                    address,
+                    public_keys,
+                }
+                .encode();
+                MemberChange::AddLearner { id: *id, context }
+            }
+            MemberRequest::Promote { id } => MemberChange::Promote { id: *id },
+            MemberRequest::Remove { id } => MemberChange::Remove { id: *id },
+            MemberRequest::Replace { remove, add } => MemberChange::Replace {
+                remove: *remove,
+                add: *add,
+            },
+        })
+    }
+}
+
+/// Which clients may change the membership: the operators, by the name their key is listed
+/// under, and how a node tells a connected client's name.
+#[derive(Default)]
+pub(crate) struct Operators {
+    names: RwLock<BTreeSet<String>>,
+    /// The name of the client connected with an id (over TCP: by the key its connection
+    /// proved); unset on other transports, where no client is an operator.
+    who: std::sync::OnceLock<Arc<dyn Fn(NodeId) -> Option<String> + Send + Sync>>,
+}
+
+impl Operators {
+    /// The clients listed under these names are operators from now on.
+    pub(crate) fn set_names(&self, names: impl IntoIterator<Item = String>) {
+        *self.names.write() = names.into_iter().collect();
+    }
+
+    /// How the node tells a connected client's name.
+    pub(crate) fn set_who(&self, who: Arc<dyn Fn(NodeId) -> Option<String> + Send + Sync>) {
+        let _ = self.who.set(who);
+    }
+
+    /// Whether client `id` is an operator, or why not.
+    pub(crate) fn check(&self, id: NodeId) -> Result<(), String> {
+        let name = self.who.get().and_then(|who| who(id));
+        match name {
+            Some(name) if self.names.read().contains(&name) => Ok(()),
+            Some(name) => Err(format!(
+                "client {name:?} is not an operator: list it in the members' `operators` to let \
+                 it change the membership"
+            )),
+            None => Err("this client is not an operator (no operator is known here)".into()),
+        }
     }
 }
 

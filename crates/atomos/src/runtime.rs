@@ -35,8 +35,9 @@ use crate::client_service::{ClientLimits, ClientService};
 pub use crate::client_service::{DEFAULT_CLIENT_REQUESTS_MAX, DEFAULT_CLIENT_REQUEST_TIMEOUT};
 use crate::config::NodeSettings;
 use crate::health::Health;
+use crate::membership::Operators;
 use crate::node::{Node, NodeConfig};
-use crate::ordering::{LoadHooks, MembershipError, OrderNode, OrderNodeConfig};
+use crate::ordering::{LoadHooks, MemberChanger, MembershipError, OrderNode, OrderNodeConfig};
 use crate::oss::OssDriver;
 use crate::service::{ServiceConfig, TxService};
 use crate::tfa::TfaDriver;
@@ -126,6 +127,10 @@ pub struct NodeRuntime {
     /// The TCP transport, which follows the members the order replica applies (none for
     /// other transports).
     tcp: Option<Arc<TcpTransport<Envelope<NodeMsg>>>>,
+    /// Which clients may change the membership.
+    operators: Arc<Operators>,
+    /// Where clients' membership changes go, once the order replica started.
+    pub(crate) changer: Arc<OnceLock<MemberChanger>>,
 }
 
 impl NodeRuntime {
@@ -182,6 +187,14 @@ impl NodeRuntime {
         );
         let transport = Arc::new(transport);
         let mut runtime = NodeRuntime::start(settings.node_id, node, rpc, transport.clone(), inbox);
+        runtime
+            .operators
+            .set_names(settings.operators.iter().cloned());
+        let (names, keys) = (Arc::downgrade(&transport), roster.clone());
+        runtime.operators.set_who(Arc::new(move |client| {
+            let key = names.upgrade()?.client_key(client)?;
+            keys.client_name(&key)
+        }));
         runtime.roster = Some(roster);
         runtime.tcp = Some(transport);
         runtime.set_answer_poll(settings.answer_poll);
@@ -279,6 +292,8 @@ impl NodeRuntime {
         let order_inbox = Arc::new(OnceLock::new());
         let service = Arc::new(OnceLock::new());
         let client_limits = Arc::new(ClientLimits::new());
+        let operators = Arc::new(Operators::default());
+        let changer = Arc::new(OnceLock::new());
         let health = Health::new();
         let clients = ClientService {
             id,
@@ -287,6 +302,8 @@ impl NodeRuntime {
             rpc: rpc.clone(),
             service: service.clone(),
             limits: client_limits.clone(),
+            operators: operators.clone(),
+            changer: changer.clone(),
         };
         tokio::spawn(services::serve(
             id,
@@ -325,6 +342,8 @@ impl NodeRuntime {
             client_limits,
             roster: None,
             tcp: None,
+            operators,
+            changer,
         }
     }
 
@@ -428,6 +447,7 @@ fn plan_of(settings: &NodeSettings) -> ProtocolPlan {
     let mut plan = ProtocolPlan::new(members);
     plan.log = Some((settings.data_dir.clone(), settings.order_fsync));
     plan.rejoin = settings.order_rejoin;
+    plan.join = settings.order_join;
     plan.certify.commit_limit = settings.commit_limit;
     plan.snapshot_every = settings.order_snapshot_every;
     plan.snapshot_chunk_bytes = snapshot_chunk_bytes(settings);

@@ -56,6 +56,30 @@ pub struct ReplicaStatus {
     pub last_refused: Option<String>,
     /// Why the replica is not ready (`None`: ready).
     pub not_ready: Option<String>,
+    /// The voters of the membership it applied last (of the incoming configuration while a
+    /// change of voters is under way); empty while a joining replica waits for its first
+    /// snapshot.
+    pub voters: Vec<NodeId>,
+    /// The learners of that membership.
+    pub learners: Vec<NodeId>,
+    /// The outgoing voters while a change of voters is under way (empty otherwise).
+    pub outgoing: Vec<NodeId>,
+    /// Where the members added through the log listen, by id (the founders are in the
+    /// configuration files).
+    pub addresses: Vec<(NodeId, String)>,
+}
+
+impl ReplicaStatus {
+    /// Whether it knows a membership (a joining replica knows none before its first
+    /// snapshot).
+    fn knows_members(&self) -> bool {
+        !(self.voters.is_empty() && self.learners.is_empty() && self.outgoing.is_empty())
+    }
+
+    /// Whether `id` votes in the membership it applied last.
+    pub fn votes(&self, id: NodeId) -> bool {
+        self.voters.contains(&id) || self.outgoing.contains(&id)
+    }
 }
 
 /// Whether members of `protocol` have no replica (`local`, `tfa`).
@@ -64,14 +88,18 @@ fn unreplicated(protocol: &str) -> bool {
 }
 
 impl MemberStatus {
-    /// Its role: `leader`, `follower`, `no leader` (a replica that knows none),
-    /// `not replicated` (no replica: `local`, `tfa`), or `unknown` (a replicated protocol
+    /// Its role: `leader`, `follower` (a voter that follows), `learner` (it receives the log
+    /// and votes on nothing), `removed` (the membership it applied leaves it out), `no leader`
+    /// (a replica that knows none), `not replicated` (no replica: `local`, `tfa`), or
+    /// `unknown` (a replicated protocol
     /// whose replica reports nothing: not started yet, or `oss`, whose control log does not
     /// report its state yet).
     pub fn role(&self) -> &'static str {
         match &self.replica {
             None if unreplicated(&self.protocol) => "not replicated",
             None => "unknown",
+            Some(r) if r.knows_members() && r.learners.contains(&self.id) => "learner",
+            Some(r) if r.knows_members() && !r.votes(self.id) => "removed",
             Some(r) => match r.leader {
                 Some(l) if l == self.id => "leader",
                 Some(_) => "follower",

@@ -60,6 +60,59 @@ pub enum NodeMsg {
     Status,
     /// The receiver's account of itself (boxed: it is larger than the other messages).
     StatusReport(Box<MemberStatus>),
+    /// An operator asks the receiver's replica to propose a membership change (it must
+    /// lead); answered with [`NodeMsg::MembershipChanged`].
+    ChangeMembership(MemberRequest),
+    /// The position a [`NodeMsg::ChangeMembership`] was proposed at, or why not.
+    MembershipChanged(Result<u64, MemberRefusal>),
+}
+
+/// A membership change as an operator asks for it (see `atomos_order::MemberChange`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemberRequest {
+    /// Add member `id`, listening at `address` and proving one of `public_keys`, as a learner.
+    AddLearner {
+        /// Its id.
+        id: u64,
+        /// Where it listens (`host:port`).
+        address: String,
+        /// Its public keys, as `atomos keygen` prints them.
+        public_keys: Vec<String>,
+    },
+    /// Make learner `id` a voter.
+    Promote {
+        /// The learner.
+        id: u64,
+    },
+    /// Remove member `id`.
+    Remove {
+        /// The member.
+        id: u64,
+    },
+    /// Promote learner `add` and remove voter `remove` in one change.
+    Replace {
+        /// The voter that goes.
+        remove: u64,
+        /// The learner that takes its place.
+        add: u64,
+    },
+}
+
+/// Why a membership change was not proposed, as it travels back to the operator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum MemberRefusal {
+    /// The receiver does not lead; ask the leader it names, if any.
+    #[error("member does not lead (the leader is {leader:?})")]
+    NotLeader {
+        /// The leader it follows, if it knows one.
+        leader: Option<u64>,
+    },
+    /// The client is not one the members accept membership changes from.
+    #[error("{0}")]
+    NotOperator(String),
+    /// The change was refused (why, in words).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Why a node did not run a client's procedure, as it travels back to the client.

@@ -10,6 +10,7 @@ mod bank_load;
 mod bench;
 mod cluster_up;
 mod demo;
+mod member;
 mod serve;
 mod status;
 mod sweep;
@@ -114,6 +115,10 @@ enum Command {
     /// Prints the configuration reference in Markdown: every key, its ATOMOS_ variable, type,
     /// default, which nodes read it and what it means (docs/guide/configuration.md).
     ConfigReference,
+    /// Lists or changes the members of a certify or active cluster (changes need a client
+    /// the members list in `operators`).
+    #[command(subcommand)]
+    Member(member::MemberCommand),
 }
 
 #[derive(Subcommand)]
@@ -166,6 +171,7 @@ fn main() -> ExitCode {
                 | Command::Demo { .. }
                 | Command::CheckConfig { .. }
                 | Command::Status { .. }
+                | Command::Member(_)
                 | Command::ConfigReference
         )
     {
@@ -203,14 +209,10 @@ fn main() -> ExitCode {
             client,
         } => keygen(&out, force, member, client),
         Command::Node { config } => serve::run(config.as_deref()),
-        Command::Status { client, wait, json } => match Duration::try_from_secs_f64(wait) {
-            Ok(w) if !w.is_zero() && w <= Duration::from_secs(3600) => {
-                status::run(&client, w, json)
-            }
-            _ => Err(format!(
-                "--wait must be a positive number of seconds up to 3600, not {wait}"
-            )),
-        },
+        Command::Member(command) => member::run(command),
+        Command::Status { client, wait, json } => {
+            member::wait_seconds(wait).and_then(|w| status::run(&client, w, json))
+        }
         Command::Cluster(ClusterCommand::Up {
             nodes,
             protocol,

@@ -8,76 +8,16 @@
 //! acknowledged is counted in the replicated state.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
 mod common;
 
+use common::bank::{audits, wait_audits};
 use common::{cluster_up_with, leader, restart_with, signal, wait_exit, KillOnDrop};
 
 const TOTAL: i64 = 64_000;
-
-/// One audit line: the total, this run, its acknowledged transfers, every run's count.
-struct Audit {
-    total: i64,
-    run: u64,
-    transfers: u64,
-    counted: BTreeMap<u64, u64>,
-}
-
-fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
-    let rest = line.split(&format!(" {name}=")).nth(1)?;
-    let rest = rest.strip_prefix('"').unwrap_or(rest);
-    rest.split(['"', ' ']).next()
-}
-
-fn audits(log: &Path) -> Vec<Audit> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    assert!(
-        !text.contains("bank audit failed"),
-        "{} has a failed audit",
-        log.display()
-    );
-    text.lines()
-        .filter(|l| l.contains("bank audit"))
-        .map(|l| {
-            let num = |name| {
-                field(l, name)
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .unwrap_or_else(|| panic!("no {name} in {l}"))
-            };
-            let counted = field(l, "counted")
-                .unwrap_or("")
-                .split(',')
-                .filter(|p| !p.is_empty())
-                .map(|p| {
-                    let (r, n) = p.split_once(':').expect("run:count");
-                    (r.parse().unwrap(), n.parse().unwrap())
-                })
-                .collect();
-            Audit {
-                total: num("total"),
-                run: num("run") as u64,
-                transfers: num("transfers") as u64,
-                counted,
-            }
-        })
-        .collect()
-}
-
-/// Waits until `log` has `n` audits of a running load.
-fn wait_audits(log: &Path, n: usize, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while audits(log).iter().filter(|a| a.transfers > 0).count() < n {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: no running bank in time; it logged:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 fn run_cluster(protocol: &str, nodes: usize, name: &str, extra: &[&str]) {
     let dir = std::env::temp_dir().join(format!("atomos-{name}-{}", std::process::id()));

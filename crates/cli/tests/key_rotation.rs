@@ -10,18 +10,9 @@ use std::time::Duration;
 
 mod common;
 
-use common::{cluster_up, restart, signal, wait_exit, wait_for_line, KillOnDrop, ATOMOS};
-
-/// The `public_key = "..."` line's key in a key file.
-fn public_key_of(path: &Path) -> String {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("public_key = "))
-        .expect("a key file names its public key")
-        .trim_matches('"')
-        .to_string()
-}
+use common::{
+    cluster_up, public_key_of, restart, signal, wait_exit, wait_for_line, KillOnDrop, ATOMOS,
+};
 
 /// Replaces `from` by `to` in node `n`'s configuration file (the text must be there).
 fn edit(dir: &Path, n: usize, from: &str, to: &str) {

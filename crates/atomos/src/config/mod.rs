@@ -196,6 +196,13 @@ pub struct NodeSettings {
     /// same, so only an operator can say so). Its log remembers that it rejoins and, later,
     /// that it caught up, so the setting may stay on.
     pub order_rejoin: bool,
+    /// Under `certify` and `active`: this node joins a running cluster. Its replica knows no
+    /// members and waits until an operator adds it (`atomos member add`), then catches up
+    /// from the leader's snapshot. Ignored once its log holds the cluster's state.
+    pub order_join: bool,
+    /// The clients (by the names under which `clients` lists their keys) that may change the
+    /// membership (`atomos member`).
+    pub operators: Vec<String>,
     /// Under `oss`: how commits are numbered (every member must agree).
     pub oss_commit: CommitMode,
     /// Under `oss`: the key prefixes of the consistency domains beside domain 0 (which holds
@@ -342,6 +349,16 @@ pub fn load(
         clients: &named("clients"),
     };
     check_keys(s.node_id, s.key.as_ref(), &members, &s.clients, sources)?;
+    if let Some(name) = s
+        .operators
+        .iter()
+        .find(|name| !s.clients.iter().any(|c| &c.name == *name))
+    {
+        return Err(invalid(
+            &named("operators"),
+            format!("{name:?} is no client's name: list its key under `clients` first"),
+        ));
+    }
     s.unused = set_by
         .iter()
         .filter(|(row, _)| !row.readers.read_by(&s))

@@ -61,6 +61,8 @@ pub(super) fn defaults() -> NodeSettings {
         bank_load_threads: 0,
         commit_limit: crate::certify::DEFAULT_COMMIT_LIMIT,
         order_rejoin: false,
+        order_join: false,
+        operators: Vec::new(),
         oss_commit: atomos_protocols::oss::CommitMode::default(),
         oss_domains: Vec::new(),
         sched: None,
@@ -75,7 +77,7 @@ pub(super) fn defaults() -> NodeSettings {
 }
 
 /// Every key, in the order a configuration file lists them.
-pub static SETTINGS: [Setting; 31] = [
+pub static SETTINGS: [Setting; 33] = [
     Setting {
         key: "cluster",
         kind: Kind::Text,
@@ -392,6 +394,35 @@ pub static SETTINGS: [Setting; 31] = [
             Ok(())
         },
         show: |s| boolean(s.order_rejoin),
+    },
+    Setting {
+        key: "order_join",
+        kind: Kind::Boolean,
+        readers: Readers::Snapshots,
+        meaning: "This node joins a running `certify` or `active` cluster: its replica knows \
+                  no members and waits until an operator adds it (`atomos member add`), then \
+                  catches up from the leader's snapshot. `peers` lists members to reach first. \
+                  Ignored once its log holds the cluster's state, so it may stay on.",
+        default_note: None,
+        apply: |s, name, raw| {
+            s.order_join = switch(name, raw.text())?;
+            Ok(())
+        },
+        show: |s| boolean(s.order_join),
+    },
+    Setting {
+        key: "operators",
+        kind: Kind::TextList,
+        readers: Readers::Every,
+        meaning: "The clients, by the names `clients` lists their keys under, that may change \
+                  the membership (`atomos member add|promote|remove`). Every member lists the \
+                  same. The variable separates them by commas.",
+        default_note: Some("none"),
+        apply: |s, _name, raw| {
+            s.operators = raw.list().into_iter().map(|n| n.trim().into()).collect();
+            Ok(())
+        },
+        show: |s| Some(Value::Array(s.operators.iter().filter_map(text).collect())),
     },
     Setting {
         key: "oss_commit",

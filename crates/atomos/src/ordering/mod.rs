@@ -108,6 +108,23 @@ impl std::fmt::Debug for MembershipHook {
     }
 }
 
+/// Asks an order node's replica for membership changes (see [`OrderNode::changer`]).
+#[derive(Clone, Debug)]
+pub struct MemberChanger {
+    tx: mpsc::UnboundedSender<Event>,
+}
+
+impl MemberChanger {
+    /// See [`OrderNode::change_membership`].
+    pub async fn change(&self, change: MemberChange) -> Result<u64, MembershipError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Event::ChangeMembership { change, reply })
+            .map_err(|_| MembershipError::Stopped)?;
+        Ok(answer.await.map_err(|_| MembershipError::Stopped)??)
+    }
+}
+
 /// Why a membership change was not made.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MembershipError {
@@ -483,11 +500,14 @@ impl OrderNode {
     /// proposed at. The change has taken effect once [`OrderNode::membership`] shows it (a
     /// leader change can drop a proposal: ask again).
     pub async fn change_membership(&self, change: MemberChange) -> Result<u64, MembershipError> {
-        let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(Event::ChangeMembership { change, reply })
-            .map_err(|_| MembershipError::Stopped)?;
-        Ok(answer.await.map_err(|_| MembershipError::Stopped)??)
+        self.changer().change(change).await
+    }
+
+    /// A handle that asks for membership changes from elsewhere (a client's request).
+    pub fn changer(&self) -> MemberChanger {
+        MemberChanger {
+            tx: self.tx.clone(),
+        }
     }
 
     /// The membership the replica applied last (empty while a joining replica waits for its
@@ -583,6 +603,7 @@ impl Drop for OrderNode {
 /// See [`OrderNode::status`].
 fn status(s: &Shared) -> ReplicaStatus {
     let leader = s.leader_id.load(Ordering::Relaxed);
+    let membership = s.membership.lock().clone();
     ReplicaStatus {
         leader: (leader != 0).then_some(leader),
         term: s.term.load(Ordering::Relaxed),
@@ -592,6 +613,17 @@ fn status(s: &Shared) -> ReplicaStatus {
         sends_refused: s.refused.count(),
         last_refused: s.refused.last(),
         not_ready: readiness(s).err(),
+        voters: membership.voters,
+        learners: membership.learners,
+        outgoing: membership.outgoing,
+        addresses: membership
+            .contexts
+            .iter()
+            .filter_map(|(&id, context)| {
+                let info = crate::membership::MemberInfo::decode(context).ok()?;
+                Some((id, info.address.to_string()))
+            })
+            .collect(),
     }
 }
 

@@ -148,6 +148,7 @@ impl NodeRuntime {
             Ok(t)
         })?;
         info!(node = self.id, "order replica started");
+        let _ = self.changer.set(node.changer());
         self.order = Some(node);
         Ok(())
     }

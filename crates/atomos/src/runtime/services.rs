@@ -72,7 +72,8 @@ pub(super) async fn serve(
                     msg @ (NodeMsg::Describe
                     | NodeMsg::Status
                     | NodeMsg::Query { .. }
-                    | NodeMsg::Submit { .. }),
+                    | NodeMsg::Submit { .. }
+                    | NodeMsg::ChangeMembership(_)),
                 reply,
             } => clients.request(from, msg, reply),
             Inbound::Message {

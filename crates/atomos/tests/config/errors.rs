@@ -7,6 +7,17 @@ use super::helpers::*;
 
 #[test]
 fn bad_values_name_their_key() {
+    // An operator must be one of the clients listed.
+    let err = load(None, env(&[("ATOMOS_OPERATORS", "ops")])).unwrap_err();
+    assert_eq!(key_of(err.clone()), "ATOMOS_OPERATORS");
+    assert!(
+        err.to_string().contains("\"ops\" is no client's name"),
+        "{err}"
+    );
+    assert_eq!(
+        key_of(load(None, env(&[("ATOMOS_ORDER_JOIN", "maybe")])).unwrap_err()),
+        "ATOMOS_ORDER_JOIN"
+    );
     assert_eq!(
         key_of(load(None, env(&[("ATOMOS_LISTEN", "nowhere")])).unwrap_err()),
         "ATOMOS_LISTEN"

@@ -41,7 +41,7 @@ fn the_effective_configuration_loads_back_to_the_same_settings() {
          metrics_hot_spot_keys = true\nmax_frame_bytes = 4096\nbusy_poll_us = 0\n\
          answer_poll_us = 7\norder_fsync = \"10ms\"\norder_load_clients = 2\n\
          order_snapshot_every = 50\nbank_load_threads = 3\ncommit_timeout_ms = 1234\n\
-         order_rejoin = true\noss_commit = \"coordinator-token\"\noss_domains = [\"a/\", \"b/\"]\n\
+         order_rejoin = true\norder_join = false\noperators = [\"app\"]\noss_commit = \"coordinator-token\"\noss_domains = [\"a/\", \"b/\"]\n\
          sched = \"lazy:8\"\nsched_workers = 3\nruntime_threads = 2\nclient_requests_max = 9\n\
          client_request_timeout_ms = 250\n\
          [[peers]]\nid = 2\naddress = \"127.0.0.1:7502\"\npublic_key = [\"{}\", \"{}\"]\n\

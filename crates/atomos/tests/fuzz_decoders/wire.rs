@@ -146,7 +146,9 @@ pub(crate) fn deliver(
         | NodeMsg::Query { .. }
         | NodeMsg::QueryAnswer(_)
         | NodeMsg::Submit { .. }
-        | NodeMsg::SubmitAnswer(_) => {}
+        | NodeMsg::SubmitAnswer(_)
+        | NodeMsg::ChangeMembership(_)
+        | NodeMsg::MembershipChanged(_) => {}
     }
 }
 

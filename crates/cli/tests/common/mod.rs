@@ -4,6 +4,8 @@
 // Each test binary uses a part of what is here.
 #![allow(dead_code)]
 
+pub mod bank;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -209,4 +211,15 @@ pub fn wait_for_line(path: &Path, skip: usize, needles: &[&str]) -> usize {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The `public_key = "..."` line's key in a key file.
+pub fn public_key_of(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("public_key = "))
+        .expect("a key file names its public key")
+        .trim_matches('"')
+        .to_string()
 }

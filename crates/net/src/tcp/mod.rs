@@ -287,6 +287,16 @@ where
         Ok(())
     }
 
+    /// The key client `id`'s current connection proved (`None`: no client of that id is
+    /// connected).
+    pub fn client_key(&self, id: NodeId) -> Option<PublicKey> {
+        self.shared
+            .clients
+            .lock()
+            .get(&id)
+            .and_then(|link| link.key)
+    }
+
     /// Member `id` left the cluster: it is no longer admitted (its connections close), sent
     /// to or dialled.
     pub fn remove_member(&self, id: NodeId) {

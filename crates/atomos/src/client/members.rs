@@ -1,0 +1,64 @@
+//! Membership changes from an operator's client: asked of the leader, wherever it is.
+
+use std::time::Duration;
+
+use atomos_net::rpc::RpcError;
+use tokio::time::{sleep, Instant};
+
+use super::{Client, TICK};
+use crate::wire::{MemberRefusal, MemberRequest, NodeMsg};
+
+impl Client {
+    /// Asks the cluster to make `request` (the client must be one the members list in
+    /// `operators`): sent to the members in turn, and to the leader a member names, until one
+    /// proposes it or `wait` has passed. Returns the log position it was proposed at (it has
+    /// taken effect once `status` shows it; a leader change can drop a proposal: ask again).
+    /// A refusal other than "not the leader" (not an operator, a change under way, a learner
+    /// not caught up, a change that does not fit) comes back at once.
+    pub async fn change_membership(
+        &self,
+        request: MemberRequest,
+        wait: Duration,
+    ) -> Result<u64, MemberRefusal> {
+        let deadline = Instant::now() + wait;
+        let members: Vec<u64> = self.cfg.members.iter().map(|&(id, _)| id).collect();
+        let mut next = 0;
+        let mut hint: Option<u64> = None;
+        let mut last = String::from("no member answered");
+        while Instant::now() < deadline && !self.stop.is_cancelled() {
+            let to = match hint.take().filter(|l| members.contains(l)) {
+                Some(leader) => leader,
+                None => {
+                    let to = members[next % members.len()];
+                    next += 1;
+                    if next % members.len() == 0 {
+                        // Every member was asked: give an election time to end.
+                        sleep(TICK * 10).await;
+                    }
+                    to
+                }
+            };
+            let limit = self.cfg.resend_after.min(deadline - Instant::now());
+            let msg = NodeMsg::ChangeMembership(request.clone());
+            match self.rpc.request(to, msg, limit).await {
+                Ok(NodeMsg::MembershipChanged(Ok(at))) => return Ok(at),
+                Ok(NodeMsg::MembershipChanged(Err(MemberRefusal::NotLeader { leader }))) => {
+                    last = format!("member {to} does not lead");
+                    hint = leader.filter(|&l| l != to);
+                }
+                Ok(NodeMsg::MembershipChanged(Err(refusal))) => return Err(refusal),
+                Ok(other) => {
+                    last = format!(
+                        "member {to} answered a membership change with {other:?}: is it an \
+                         atomos node of this version?"
+                    )
+                }
+                Err(RpcError::Timeout { .. }) => last = format!("member {to} did not answer"),
+                Err(e) => last = format!("member {to} is not reachable ({e})"),
+            }
+        }
+        Err(MemberRefusal::Refused(format!(
+            "no member proposed the change within {wait:?} ({last})"
+        )))
+    }
+}

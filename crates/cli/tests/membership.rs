@@ -1,0 +1,272 @@
+//! Membership changes on real processes under bank load: a `certify` cluster of three grows to
+//! four (a new node with its own key and an empty disk starts with `order_join = true`, an
+//! operator adds it with `atomos member add` and promotes it), then a founder is killed with
+//! SIGKILL and removed (`atomos member remove`). The three left keep auditing the full total,
+//! the new member among them, and every transfer a run saw acknowledged is counted. A client
+//! that is no operator is refused, and malformed requests are refused before anything is sent.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::bank::{audits, wait_audits};
+use common::{
+    cluster_up_with, public_key_of, signal, wait_exit, wait_for_line, KillOnDrop, ATOMOS,
+};
+
+const TOTAL: i64 = 64_000;
+
+fn atomos(args: &[&str]) -> Output {
+    Command::new(ATOMOS).args(args).output().unwrap()
+}
+
+/// `atomos member ARGS --client FILE`, retried while the cluster asks to wait (exit 1: a
+/// learner still catching up, a change under way), until it succeeds.
+fn member_until_done(client: &Path, args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut all = vec!["member"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--client", client.to_str().unwrap()]);
+        let out = atomos(&all);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            return text;
+        }
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {text}");
+        assert!(
+            Instant::now() < deadline,
+            "{args:?} never went through: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The members `atomos member list --json` shows: id to role.
+fn members(client: &Path) -> BTreeMap<u64, String> {
+    let out = atomos(&[
+        "member",
+        "list",
+        "--json",
+        "--client",
+        client.to_str().unwrap(),
+    ]);
+    if !out.status.success() {
+        return BTreeMap::new();
+    }
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    listed
+        .iter()
+        .filter_map(|m| Some((m["id"].as_u64()?, m["role"].as_str()?.to_string())))
+        .collect()
+}
+
+fn wait_members(client: &Path, want: &[(u64, &str)]) {
+    let want: BTreeMap<u64, String> = want.iter().map(|&(i, r)| (i, r.to_string())).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = members(client);
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "members never became {want:?}: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn a_cluster_grows_by_a_new_node_and_loses_a_killed_founder_without_losing_a_transfer() {
+    let dir = std::env::temp_dir().join(format!("atomos-membership-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let base_port = common::free_base_port(4);
+    let (mut up, pids) = cluster_up_with(
+        3,
+        base_port,
+        &dir,
+        &["--protocol", "certify", "--bank-load", "2"],
+        &[
+            ("ATOMOS_ORDER_SNAPSHOT_EVERY", "200"),
+            ("ATOMOS_OPERATORS", "client"),
+        ],
+    );
+    let mut cleanup = KillOnDrop(pids.iter().copied().chain([up.id()]).collect());
+    let log = |n: usize| dir.join(format!("node-{n}.log"));
+    for n in 1..=3 {
+        wait_audits(&log(n), 2, &format!("node {n}"));
+    }
+    let client = dir.join("client.toml");
+    wait_members(&client, &[(1, "voter"), (2, "voter"), (3, "voter")]);
+
+    // Bad requests are refused before anything is sent.
+    let bad = atomos(&[
+        "member",
+        "add",
+        "--client",
+        client.to_str().unwrap(),
+        "--id",
+        "4",
+        "--address",
+        "nowhere",
+        "--public-key",
+        "x",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--address"));
+
+    // A client the members admit (added to their files, keys reloaded on SIGHUP) but do not
+    // list as an operator is refused.
+    let other_key = dir.join("other.key");
+    let made = atomos(&[
+        "keygen",
+        "--client",
+        "other",
+        "--out",
+        other_key.to_str().unwrap(),
+    ]);
+    assert!(made.status.success(), "{made:?}");
+    let entry = format!(
+        "\n[[clients]]\nname = \"other\"\npublic_key = \"{}\"\n",
+        public_key_of(&other_key)
+    );
+    for n in 1..=3 {
+        let path = dir.join(format!("node-{n}.toml"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{text}{entry}")).unwrap();
+        signal(pids[n - 1], libc::SIGHUP);
+        wait_for_line(&log(n), 0, &["SIGHUP: keys reloaded", "other"]);
+    }
+    let other = dir.join("other.toml");
+    let text = std::fs::read_to_string(&client).unwrap();
+    std::fs::write(&other, text.replace("client.key", "other.key")).unwrap();
+    let refused = atomos(&[
+        "member",
+        "remove",
+        "--id",
+        "3",
+        "--client",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not an operator"),
+        "{refused:?}"
+    );
+
+    // Node 4: a key of its own, an empty data directory, the founders as peers.
+    let key = dir.join("node-4.key");
+    let made = atomos(&["keygen", "--member", "4", "--out", key.to_str().unwrap()]);
+    assert!(made.status.success(), "{made:?}");
+    let port4 = base_port + 3;
+    let text = std::fs::read_to_string(dir.join("node-1.toml")).unwrap();
+    let port1 = base_port.to_string();
+    let replaced = text
+        .replace("node_id = 1", "node_id = 4")
+        .replace(
+            &format!("listen = \"127.0.0.1:{port1}\""),
+            &format!("listen = \"127.0.0.1:{port4}\""),
+        )
+        .replace(
+            &format!("metrics = \"127.0.0.1:{}\"", base_port + 100),
+            &format!("metrics = \"127.0.0.1:{}\"", port4 + 100),
+        )
+        .replace("node-1.key", "node-4.key")
+        .replace(
+            &format!("{}", dir.join("data").join("1").display()),
+            &format!("{}", dir.join("data").join("4").display()),
+        );
+    assert!(replaced.contains("node_id = 4") && replaced.contains(&port4.to_string()));
+    std::fs::write(
+        dir.join("node-4.toml"),
+        format!("order_join = true\n{replaced}"),
+    )
+    .unwrap();
+    let mut four = Command::new(ATOMOS)
+        .args(["node", "--config"])
+        .arg(dir.join("node-4.toml"))
+        .env("ATOMOS_OPERATORS", "client")
+        .env("ATOMOS_ORDER_SNAPSHOT_EVERY", "200")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log(4)).unwrap())
+        .spawn()
+        .unwrap();
+    cleanup.0.push(four.id());
+
+    // The operator adds it and, once it caught up, promotes it.
+    let public = public_key_of(&key);
+    let address = format!("127.0.0.1:{port4}");
+    member_until_done(
+        &client,
+        &[
+            "add",
+            "--id",
+            "4",
+            "--address",
+            &address,
+            "--public-key",
+            &public,
+        ],
+    );
+    wait_members(
+        &client,
+        &[(1, "voter"), (2, "voter"), (3, "voter"), (4, "learner")],
+    );
+    member_until_done(&client, &["promote", "--id", "4"]);
+    wait_members(
+        &client,
+        &[(1, "voter"), (2, "voter"), (3, "voter"), (4, "voter")],
+    );
+    wait_audits(&log(4), 2, "node 4");
+
+    // Founder 1 dies for good and is removed.
+    signal(pids[0], libc::SIGKILL);
+    member_until_done(&client, &["remove", "--id", "1"]);
+    wait_members(&client, &[(2, "voter"), (3, "voter"), (4, "voter")]);
+    for n in 2..=4 {
+        let seen = audits(&log(n)).len();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while audits(&log(n)).len() < seen + 3 {
+            assert!(Instant::now() < deadline, "node {n} stopped auditing");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    // Every audit saw the total; every transfer a run saw acknowledged is counted, the
+    // killed founder's included.
+    let mut acked: BTreeMap<u64, u64> = BTreeMap::new();
+    for n in 1..=4 {
+        for a in audits(&log(n)) {
+            assert_eq!(a.total, TOTAL, "node {n} audited a wrong total");
+            let e = acked.entry(a.run).or_default();
+            *e = (*e).max(a.transfers);
+        }
+    }
+    let last = audits(&log(4)).pop().expect("node 4 audits");
+    let first_run = audits(&log(1)).pop().expect("node 1 audited").run;
+    let counted = last.counted.get(&first_run).copied().unwrap_or(0);
+    assert!(
+        counted >= acked[&first_run],
+        "node 1's run saw {} transfers acknowledged, node 4 counts {counted}",
+        acked[&first_run]
+    );
+    assert!(acked.values().sum::<u64>() > 50, "transfers ran: {acked:?}");
+    for n in 1..=4 {
+        let text = std::fs::read_to_string(log(n)).unwrap_or_default();
+        assert!(!text.contains("replicas diverged"), "node {n} diverged");
+    }
+
+    signal(four.id(), libc::SIGTERM);
+    assert!(wait_exit(&mut four, Duration::from_secs(30)).success());
+    signal(up.id(), libc::SIGINT);
+    let _ = wait_exit(&mut up, Duration::from_secs(30));
+    let _ = std::fs::remove_dir_all(&dir);
+}
