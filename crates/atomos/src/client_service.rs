@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use atomos_core::ProcedureKind;
 use atomos_net::rpc::{Reply, Rpc};
-use atomos_net::transport::{Deliver, NodeId};
+use atomos_net::transport::{is_client, Deliver, NodeId};
 use atomos_order::{OrderMsg, Request};
 use atomos_protocols::replicated::{Answer, Entry};
 use parking_lot::RwLock;
@@ -41,6 +41,10 @@ use crate::status::MemberStatus;
 use crate::wire::MemberRefusal;
 use crate::wire::{MemberRequest, NodeMsg, Refusal};
 use atomos_order::ChangeRefused;
+
+/// How long a member waits for the leader's answer to an operator's membership change it
+/// passed on.
+const PASS_ON_LIMIT: Duration = Duration::from_secs(2);
 
 /// How many client requests a node serves at once by default (each may hold a thread).
 pub const DEFAULT_CLIENT_REQUESTS_MAX: usize = 64;
@@ -222,17 +226,24 @@ impl ClientService {
         }
     }
 
-    /// An operator's membership change: handed to this node's replica, which proposes it if
-    /// it leads; the answer says where, or why not (another member leads, the client is no
-    /// operator, the change does not fit).
+    /// A membership change from an operator (a client the members list in `operators`), or
+    /// one an operator's request reached through another member: handed to this node's
+    /// replica, which proposes it if it leads. A member that does not lead passes an
+    /// operator's request on to the leader it follows (once: a passed request is not passed
+    /// again), so an operator reaches a leader its client file does not list. The answer says
+    /// where the change was proposed, or why not.
     fn change_membership(&self, from: NodeId, request: MemberRequest, reply: Reply<NodeMsg>) {
-        let ready = self
-            .operators
-            .check(from)
-            .map_err(|why| {
-                warn!(client = from, %why, "a membership change refused");
+        let from_operator = is_client(from);
+        let checked = if from_operator {
+            self.operators.check(from).map_err(|why| {
+                debug!(client = from, %why, "a membership change refused");
                 MemberRefusal::NotOperator(why)
             })
+        } else {
+            // Members authenticate with their own keys; one passes an operator's request on.
+            Ok(())
+        };
+        let ready = checked
             .and_then(|()| {
                 self.changer.get().cloned().ok_or_else(|| {
                     MemberRefusal::Refused(format!(
@@ -253,9 +264,19 @@ impl ClientService {
                 return;
             }
         };
+        let rpc = self.rpc.clone();
         tokio::spawn(async move {
             let result = match changer.change(change).await {
                 Ok(at) => Ok(at),
+                Err(MembershipError::Refused(ChangeRefused::NotLeader { leader: Some(l) }))
+                    if from_operator =>
+                {
+                    let passed = NodeMsg::ChangeMembership(request);
+                    match rpc.request(l, passed, PASS_ON_LIMIT).await {
+                        Ok(NodeMsg::MembershipChanged(answer)) => answer,
+                        _ => Err(MemberRefusal::NotLeader { leader: Some(l) }),
+                    }
+                }
                 Err(MembershipError::Refused(ChangeRefused::NotLeader { leader })) => {
                     Err(MemberRefusal::NotLeader { leader })
                 }

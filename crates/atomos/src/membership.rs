@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 use atomos_net::keys::PublicKey;
 use atomos_net::rpc::Envelope;
 use atomos_net::tcp::TcpTransport;
-use atomos_net::transport::NodeId;
+use atomos_net::transport::{NodeId, Transport};
 use atomos_order::Membership;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -97,6 +97,11 @@ impl MemberRequest {
                 address,
                 public_keys,
             } => {
+                if *id == 0 || atomos_net::transport::is_client(*id) {
+                    return Err(format!(
+                        "member id {id}: a member's id is above 0 and below 2^63"
+                    ));
+                }
                 let address: SocketAddr = address
                     .parse()
                     .map_err(|e| format!("address {address:?} of member {id}: {e}"))?;
@@ -163,9 +168,11 @@ impl Operators {
 }
 
 /// The hook that keeps node `me`'s TCP transport in step with the membership: members added
-/// through the log (with their information) are admitted and reached; members a change
-/// removed are refused and forgotten. A membership read at start only adds (a replica whose
-/// log lags must still hear from members it does not know yet).
+/// through the log (with their information) are admitted and reached, unless the transport
+/// knows them already (keys rotated since, through the configuration, stay); members a change
+/// removed are refused and forgotten, at start too where a configuration file still lists
+/// them. Members the log does not know yet are left alone (a replica whose log lags must still
+/// hear from them).
 pub(crate) fn transport_follows(
     me: NodeId,
     transport: Weak<TcpTransport<Envelope<NodeMsg>>>,
@@ -174,8 +181,9 @@ pub(crate) fn transport_follows(
         let Some(transport) = transport.upgrade() else {
             return;
         };
+        let known = transport.peers();
         for (&id, context) in &now.contexts {
-            if id == me {
+            if id == me || known.contains(&id) {
                 continue;
             }
             match MemberInfo::decode(context) {
@@ -188,8 +196,11 @@ pub(crate) fn transport_follows(
                     "a member was added without information this node can read: not reached"),
             }
         }
-        for id in before.map(Membership::all).unwrap_or_default() {
-            if id != me && !now.contains(id) {
+        let left = before.map(Membership::all).unwrap_or_default();
+        let gone = left.into_iter().filter(|&id| !now.contains(id));
+        let gone: BTreeSet<NodeId> = gone.chain(now.removed.iter().copied()).collect();
+        for id in gone {
+            if id != me && known.contains(&id) {
                 info!(node = me, member = id, "member removed: no longer admitted");
                 transport.remove_member(id);
             }

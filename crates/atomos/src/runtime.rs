@@ -239,11 +239,13 @@ impl NodeRuntime {
     }
 
     /// Admits the clients and the members' keys of `settings` from now on, closing the
-    /// connections of keys no longer listed. The members themselves must be those the node
-    /// started with.
+    /// connections of keys no longer listed. Under `tfa`, `oss` and `local` the members must be
+    /// those the node started with; under `certify` and `active` the log decides who is a
+    /// member, and the keys of the members both know are reloaded.
     pub fn reload_keys(&self, settings: &NodeSettings) -> Result<KeysReloaded, ReloadError> {
         let roster = self.roster.as_ref().ok_or(ReloadError::NoRoster)?;
-        crate::trust::reload(roster, settings)
+        let follows_log = self.order.is_some() && self.node.protocol().is_ordered();
+        crate::trust::reload(roster, settings, follows_log)
     }
 
     /// The OSS driver, if this node runs `oss`.
@@ -270,8 +272,10 @@ impl NodeRuntime {
     /// the position it was proposed at, or why not. See [`OrderNode::change_membership`].
     pub async fn change_membership(&self, change: MemberChange) -> Result<u64, MembershipError> {
         match &self.order {
-            Some(order) => order.change_membership(change).await,
-            None => Err(MembershipError::NotReplicated(
+            Some(order) if self.node.protocol().is_ordered() => {
+                order.change_membership(change).await
+            }
+            _ => Err(MembershipError::NotReplicated(
                 self.node.protocol().to_string(),
             )),
         }

@@ -3,8 +3,10 @@
 //! A member pins every member's public keys and lists the clients it admits (see
 //! `atomos_net::roster`). Reloading the configuration (the `node` command does on SIGHUP)
 //! replaces the clients and the members' keys: a revoked client's connections close at once,
-//! and a member's new key is admitted beside (or instead of) its old one. The membership and
-//! every other setting stay as the node started.
+//! and a member's new key is admitted beside (or instead of) its old one. Every other setting
+//! stays as the node started, and so does the membership: the configuration's under `tfa`,
+//! `oss` and `local` (a reload naming other members is refused), the replicated log's under
+//! `certify` and `active` (a reload rekeys the members both know).
 
 use std::collections::BTreeSet;
 
@@ -56,15 +58,22 @@ pub enum ReloadError {
 
 /// Admits the clients and the members' keys of `settings` in `roster` from now on (its
 /// connections of keys no longer listed close). The members themselves must be those the roster
-/// holds.
+/// holds, unless `members_follow_log` (a `certify` or `active` node, whose members the
+/// replicated log adds and removes): then the keys of the members both know are reloaded, and
+/// the membership stays the log's.
 pub(crate) fn reload(
     roster: &Roster,
     settings: &NodeSettings,
+    members_follow_log: bool,
 ) -> Result<KeysReloaded, ReloadError> {
     let new = roster_of(settings);
-    let (old_members, new_members) = (roster.members(), new.members());
+    let old_members = roster.members();
+    let mut new_members = new.members();
+    if members_follow_log {
+        new_members.retain(|id, _| old_members.contains_key(id));
+    }
     let ids = |m: &std::collections::BTreeMap<u64, _>| m.keys().copied().collect::<Vec<_>>();
-    if ids(&old_members) != ids(&new_members) {
+    if !members_follow_log && ids(&old_members) != ids(&new_members) {
         return Err(ReloadError::MembersChanged(format!(
             "{:?} then, {:?} now",
             ids(&old_members),

@@ -74,7 +74,7 @@ pub enum MemberRequest {
     AddLearner {
         /// Its id.
         id: u64,
-        /// Where it listens (`host:port`).
+        /// Where it listens (`ip:port`).
         address: String,
         /// Its public keys, as `atomos keygen` prints them.
         public_keys: Vec<String>,

@@ -102,7 +102,8 @@ pub(crate) fn wait_seconds(wait: f64) -> Result<Duration, String> {
 }
 
 /// Runs the command: `Ok(true)` when listed or proposed, `Ok(false)` when the cluster refused
-/// (said on stderr), `Err` for bad input or no connection.
+/// or no member proposed it in time (said on stderr), `Err` for bad input or a client that
+/// cannot start.
 pub(crate) fn run(command: MemberCommand) -> Result<bool, String> {
     let (client, wait, request) = match command {
         MemberCommand::List { client, wait, json } => {
@@ -158,6 +159,9 @@ fn flag_of(error: &str, request: &MemberRequest) -> String {
     match request {
         MemberRequest::AddLearner { .. } if error.starts_with("address") => {
             format!("address: {error}")
+        }
+        MemberRequest::AddLearner { .. } if error.starts_with("member id") => {
+            format!("id: {error}")
         }
         _ => format!("public-key: {error}"),
     }

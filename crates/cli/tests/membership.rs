@@ -138,12 +138,13 @@ fn a_cluster_grows_by_a_new_node_and_loses_a_killed_founder_without_losing_a_tra
         "\n[[clients]]\nname = \"other\"\npublic_key = \"{}\"\n",
         public_key_of(&other_key)
     );
+    let mut reloaded = [0; 4];
     for n in 1..=3 {
         let path = dir.join(format!("node-{n}.toml"));
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, format!("{text}{entry}")).unwrap();
         signal(pids[n - 1], libc::SIGHUP);
-        wait_for_line(&log(n), 0, &["SIGHUP: keys reloaded", "other"]);
+        reloaded[n] = wait_for_line(&log(n), 0, &["SIGHUP: keys reloaded", "other"]);
     }
     let other = dir.join("other.toml");
     let text = std::fs::read_to_string(&client).unwrap();
@@ -263,6 +264,18 @@ fn a_cluster_grows_by_a_new_node_and_loses_a_killed_founder_without_losing_a_tra
         let text = std::fs::read_to_string(log(n)).unwrap_or_default();
         assert!(!text.contains("replicas diverged"), "node {n} diverged");
     }
+
+    // Keys still reload on SIGHUP though the members are no longer the files' (the other
+    // client is revoked again).
+    let path = dir.join("node-2.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace(&entry, "")).unwrap();
+    signal(pids[1], libc::SIGHUP);
+    wait_for_line(
+        &log(2),
+        reloaded[2] + 1,
+        &["SIGHUP: keys reloaded", "removed=[\"other\"]"],
+    );
 
     signal(four.id(), libc::SIGTERM);
     assert!(wait_exit(&mut four, Duration::from_secs(30)).success());

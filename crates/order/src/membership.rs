@@ -100,6 +100,9 @@ pub struct Membership {
     pub learners: Vec<Addr>,
     /// The context each member that joined through the log was added with.
     pub contexts: BTreeMap<Addr, Vec<u8>>,
+    /// The replicas changes removed (and did not add again since): hosts refuse them even
+    /// where an old configuration file still lists them.
+    pub removed: Vec<Addr>,
 }
 
 impl Membership {
@@ -117,6 +120,7 @@ impl Membership {
             outgoing: sorted(&cs.voters_outgoing),
             learners: sorted(&learners),
             contexts: BTreeMap::new(),
+            removed: Vec::new(),
         };
         m.contexts = contexts
             .iter()
@@ -124,6 +128,17 @@ impl Membership {
             .map(|(id, c)| (*id, c.clone()))
             .collect();
         m
+    }
+
+    /// The same, with `removed` (those of them that are no members, sorted) as the replicas
+    /// changes removed.
+    pub(crate) fn with_removed(mut self, removed: impl IntoIterator<Item = Addr>) -> Membership {
+        let set: BTreeSet<Addr> = removed
+            .into_iter()
+            .filter(|&id| !self.contains(id))
+            .collect();
+        self.removed = set.into_iter().collect();
+        self
     }
 
     /// Whether `id` is a member in any role.

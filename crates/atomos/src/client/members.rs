@@ -10,8 +10,10 @@ use crate::wire::{MemberRefusal, MemberRequest, NodeMsg};
 
 impl Client {
     /// Asks the cluster to make `request` (the client must be one the members list in
-    /// `operators`): sent to the members in turn, and to the leader a member names, until one
-    /// proposes it or `wait` has passed. Returns the log position it was proposed at (it has
+    /// `operators`): sent to the members in turn (a member that does not lead passes it on to
+    /// the leader), and to the leader a member names, until one proposes it or `wait` has
+    /// passed. An answer lost on the way makes the next attempt find the change under way or
+    /// made, and say so. Returns the log position it was proposed at (it has
     /// taken effect once `status` shows it; a leader change can drop a proposal: ask again).
     /// A refusal other than "not the leader" (not an operator, a change under way, a learner
     /// not caught up, a change that does not fit) comes back at once.
@@ -22,6 +24,9 @@ impl Client {
     ) -> Result<u64, MemberRefusal> {
         let deadline = Instant::now() + wait;
         let members: Vec<u64> = self.cfg.members.iter().map(|&(id, _)| id).collect();
+        if members.is_empty() {
+            return Err(MemberRefusal::Refused("the client knows no member".into()));
+        }
         let mut next = 0;
         let mut hint: Option<u64> = None;
         let mut last = String::from("no member answered");
@@ -29,16 +34,19 @@ impl Client {
             let to = match hint.take().filter(|l| members.contains(l)) {
                 Some(leader) => leader,
                 None => {
-                    let to = members[next % members.len()];
-                    next += 1;
-                    if next % members.len() == 0 {
+                    if next > 0 && next % members.len() == 0 {
                         // Every member was asked: give an election time to end.
-                        sleep(TICK * 10).await;
+                        let pause = deadline.saturating_duration_since(Instant::now());
+                        sleep((TICK * 10).min(pause)).await;
                     }
-                    to
+                    next += 1;
+                    members[(next - 1) % members.len()]
                 }
             };
-            let limit = self.cfg.resend_after.min(deadline - Instant::now());
+            let limit = self
+                .cfg
+                .resend_after
+                .min(deadline.saturating_duration_since(Instant::now()));
             let msg = NodeMsg::ChangeMembership(request.clone());
             match self.rpc.request(to, msg, limit).await {
                 Ok(NodeMsg::MembershipChanged(Ok(at))) => return Ok(at),

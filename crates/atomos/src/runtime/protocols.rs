@@ -134,7 +134,10 @@ impl NodeRuntime {
         machine: S,
     ) -> Result<(), RuntimeError> {
         cfg.health = Some(self.health.clone());
-        if let Some(tcp) = &self.tcp {
+        // Only certify and active change members (an `order = true` replica beside another
+        // protocol keeps the configuration's, which that protocol shares).
+        let changes_members = self.node.protocol().is_ordered();
+        if let (Some(tcp), true) = (&self.tcp, changes_members) {
             cfg.on_membership = Some(transport_follows(self.id, Arc::downgrade(tcp)));
         }
         let link = OrderLink {
@@ -148,7 +151,9 @@ impl NodeRuntime {
             Ok(t)
         })?;
         info!(node = self.id, "order replica started");
-        let _ = self.changer.set(node.changer());
+        if changes_members {
+            let _ = self.changer.set(node.changer());
+        }
         self.order = Some(node);
         Ok(())
     }

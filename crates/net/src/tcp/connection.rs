@@ -144,6 +144,12 @@ where
     if let Some((_, old)) = link.current.lock().replace((generation, conn.clone())) {
         old.cancel();
     }
+    // The member left, or its link was replaced (another address), while this connection
+    // opened: it carries nothing.
+    if link.gone.is_cancelled() {
+        conn.cancel();
+        return;
+    }
     // A client comes and goes as it pleases: its links are logged at debug level.
     let client = crate::transport::is_client(link.peer);
     if client {

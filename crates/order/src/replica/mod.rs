@@ -162,6 +162,7 @@ impl<S: StateMachine> Replica<S> {
         let mut delivered = BTreeSet::new();
         let mut log_time = 0;
         let mut contexts = BTreeMap::new();
+        let mut removed = Vec::new();
         if base > 0 {
             let data = SnapshotData::decode(&store.latest_snapshot().data)
                 .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
@@ -171,9 +172,10 @@ impl<S: StateMachine> Replica<S> {
             clients = ClientTable::from_last(data.clients());
             log_time = data.log_time;
             contexts = data.member_contexts();
+            removed = data.removed.clone();
             delivered = data.delivered_batches.into_iter().collect();
         }
-        let members = Membership::of(store.conf_state(), &contexts);
+        let members = Membership::of(store.conf_state(), &contexts).with_removed(removed);
         let commit = store.hard_state().commit.max(base);
         let in_log = store
             .entries_from(store.first())

@@ -190,11 +190,15 @@ impl<S: StateMachine> Replica<S> {
             .filter(|c| c.change_type == ConfChangeType::AddLearnerNode as i32)
             .map(|c| c.node_id)
             .collect();
+        let before = self.members.all();
+        let mut removed = std::mem::take(&mut self.members.removed);
         let mut contexts = std::mem::take(&mut self.members.contexts);
         for &id in &added {
             contexts.insert(id, entry.context.clone());
         }
-        self.members = Membership::of(&cs, &contexts);
+        let now = Membership::of(&cs, &contexts);
+        removed.extend(before.into_iter().filter(|&id| !now.contains(id)));
+        self.members = now.with_removed(removed);
         self.raft.mut_store().set_conf_state(cs);
         self.stats.membership_changes += 1;
         // See the module's doc.

@@ -37,6 +37,8 @@ pub(super) struct SnapshotData {
     expired: Vec<u64>,
     /// The contexts the members that joined through the log were added with.
     members: Vec<(u64, Vec<u8>)>,
+    /// The replicas changes removed (see `Membership::removed`).
+    pub(super) removed: Vec<u64>,
 }
 
 /// A snapshot as builds before membership changes wrote it.
@@ -69,6 +71,7 @@ impl SnapshotData {
             log_time: old.log_time,
             expired: old.expired,
             members: Vec::new(),
+            removed: Vec::new(),
         };
         let without_time = |old: SnapshotDataWithoutTime| SnapshotData {
             machine: old.machine,
@@ -77,6 +80,7 @@ impl SnapshotData {
             log_time: 0,
             expired: Vec::new(),
             members: Vec::new(),
+            removed: Vec::new(),
         };
         postcard::from_bytes::<SnapshotData>(bytes).or_else(|e| {
             postcard::from_bytes::<SnapshotDataWithoutMembers>(bytes)
@@ -99,7 +103,7 @@ impl SnapshotData {
         clients: &BTreeMap<u64, (u64, Last)>,
         delivered_batches: &BTreeSet<BatchId>,
         log_time: u64,
-        members: &BTreeMap<Addr, Vec<u8>>,
+        members: &Membership,
     ) -> SnapshotData {
         let mut expired = Vec::new();
         let clients = clients
@@ -118,7 +122,12 @@ impl SnapshotData {
             delivered_batches: delivered_batches.iter().copied().collect(),
             log_time,
             expired,
-            members: members.iter().map(|(id, c)| (*id, c.clone())).collect(),
+            members: members
+                .contexts
+                .iter()
+                .map(|(id, c)| (*id, c.clone()))
+                .collect(),
+            removed: members.removed.clone(),
         }
     }
 
@@ -151,13 +160,14 @@ impl<S: StateMachine> Replica<S> {
     /// delivered batches. Optimistic deliveries not yet final are revoked.
     fn restore_state(&mut self, snap: &Snapshot, out: &mut Vec<Action>) -> Result<(), OrderError> {
         let index = snap.get_metadata().index;
-        let data = SnapshotData::decode(&snap.data)
+        let mut data = SnapshotData::decode(&snap.data)
             .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
         self.machine
             .restore(&data.machine)
             .map_err(OrderError::Corrupt)?;
         self.clients.restore(data.clients());
         let contexts = data.member_contexts();
+        let removed = std::mem::take(&mut data.removed);
         self.batches.delivered = data.delivered_batches.into_iter().collect();
         if self.delivery.opt_next > self.delivery.final_next {
             self.revoke(self.delivery.final_next, out);
@@ -172,7 +182,7 @@ impl<S: StateMachine> Replica<S> {
         self.stats.snapshots_installed += 1;
         out.push(Output::Deliver(Delivery::Installed { seq: index }));
         let conf = snap.get_metadata().get_conf_state();
-        self.members = Membership::of(conf, &contexts);
+        self.members = Membership::of(conf, &contexts).with_removed(removed);
         out.push(Output::Deliver(Delivery::Membership {
             seq: index,
             membership: self.members.clone(),
@@ -470,7 +480,7 @@ impl<S: StateMachine> Replica<S> {
             self.clients.last(),
             &self.batches.delivered,
             self.delivery.final_time,
-            &self.members.contexts,
+            &self.members,
         );
         let mut snap = Snapshot {
             data: postcard::to_stdvec(&data).map_err(|e| OrderError::Corrupt(e.to_string()))?,

@@ -325,6 +325,7 @@ pub fn scripted_end() -> Membership {
             .into_iter()
             .map(|id| (id, format!("replica {id}").into_bytes()))
             .collect(),
+        removed: vec![1, 2],
         ..Membership::default()
     }
 }
