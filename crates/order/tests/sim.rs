@@ -19,12 +19,15 @@
 mod check;
 #[path = "sim/harness.rs"]
 mod harness;
+#[path = "sim/operator.rs"]
+mod operator;
 
 use atomos_order::{Delivery, MemberChange, PlantedBug};
 use atomos_sim::{check_seeds, first_caught, Faults};
 
 use check::{check, count};
-use harness::{is_adversary, scripted_end, simulate, Note, Setup};
+use harness::{is_adversary, simulate, Note, Setup};
+use operator::scripted_end;
 
 #[test]
 fn total_order_with_optimistic_delivery_survives_every_fault() {

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use atomos_net::transport::{Deliver, NodeId, Transport};
 use atomos_order::{
-    decode_log, ChangeRefused, Delivery, Endpoint, EndpointConfig, MemberChange, Membership,
-    OrderError, OrderMsg, Replica, ReplicaConfig, StateMachine,
+    decode_log, Delivery, Endpoint, EndpointConfig, MemberChange, Membership, OrderError, OrderMsg,
+    Replica, ReplicaConfig, StateMachine,
 };
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
@@ -36,10 +36,12 @@ use crate::driver::{open_log, LogDisk, Runner};
 use crate::health::Health;
 use crate::status::ReplicaStatus;
 
+mod members;
 mod refused_sends;
 mod requests;
 mod task;
 
+pub use members::{MemberChanger, MembershipError, MembershipFn, MembershipHook};
 pub use requests::{
     deadline_after, RequestOutcome, SubmitError, Ticket, EXPIRY_GRACE, WATCHED_MAX,
 };
@@ -92,51 +94,6 @@ pub struct OrderNodeConfig {
     /// with the one before it (`None` at start): how the node's transport follows the
     /// members.
     pub on_membership: Option<MembershipHook>,
-}
-
-/// What hears of a membership the replica applied: called with the one it replaced (`None`
-/// at start) and the new one.
-pub type MembershipFn = dyn Fn(Option<&Membership>, &Membership) + Send + Sync;
-
-/// Hears of a membership the replica applied, with the one it replaced (`None` at start).
-#[derive(Clone)]
-pub struct MembershipHook(pub Arc<MembershipFn>);
-
-impl std::fmt::Debug for MembershipHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MembershipHook")
-    }
-}
-
-/// Asks an order node's replica for membership changes (see [`OrderNode::changer`]).
-#[derive(Clone, Debug)]
-pub struct MemberChanger {
-    tx: mpsc::UnboundedSender<Event>,
-}
-
-impl MemberChanger {
-    /// See [`OrderNode::change_membership`].
-    pub async fn change(&self, change: MemberChange) -> Result<u64, MembershipError> {
-        let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(Event::ChangeMembership { change, reply })
-            .map_err(|_| MembershipError::Stopped)?;
-        Ok(answer.await.map_err(|_| MembershipError::Stopped)??)
-    }
-}
-
-/// Why a membership change was not made.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum MembershipError {
-    /// The leader refused it (or this replica does not lead).
-    #[error(transparent)]
-    Refused(#[from] ChangeRefused),
-    /// The order node stopped before it answered.
-    #[error("the order node stopped")]
-    Stopped,
-    /// The node runs no order replica (its protocol does not change members).
-    #[error("this node runs {0}: only certify and active clusters change their members")]
-    NotReplicated(String),
 }
 
 /// Makes the payload of generated request number n.
@@ -505,9 +462,7 @@ impl OrderNode {
 
     /// A handle that asks for membership changes from elsewhere (a client's request).
     pub fn changer(&self) -> MemberChanger {
-        MemberChanger {
-            tx: self.tx.clone(),
-        }
+        MemberChanger::new(self.tx.clone())
     }
 
     /// The membership the replica applied last (empty while a joining replica waits for its

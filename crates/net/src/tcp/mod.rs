@@ -33,6 +33,7 @@
 
 mod busy_poll;
 mod connection;
+mod members;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -245,66 +246,6 @@ where
             }
         }
         Ok(TcpTransport { shared })
-    }
-
-    /// Member `id`, listening at `addr` and proving one of `keys`, joined the cluster: it is
-    /// admitted, sent to, and dialled if its id is above this node's (the lower id dials, as
-    /// at start). A member known already at another address is reached at the new one from
-    /// now on. Must be called inside a tokio runtime.
-    pub fn add_member(&self, id: NodeId, addr: SocketAddr, keys: Vec<PublicKey>) -> io::Result<()> {
-        let s = &self.shared;
-        let me = s.cfg.identity.node();
-        if id == me || is_client(id) {
-            return Err(invalid(format!(
-                "member {id} cannot be added here: it is this node, or its id has the client bit"
-            )));
-        }
-        if keys.is_empty() {
-            return Err(invalid(format!(
-                "member {id} has no public key: its connections could not be authenticated"
-            )));
-        }
-        s.cfg.roster.add_member(id, keys);
-        let link = {
-            let mut links = s.links.write();
-            if links.get(&id).is_some_and(|l| l.addr == addr) {
-                return Ok(());
-            }
-            let link = Arc::new(Link::new(
-                id,
-                addr,
-                LinkCounters::new(me, id),
-                s.stop.child_token(),
-            ));
-            if let Some(old) = links.insert(id, link.clone()) {
-                old.leave();
-            }
-            link
-        };
-        if id > me && !s.stop.is_cancelled() {
-            tokio::spawn(dial_loop(s.clone(), link));
-        }
-        Ok(())
-    }
-
-    /// The key client `id`'s current connection proved (`None`: no client of that id is
-    /// connected).
-    pub fn client_key(&self, id: NodeId) -> Option<PublicKey> {
-        self.shared
-            .clients
-            .lock()
-            .get(&id)
-            .and_then(|link| link.key)
-    }
-
-    /// Member `id` left the cluster: it is no longer admitted (its connections close), sent
-    /// to or dialled.
-    pub fn remove_member(&self, id: NodeId) {
-        let s = &self.shared;
-        s.cfg.roster.remove_member(id);
-        if let Some(link) = s.links.write().remove(&id) {
-            link.leave();
-        }
     }
 
     /// A client's transport: it listens nowhere and dials every member of `cfg.peers`, whose

@@ -13,6 +13,8 @@ use atomos_order::{
 };
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 
+use crate::operator::{next_change, removed};
+
 /// The replicas that found the cluster (nodes 1 to 3).
 pub const REPLICAS: usize = 3;
 /// Replica slots in membership runs: the founders and two that join (nodes 4 and 5).
@@ -282,54 +284,6 @@ fn replica_clock(seed: u64, node: NodeId, setup: Setup, now: u64) -> u64 {
 /// Faults are injected until this time.
 const FAULT_UNTIL: u64 = 4_000;
 
-/// The operator's script in membership runs, in order, each step with the earliest time it is
-/// asked for: grow from 3 to 4 voters, add a fifth as learner and swap it for replica 1 (a
-/// joint configuration), then remove replica 2. The cluster ends with voters 3, 4 and 5.
-pub fn operator_script() -> [(u64, MemberChange); 5] {
-    let add = |id| MemberChange::AddLearner {
-        id,
-        context: format!("replica {id}").into_bytes(),
-    };
-    [
-        (400, add(4)),
-        (1_000, MemberChange::Promote { id: 4 }),
-        (1_600, add(5)),
-        (2_200, MemberChange::Replace { remove: 1, add: 5 }),
-        (2_800, MemberChange::Remove { id: 2 }),
-    ]
-}
-
-/// Whether a step of the script shows in `m`.
-fn done(step: &MemberChange, m: &Membership) -> bool {
-    match step {
-        MemberChange::AddLearner { id, .. } => m.contains(*id),
-        MemberChange::Promote { id } => m.votes(*id),
-        MemberChange::Replace { remove, add } => m.votes(*add) && !m.contains(*remove),
-        MemberChange::Remove { id } => !m.contains(*id),
-    }
-}
-
-/// The first step of the script that `m` does not show yet, if it is due at `now`.
-fn next_change(now: u64, m: &Membership) -> Option<MemberChange> {
-    let (at, step) = operator_script()
-        .into_iter()
-        .find(|(_, step)| !done(step, m))?;
-    (now >= at).then_some(step)
-}
-
-/// The membership a run ends with when the script ran to the end.
-pub fn scripted_end() -> Membership {
-    Membership {
-        voters: vec![3, 4, 5],
-        contexts: [4, 5]
-            .into_iter()
-            .map(|id| (id, format!("replica {id}").into_bytes()))
-            .collect(),
-        removed: vec![1, 2],
-        ..Membership::default()
-    }
-}
-
 pub fn replica_config(seed: u64, node: NodeId, setup: Setup) -> ReplicaConfig {
     // The founders know each other; a replica that joins knows nobody yet.
     let founders = if node as usize <= REPLICAS {
@@ -415,12 +369,6 @@ impl Node {
             tickets: 0,
         })
     }
-}
-
-/// Whether `replica` knows it was removed: it had a configuration, and it is not in it.
-fn removed(replica: &Replica<Register>) -> bool {
-    let m = replica.membership();
-    !m.is_empty() && !m.contains(replica.id())
 }
 
 fn push_client_actions(
