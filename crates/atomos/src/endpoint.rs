@@ -38,6 +38,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, String> {
     for name in [
         "atomos_request_latency_seconds",
         "atomos_order_opt_to_final_seconds",
+        "atomos_wal_fsync_seconds",
     ] {
         builder = builder
             .set_buckets_for_metric(Matcher::Full(name.into()), &buckets)

@@ -43,6 +43,7 @@ pub mod hot_spots;
 mod linked;
 pub mod membership;
 mod node;
+mod node_metrics;
 pub mod ordering;
 mod oss;
 pub mod runtime;

@@ -195,6 +195,11 @@ impl NodeRuntime {
             let key = names.upgrade()?.client_key(client)?;
             keys.client_name(&key)
         }));
+        tokio::spawn(crate::node_metrics::publish_connections(
+            settings.node_id,
+            Arc::downgrade(&transport),
+            runtime.stop.clone(),
+        ));
         runtime.roster = Some(roster);
         runtime.tcp = Some(transport);
         runtime.set_answer_poll(settings.answer_poll);
@@ -322,6 +327,7 @@ impl NodeRuntime {
             peers.clone(),
             stop.clone(),
         ));
+        tokio::spawn(crate::node_metrics::publish(id, node.clone(), stop.clone()));
         let hot_spot_keys = Arc::new(AtomicBool::new(false));
         tokio::spawn(crate::hot_spots::publish(
             id,

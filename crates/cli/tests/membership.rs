@@ -2,8 +2,9 @@
 //! four (a new node with its own key and an empty disk starts with `order_join = true`, an
 //! operator adds it with `atomos member add` and promotes it), then a founder is killed with
 //! SIGKILL and removed (`atomos member remove`). The three left keep auditing the full total,
-//! the new member among them, and every transfer a run saw acknowledged is counted. A client
-//! that is no operator is refused, and malformed requests are refused before anything is sent.
+//! the new member among them, and every transfer a run saw acknowledged is counted; the
+//! metrics show one leader, the changes and the fsyncs. A client that is no operator is
+//! refused, and malformed requests are refused before anything is sent.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -264,6 +265,29 @@ fn a_cluster_grows_by_a_new_node_and_loses_a_killed_founder_without_losing_a_tra
         let text = std::fs::read_to_string(log(n)).unwrap_or_default();
         assert!(!text.contains("replicas diverged"), "node {n} diverged");
     }
+
+    // The metrics an operator watches: one leader among the members left, node 4 a voter
+    // of three that applied the changes and commits transfers, the logs' fsyncs timed.
+    std::thread::sleep(Duration::from_millis(1_100));
+    let metrics = |port: u16| common::http_get(port + 100, "/metrics");
+    let (m2, m3, m4) = (
+        metrics(base_port + 1),
+        metrics(base_port + 2),
+        metrics(port4),
+    );
+    let sum = |name: &str| -> f64 {
+        [&m2, &m3, &m4]
+            .iter()
+            .map(|m| common::metric_sum(m, name))
+            .sum()
+    };
+    assert_eq!(sum("atomos_order_is_leader"), 1.0, "one leader");
+    assert_eq!(common::metric_sum(&m4, "atomos_order_voters"), 3.0);
+    assert!(common::metric_sum(&m4, "atomos_order_term") > 0.0);
+    assert!(common::metric_sum(&m4, "atomos_order_replica_membership_changes_total") >= 2.0);
+    assert!(common::metric_sum(&m4, "atomos_tx_commits_total") > 0.0);
+    assert!(common::metric_sum(&m2, "atomos_wal_fsync_seconds_count") > 0.0);
+    assert!(m2.contains("atomos_client_connections") && m2.contains("atomos_tx_aborts_total"));
 
     // Keys still reload on SIGHUP though the members are no longer the files' (the other
     // client is revoked again).

@@ -137,10 +137,19 @@ impl FileDisk {
         Ok(())
     }
 
-    /// Fsyncs what was written, if anything.
+    /// Fsyncs what was written, if anything (timed: `atomos_wal_fsync_seconds`, labelled
+    /// with the log's file name).
     pub fn sync(&mut self) -> Result<(), DiskError> {
         if self.dirty_since.is_some() {
+            let started = Instant::now();
             self.file.sync_data().map_err(|e| self.io(e))?;
+            let log = self
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            metrics::histogram!("atomos_wal_fsync_seconds", "log" => log)
+                .record(started.elapsed().as_secs_f64());
             self.dirty_since = None;
         }
         Ok(())

@@ -287,6 +287,7 @@ impl<S: StateMachine> Task<S> {
             self.io.counters_due = now + MACHINE_COUNTERS_EVERY;
             let counters = replica.machine().counters();
             self.io.shared.publish_machine(self.io.me, counters);
+            publish_replica(self.io.me, replica);
         }
         Ok(produced > 0)
     }
@@ -389,5 +390,37 @@ async fn run_loop<S: StateMachine>(
                 break;
             }
         }
+    }
+}
+
+/// Publishes where replica `me` stands as metrics: `atomos_order_is_leader`, `_term`,
+/// `_commit_index`, `_applied_index`, `_apply_lag`, `_voters`, `_learners` and
+/// `_snapshot_bytes` (gauges), and its counters as `atomos_order_replica_NAME_total`.
+fn publish_replica<S: StateMachine>(me: Addr, replica: &atomos_order::Replica<S>) {
+    let node = me.to_string();
+    for (name, value) in replica.stats().counters() {
+        metrics::counter!(format!("atomos_order_replica_{name}_total"), "node" => node.clone())
+            .absolute(value);
+    }
+    let applied = replica.final_next().saturating_sub(1);
+    let m = replica.membership();
+    let gauges = [
+        ("atomos_order_is_leader", u64::from(replica.is_leader())),
+        ("atomos_order_term", replica.term()),
+        ("atomos_order_commit_index", replica.commit()),
+        ("atomos_order_applied_index", applied),
+        (
+            "atomos_order_apply_lag",
+            replica.commit().saturating_sub(applied),
+        ),
+        ("atomos_order_voters", m.voters.len() as u64),
+        ("atomos_order_learners", m.learners.len() as u64),
+        (
+            "atomos_order_snapshot_bytes",
+            replica.snapshot_bytes() as u64,
+        ),
+    ];
+    for (name, value) in gauges {
+        metrics::gauge!(name, "node" => node.clone()).set(value as f64);
     }
 }

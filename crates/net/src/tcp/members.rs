@@ -1,4 +1,5 @@
-//! Members joining and leaving a running transport (the replicated log's membership changes).
+//! Members joining and leaving a running transport (the replicated log's membership changes),
+//! and the clients connected.
 
 use std::io;
 use std::net::SocketAddr;
@@ -54,6 +55,11 @@ where
             tokio::spawn(dial_loop(s.clone(), link));
         }
         Ok(())
+    }
+
+    /// How many clients are connected now.
+    pub fn clients_connected(&self) -> usize {
+        self.shared.clients.lock().len()
     }
 
     /// The key client `id`'s current connection proved (`None`: no client of that id is

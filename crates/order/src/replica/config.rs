@@ -159,3 +159,30 @@ pub struct OrderStats {
     /// replica that is no member (a removed replica that still runs, say).
     pub from_non_members: u64,
 }
+
+impl OrderStats {
+    /// Every counter by name (for metrics: `atomos_order_NAME_total`).
+    pub fn counters(&self) -> [(&'static str, u64); 16] {
+        [
+            ("opt_delivered", self.opt_delivered),
+            ("final_delivered", self.final_delivered),
+            ("revoked", self.revoked),
+            ("requests_delivered", self.requests_delivered),
+            ("snapshots_installed", self.snapshots_installed),
+            ("snapshots_taken", self.snapshots_taken),
+            ("snapshots_failed", self.snapshots_failed),
+            ("snapshots_refused", self.snapshots_refused),
+            ("snapshots_sent", self.snapshots_sent),
+            (
+                "snapshot_streams_abandoned",
+                self.snapshot_streams_abandoned,
+            ),
+            ("raft_refused", self.raft_refused),
+            ("votes_withheld", self.votes_withheld),
+            ("peers_restarted", self.peers_restarted),
+            ("membership_changes", self.membership_changes),
+            ("proposals_dropped", self.proposals_dropped),
+            ("from_non_members", self.from_non_members),
+        ]
+    }
+}

@@ -303,6 +303,11 @@ impl<S: StateMachine> Replica<S> {
         self.raft.raft.term
     }
 
+    /// The size in bytes of the latest snapshot this replica holds (0 before the first).
+    pub fn snapshot_bytes(&self) -> usize {
+        self.raft.store().latest_snapshot().data.len()
+    }
+
     /// The next position to be finally delivered.
     pub fn final_next(&self) -> u64 {
         self.delivery.final_next
