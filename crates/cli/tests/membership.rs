@@ -288,6 +288,33 @@ fn a_cluster_grows_by_a_new_node_and_loses_a_killed_founder_without_losing_a_tra
     assert!(common::metric_sum(&m4, "atomos_tx_commits_total") > 0.0);
     assert!(common::metric_sum(&m2, "atomos_wal_fsync_seconds_count") > 0.0);
     assert!(m2.contains("atomos_client_connections") && m2.contains("atomos_tx_aborts_total"));
+    // Every metric the Grafana dashboard queries is published, with a `node` label where a
+    // query selects by it (but those recorded only when something goes wrong).
+    const ON_EVENTS: [&str; 3] = [
+        "atomos_component_failed_total",
+        "atomos_replica_alarms_total",
+        "atomos_order_sends_refused_total",
+    ];
+    for (name, by_node) in common::dashboard::metrics() {
+        let series: Vec<&str> = [&m2, &m3, &m4]
+            .iter()
+            .flat_map(|m| m.lines())
+            .filter(|l| l.starts_with(name.as_str()) && !l.starts_with('#'))
+            .collect();
+        if ON_EVENTS.contains(&name.as_str()) {
+            continue;
+        }
+        assert!(
+            !series.is_empty(),
+            "the dashboard queries {name}, which no node publishes"
+        );
+        if by_node {
+            assert!(
+                series.iter().all(|l| l.contains("node=\"")),
+                "the dashboard selects {name} by node, which it lacks: {series:?}"
+            );
+        }
+    }
 
     // Keys still reload on SIGHUP though the members are no longer the files' (the other
     // client is revoked again).

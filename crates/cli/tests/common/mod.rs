@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod bank;
+pub mod dashboard;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -161,7 +161,7 @@ pub struct OrderStats {
 }
 
 impl OrderStats {
-    /// Every counter by name (for metrics: `atomos_order_NAME_total`).
+    /// Every counter by name (nodes publish each as `atomos_order_replica_NAME_total`).
     pub fn counters(&self) -> [(&'static str, u64); 16] {
         [
             ("opt_delivered", self.opt_delivered),
