@@ -22,11 +22,17 @@
 //! transfers and list-append transactions written as closures certified between them; the
 //! model then runs the invocations one at a time in the final order, without speculation.
 //!
+//! In membership runs, two more replicas join and an operator (the order layer's simulation
+//! script) replaces members while the faults last; the replicas must also agree on the
+//! membership at every position and end where the script leads.
+//!
 //! Replay one seed: `ATOMOS_SIM_SEED=N cargo test -p atomos-protocols --test certify_sim`.
 
+#[path = "../../order/tests/sim/operator.rs"]
+mod operator;
 mod replicated_sim;
 
-use atomos_order::Delivery;
+use atomos_order::{Delivery, MemberChange};
 use atomos_protocols::replicated::{Answer, PlantedBug};
 use atomos_sim::{check_seeds, first_caught, Faults};
 use replicated_sim::{active_setup, check, check_lists, count, setup, simulate, Note, Setup};
@@ -176,6 +182,76 @@ fn committing_at_the_optimistic_delivery_is_caught() {
         ..active_setup()
     };
     first_caught(&format!("{bug:?}"), 40, |seed| {
+        check(&simulate(seed, planted, Faults::harsh())).map(|_| ())
+    });
+}
+
+/// Members change under the bank and list-append workloads while every fault lasts: a fourth
+/// replica joins as a learner and is promoted, a fifth joins and replaces replica 1 (a joint
+/// configuration), replica 2 is removed (the leader, when it leads), and removed replicas are
+/// decommissioned. Beside every other check, the replicas agree on the membership at every
+/// position and the run ends with the configuration the script leads to; joiners catch up by
+/// state transfer and their own transactions commit through the cluster.
+#[test]
+fn members_change_under_the_bank_while_every_fault_lasts() {
+    let (mut joint, mut leaders_removed, mut installs, mut joiners_answered) = (0, 0, 0, 0);
+    for (setup, seeds) in [(setup(), 40), (active_setup(), 20)] {
+        let setup = Setup {
+            membership: true,
+            ..setup
+        };
+        check_seeds(seeds, "-p atomos-protocols --test certify_sim", |seed| {
+            let o = simulate(seed, setup, Faults::harsh());
+            joint += count(
+                &o,
+                |n| matches!(n, Note::Delivered(Delivery::Membership { membership, .. }) if !membership.outgoing.is_empty()),
+            );
+            leaders_removed += o
+                .run
+                .notes
+                .iter()
+                .filter(|(_, node, n)| matches!(n, Note::Proposed(MemberChange::Remove { id }) if id == node))
+                .count();
+            installs += count(&o, |n| {
+                matches!(n, Note::Delivered(Delivery::Installed { .. }))
+            });
+            joiners_answered += o
+                .run
+                .notes
+                .iter()
+                .filter(|(_, node, n)| *node > 3 && matches!(n, Note::Answer { .. }))
+                .count();
+            check(&o)?;
+            Ok(())
+        });
+    }
+    println!(
+        "over the seeds: {joint} joint configurations applied, {leaders_removed} leaders asked \
+         to remove themselves, {installs} snapshot installs, {joiners_answered} answers to the \
+         joiners' own transactions"
+    );
+    assert!(joint > 0, "no joint configuration was ever applied");
+    assert!(
+        leaders_removed > 0,
+        "no leader was ever asked to remove itself"
+    );
+    assert!(
+        joiners_answered > 0,
+        "no joiner's transaction was ever answered"
+    );
+}
+
+/// The order layer counting the founders in every quorum, whatever the membership, is caught
+/// under the bank too.
+#[test]
+fn a_quorum_of_the_founders_is_caught_under_the_bank() {
+    let bug = atomos_order::PlantedBug::FoundingQuorum;
+    let planted = Setup {
+        membership: true,
+        order_bug: Some(bug),
+        ..setup()
+    };
+    first_caught(&format!("{bug:?}"), 60, |seed| {
         check(&simulate(seed, planted, Faults::harsh())).map(|_| ())
     });
 }

@@ -1,7 +1,8 @@
 //! The operator of the membership runs: a script of changes the leader is asked for, one at a
-//! time, each once it is due and the ones before it show in the membership.
+//! time, each once it is due and the ones before it show in the membership. The order layer's
+//! simulation and the replicated protocols' (`protocols/tests/certify_sim.rs`) both run it.
 
-use atomos_order::{MemberChange, Membership, Register, Replica};
+use atomos_order::{MemberChange, Membership, Replica, StateMachine};
 
 /// The operator's script in membership runs, in order, each step with the earliest time it is
 /// asked for: grow from 3 to 4 voters, add a fifth as learner and swap it for replica 1 (a
@@ -52,7 +53,7 @@ pub fn scripted_end() -> Membership {
 }
 
 /// Whether `replica` knows it was removed: it had a configuration, and it is not in it.
-pub fn removed(replica: &Replica<Register>) -> bool {
+pub fn removed<S: StateMachine>(replica: &Replica<S>) -> bool {
     let m = replica.membership();
     !m.is_empty() && !m.contains(replica.id())
 }

@@ -2,6 +2,7 @@
 //! history.
 
 use super::*;
+use crate::operator::scripted_end;
 
 /// The final order as the replicas delivered it: entry seq -> its requests.
 fn final_order(run: &Run<Note>) -> Result<BTreeMap<u64, Vec<Request>>, String> {
@@ -171,6 +172,8 @@ pub(crate) fn check(o: &Outcome) -> Result<usize, String> {
         states.insert(model.position, model.snapshot());
     }
     let mut digests = Agreement::new("object digests");
+    // Entry seq -> the membership in force from there on.
+    let mut memberships = Agreement::new("memberships");
     for (t, node, note) in &o.run.notes {
         match note {
             Note::Answer {
@@ -193,6 +196,9 @@ pub(crate) fn check(o: &Outcome) -> Result<usize, String> {
             Note::Digest { position, digest } => digests
                 .see(*node, *position, *digest)
                 .map_err(|e| format!("at {t}: {e}"))?,
+            Note::Delivered(Delivery::Membership { seq, membership }) => memberships
+                .see(*node, *seq, membership.clone())
+                .map_err(|e| format!("at {t}: {e}"))?,
             Note::Delivered(Delivery::Alarm { seq, text }) => {
                 return Err(format!("node {node} at {t}: alarm at entry {seq}: {text}"));
             }
@@ -209,6 +215,12 @@ pub(crate) fn check(o: &Outcome) -> Result<usize, String> {
     if committed < 10 {
         return Err(format!(
             "only {committed} commits: the run made no progress"
+        ));
+    }
+    if o.membership_run && o.membership != scripted_end() {
+        return Err(format!(
+            "the run ended with the membership {:?}, not where the script leads",
+            o.membership
         ));
     }
     let end = model.snapshot();

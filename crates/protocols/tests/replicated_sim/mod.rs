@@ -9,14 +9,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
+use crate::operator::{next_change, removed};
 use atomos_core::history::list_append::ListOp;
 use atomos_core::{
     encode_arguments, Certification, Engine, EngineConfig, Invocation, Key, ProcedureKind,
     Procedures, SerialExecutor, Tx, TxError,
 };
 use atomos_order::{
-    decode_log, Delivery, Endpoint, EndpointConfig, EndpointDelivery, EndpointRequest, OrderError,
-    OrderMsg, Outcome as Answered, Replica, ReplicaConfig, Request,
+    decode_log, Delivery, Endpoint, EndpointConfig, EndpointDelivery, EndpointRequest,
+    MemberChange, Membership, OrderError, OrderMsg, Outcome as Answered, Replica, ReplicaConfig,
+    Request,
 };
 use atomos_protocols::replicated::{Answer, Entry, PlantedBug, ReplicatedStore};
 use atomos_sim::workload::{
@@ -26,7 +28,10 @@ use atomos_sim::{
     Agreement, Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng,
 };
 
+/// The replicas that found the cluster (nodes 1 to 3).
 const REPLICAS: usize = 3;
+/// Replica slots in membership runs: the founders and two that join (nodes 4 and 5).
+const MEMBERSHIP_SLOTS: usize = 5;
 const ACCOUNTS: u64 = 6;
 const INITIAL: i64 = 100;
 /// Transactions each incarnation of a replica starts at most.
@@ -95,6 +100,8 @@ pub(crate) enum Note {
     ListAborted {
         id: u64,
     },
+    /// This replica, leading, proposed a change of the operator's script.
+    Proposed(MemberChange),
 }
 
 /// One replica with the application running on it: the production endpoint (the replica, the
@@ -117,6 +124,12 @@ struct Node {
     /// The latest digest this node's replica answered: (node, position, digest), reported in
     /// the node's next `Digest` entry.
     last_digest: Option<(u64, u64, u64)>,
+    /// An operator asks this replica, when it leads, for the next change of its script.
+    operator: bool,
+    /// Membership changes asked for so far (their tickets, apart from the submissions').
+    changes_asked: u64,
+    /// Removed from the cluster: decommissioned, it takes no input any more.
+    decommissioned: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -126,12 +139,32 @@ pub(crate) struct Setup {
     /// Run the `active` protocol: the stores run procedures speculatively; transfers are
     /// invoked, list-append transactions are still certified closures between them.
     pub(crate) active: bool,
+    /// Two more replicas join and an operator replaces members while the faults last (the
+    /// order layer's operator script): a cluster of 1, 2, 3 ends as 3, 4, 5.
+    pub(crate) membership: bool,
+    /// A bug planted in the order layer under the replicated store.
+    pub(crate) order_bug: Option<atomos_order::PlantedBug>,
+}
+
+impl Setup {
+    /// The replica slots: nodes 1 to this.
+    fn slots(&self) -> usize {
+        match self.membership {
+            true => MEMBERSHIP_SLOTS,
+            false => REPLICAS,
+        }
+    }
 }
 
 impl Node {
     fn boot(seed: u64, setup: Setup, boot: Boot) -> Result<Node, String> {
-        let replicas: Vec<u64> = (1..=REPLICAS as u64).collect();
-        let mut cfg = ReplicaConfig::new(boot.node, replicas.clone());
+        // The founders know each other; a replica that joins knows nobody yet.
+        let founders: Vec<u64> = match boot.node as usize <= REPLICAS {
+            true => (1..=REPLICAS as u64).collect(),
+            false => Vec::new(),
+        };
+        let mut cfg = ReplicaConfig::new(boot.node, founders);
+        cfg.planted_bug = setup.order_bug;
         cfg.seed = seed.wrapping_mul(31).wrapping_add(boot.node) ^ (boot.incarnation << 32);
         cfg.batch_max = 4;
         cfg.retry_ticks = 5;
@@ -155,6 +188,8 @@ impl Node {
         .with_planted_bug(setup.bug);
         let log = decode_log(&boot.log).map_err(|e| e.to_string())?;
         let replica = Replica::open(cfg, log, store).map_err(|e| e.to_string())?;
+        let decommissioned = removed(&replica);
+        let replicas = replica.membership().all();
         // Client ids unique across nodes and restarts, as the node runtime's random base makes
         // them.
         let endpoint_cfg = EndpointConfig {
@@ -174,6 +209,9 @@ impl Node {
             announced: false,
             active: setup.active,
             last_digest: None,
+            operator: setup.membership,
+            changes_asked: 0,
+            decommissioned,
         })
     }
 
@@ -364,6 +402,39 @@ impl Node {
         Ok(())
     }
 
+    /// The operator, when this replica leads: asks it for the next change of the script that
+    /// is due and not yet in the membership.
+    fn operate(
+        &mut self,
+        now: u64,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) -> Result<(), OrderError> {
+        let replica = self.endpoint.replica();
+        if !self.operator || !replica.is_leader() {
+            return Ok(());
+        }
+        let Some(change) = next_change(now, replica.membership()) else {
+            return Ok(());
+        };
+        self.changes_asked += 1;
+        // Numbered apart from the submissions' tickets.
+        let ticket = u64::MAX - self.changes_asked;
+        let ask = EndpointRequest::ChangeMembership {
+            ticket,
+            change: change.clone(),
+        };
+        let mut outputs = Vec::new();
+        self.step_endpoint(now, Input::Request(ask), &mut outputs)?;
+        let proposed = outputs.iter().any(|o| {
+            matches!(o, Output::Deliver(Note::Delivered(Delivery::MemberChange { ticket: t, result: Ok(_) })) if *t == ticket)
+        });
+        out.extend(outputs);
+        if proposed {
+            out.push(Output::Deliver(Note::Proposed(change)));
+        }
+        Ok(())
+    }
+
     /// A read-only audit of the whole bank on this replica.
     fn audit(&self, out: &mut Vec<Output<OrderMsg, Note>>) {
         match bank_total(&self.engine, ACCOUNTS) {
@@ -394,6 +465,9 @@ impl Machine for Node {
         input: Input<OrderMsg, ()>,
         out: &mut Vec<Output<OrderMsg, Note>>,
     ) -> Result<(), OrderError> {
+        if self.decommissioned {
+            return Ok(());
+        }
         if !self.announced {
             self.announced = true;
             out.push(Output::Deliver(Note::Started {
@@ -413,6 +487,7 @@ impl Machine for Node {
                 if self.rng.chance(0.2) {
                     self.audit(out);
                 }
+                self.operate(now, out)?;
             }
             Input::Message { from, msg } => {
                 self.step_endpoint(now, Input::Message { from, msg }, out)?
@@ -428,6 +503,7 @@ impl Machine for Node {
             let digest = digest(&store.contents());
             out.push(Output::Deliver(Note::Digest { position, digest }));
         }
+        self.decommissioned = removed(self.endpoint.replica());
         Ok(())
     }
 }
@@ -441,13 +517,18 @@ pub(crate) struct Outcome {
     pub(crate) executed: atomos_core::ExecutorStats,
     /// Digests the live replicas compared with another's report, summed.
     pub(crate) digests_compared: u64,
+    /// The run had members change (the operator's script).
+    pub(crate) membership_run: bool,
+    /// The membership at the run's end: the one delivered at the highest position.
+    pub(crate) membership: Membership,
 }
 
 pub(crate) fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
+    let slots = setup.slots();
     let cfg = SimConfig {
         seed,
-        nodes: REPLICAS,
-        crashable: REPLICAS,
+        nodes: slots,
+        crashable: slots,
         tick_every: 10,
         fault_until: 4_000,
         settle: 8_000,
@@ -455,12 +536,26 @@ pub(crate) fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
     };
     let mut sim = Sim::new(cfg, move |boot| Node::boot(seed, setup, boot));
     let run = sim.run();
+    let founding = Membership {
+        voters: (1..=REPLICAS as u64).collect(),
+        ..Membership::default()
+    };
+    let membership = run
+        .notes
+        .iter()
+        .filter_map(|(_, _, n)| match n {
+            Note::Delivered(Delivery::Membership { seq, membership }) => Some((seq, membership)),
+            _ => None,
+        })
+        .max_by_key(|(seq, _)| **seq)
+        .map_or(founding, |(_, m)| m.clone());
     let mut unanswered = 0;
     let mut finals = Vec::new();
     let mut executed = atomos_core::ExecutorStats::default();
     let mut digests_compared = 0;
-    for node in 1..=REPLICAS as NodeId {
-        if let Some(n) = sim.machine(node) {
+    for node in 1..=slots as NodeId {
+        // Replicas removed, and those never added, are left out.
+        if let Some(n) = sim.machine(node).filter(|_| membership.contains(node)) {
             unanswered += n.endpoint.in_flight();
             let replica = n.endpoint.replica();
             digests_compared += replica.machine().stats().digests_compared;
@@ -485,6 +580,8 @@ pub(crate) fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
         finals,
         executed,
         digests_compared,
+        membership_run: setup.membership,
+        membership,
     }
 }
 
@@ -497,6 +594,8 @@ pub(crate) fn setup() -> Setup {
         snapshot_every: 25,
         bug: None,
         active: false,
+        membership: false,
+        order_bug: None,
     }
 }
 
