@@ -50,11 +50,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep, timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::status::MemberReport;
 use crate::wire::NodeMsg;
 
 mod members;
 mod settings;
+mod status;
 
 pub use settings::{ClientConfig, ClientError};
 
@@ -86,6 +86,8 @@ pub struct Client {
     turn: tokio::sync::Mutex<()>,
     /// The member update invocations go to now.
     reference: Arc<AtomicU64>,
+    /// Members the cluster added through its log, learned from status answers: id to address.
+    learned: RwLock<BTreeMap<NodeId, std::net::SocketAddr>>,
     resends: Arc<AtomicU64>,
     stop: CancellationToken,
 }
@@ -131,6 +133,7 @@ impl Client {
             submissions,
             turn: tokio::sync::Mutex::new(()),
             reference: Arc::new(AtomicU64::new(members[first])),
+            learned: RwLock::new(BTreeMap::new()),
             resends: Arc::new(AtomicU64::new(0)),
             stop: stop.clone(),
             cfg,
@@ -246,45 +249,6 @@ impl Client {
             }
         };
         decode_result(name, &bytes).map_err(|e| ClientError::from_tx(name, e))
-    }
-
-    /// Asks every member where it stands (at once, each for up to `wait`): one report per
-    /// member, in the configuration's order, with what it answered or why it did not.
-    pub async fn status(&self, wait: Duration) -> Vec<MemberReport> {
-        let deadline = Instant::now() + wait;
-        let mut asks = tokio::task::JoinSet::new();
-        for (index, &(member, _)) in self.cfg.members.iter().enumerate() {
-            let (rpc, stop) = (self.rpc.clone(), self.stop.clone());
-            let resend_after = self.cfg.resend_after;
-            asks.spawn(async move {
-                let answer = ask_until(&rpc, member, deadline, resend_after, &stop).await;
-                (index, answer)
-            });
-        }
-        let mut answers: Vec<Option<Result<NodeMsg, String>>> = vec![None; self.cfg.members.len()];
-        while let Some(joined) = asks.join_next().await {
-            if let Ok((index, answer)) = joined {
-                answers[index] = Some(answer);
-            }
-        }
-        self.cfg
-            .members
-            .iter()
-            .zip(answers)
-            .map(|(&(id, address), answer)| MemberReport {
-                id,
-                address,
-                status: match answer {
-                    Some(Ok(NodeMsg::StatusReport(s))) => Ok(*s),
-                    Some(Ok(other)) => Err(format!(
-                        "answered a status request with {other:?}: is it an atomos node of \
-                         this version?"
-                    )),
-                    Some(Err(e)) => Err(e),
-                    None => Err("the request was lost".into()),
-                },
-            })
-            .collect()
     }
 
     /// Closes the client's connections; invocations waiting fail with [`ClientError::Closed`].
@@ -538,37 +502,5 @@ async fn drive(
             reference.store(target, Ordering::Relaxed);
         }
         resends.store(client.resends(), Ordering::Relaxed);
-    }
-}
-
-/// Asks `member` for its status until it answers or `deadline` passes (re-asking after
-/// `resend_after`, and a moment after a refused send while not connected yet).
-async fn ask_until(
-    rpc: &Rpc<NodeMsg>,
-    member: NodeId,
-    deadline: Instant,
-    resend_after: Duration,
-    stop: &CancellationToken,
-) -> Result<NodeMsg, String> {
-    let mut last = String::from("no answer");
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(format!("{last} before the deadline"));
-        }
-        if stop.is_cancelled() {
-            return Err("the client was closed".into());
-        }
-        match rpc
-            .request(member, NodeMsg::Status, resend_after.min(deadline - now))
-            .await
-        {
-            Ok(answer) => return Ok(answer),
-            Err(RpcError::Timeout { .. }) => last = "no answer".into(),
-            Err(e) => {
-                last = format!("not reachable ({e})");
-                sleep(TICK.min(deadline.saturating_duration_since(Instant::now()))).await;
-            }
-        }
     }
 }

@@ -208,6 +208,59 @@ pub(crate) fn transport_follows(
     }))
 }
 
+/// How often a joining node asks its configured peers for the membership.
+const DISCOVER_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// While a joining node's replica knows no membership (before its first snapshot), asks the
+/// peers its configuration lists for theirs and admits the members the cluster added through
+/// its log: the leader that will send the snapshot may be one its file does not list, whose
+/// connections it would otherwise refuse. Ends once the replica knows a membership (from then
+/// on [`transport_follows`] keeps the transport current) or the node stops.
+pub(crate) async fn discover_members(
+    me: NodeId,
+    rpc: atomos_net::rpc::Rpc<NodeMsg>,
+    transport: Weak<TcpTransport<Envelope<NodeMsg>>>,
+    health: Arc<crate::health::Health>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        if health.replica().is_some_and(|r| r.knows_members()) {
+            return;
+        }
+        let Some(peers) = transport.upgrade().map(|t| t.peers()) else {
+            return;
+        };
+        for peer in peers {
+            let answer = tokio::select! {
+                _ = stop.cancelled() => return,
+                a = rpc.request(peer, NodeMsg::Status, DISCOVER_EVERY) => a,
+            };
+            let Ok(NodeMsg::StatusReport(status)) = answer else {
+                continue;
+            };
+            let Some(transport) = transport.upgrade() else {
+                return;
+            };
+            let known = transport.peers();
+            let view = status.replica.iter().flat_map(|r| r.added_members());
+            for (id, address, keys) in view.filter(|(id, ..)| *id != me && !known.contains(id)) {
+                match transport.add_member(id, address, keys) {
+                    Ok(()) => {
+                        info!(node = me, member = id, %address, peer, "joining: member learned from a peer")
+                    }
+                    Err(e) => {
+                        warn!(node = me, member = id, error = %e, "joining: cannot reach a member")
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(DISCOVER_EVERY) => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::net::keys::PublicKey;
 use crate::net::transport::NodeId;
 
 /// What one member answered to [`Client::status`](crate::Client::status).
@@ -67,19 +68,52 @@ pub struct ReplicaStatus {
     /// Where the members added through the log listen, by id (the founders are in the
     /// configuration files).
     pub addresses: Vec<(NodeId, String)>,
+    /// The public keys of the members added through the log, by id: with `addresses`, what a
+    /// client needs to reach a member its configuration file does not list.
+    pub public_keys: Vec<(NodeId, Vec<String>)>,
 }
 
 impl ReplicaStatus {
     /// Whether it knows a membership (a joining replica knows none before its first
     /// snapshot).
-    fn knows_members(&self) -> bool {
+    pub fn knows_members(&self) -> bool {
         !(self.voters.is_empty() && self.learners.is_empty() && self.outgoing.is_empty())
+    }
+
+    /// The members added through the log with where they listen and the keys they prove,
+    /// as [`ReplicaStatus::addresses`] and [`ReplicaStatus::public_keys`] report them; one
+    /// reported without a readable address or key is left out.
+    pub fn added_members(&self) -> Vec<(NodeId, SocketAddr, Vec<PublicKey>)> {
+        let keys: std::collections::BTreeMap<NodeId, &Vec<String>> =
+            self.public_keys.iter().map(|(id, k)| (*id, k)).collect();
+        self.addresses
+            .iter()
+            .filter_map(|(id, address)| {
+                let address = address.parse().ok()?;
+                let keys = keys.get(id)?.iter().map(|k| k.parse().ok());
+                let keys: Vec<PublicKey> = keys.collect::<Option<_>>()?;
+                (!keys.is_empty()).then_some((*id, address, keys))
+            })
+            .collect()
     }
 
     /// Whether `id` votes in the membership it applied last.
     pub fn votes(&self, id: NodeId) -> bool {
         self.voters.contains(&id) || self.outgoing.contains(&id)
     }
+}
+
+/// The replica status of the member that applied the most of the log among those that know a
+/// membership (a joining replica knows none before its first snapshot): the cluster's
+/// membership as the most up-to-date answer has it.
+pub fn latest_view<'a>(
+    reports: impl IntoIterator<Item = &'a MemberReport>,
+) -> Option<&'a ReplicaStatus> {
+    reports
+        .into_iter()
+        .filter_map(|r| r.status.as_ref().ok()?.replica.as_ref())
+        .filter(|s| s.knows_members())
+        .max_by_key(|s| s.applied)
 }
 
 /// Whether members of `protocol` have no replica (`local`, `tfa`).
@@ -155,7 +189,23 @@ impl ClusterSummary {
             .max_by_key(|&(&(l, term), &n)| (n, term, l))
             .map(|(&pair, _)| pair);
         let with_leader = leader.map_or(0, |pair| followed[&pair]);
-        let majority = members / 2 + 1;
+        // Who votes: the membership the member that applied the most reports (both sets while
+        // a change of voters is under way), or every member asked when none reports one.
+        let view = latest_view(reports.iter());
+        let follows = |ids: &[NodeId]| {
+            replicas
+                .iter()
+                .filter(|(id, r)| ids.contains(id) && leader == r.leader.map(|l| (l, r.term)))
+                .count()
+        };
+        let (voting, majority, quorate) = match &view {
+            Some(v) => {
+                let incoming = follows(&v.voters) > v.voters.len() / 2;
+                let outgoing = v.outgoing.is_empty() || follows(&v.outgoing) > v.outgoing.len() / 2;
+                (v.voters.len(), v.voters.len() / 2 + 1, incoming && outgoing)
+            }
+            None => (members, members / 2 + 1, with_leader > members / 2),
+        };
         let (can_commit, verdict) = if answered.is_empty() {
             (false, "no member answered".to_string())
         } else if answered.iter().all(|s| unreplicated(&s.protocol)) {
@@ -182,18 +232,19 @@ impl ClusterSummary {
             )
         } else {
             match leader {
-                Some((l, term)) if with_leader >= majority => (
+                Some((l, term)) if quorate => (
                     true,
                     format!(
                         "can commit: leader {l} in term {term}, followed by {with_leader} of \
-                         {members} members"
+                         {members} members ({voting} voting)"
                     ),
                 ),
                 Some((l, term)) => (
                     false,
                     format!(
                         "cannot commit: leader {l} in term {term} is followed by {with_leader} \
-                         of {members} members, fewer than a majority ({majority})"
+                         of {members} members, fewer than a majority of the {voting} voters \
+                         ({majority}) or of the outgoing ones"
                     ),
                 ),
                 None => (
@@ -246,6 +297,49 @@ mod tests {
             status: Err("no answer".into()),
             ..replica(id, None, 0, 0)
         }
+    }
+
+    /// `id` reporting the membership `voters` and `learners`, following leader 1 in term 2
+    /// (or no one).
+    fn member_of(
+        id: NodeId,
+        follows: bool,
+        voters: &[NodeId],
+        learners: &[NodeId],
+    ) -> MemberReport {
+        let mut r = replica(id, follows.then_some(1), 2, 20);
+        if let Ok(MemberStatus {
+            replica: Some(s), ..
+        }) = &mut r.status
+        {
+            s.voters = voters.to_vec();
+            s.learners = learners.to_vec();
+        }
+        r
+    }
+
+    #[test]
+    fn only_voters_count_towards_the_majority() {
+        let (voters, learners) = ([1, 2, 3], [4, 5]);
+        // The leader and two learners follow: three of five members, one of three voters.
+        let s = ClusterSummary::of(&[
+            member_of(1, true, &voters, &learners),
+            member_of(2, false, &voters, &learners),
+            member_of(3, false, &voters, &learners),
+            member_of(4, true, &voters, &learners),
+            member_of(5, true, &voters, &learners),
+        ]);
+        assert!(!s.can_commit, "{}", s.verdict);
+        assert!(s.verdict.contains("of the 3 voters"), "{}", s.verdict);
+        // Two voters follow: a majority of the voters, learners or not.
+        let s = ClusterSummary::of(&[
+            member_of(1, true, &voters, &learners),
+            member_of(2, true, &voters, &learners),
+            member_of(3, false, &voters, &learners),
+            member_of(4, false, &voters, &learners),
+            member_of(5, false, &voters, &learners),
+        ]);
+        assert!(s.can_commit, "{}", s.verdict);
     }
 
     #[test]

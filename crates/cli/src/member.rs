@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use atomos::status::{MemberReport, ReplicaStatus};
+use atomos::status::latest_view;
 use atomos::{Client, MemberRequest};
 use clap::Subcommand;
 
@@ -197,7 +197,7 @@ struct Listed {
 /// Lists the members as the member that applied the most of the log holds them.
 fn list(path: &Path, wait: Duration, json: bool) -> Result<bool, String> {
     let reports = with_client(path, |client| async move { client.status(wait).await })?;
-    let Some(view) = latest(&reports) else {
+    let Some(view) = latest_view(&reports) else {
         return Err(
             "no member reported a membership: is the cluster running certify or active?".into(),
         );
@@ -233,13 +233,4 @@ fn list(path: &Path, wait: Duration, json: bool) -> Result<bool, String> {
         }
     }
     Ok(true)
-}
-
-/// The replica status of the member that applied the most of the log and knows a membership.
-fn latest(reports: &[MemberReport]) -> Option<&ReplicaStatus> {
-    reports
-        .iter()
-        .filter_map(|r| r.status.as_ref().ok()?.replica.as_ref())
-        .filter(|s| !(s.voters.is_empty() && s.learners.is_empty()))
-        .max_by_key(|s| s.applied)
 }

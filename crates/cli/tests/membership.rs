@@ -7,83 +7,15 @@
 //! refused, and malformed requests are refused before anything is sent.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
 use common::bank::{audits, wait_audits};
-use common::{
-    cluster_up_with, public_key_of, signal, wait_exit, wait_for_line, KillOnDrop, ATOMOS,
-};
+use common::members::{add_learner, atomos, member_until_done, start_joiner, wait_members};
+use common::{cluster_up_with, public_key_of, signal, wait_exit, wait_for_line, KillOnDrop};
 
 const TOTAL: i64 = 64_000;
-
-fn atomos(args: &[&str]) -> Output {
-    Command::new(ATOMOS).args(args).output().unwrap()
-}
-
-/// `atomos member ARGS --client FILE`, retried while the cluster asks to wait (exit 1: a
-/// learner still catching up, a change under way), until it succeeds.
-fn member_until_done(client: &Path, args: &[&str]) -> String {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let mut all = vec!["member"];
-        all.extend_from_slice(args);
-        all.extend_from_slice(&["--client", client.to_str().unwrap()]);
-        let out = atomos(&all);
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if out.status.success() {
-            return text;
-        }
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {text}");
-        assert!(
-            Instant::now() < deadline,
-            "{args:?} never went through: {text}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
-/// The members `atomos member list --json` shows: id to role.
-fn members(client: &Path) -> BTreeMap<u64, String> {
-    let out = atomos(&[
-        "member",
-        "list",
-        "--json",
-        "--client",
-        client.to_str().unwrap(),
-    ]);
-    if !out.status.success() {
-        return BTreeMap::new();
-    }
-    let listed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    listed
-        .iter()
-        .filter_map(|m| Some((m["id"].as_u64()?, m["role"].as_str()?.to_string())))
-        .collect()
-}
-
-fn wait_members(client: &Path, want: &[(u64, &str)]) {
-    let want: BTreeMap<u64, String> = want.iter().map(|&(i, r)| (i, r.to_string())).collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let now = members(client);
-        if now == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "members never became {want:?}: {now:?}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
 
 #[test]
 fn a_cluster_grows_by_a_new_node_and_loses_a_killed_founder_without_losing_a_transfer() {
@@ -164,60 +96,15 @@ fn a_cluster_grows_by_a_new_node_and_loses_a_killed_founder_without_losing_a_tra
         "{refused:?}"
     );
 
-    // Node 4: a key of its own, an empty data directory, the founders as peers.
-    let key = dir.join("node-4.key");
-    let made = atomos(&["keygen", "--member", "4", "--out", key.to_str().unwrap()]);
-    assert!(made.status.success(), "{made:?}");
-    let port4 = base_port + 3;
-    let text = std::fs::read_to_string(dir.join("node-1.toml")).unwrap();
-    let port1 = base_port.to_string();
-    let replaced = text
-        .replace("node_id = 1", "node_id = 4")
-        .replace(
-            &format!("listen = \"127.0.0.1:{port1}\""),
-            &format!("listen = \"127.0.0.1:{port4}\""),
-        )
-        .replace(
-            &format!("metrics = \"127.0.0.1:{}\"", base_port + 100),
-            &format!("metrics = \"127.0.0.1:{}\"", port4 + 100),
-        )
-        .replace("node-1.key", "node-4.key")
-        .replace(
-            &format!("{}", dir.join("data").join("1").display()),
-            &format!("{}", dir.join("data").join("4").display()),
-        );
-    assert!(replaced.contains("node_id = 4") && replaced.contains(&port4.to_string()));
-    std::fs::write(
-        dir.join("node-4.toml"),
-        format!("order_join = true\n{replaced}"),
-    )
-    .unwrap();
-    let mut four = Command::new(ATOMOS)
-        .args(["node", "--config"])
-        .arg(dir.join("node-4.toml"))
-        .env("ATOMOS_OPERATORS", "client")
-        .env("ATOMOS_ORDER_SNAPSHOT_EVERY", "200")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log(4)).unwrap())
-        .spawn()
-        .unwrap();
+    // Node 4: a key of its own, an empty data directory, the founders as peers. The operator
+    // adds it and, once it caught up, promotes it.
+    let env = [
+        ("ATOMOS_OPERATORS", "client"),
+        ("ATOMOS_ORDER_SNAPSHOT_EVERY", "200"),
+    ];
+    let (mut four, address, public) = start_joiner(&dir, base_port, 4, &env);
     cleanup.0.push(four.id());
-
-    // The operator adds it and, once it caught up, promotes it.
-    let public = public_key_of(&key);
-    let address = format!("127.0.0.1:{port4}");
-    member_until_done(
-        &client,
-        &[
-            "add",
-            "--id",
-            "4",
-            "--address",
-            &address,
-            "--public-key",
-            &public,
-        ],
-    );
+    add_learner(&client, 4, &address, &public);
     wait_members(
         &client,
         &[(1, "voter"), (2, "voter"), (3, "voter"), (4, "learner")],
@@ -273,7 +160,7 @@ fn a_cluster_grows_by_a_new_node_and_loses_a_killed_founder_without_losing_a_tra
     let (m2, m3, m4) = (
         metrics(base_port + 1),
         metrics(base_port + 2),
-        metrics(port4),
+        metrics(base_port + 3),
     );
     let sum = |name: &str| -> f64 {
         [&m2, &m3, &m4]

@@ -11,8 +11,8 @@ use crate::wire::{MemberRefusal, MemberRequest, NodeMsg};
 impl Client {
     /// Asks the cluster to make `request` (the client must be one the members list in
     /// `operators`): sent to the members in turn (a member that does not lead passes it on to
-    /// the leader), and to the leader a member names, until one proposes it or `wait` has
-    /// passed. An answer lost on the way makes the next attempt find the change under way or
+    /// the leader), and to the leader a member names (learned from the members' status when
+    /// the cluster added it through its log), until one proposes it or `wait` has passed. An answer lost on the way makes the next attempt find the change under way or
     /// made, and say so. Returns the log position it was proposed at (it has
     /// taken effect once `status` shows it; a leader change can drop a proposal: ask again).
     /// A refusal other than "not the leader" (not an operator, a change under way, a learner
@@ -23,7 +23,8 @@ impl Client {
         wait: Duration,
     ) -> Result<u64, MemberRefusal> {
         let deadline = Instant::now() + wait;
-        let members: Vec<u64> = self.cfg.members.iter().map(|&(id, _)| id).collect();
+        let ids = |client: &Client| -> Vec<u64> { client.members().iter().map(|m| m.0).collect() };
+        let mut members = ids(self);
         if members.is_empty() {
             return Err(MemberRefusal::Refused("the client knows no member".into()));
         }
@@ -31,6 +32,12 @@ impl Client {
         let mut hint: Option<u64> = None;
         let mut last = String::from("no member answered");
         while Instant::now() < deadline && !self.stop.is_cancelled() {
+            if hint.is_some_and(|l| !members.contains(&l)) {
+                // A leader the cluster added through its log: learn where it listens.
+                let pause = deadline.saturating_duration_since(Instant::now());
+                self.status(self.cfg.resend_after.min(pause)).await;
+                members = ids(self);
+            }
             let to = match hint.take().filter(|l| members.contains(l)) {
                 Some(leader) => leader,
                 None => {

@@ -568,18 +568,29 @@ fn status(s: &Shared) -> ReplicaStatus {
         sends_refused: s.refused.count(),
         last_refused: s.refused.last(),
         not_ready: readiness(s).err(),
+        addresses: added(&membership, |info| info.address.to_string()),
+        public_keys: added(&membership, |info| {
+            info.public_keys.iter().map(|k| k.to_string()).collect()
+        }),
         voters: membership.voters,
         learners: membership.learners,
         outgoing: membership.outgoing,
-        addresses: membership
-            .contexts
-            .iter()
-            .filter_map(|(&id, context)| {
-                let info = crate::membership::MemberInfo::decode(context).ok()?;
-                Some((id, info.address.to_string()))
-            })
-            .collect(),
     }
+}
+
+/// What `what` takes from the information of each member added through the log, by id.
+fn added<T>(
+    membership: &atomos_order::Membership,
+    what: impl Fn(&crate::membership::MemberInfo) -> T,
+) -> Vec<(NodeId, T)> {
+    membership
+        .contexts
+        .iter()
+        .filter_map(|(&id, context)| {
+            let info = crate::membership::MemberInfo::decode(context).ok()?;
+            Some((id, what(&info)))
+        })
+        .collect()
 }
 
 /// See [`OrderNode::readiness`].

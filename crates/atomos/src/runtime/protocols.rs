@@ -18,7 +18,7 @@ use super::{NodeRuntime, RuntimeError};
 use crate::certify::{CertifyOptions, SubmitOrderer};
 use crate::disk::FsyncPolicy;
 use crate::host::Host;
-use crate::membership::transport_follows;
+use crate::membership::{discover_members, transport_follows};
 use crate::node::Protocol;
 use crate::ordering::{OrderNode, OrderNodeConfig};
 use crate::oss::{OssCertifier, OssDriver};
@@ -139,6 +139,15 @@ impl NodeRuntime {
         let changes_members = self.node.protocol().is_ordered();
         if let (Some(tcp), true) = (&self.tcp, changes_members) {
             cfg.on_membership = Some(transport_follows(self.id, Arc::downgrade(tcp)));
+            if cfg.replica.replicas.is_empty() {
+                tokio::spawn(discover_members(
+                    self.id,
+                    self.rpc.clone(),
+                    Arc::downgrade(tcp),
+                    self.health.clone(),
+                    self.stop.clone(),
+                ));
+            }
         }
         let link = OrderLink {
             rpc: self.rpc.clone(),

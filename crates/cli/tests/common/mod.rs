@@ -6,6 +6,7 @@
 
 pub mod bank;
 pub mod dashboard;
+pub mod members;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -19,7 +19,7 @@ where
 {
     /// Member `id`, listening at `addr` and proving one of `keys`, joined the cluster: it is
     /// admitted, sent to, and dialled if its id is above this node's (the lower id dials, as
-    /// at start). A member known already at another address is reached at the new one from
+    /// at start) or if this is a client's transport (a client dials every member). A member known already at another address is reached at the new one from
     /// now on. Must be called inside a tokio runtime.
     pub fn add_member(&self, id: NodeId, addr: SocketAddr, keys: Vec<PublicKey>) -> io::Result<()> {
         let s = &self.shared;
@@ -51,7 +51,8 @@ where
             }
             link
         };
-        if id > me && !s.stop.is_cancelled() {
+        // A client listens nowhere: it dials every member.
+        if (id > me || is_client(me)) && !s.stop.is_cancelled() {
             tokio::spawn(dial_loop(s.clone(), link));
         }
         Ok(())
