@@ -44,7 +44,8 @@ fn change(c: &Cluster, change: MemberChange) -> u64 {
             Err(ClusterError::Membership(MembershipError::Refused(
                 ChangeRefused::NotLeader { .. }
                 | ChangeRefused::UnderWay
-                | ChangeRefused::LearnerBehind { .. },
+                | ChangeRefused::LearnerBehind { .. }
+                | ChangeRefused::VotersBehind { .. },
             ))) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => panic!("{change:?}: {e}"),
         }

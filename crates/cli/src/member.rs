@@ -47,7 +47,7 @@ pub(crate) enum MemberCommand {
         #[arg(long, default_value_t = 10.0)]
         wait: f64,
     },
-    /// Makes a learner a voter (refused until its log has caught up).
+    /// Makes a learner a voter (refused until it delivered what was committed when first asked).
     #[command(allow_negative_numbers = true)]
     Promote {
         /// The client configuration of an operator.

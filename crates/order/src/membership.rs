@@ -68,16 +68,29 @@ pub enum ChangeRefused {
     /// The replica to remove in a replacement is not a voter.
     #[error("replica {0} is not a voter")]
     NotVoter(Addr),
-    /// The learner has not caught up: promoting it would leave a majority that may lack what
-    /// the cluster committed.
-    #[error("learner {id} holds the log to {matched}, behind the commit at {commit}: wait until it catches up")]
+    /// The learner has not delivered what the cluster had committed when the change was
+    /// first asked for: as a voter it could count in a majority that lacks batches of it.
+    #[error(
+        "learner {id} delivered the log to {delivered}, behind {target}: wait until it catches up"
+    )]
     LearnerBehind {
         /// The learner.
         id: Addr,
-        /// How far its log matches the leader's.
-        matched: u64,
-        /// The leader's commit.
-        commit: u64,
+        /// How far it reported finally delivering.
+        delivered: u64,
+        /// The leader's commit when the change was first asked for.
+        target: u64,
+    },
+    /// Too few of the voters the change leaves have delivered what the cluster had committed
+    /// when it was first asked for: some majority of them could lack batches of it.
+    #[error("{caught_up} of the voters the change leaves delivered the log to {target}, {needed} must: wait until they catch up")]
+    VotersBehind {
+        /// Voters left that delivered that far.
+        caught_up: usize,
+        /// How many must: enough that every majority of the voters left holds one.
+        needed: usize,
+        /// The leader's commit when the change was first asked for.
+        target: u64,
     },
     /// The change would leave no voter.
     #[error("the change would leave no voter")]

@@ -168,6 +168,12 @@ pub enum OrderMsg {
         /// Why.
         reason: String,
     },
+    /// The sender has finally delivered every entry through `through` (sent to the leader
+    /// now and then, which lets a membership change wait until replicas hold what it needs).
+    Delivered {
+        /// The last position delivered.
+        through: u64,
+    },
 }
 
 /// What a streamed snapshot is for.

@@ -4,7 +4,7 @@
 //! runs changes across a cluster under faults.)
 
 use atomos_order::{
-    decode_log, ChangeRefused, Command, Delivery, Input, MemberChange, Register, Replica,
+    decode_log, ChangeRefused, Command, Delivery, Input, MemberChange, OrderMsg, Register, Replica,
     ReplicaConfig,
 };
 use atomos_seam::{Machine, Output, Write};
@@ -148,7 +148,7 @@ fn a_learner_is_added_with_its_context_and_promoted_only_once_caught_up() {
         solo.ask(2, MemberChange::Promote { id: 2 }),
         Err(ChangeRefused::LearnerBehind {
             id: 2,
-            matched: 0,
+            delivered: 0,
             ..
         })
     ));
@@ -156,6 +156,28 @@ fn a_learner_is_added_with_its_context_and_promoted_only_once_caught_up() {
     let log = solo.log.clone();
     let reopened = Solo::open(ReplicaConfig::new(1, vec![1]), log);
     assert_eq!(reopened.replica.membership(), &membership);
+
+    // The learner reports how far it delivered: short of the commit of the first ask, it is
+    // refused still; once there, it is promoted.
+    let target = solo.replica.commit();
+    let report = |solo: &mut Solo, through| {
+        solo.step(Input::Message {
+            from: 2,
+            msg: OrderMsg::Delivered { through },
+        })
+    };
+    report(&mut solo, target - 1);
+    assert_eq!(
+        solo.ask(3, MemberChange::Promote { id: 2 }),
+        Err(ChangeRefused::LearnerBehind {
+            id: 2,
+            delivered: target - 1,
+            target
+        })
+    );
+    report(&mut solo, target);
+    let promoted = solo.ask(4, MemberChange::Promote { id: 2 });
+    assert!(promoted.is_ok(), "{promoted:?}");
 }
 
 #[test]

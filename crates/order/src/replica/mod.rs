@@ -83,6 +83,8 @@ pub struct Replica<S> {
     streams: Streams,
     /// Whether this replica's log is known to have lost entries (see `lost_log`).
     lost_log: LostLog,
+    /// How far the others delivered, as they report it to this replica when it leads.
+    progress: reconfigure::Progress,
     stats: OrderStats,
 }
 
@@ -234,6 +236,7 @@ impl<S: StateMachine> Replica<S> {
             // apart from the generator that times its ticks.
             streams: Streams::new(&cfg, stream_base),
             lost_log: LostLog::new(rejoin),
+            progress: reconfigure::Progress::default(),
             stats: OrderStats::default(),
             cfg,
         })
@@ -414,6 +417,7 @@ impl<S: StateMachine> Replica<S> {
         self.retry_dissemination(out);
         self.unstick(out);
         self.tick_streams(out);
+        self.report_progress(out);
     }
 
     /// A message from `from`. Raft messages and batches are taken from any replica (a replica
@@ -459,6 +463,7 @@ impl<S: StateMachine> Replica<S> {
             }
             OrderMsg::Batch { id, requests } => self.on_batch(from, id, requests, out),
             OrderMsg::BatchAck { id } => self.on_batch_ack(from, id),
+            OrderMsg::Delivered { through } => self.on_delivered(from, through),
             OrderMsg::FetchBatch { id } => self.on_fetch_batch(from, id, out),
             OrderMsg::FetchState { after } => self.on_fetch_state(from, after, out),
             OrderMsg::State { snapshot } => self.on_state(from, &snapshot, out)?,

@@ -11,6 +11,8 @@
 //! founding replicas a replica is configured with stop mattering once the membership has
 //! changed: a restart starts from the snapshot's configuration.
 
+use std::collections::BTreeMap;
+
 use prost::Message as _;
 use raft::eraftpb::{
     ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, Entry, EntryType,
@@ -21,7 +23,19 @@ use atomos_seam::Output;
 use super::consensus::warn;
 use super::Replica;
 use crate::membership::{ChangeRefused, MemberChange, Membership};
-use crate::types::{Action, Addr, Delivery, StateMachine};
+use crate::types::{Action, Addr, Delivery, OrderMsg, StateMachine};
+
+/// What the leader knows of how far the replicas have finally delivered, and the position a
+/// change waits for.
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    /// Replica -> the position it last reported delivering through ([`OrderMsg::Delivered`]).
+    delivered: BTreeMap<Addr, u64>,
+    /// The change asked for last, with the leader's commit when it was first asked for: the
+    /// replicas it needs must have delivered that far. Fixed at the first ask, so an operator
+    /// who asks again while the cluster commits on is let through once they got there.
+    target: Option<(MemberChange, u64)>,
+}
 
 /// A configuration entry: the change it carries (or why it does not decode) and its context.
 #[derive(Debug)]
@@ -104,7 +118,8 @@ impl<S: StateMachine> Replica<S> {
                 if !m.learners.contains(&id) {
                     return Err(ChangeRefused::NotLearner(id));
                 }
-                self.caught_up(id)?;
+                let target = self.target_of(&change);
+                self.learner_caught_up(id, target)?;
                 (vec![single(id, ConfChangeType::AddNode)], Vec::new())
             }
             MemberChange::Remove { id } => {
@@ -113,6 +128,11 @@ impl<S: StateMachine> Replica<S> {
                 }
                 if m.voters == [id] {
                     return Err(ChangeRefused::LastVoter);
+                }
+                if m.voters.contains(&id) {
+                    let left: Vec<Addr> = m.voters.iter().copied().filter(|&v| v != id).collect();
+                    let target = self.target_of(&change);
+                    self.voters_caught_up(&left, target)?;
                 }
                 (vec![single(id, ConfChangeType::RemoveNode)], Vec::new())
             }
@@ -123,7 +143,12 @@ impl<S: StateMachine> Replica<S> {
                 if !m.learners.contains(&add) {
                     return Err(ChangeRefused::NotLearner(add));
                 }
-                self.caught_up(add)?;
+                let mut left: Vec<Addr> =
+                    m.voters.iter().copied().filter(|&v| v != remove).collect();
+                left.push(add);
+                let target = self.target_of(&change);
+                self.learner_caught_up(add, target)?;
+                self.voters_caught_up(&left, target)?;
                 let changes = vec![
                     single(add, ConfChangeType::AddNode),
                     single(remove, ConfChangeType::RemoveNode),
@@ -144,21 +169,85 @@ impl<S: StateMachine> Replica<S> {
         if at == before {
             return Err(ChangeRefused::Raft("the proposal was dropped".into()));
         }
+        self.progress.target = None;
         Ok(at)
     }
 
-    /// Whether learner `id`'s log reaches the leader's commit.
-    fn caught_up(&self, id: Addr) -> Result<(), ChangeRefused> {
+    /// The position the replicas `change` needs must have delivered through: the commit when
+    /// it was first asked for (see [`Progress::target`]).
+    fn target_of(&mut self, change: &MemberChange) -> u64 {
         let commit = self.raft.raft.raft_log.committed;
-        let matched = self.raft.raft.prs().get(id).map_or(0, |p| p.matched);
-        if matched < commit {
+        match &self.progress.target {
+            Some((asked, target)) if asked == change => *target,
+            _ => {
+                self.progress.target = Some((change.clone(), commit));
+                commit
+            }
+        }
+    }
+
+    /// How far replica `id` has finally delivered, as far as this leader knows.
+    fn delivered_by(&self, id: Addr) -> u64 {
+        match id == self.cfg.id {
+            true => self.delivery.final_next - 1,
+            false => self.progress.delivered.get(&id).copied().unwrap_or(0),
+        }
+    }
+
+    /// Whether learner `id` delivered through `target`: then, as a voter, it holds every
+    /// batch ordered that far (or the state they made).
+    fn learner_caught_up(&self, id: Addr, target: u64) -> Result<(), ChangeRefused> {
+        let delivered = self.delivered_by(id);
+        if delivered < target {
             return Err(ChangeRefused::LearnerBehind {
                 id,
-                matched,
-                commit,
+                delivered,
+                target,
             });
         }
         Ok(())
+    }
+
+    /// Whether enough of `voters` (those a change leaves) delivered through `target` that
+    /// every majority of them holds one that did: what was ordered that far stays held by
+    /// every quorum, though the change removes a voter that held a batch.
+    fn voters_caught_up(&self, voters: &[Addr], target: u64) -> Result<(), ChangeRefused> {
+        let majority = voters.len() / 2 + 1;
+        let needed = voters.len() + 1 - majority;
+        let caught_up = voters
+            .iter()
+            .filter(|&&v| self.delivered_by(v) >= target)
+            .count();
+        if caught_up < needed {
+            return Err(ChangeRefused::VotersBehind {
+                caught_up,
+                needed,
+                target,
+            });
+        }
+        Ok(())
+    }
+
+    /// A replica reports how far it has delivered: kept while this replica leads, of members.
+    pub(super) fn on_delivered(&mut self, from: Addr, through: u64) {
+        if self.is_leader() && self.members.contains(from) {
+            self.progress.delivered.insert(from, through);
+        }
+    }
+
+    /// Every `retry_ticks` ticks, a replica that follows a leader tells it how far it has
+    /// delivered.
+    pub(super) fn report_progress(&mut self, out: &mut Vec<Action>) {
+        if !self.ticks.is_multiple_of(self.cfg.retry_ticks.max(1)) || self.is_leader() {
+            return;
+        }
+        if let Some(leader) = self.leader() {
+            let through = self.delivery.final_next - 1;
+            out.push(Output::Send {
+                to: leader,
+                msg: OrderMsg::Delivered { through },
+            });
+        }
     }
 
     /// Applies the configuration entry finally delivered at `seq`. A change raft-rs refuses
