@@ -36,23 +36,29 @@ compose up -d
 net=${project}_cluster
 container() { compose ps -q "$1"; }
 # The leader a majority follows, as `atomos status` from the host says (empty if none).
+# (`status --json` prints the summary first, its keys sorted: can_commit, then leader.)
 leader() {
-  "$binary" status --json --wait 3 --client "$work/ops.toml" 2>/dev/null | tr -d ' \n' |
-    sed -n 's/.*"can_commit":true.*"leader":\[\([0-9]*\),.*/\1/p'
+  { "$binary" status --json --wait 3 --client "$work/ops.toml" 2>/dev/null || true; } |
+    tr -d ' \n' | sed -n 's/^{"cluster":{[^}]*"can_commit":true[^}]*"leader":\[\([0-9]*\),.*/\1/p'
 }
 wait_leader() {
   local l deadline=$((SECONDS + 60))
   until l=$(leader) && [ -n "$l" ]; do
-    if [ $SECONDS -ge $deadline ]; then echo "no leader a majority follows"; exit 1; fi
+    if [ $SECONDS -ge $deadline ]; then echo "no leader a majority follows" >&2; exit 1; fi
     sleep 1
   done
   echo "$l"
 }
-# `atomos member ARGS` as the operator, retried while the cluster asks to wait (exit 1).
+# `atomos member ARGS` as the operator, retried while the cluster asks to wait (exit 1); a
+# refusal after a first attempt that says the change was made (its answer lost) ends it too.
 member() {
-  local deadline=$((SECONDS + 90)) out
+  local deadline=$((SECONDS + 90)) out attempts=0
   until out=$("$binary" member "$@" --client "$work/ops.toml" 2>&1); do
-    if [ $SECONDS -ge $deadline ]; then echo "member $*: $out"; exit 1; fi
+    attempts=$((attempts + 1))
+    if [ $attempts -gt 1 ] && echo "$out" | grep -q 'member already\|is not a learner\|is not a voter\|is not a member'; then
+      break
+    fi
+    if [ $SECONDS -ge $deadline ]; then echo "member $*: $out" >&2; exit 1; fi
     sleep 1
   done
   echo "   member $*: $out"
@@ -61,14 +67,15 @@ member() {
 cut_off() {
   local node=$1 n=${1#node} others=() before=() cut_acked o i
   for o in node1 node2 node3; do [ "$o" = "$node" ] || others+=("$o"); done
-  for o in "${others[@]}"; do before+=("$(acked "$o")"); done
   docker network disconnect "$net" "$(container "$node")"
+  # What was acknowledged before the cut shows in the audits of the next two seconds.
   sleep 2
   cut_acked=$(acked "$node")
+  for o in "${others[@]}"; do before+=("$(acked "$o")"); done
   sleep 8
   for i in 0 1; do
     if [ "$(acked "${others[$i]}")" -le "${before[$i]}" ]; then
-      echo "${others[$i]} committed nothing while $node was cut off"; exit 1
+      echo "${others[$i]} committed nothing while $node was cut off" >&2; exit 1
     fi
   done
   # Transfers under way at the cut may end acknowledged; none after (2 threads).

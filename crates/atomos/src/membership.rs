@@ -223,6 +223,7 @@ pub(crate) async fn discover_members(
     health: Arc<crate::health::Health>,
     stop: tokio_util::sync::CancellationToken,
 ) {
+    let mut warned = BTreeSet::new();
     loop {
         if health.replica().is_some_and(|r| r.knows_members()) {
             return;
@@ -246,11 +247,13 @@ pub(crate) async fn discover_members(
             for (id, address, keys) in view.filter(|(id, ..)| *id != me && !known.contains(id)) {
                 match transport.add_member(id, address, keys) {
                     Ok(()) => {
-                        info!(node = me, member = id, %address, peer, "joining: member learned from a peer")
+                        let what = "joining: member learned from a peer";
+                        info!(node = me, member = id, %address, peer, "{what}")
                     }
-                    Err(e) => {
+                    Err(e) if warned.insert(id) => {
                         warn!(node = me, member = id, error = %e, "joining: cannot reach a member")
                     }
+                    Err(_) => {}
                 }
             }
         }

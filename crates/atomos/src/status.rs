@@ -12,9 +12,10 @@ use crate::net::transport::NodeId;
 /// What one member answered to [`Client::status`](crate::Client::status).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct MemberReport {
-    /// The member's id, as the client's configuration lists it.
+    /// The member's id.
     pub id: NodeId,
-    /// Its address, as the client's configuration lists it.
+    /// Its address, as the client's configuration lists it or the cluster reported it
+    /// (`0.0.0.0:0` when none is known).
     pub address: SocketAddr,
     /// Its account of itself, or why there is none (unreachable, no answer in time).
     pub status: Result<MemberStatus, String>,
@@ -97,6 +98,18 @@ impl ReplicaStatus {
             .collect()
     }
 
+    /// Every member of the membership it applied last (voters, outgoing voters, learners), in
+    /// id order.
+    pub fn members(&self) -> Vec<NodeId> {
+        let all = self
+            .voters
+            .iter()
+            .chain(&self.outgoing)
+            .chain(&self.learners);
+        let set: std::collections::BTreeSet<NodeId> = all.copied().collect();
+        set.into_iter().collect()
+    }
+
     /// Whether `id` votes in the membership it applied last.
     pub fn votes(&self, id: NodeId) -> bool {
         self.voters.contains(&id) || self.outgoing.contains(&id)
@@ -146,16 +159,19 @@ impl MemberStatus {
 /// What the members' reports say of the cluster as a whole.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ClusterSummary {
-    /// Members in the configuration.
+    /// Members reported on (those of the latest membership an answer reports, or every member
+    /// asked).
     pub members: usize,
     /// Members that answered.
     pub answered: usize,
-    /// The (leader, term) most answering members follow (on a tie, the higher term).
+    /// The (leader, term) most answering voters follow (on a tie, the higher term).
     pub leader: Option<(NodeId, u64)>,
-    /// Members (the leader included) that follow that leader in that term.
+    /// Voters (the leader included) that follow that leader in that term.
     pub with_leader: usize,
-    /// Whether the cluster can commit now: a majority of the members follow one leader in one
-    /// term (always true of a cluster without replicas whose members all answered).
+    /// Whether the cluster can commit now: a majority of the voters (of both sets while a
+    /// change of voters is under way) follow one leader in one term (always true of a cluster
+    /// without replicas whose members all answered). Without any membership reported, every
+    /// member counts as a voter.
     pub can_commit: bool,
     /// The highest commit position any member reports (what lag is counted from).
     pub highest_commit: u64,
@@ -164,7 +180,7 @@ pub struct ClusterSummary {
 }
 
 impl ClusterSummary {
-    /// The summary of `reports` (one per configured member).
+    /// The summary of `reports` (one per member).
     pub fn of(reports: &[MemberReport]) -> ClusterSummary {
         let answered: Vec<&MemberStatus> = reports
             .iter()
@@ -176,11 +192,16 @@ impl ClusterSummary {
             .filter_map(|s| s.replica.as_ref().map(|r| (s.id, r)))
             .collect();
         let highest_commit = replicas.iter().map(|(_, r)| r.commit).max().unwrap_or(0);
-        // The (leader, term) most members follow: a leader that does not answer still leads
-        // if a majority follows it.
+        // Who votes: the membership the member that applied the most reports (both sets while
+        // a change of voters is under way), or every member asked when none reports one.
+        let view = latest_view(reports.iter());
+        let votes = |id: NodeId| view.is_none_or(|v| v.votes(id));
+        // The (leader, term) most voters follow: a leader that does not answer still leads if
+        // a majority follows it; one the membership no longer counts as a voter (it removed
+        // itself, and its followers have not noticed yet) does not.
         let mut followed: std::collections::BTreeMap<(NodeId, u64), usize> = Default::default();
-        for (_, r) in &replicas {
-            if let Some(l) = r.leader {
+        for (id, r) in &replicas {
+            if let Some(l) = r.leader.filter(|&l| votes(*id) && votes(l)) {
                 *followed.entry((l, r.term)).or_default() += 1;
             }
         }
@@ -189,9 +210,6 @@ impl ClusterSummary {
             .max_by_key(|&(&(l, term), &n)| (n, term, l))
             .map(|(&pair, _)| pair);
         let with_leader = leader.map_or(0, |pair| followed[&pair]);
-        // Who votes: the membership the member that applied the most reports (both sets while
-        // a change of voters is under way), or every member asked when none reports one.
-        let view = latest_view(reports.iter());
         let follows = |ids: &[NodeId]| {
             replicas
                 .iter()
@@ -202,9 +220,22 @@ impl ClusterSummary {
             Some(v) => {
                 let incoming = follows(&v.voters) > v.voters.len() / 2;
                 let outgoing = v.outgoing.is_empty() || follows(&v.outgoing) > v.outgoing.len() / 2;
-                (v.voters.len(), v.voters.len() / 2 + 1, incoming && outgoing)
+                let voting = v.members().into_iter().filter(|&id| v.votes(id)).count();
+                let majority = match v.outgoing.is_empty() {
+                    true => format!("{}", v.voters.len() / 2 + 1),
+                    false => format!(
+                        "{} of the incoming and {} of the outgoing",
+                        v.voters.len() / 2 + 1,
+                        v.outgoing.len() / 2 + 1
+                    ),
+                };
+                (voting, majority, incoming && outgoing)
             }
-            None => (members, members / 2 + 1, with_leader > members / 2),
+            None => (
+                members,
+                format!("{}", members / 2 + 1),
+                with_leader > members / 2,
+            ),
         };
         let (can_commit, verdict) = if answered.is_empty() {
             (false, "no member answered".to_string())
@@ -235,16 +266,15 @@ impl ClusterSummary {
                 Some((l, term)) if quorate => (
                     true,
                     format!(
-                        "can commit: leader {l} in term {term}, followed by {with_leader} of \
-                         {members} members ({voting} voting)"
+                        "can commit: leader {l} in term {term}, followed by {with_leader} of the \
+                         {voting} voters"
                     ),
                 ),
                 Some((l, term)) => (
                     false,
                     format!(
                         "cannot commit: leader {l} in term {term} is followed by {with_leader} \
-                         of {members} members, fewer than a majority of the {voting} voters \
-                         ({majority}) or of the outgoing ones"
+                         of the {voting} voters, fewer than a majority ({majority})"
                     ),
                 ),
                 None => (
@@ -330,7 +360,14 @@ mod tests {
             member_of(5, true, &voters, &learners),
         ]);
         assert!(!s.can_commit, "{}", s.verdict);
-        assert!(s.verdict.contains("of the 3 voters"), "{}", s.verdict);
+        assert!(s.verdict.contains("1 of the 3 voters"), "{}", s.verdict);
+        // A leader the membership no longer lists leads no one, however many still follow it.
+        let s = ClusterSummary::of(&[
+            member_of(1, true, &[2, 3, 4], &[]),
+            member_of(2, true, &[2, 3, 4], &[]),
+            member_of(3, true, &[2, 3, 4], &[]),
+        ]);
+        assert!(!s.can_commit, "{}", s.verdict);
         // Two voters follow: a majority of the voters, learners or not.
         let s = ClusterSummary::of(&[
             member_of(1, true, &voters, &learners),

@@ -23,10 +23,24 @@ use tracing::{info, warn};
 /// Accounts of the generated bank, and each one's opening balance.
 pub const ACCOUNTS: u64 = 64;
 pub const OPENING: i64 = 1_000;
-/// A transfer thread pauses this long between transfers, so that audits get through: under
-/// TFA an audit reads the accounts one round trip after another and aborts when one it read
-/// changes meanwhile (TFA has no multi-version reads), so unpaced transfers starve it.
-const PACE: Duration = Duration::from_millis(50);
+/// The size of a ballast object, and how many one transaction writes.
+const BALLAST_OBJECT: usize = 256 << 10;
+const BALLAST_PER_TX: u64 = 4;
+
+/// What a node's load does.
+pub struct LoadSettings {
+    /// Transfer threads.
+    pub threads: usize,
+    /// This member creates the accounts (and writes the ballast).
+    pub creator: bool,
+    /// MiB of ballast objects the creator writes before its transfers start.
+    pub ballast_mib: u64,
+    /// How long a transfer thread pauses between transfers, so that audits get through:
+    /// under TFA an audit reads the accounts one round trip after another and aborts when one
+    /// it read changes meanwhile (TFA has no multi-version reads), so unpaced transfers
+    /// starve it.
+    pub pace: Duration,
+}
 /// A transaction gives up after this long (and is retried), so that stopping never waits on
 /// one that keeps conflicting.
 const GIVE_UP: Duration = Duration::from_secs(5);
@@ -35,6 +49,40 @@ const GIVE_UP: Duration = Duration::from_secs(5);
 pub struct BankLoad {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+}
+
+fn ballast(i: u64) -> TRef<Vec<u8>> {
+    TRef::new(format!("bank-load/ballast/{i}"))
+}
+
+/// Writes `mib` MiB of ballast objects (those missing: a restart goes on where it stopped);
+/// logs how long it took.
+fn write_ballast(node: &Node, stop: &AtomicBool, mib: u64) {
+    let started = std::time::Instant::now();
+    let objects = (mib << 20).div_ceil(BALLAST_OBJECT as u64);
+    let mut first = 0;
+    while first < objects && !stop.load(Ordering::Relaxed) {
+        let last = (first + BALLAST_PER_TX).min(objects);
+        let written = until_done(stop, "writing ballast", || {
+            node.tx().timeout(GIVE_UP).run(|tx| {
+                for i in first..last {
+                    if !tx.exists(&ballast(i))? {
+                        tx.create(&ballast(i), vec![i as u8; BALLAST_OBJECT])?;
+                    }
+                }
+                Ok(())
+            })
+        });
+        if written.is_none() {
+            return;
+        }
+        first = last;
+    }
+    info!(
+        mib,
+        seconds = started.elapsed().as_secs_f64(),
+        "bank load: ballast written"
+    );
 }
 
 fn accounts() -> Vec<TRef<i64>> {
@@ -168,9 +216,15 @@ fn until_done<R>(
 }
 
 impl BankLoad {
-    /// Starts `threads` transfer threads and the auditor on `node`; the member `creator`
-    /// creates the accounts.
-    pub fn start(node: Node, threads: usize, creator: bool) -> BankLoad {
+    /// Starts the transfer threads and the auditor on `node`; the member `creator` creates
+    /// the accounts, then writes the ballast.
+    pub fn start(node: Node, settings: LoadSettings) -> BankLoad {
+        let LoadSettings {
+            threads,
+            creator,
+            ballast_mib,
+            pace,
+        } = settings;
         let stop = Arc::new(AtomicBool::new(false));
         let transfers = Arc::new(AtomicU64::new(0));
         let counting = node.protocol().is_replicated();
@@ -199,6 +253,9 @@ impl BankLoad {
                     });
                     if created.is_some() {
                         info!(accounts = ACCOUNTS, "bank load: accounts created");
+                    }
+                    if ballast_mib > 0 {
+                        write_ballast(&node, &stop, ballast_mib);
                     }
                 }
                 if counting {
@@ -273,7 +330,7 @@ impl BankLoad {
                     if done.is_some() {
                         transfers.fetch_add(1, Ordering::Relaxed);
                     }
-                    std::thread::sleep(PACE);
+                    std::thread::sleep(pace);
                 }
             }));
         }

@@ -9,7 +9,7 @@ use atomos::NodeRuntime;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info, warn};
 
-use crate::bank_load::BankLoad;
+use crate::bank_load::{BankLoad, LoadSettings};
 
 /// Loads the configuration, starts the node and serves until told to stop.
 pub fn run(config: Option<&Path>) -> Result<bool, String> {
@@ -112,8 +112,12 @@ async fn serve(settings: NodeSettings, config: Option<PathBuf>) -> Result<bool, 
             .min();
         BankLoad::start(
             node.node().clone(),
-            settings.bank_load_threads,
-            first == Some(settings.node_id),
+            LoadSettings {
+                threads: settings.bank_load_threads,
+                creator: first == Some(settings.node_id),
+                ballast_mib: settings.bank_load_ballast_mib,
+                pace: settings.bank_load_pace,
+            },
         )
     });
     let failure = loop {

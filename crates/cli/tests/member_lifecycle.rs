@@ -102,7 +102,8 @@ fn grow_replace_and_shrink(protocol: &str) {
     let mut stopped = vec![1];
     for _ in 0..2 {
         let leader = wait_leader(&client);
-        member_until_done(&client, &["remove", "--id", &leader.to_string()]);
+        let said = member_until_done(&client, &["remove", "--id", &leader.to_string()]);
+        println!("{protocol}: removing the leader, {leader}: {said}");
         stopped.push(leader);
         let left: Vec<(u64, &str)> = (2..=6)
             .filter(|id| !stopped.contains(id))
@@ -112,7 +113,7 @@ fn grow_replace_and_shrink(protocol: &str) {
         signal(pid[&leader], libc::SIGTERM);
     }
     let left: Vec<u64> = (2..=6).filter(|id| !stopped.contains(id)).collect();
-    assert_eq!(left.len(), 3);
+    assert_eq!(left.len(), 3, "removed {stopped:?}");
     for &n in &left {
         more_audits(&log(n), 3, &format!("{protocol} node {n}"));
     }

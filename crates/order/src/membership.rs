@@ -22,20 +22,23 @@ pub enum MemberChange {
         /// What hosts need to know of it.
         context: Vec<u8>,
     },
-    /// Makes learner `id` a voter. Refused unless its log reaches the leader's commit.
+    /// Makes learner `id` a voter. Refused until it delivered through the leader's commit at
+    /// the change's first ask ([`ChangeRefused::LearnerBehind`]).
     Promote {
         /// The learner.
         id: Addr,
     },
     /// Removes replica `id`, voter or learner (the leader too: it steps down once the change
-    /// applies). Refused if no voter would remain.
+    /// applies). Refused if no voter would remain, and, for a voter, until enough of the voters
+    /// left delivered through the leader's commit at the change's first ask
+    /// ([`ChangeRefused::VotersBehind`]).
     Remove {
         /// The replica.
         id: Addr,
     },
     /// Promotes learner `add` and removes voter `remove` in one change, through a joint
     /// configuration (both majorities decide until the cluster leaves it, which it does on its
-    /// own).
+    /// own). Refused as `Promote` and `Remove` are.
     Replace {
         /// The voter that goes.
         remove: Addr,

@@ -8,6 +8,7 @@ use atomos_order::{
     ReplicaConfig,
 };
 use atomos_seam::{Machine, Output, Write};
+use prost::Message as _;
 
 /// A replica, with every record it wrote (each write confirmed at once).
 struct Solo {
@@ -158,7 +159,8 @@ fn a_learner_is_added_with_its_context_and_promoted_only_once_caught_up() {
     assert_eq!(reopened.replica.membership(), &membership);
 
     // The learner reports how far it delivered: short of the commit of the first ask, it is
-    // refused still; once there, it is promoted.
+    // refused still; a report past what Raft knows its log holds counts only that far; once
+    // both got there, it is promoted.
     let target = solo.replica.commit();
     let report = |solo: &mut Solo, through| {
         solo.step(Input::Message {
@@ -166,6 +168,28 @@ fn a_learner_is_added_with_its_context_and_promoted_only_once_caught_up() {
             msg: OrderMsg::Delivered { through },
         })
     };
+    report(&mut solo, target);
+    assert_eq!(
+        solo.ask(10, MemberChange::Promote { id: 2 }),
+        Err(ChangeRefused::LearnerBehind {
+            id: 2,
+            delivered: 0,
+            target
+        }),
+        "a report beyond the log Raft knows it holds"
+    );
+    let appended = raft::eraftpb::Message {
+        msg_type: raft::eraftpb::MessageType::MsgAppendResponse as i32,
+        from: 2,
+        to: 1,
+        term: solo.replica.term(),
+        index: target,
+        ..Default::default()
+    };
+    solo.step(Input::Message {
+        from: 2,
+        msg: OrderMsg::Raft(appended.encode_to_vec()),
+    });
     report(&mut solo, target - 1);
     assert_eq!(
         solo.ask(3, MemberChange::Promote { id: 2 }),

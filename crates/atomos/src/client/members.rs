@@ -12,9 +12,10 @@ impl Client {
     /// Asks the cluster to make `request` (the client must be one the members list in
     /// `operators`): sent to the members in turn (a member that does not lead passes it on to
     /// the leader), and to the leader a member names (learned from the members' status when
-    /// the cluster added it through its log), until one proposes it or `wait` has passed. An answer lost on the way makes the next attempt find the change under way or
-    /// made, and say so. Returns the log position it was proposed at (it has
-    /// taken effect once `status` shows it; a leader change can drop a proposal: ask again).
+    /// the cluster added it through its log), until one proposes it or `wait` has passed. An
+    /// answer lost on the way makes the next attempt find the change under way or made, and
+    /// say so. Returns the log position it was proposed at (it has taken effect once `status`
+    /// shows it; a leader change can drop a proposal: ask again).
     /// A refusal other than "not the leader" (not an operator, a change under way, a learner
     /// not caught up, a change that does not fit) comes back at once.
     pub async fn change_membership(

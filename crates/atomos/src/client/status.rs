@@ -42,8 +42,18 @@ impl Client {
         let mut asks = tokio::task::JoinSet::new();
         loop {
             // Ask every member known and not asked yet: those of the configuration at first,
-            // then those the answers so far report the cluster added.
+            // then those the answers so far report the cluster added; once an answer reports
+            // the membership, only its members (a member the log removed is not waited for).
+            let view = latest_view(reports.values()).map(ReplicaStatus::members);
+            if let Some(ids) = &view {
+                if ids.iter().all(|id| reports.contains_key(id)) {
+                    break;
+                }
+            }
             for (member, address) in self.members() {
+                if view.as_ref().is_some_and(|ids| !ids.contains(&member)) {
+                    continue;
+                }
                 if asked.insert(member, address).is_none() {
                     let (rpc, stop) = (self.rpc.clone(), self.stop.clone());
                     let resend_after = self.cfg.resend_after;
@@ -80,16 +90,7 @@ impl Client {
             }
         }
         let ids: Vec<NodeId> = match latest_view(reports.values()) {
-            Some(view) => {
-                let mut ids: Vec<NodeId> = (view.voters.iter())
-                    .chain(&view.outgoing)
-                    .chain(&view.learners)
-                    .copied()
-                    .collect();
-                ids.sort_unstable();
-                ids.dedup();
-                ids
-            }
+            Some(view) => view.members(),
             None => asked.keys().copied().collect(),
         };
         ids.into_iter()

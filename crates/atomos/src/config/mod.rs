@@ -187,6 +187,11 @@ pub struct NodeSettings {
     /// demos): the member with the smallest id creates them; every member audits the total
     /// once a second and logs it ("bank audit").
     pub bank_load_threads: usize,
+    /// With a bank load: MiB of extra objects the member that creates the accounts writes
+    /// before its transfers start (a store of that size, for state-transfer benchmarks).
+    pub bank_load_ballast_mib: u64,
+    /// With a bank load: how long each transfer thread pauses between transfers.
+    pub bank_load_pace: std::time::Duration,
     /// Under `certify` (whose replicated store keeps its log in `data_dir/certify.wal`, with
     /// the `order_fsync` and `order_snapshot_every` settings): how long a commit waits for its
     /// verdict before it fails with `TxError::OutcomeUnknown`.

@@ -59,6 +59,8 @@ pub(super) fn defaults() -> NodeSettings {
         order_load_clients: 0,
         order_snapshot_every: 10_000,
         bank_load_threads: 0,
+        bank_load_ballast_mib: 0,
+        bank_load_pace: std::time::Duration::from_millis(50),
         commit_limit: crate::certify::DEFAULT_COMMIT_LIMIT,
         order_rejoin: false,
         order_join: false,
@@ -77,7 +79,7 @@ pub(super) fn defaults() -> NodeSettings {
 }
 
 /// Every key, in the order a configuration file lists them.
-pub static SETTINGS: [Setting; 33] = [
+pub static SETTINGS: [Setting; 35] = [
     Setting {
         key: "cluster",
         kind: Kind::Text,
@@ -366,6 +368,35 @@ pub static SETTINGS: [Setting; 33] = [
             Ok(())
         },
         show: |s| integer(s.bank_load_threads),
+    },
+    Setting {
+        key: "bank_load_ballast_mib",
+        kind: Kind::Integer,
+        readers: Readers::Every,
+        meaning: "With a bank load: MiB of extra objects (`bank-load/ballast/N`, 256 KiB \
+                  each) the member that creates the accounts writes before its transfers \
+                  start, so that the store has that size (state-transfer benchmarks).",
+        default_note: None,
+        apply: |s, name, raw| {
+            s.bank_load_ballast_mib = number_in(name, raw.text(), 0..=1 << 20, "MiB")?;
+            Ok(())
+        },
+        show: |s| integer(s.bank_load_ballast_mib),
+    },
+    Setting {
+        key: "bank_load_pace_ms",
+        kind: Kind::Integer,
+        readers: Readers::Every,
+        meaning: "With a bank load: milliseconds each transfer thread pauses between \
+                  transfers (0: none, the cluster's capacity; under `tfa` unpaced transfers \
+                  starve the audits).",
+        default_note: None,
+        apply: |s, name, raw| {
+            let ms = number_in(name, raw.text(), 0..=60_000, "milliseconds")?;
+            s.bank_load_pace = std::time::Duration::from_millis(ms);
+            Ok(())
+        },
+        show: |s| integer(s.bank_load_pace.as_millis() as u64),
     },
     Setting {
         key: "commit_timeout_ms",

@@ -139,16 +139,8 @@ impl NodeRuntime {
         let changes_members = self.node.protocol().is_ordered();
         if let (Some(tcp), true) = (&self.tcp, changes_members) {
             cfg.on_membership = Some(transport_follows(self.id, Arc::downgrade(tcp)));
-            if cfg.replica.replicas.is_empty() {
-                tokio::spawn(discover_members(
-                    self.id,
-                    self.rpc.clone(),
-                    Arc::downgrade(tcp),
-                    self.health.clone(),
-                    self.stop.clone(),
-                ));
-            }
         }
+        let joining = changes_members && cfg.replica.replicas.is_empty();
         let link = OrderLink {
             rpc: self.rpc.clone(),
             faults: FaultRules::default(),
@@ -160,6 +152,15 @@ impl NodeRuntime {
             Ok(t)
         })?;
         info!(node = self.id, "order replica started");
+        if let (Some(tcp), true) = (&self.tcp, joining) {
+            tokio::spawn(discover_members(
+                self.id,
+                self.rpc.clone(),
+                Arc::downgrade(tcp),
+                self.health.clone(),
+                self.stop.clone(),
+            ));
+        }
         if changes_members {
             let _ = self.changer.set(node.changer());
         }

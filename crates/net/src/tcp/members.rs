@@ -19,8 +19,9 @@ where
 {
     /// Member `id`, listening at `addr` and proving one of `keys`, joined the cluster: it is
     /// admitted, sent to, and dialled if its id is above this node's (the lower id dials, as
-    /// at start) or if this is a client's transport (a client dials every member). A member known already at another address is reached at the new one from
-    /// now on. Must be called inside a tokio runtime.
+    /// at start) or if this is a client's transport (a client dials every member). A member
+    /// known already at another address is reached at the new one from now on. Must be called
+    /// inside a tokio runtime.
     pub fn add_member(&self, id: NodeId, addr: SocketAddr, keys: Vec<PublicKey>) -> io::Result<()> {
         let s = &self.shared;
         let me = s.cfg.identity.node();

@@ -148,6 +148,8 @@ impl<S: StateMachine> Replica<S> {
         if !self.is_leader() {
             return;
         }
+        // What it reported delivering before it lost its log counts no more.
+        self.forget_progress(peer);
         if let Some(pr) = self.raft.raft.mut_prs().get_mut(peer) {
             if pr.matched > last {
                 let believed = pr.matched;

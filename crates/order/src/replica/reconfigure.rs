@@ -25,17 +25,22 @@ use super::Replica;
 use crate::membership::{ChangeRefused, MemberChange, Membership};
 use crate::types::{Action, Addr, Delivery, OrderMsg, StateMachine};
 
-/// What the leader knows of how far the replicas have finally delivered, and the position a
-/// change waits for.
+/// What the leader knows of how far the replicas have finally delivered, and the positions
+/// changes wait for. Forgotten at every change applied (targets, and the reports of replicas
+/// no longer members) and for a replica that lost its log.
 #[derive(Debug, Default)]
 pub(super) struct Progress {
     /// Replica -> the position it last reported delivering through ([`OrderMsg::Delivered`]).
     delivered: BTreeMap<Addr, u64>,
-    /// The change asked for last, with the leader's commit when it was first asked for: the
-    /// replicas it needs must have delivered that far. Fixed at the first ask, so an operator
-    /// who asks again while the cluster commits on is let through once they got there.
-    target: Option<(MemberChange, u64)>,
+    /// Changes asked for since the last change applied (the latest [`MAX_TARGETS`]), each with
+    /// the leader's commit when it was first asked for: the replicas it needs must have
+    /// delivered that far. Fixed at the first ask, so an operator who asks again while the
+    /// cluster commits on is let through once they got there, whatever else is asked between.
+    targets: Vec<(MemberChange, u64)>,
 }
+
+/// How many changes asked for keep their target.
+const MAX_TARGETS: usize = 8;
 
 /// A configuration entry: the change it carries (or why it does not decode) and its context.
 #[derive(Debug)]
@@ -169,29 +174,40 @@ impl<S: StateMachine> Replica<S> {
         if at == before {
             return Err(ChangeRefused::Raft("the proposal was dropped".into()));
         }
-        self.progress.target = None;
         Ok(at)
     }
 
     /// The position the replicas `change` needs must have delivered through: the commit when
     /// it was first asked for (see [`Progress::target`]).
     fn target_of(&mut self, change: &MemberChange) -> u64 {
-        let commit = self.raft.raft.raft_log.committed;
-        match &self.progress.target {
-            Some((asked, target)) if asked == change => *target,
-            _ => {
-                self.progress.target = Some((change.clone(), commit));
-                commit
-            }
+        let targets = &mut self.progress.targets;
+        if let Some((_, target)) = targets.iter().find(|(asked, _)| asked == change) {
+            return *target;
         }
+        let commit = self.raft.raft.raft_log.committed;
+        if targets.len() == MAX_TARGETS {
+            targets.remove(0);
+        }
+        targets.push((change.clone(), commit));
+        commit
     }
 
-    /// How far replica `id` has finally delivered, as far as this leader knows.
+    /// How far replica `id` has finally delivered, as far as this leader knows: what it
+    /// reported, but never past what Raft knows its log to hold (raft-rs forgets that when
+    /// this replica becomes leader, and a replica that lost its log lowers it: a report from
+    /// before then does not count).
     fn delivered_by(&self, id: Addr) -> u64 {
-        match id == self.cfg.id {
-            true => self.delivery.final_next - 1,
-            false => self.progress.delivered.get(&id).copied().unwrap_or(0),
+        if id == self.cfg.id {
+            return self.delivery.final_next - 1;
         }
+        let reported = self.progress.delivered.get(&id).copied().unwrap_or(0);
+        let matched = self.raft.raft.prs().get(id).map_or(0, |p| p.matched);
+        reported.min(matched)
+    }
+
+    /// Replica `id` lost its log: what it reported before counts no more.
+    pub(super) fn forget_progress(&mut self, id: Addr) {
+        self.progress.delivered.remove(&id);
     }
 
     /// Whether learner `id` delivered through `target`: then, as a voter, it holds every
@@ -289,6 +305,12 @@ impl<S: StateMachine> Replica<S> {
         removed.extend(before.into_iter().filter(|&id| !now.contains(id)));
         self.members = now.with_removed(removed);
         self.raft.mut_store().set_conf_state(cs);
+        // What changes waited for was measured against the configuration before.
+        self.progress.targets.clear();
+        let members = &self.members;
+        self.progress
+            .delivered
+            .retain(|&id, _| members.contains(id));
         self.stats.membership_changes += 1;
         // See the module's doc.
         self.snapshot_due = true;

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# A learner joins a 3-replica `certify` cluster whose store holds MIB MiB (default 1024) while
+# the bank load runs unpaced (2 threads per node): node 4, with an empty disk, is added with
+# `atomos member add` and is caught up once it has applied what the cluster had committed when
+# it was added. Reports per run: the store's snapshot size, the transfer time and MiB/s, the
+# transfers the cluster acknowledged per second in the 10 s before and during the transfer, and
+# the peak resident memory (VmHWM) of the leader (the sender) and of the learner.
+# Usage: scripts/bench-join.sh [MIB] [RUNS]
+source "$(dirname "$0")/lib.sh"
+mib=${1:-1024}
+runs=${2:-1}
+
+# The JSON of `atomos status` asked with the cluster's client.
+status() { $bin status --json --wait 3 --client "$dir/client.toml" 2>/dev/null || true; }
+# Field `path` ("cluster.leader.0", "member.4.applied") of a status document on stdin.
+pick() {
+  python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+path = sys.argv[1].split(".")
+if path[0] == "member":
+    node = next((m for m in doc["members"] if m["id"] == int(path[1])), None)
+    status = (node or {}).get("status", {}).get("Ok") or {}
+    print((status.get("replica") or {}).get(path[2], ""))
+else:
+    v = doc["cluster"]
+    for p in path[1:]:
+        v = v[int(p)] if isinstance(v, list) else v.get(p)
+        if v is None: break
+    print("" if v is None else v)' "$1"
+}
+# Transfers acknowledged so far, summed over every run on every node (each node's last audit).
+acked() {
+  local total=0 n t
+  for n in 1 2 3 4; do
+    t=$(grep 'bank audit' "$dir/node-$n.log" 2>/dev/null | tail -1 | sed -n 's/.* transfers=\([0-9]*\).*/\1/p')
+    total=$((total + ${t:-0}))
+  done
+  echo "$total"
+}
+peak_rss_mib() { awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null || echo "?"; }
+
+printf '%-4s %-10s %-10s %-9s %-12s %-12s %-9s %-14s %-14s\n' run store_MiB seconds MiB/s tx/s_before tx/s_during ratio leader_peak_MiB learner_peak_MiB
+for run in $(seq "$runs"); do
+  dir=$out/run-$run
+  base=$((20000 + RANDOM % 10000))
+  ATOMOS_BANK_LOAD_BALLAST_MIB=$mib ATOMOS_BANK_LOAD_PACE_MS=0 ATOMOS_OPERATORS=client \
+    ATOMOS_ORDER_FSYNC=${ATOMOS_ORDER_FSYNC:-never} \
+    $bin cluster up --nodes 3 --protocol certify --bank-load 2 --base-port "$base" \
+    --dir "$dir" > "$out/up-$run.txt" &
+  up=$!
+  trap 'kill $up 2>/dev/null; [ -n "${joiner:-}" ] && kill $joiner 2>/dev/null; rm -rf "$out"' EXIT
+  until grep -q "ballast written" "$dir/node-1.log" 2>/dev/null; do sleep 1; done
+  sleep 5
+  a0=$(acked); sleep 10; a1=$(acked)
+  before=$(( (a1 - a0) / 10 ))
+  leader=$(status | pick cluster.leader.0)
+  leader_pid=$(sed -n "s/^node $leader: pid \([0-9]*\).*/\1/p" "$out/up-$run.txt" | head -1)
+  # Node 4: node 1's configuration with its own id, key, address and an empty data directory.
+  $bin keygen --member 4 --out "$dir/node-4.key" > "$dir/node-4.keygen"
+  key=$(sed -n 's/^public key: //p' "$dir/node-4.keygen")
+  sed -e "s/node_id = 1/node_id = 4/" -e "s/127.0.0.1:$base\"/127.0.0.1:$((base + 3))\"/" \
+    -e "s/127.0.0.1:$((base + 100))\"/127.0.0.1:$((base + 103))\"/" \
+    -e "s/node-1.key/node-4.key/" -e "s#$dir/data/1#$dir/data/4#" "$dir/node-1.toml" \
+    | { echo "order_join = true"; cat; } > "$dir/node-4.toml"
+  chmod 600 "$dir/node-4.toml"
+  ATOMOS_BANK_LOAD_PACE_MS=0 ATOMOS_OPERATORS=client ATOMOS_ORDER_FSYNC=${ATOMOS_ORDER_FSYNC:-never} \
+    $bin node --config "$dir/node-4.toml" 2> "$dir/node-4.log" &
+  joiner=$!
+  sleep 1
+  started=$(date +%s.%N)
+  a2=$(acked)
+  $bin member add --id 4 --address "127.0.0.1:$((base + 3))" --public-key "$key" \
+    --client "$dir/client.toml" --wait 60 > /dev/null
+  target=$(status | pick cluster.highest_commit)
+  until applied=$(status | pick member.4.applied) && [ -n "$applied" ] && [ "$applied" -ge "$target" ]; do
+    sleep 0.2
+  done
+  ended=$(date +%s.%N)
+  a3=$(acked)
+  seconds=$(echo "$ended - $started" | bc -l)
+  bytes=$(curl -s "http://127.0.0.1:$((base + 99 + leader))/metrics" | awk '/^atomos_order_snapshot_bytes/ {print $2; exit}')
+  store=$(echo "${bytes:-0} / 1048576" | bc)
+  during=$(echo "($a3 - $a2) / $seconds" | bc)
+  printf '%-4s %-10s %-10.1f %-9.1f %-12s %-12s %-9.2f %-14s %-14s\n' "$run" "$store" "$seconds" \
+    "$(echo "$store / $seconds" | bc -l)" "$before" "$during" "$(echo "$during / ($before + 0.0001)" | bc -l)" \
+    "$(peak_rss_mib "$leader_pid")" "$(peak_rss_mib "$joiner")"
+  kill "$joiner" "$up" 2>/dev/null || true
+  wait "$up" 2>/dev/null || true
+  joiner=""
+done
