@@ -49,7 +49,7 @@ for run in $(seq "$runs"); do
     $bin cluster up --nodes 3 --protocol certify --bank-load 2 --base-port "$base" \
     --dir "$dir" > "$out/up-$run.txt" &
   up=$!
-  trap 'kill $up 2>/dev/null; [ -n "${joiner:-}" ] && kill $joiner 2>/dev/null; rm -rf "$out"' EXIT
+  trap 'kill $up 2>/dev/null || true; kill ${joiner:-} 2>/dev/null || true; rm -rf "$out"' EXIT
   until grep -q "ballast written" "$dir/node-1.log" 2>/dev/null; do sleep 1; done
   sleep 5
   a0=$(acked); sleep 10; a1=$(acked)
@@ -59,8 +59,9 @@ for run in $(seq "$runs"); do
   # Node 4: node 1's configuration with its own id, key, address and an empty data directory.
   $bin keygen --member 4 --out "$dir/node-4.key" > "$dir/node-4.keygen"
   key=$(sed -n 's/^public key: //p' "$dir/node-4.keygen")
-  sed -e "s/node_id = 1/node_id = 4/" -e "s/127.0.0.1:$base\"/127.0.0.1:$((base + 3))\"/" \
-    -e "s/127.0.0.1:$((base + 100))\"/127.0.0.1:$((base + 103))\"/" \
+  sed -e "s/node_id = 1/node_id = 4/" \
+    -e "s/^listen = \"127.0.0.1:$base\"/listen = \"127.0.0.1:$((base + 3))\"/" \
+    -e "s/^metrics = \"127.0.0.1:$((base + 100))\"/metrics = \"127.0.0.1:$((base + 103))\"/" \
     -e "s/node-1.key/node-4.key/" -e "s#$dir/data/1#$dir/data/4#" "$dir/node-1.toml" \
     | { echo "order_join = true"; cat; } > "$dir/node-4.toml"
   chmod 600 "$dir/node-4.toml"
@@ -70,16 +71,31 @@ for run in $(seq "$runs"); do
   sleep 1
   started=$(date +%s.%N)
   a2=$(acked)
-  $bin member add --id 4 --address "127.0.0.1:$((base + 3))" --public-key "$key" \
-    --client "$dir/client.toml" --wait 60 > /dev/null
+  # A leader change can drop the proposal: asked again until the membership lists node 4.
+  limit=$((SECONDS + ${JOIN_LIMIT:-300}))
+  until $bin member list --json --client "$dir/client.toml" 2>/dev/null | grep -q '"id": 4'; do
+    $bin member add --id 4 --address "127.0.0.1:$((base + 3))" --public-key "$key" \
+      --client "$dir/client.toml" --wait 10 > /dev/null 2>&1 || true
+    [ $SECONDS -lt "$limit" ] || break
+  done
   target=$(status | pick cluster.highest_commit)
-  until applied=$(status | pick member.4.applied) && [ -n "$applied" ] && [ "$applied" -ge "$target" ]; do
+  until applied=$(status | pick member.4.applied) && [ -n "$applied" ] && [ "$applied" -ge "${target:-1}" ]; do
+    if ! kill -0 "$joiner" 2>/dev/null; then
+      echo "node 4 stopped:" >&2; tail -5 "$dir/node-4.log" >&2; exit 1
+    fi
+    if [ $SECONDS -ge "$limit" ]; then
+      terms=$(grep -h -c 'became leader' "$dir"/node-[123].log | paste -sd+ | bc)
+      echo "$run: node 4 did not catch up in ${JOIN_LIMIT:-300} s ($terms elections in the cluster's logs)"
+      kill "$joiner" "$up" 2>/dev/null || true
+      wait "$up" 2>/dev/null || true
+      continue 2
+    fi
     sleep 0.2
   done
   ended=$(date +%s.%N)
   a3=$(acked)
   seconds=$(echo "$ended - $started" | bc -l)
-  bytes=$(curl -s "http://127.0.0.1:$((base + 99 + leader))/metrics" | awk '/^atomos_order_snapshot_bytes/ {print $2; exit}')
+  bytes=$(curl -s "http://127.0.0.1:$((base + 99 + leader))/metrics" | awk '/^atomos_order_snapshot_bytes/ && !v {v = $2} END {print v}')
   store=$(echo "${bytes:-0} / 1048576" | bc)
   during=$(echo "($a3 - $a2) / $seconds" | bc)
   printf '%-4s %-10s %-10.1f %-9.1f %-12s %-12s %-9.2f %-14s %-14s\n' "$run" "$store" "$seconds" \
