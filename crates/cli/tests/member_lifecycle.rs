@@ -1,8 +1,10 @@
 //! A cluster's whole life of membership changes on real processes, under bank load, for
-//! `certify` and `active`: three founders grow to five (two new nodes, each with its own key and
-//! an empty disk, join as learners and are promoted), a founder is killed with SIGKILL and
-//! replaced by a sixth node with a new id and an empty disk, and the cluster shrinks back to
-//! three by removing its leader and then one more voter. Afterwards every transfer a stopped
+//! `certify` and `active`: three founders grow to five (two new nodes, each with its own key
+//! and an empty disk, join as learners and are promoted; the first is killed with SIGKILL
+//! before its first snapshot of the 16 MiB store is installed, and starts again from its
+//! disk), a founder is killed with SIGKILL and replaced by a sixth node with a new id and an
+//! empty disk, and the cluster shrinks back to three by removing its leader and then one more
+//! voter. Afterwards every transfer a stopped
 //! node saw acknowledged is counted in the state, every audit on every node saw the bank's
 //! total (read-only audits never fail), and the three left keep committing.
 
@@ -14,7 +16,9 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::bank::{audits, wait_audits};
-use common::members::{add_learner, member_until_done, start_joiner, wait_leader, wait_members};
+use common::members::{
+    add_learner, member_until_done, restart_member, start_joiner, wait_leader, wait_members,
+};
 use common::{cluster_up_with, signal, wait_exit, KillOnDrop};
 
 const TOTAL: i64 = 64_000;
@@ -40,9 +44,11 @@ fn grow_replace_and_shrink(protocol: &str) {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     let base_port = common::free_base_port(6);
+    // A store of some size (16 MiB of ballast), so that a snapshot takes a while to arrive.
     let env = [
         ("ATOMOS_OPERATORS", "client"),
         ("ATOMOS_ORDER_SNAPSHOT_EVERY", "200"),
+        ("ATOMOS_BANK_LOAD_BALLAST_MIB", "16"),
     ];
     let (mut up, pids) = cluster_up_with(
         3,
@@ -59,17 +65,29 @@ fn grow_replace_and_shrink(protocol: &str) {
     }
     let mut pid: BTreeMap<u64, u32> = (1..=3).zip(pids.iter().copied()).collect();
     let mut joiners = Vec::new();
-    let mut join = |id: u64| {
+    let join = |id: u64| {
         let (child, address, public) = start_joiner(&dir, base_port, id, &env);
+        add_learner(&client, id, &address, &public);
+        child
+    };
+    let mut keep = |child: std::process::Child, id: u64| {
         cleanup.0.push(child.id());
         pid.insert(id, child.id());
         joiners.push(child);
-        add_learner(&client, id, &address, &public);
     };
 
-    // Grow from three to five: two learners, each promoted once caught up.
-    join(4);
-    join(5);
+    // Grow from three to five: two learners, each promoted once caught up. Node 4 dies
+    // (SIGKILL) right after it is added, before its first snapshot is installed (its metrics
+    // say how many it had installed when killed), and starts again from what its disk kept.
+    let four = join(4);
+    std::thread::sleep(Duration::from_millis(300));
+    let metrics = common::http_get(base_port + 103, "/metrics");
+    let installed = common::metric_sum(&metrics, "atomos_order_replica_snapshots_installed_total");
+    signal(four.id(), libc::SIGKILL);
+    keep(four, 4);
+    println!("{protocol}: node 4 killed with {installed} snapshots installed");
+    keep(restart_member(&dir, 4, &env), 4);
+    keep(join(5), 5);
     wait_members(
         &client,
         &[
@@ -91,7 +109,7 @@ fn grow_replace_and_shrink(protocol: &str) {
 
     // Founder 1 dies (SIGKILL) and node 6, a new id on an empty disk, takes its place.
     signal(pids[0], libc::SIGKILL);
-    join(6);
+    keep(join(6), 6);
     member_until_done(&client, &["replace", "--remove", "1", "--add", "6"]);
     let replaced: Vec<(u64, &str)> = (2..=6).map(|id| (id, "voter")).collect();
     wait_members(&client, &replaced);

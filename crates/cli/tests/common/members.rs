@@ -158,18 +158,46 @@ pub fn start_joiner(
     (child, format!("127.0.0.1:{port}"), public_key_of(&key))
 }
 
-/// `atomos member add` for a node [`start_joiner`] started.
+/// Starts member `id` again from its configuration and data in `dir` (after a kill), its log
+/// appended to `node-ID.log`.
+pub fn restart_member(dir: &Path, id: u64, env: &[(&str, &str)]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join(format!("node-{id}.log")))
+        .unwrap();
+    Command::new(ATOMOS)
+        .args(["node", "--config"])
+        .arg(dir.join(format!("node-{id}.toml")))
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// `atomos member add` for a node [`start_joiner`] started, asked again while the membership
+/// does not list it (a leader change can drop a proposal).
 pub fn add_learner(client: &Path, id: u64, address: &str, public_key: &str) {
-    member_until_done(
-        client,
-        &[
-            "add",
-            "--id",
-            &id.to_string(),
-            "--address",
-            address,
-            "--public-key",
-            public_key,
-        ],
-    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let id_text = id.to_string();
+    let args = [
+        "add",
+        "--id",
+        &id_text,
+        "--address",
+        address,
+        "--public-key",
+        public_key,
+    ];
+    loop {
+        member_until_done(client, &args);
+        let listed = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < listed {
+            if members(client).contains_key(&id) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        assert!(Instant::now() < deadline, "member {id} was never added");
+    }
 }
