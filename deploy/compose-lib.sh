@@ -1,6 +1,18 @@
 # What the compose tests share (sourced): the compose project, the bank's audits as the nodes
 # log them ("bank audit ... total=T expected=E run=R transfers=N counted=R:N,..."), and waits.
-# The sourcing script sets `project` and `work` first.
+# The sourcing script sets `project` first.
+
+# The image: ATOMOS_IMAGE names one built already (by deploy/build-image.sh); otherwise one is
+# built here, and `built` names it for the script to remove at the end.
+if [ -z "${ATOMOS_IMAGE:-}" ]; then
+  export ATOMOS_IMAGE=atomos:$project
+  ./build-image.sh "$ATOMOS_IMAGE"
+  built=$ATOMOS_IMAGE
+fi
+# The cluster's configuration, and the static binary the image holds (for `atomos` on the host).
+work=$(mktemp -d)
+export ATOMOS_CLUSTER_DIR=$work
+binary=${ATOMOS_IMAGE_TARGET_DIR:-../target/image}/x86_64-unknown-linux-gnu/release/atomos
 
 compose() { docker-compose -p "$project" -f compose.yaml "$@"; }
 # The log of `node` (node1..node3 from compose, a container name otherwise), or of all.

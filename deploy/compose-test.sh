@@ -6,15 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 project=atomos-ci-$$
-# ATOMOS_IMAGE names an image built already (by deploy/build-image.sh); otherwise one is built
-# here and removed at the end.
-if [ -z "${ATOMOS_IMAGE:-}" ]; then
-  export ATOMOS_IMAGE=atomos:ci-$$
-  ./build-image.sh "$ATOMOS_IMAGE"
-  built=$ATOMOS_IMAGE
-fi
-work=$(mktemp -d)
-export ATOMOS_CLUSTER_DIR=$work
 source ./compose-lib.sh
 cleanup() {
   compose logs --no-color > "$work/logs.txt" 2>&1 || true
@@ -23,7 +14,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-binary=${ATOMOS_IMAGE_TARGET_DIR:-../target/image}/x86_64-unknown-linux-gnu/release/atomos
 ./make-cluster.sh "$work" "$binary"
 compose up -d
 

@@ -14,13 +14,6 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 project=atomos-part-$$
-if [ -z "${ATOMOS_IMAGE:-}" ]; then
-  export ATOMOS_IMAGE=atomos:part-$$
-  ./build-image.sh "$ATOMOS_IMAGE"
-  built=$ATOMOS_IMAGE
-fi
-work=$(mktemp -d)
-export ATOMOS_CLUSTER_DIR=$work
 source ./compose-lib.sh
 spare=${project}_node4
 cleanup() {
@@ -30,7 +23,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-binary=${ATOMOS_IMAGE_TARGET_DIR:-../target/image}/x86_64-unknown-linux-gnu/release/atomos
 ./make-cluster.sh "$work" "$binary"
 compose up -d
 net=${project}_cluster

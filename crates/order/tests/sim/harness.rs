@@ -13,7 +13,7 @@ use atomos_order::{
 };
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 
-use crate::operator::{next_change, removed};
+use crate::operator::{last_membership, next_change, removed};
 
 /// The replicas that found the cluster (nodes 1 to 3).
 pub const REPLICAS: usize = 3;
@@ -548,19 +548,11 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
         Node::boot(seed, setup, boot, recorder.clone())
     });
     let run = sim.run();
-    let founding = Membership {
-        voters: (1..=REPLICAS as u64).collect(),
-        ..Membership::default()
-    };
-    let membership = run
-        .notes
-        .iter()
-        .filter_map(|(_, _, n)| match n {
-            Note::Delivered(Delivery::Membership { seq, membership }) => Some((seq, membership)),
-            _ => None,
-        })
-        .max_by_key(|(seq, _)| **seq)
-        .map_or(founding, |(_, m)| m.clone());
+    let delivered = run.notes.iter().filter_map(|(_, _, n)| match n {
+        Note::Delivered(Delivery::Membership { seq, membership }) => Some((*seq, membership)),
+        _ => None,
+    });
+    let membership = last_membership(delivered, REPLICAS as u64);
     let mut unanswered = 0;
     let mut finals = Vec::new();
     let mut states = Vec::new();

@@ -52,6 +52,21 @@ pub fn scripted_end() -> Membership {
     }
 }
 
+/// The membership a run ends with: of the memberships `delivered` (entry seq, membership), the
+/// one at the highest position; the founding one (`founders` voters) if none changed.
+pub fn last_membership<'a>(
+    delivered: impl Iterator<Item = (u64, &'a Membership)>,
+    founders: u64,
+) -> Membership {
+    delivered.max_by_key(|(seq, _)| *seq).map_or_else(
+        || Membership {
+            voters: (1..=founders).collect(),
+            ..Membership::default()
+        },
+        |(_, m)| m.clone(),
+    )
+}
+
 /// Whether `replica` knows it was removed: it had a configuration, and it is not in it.
 pub fn removed<S: StateMachine>(replica: &Replica<S>) -> bool {
     let m = replica.membership();

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use crate::operator::{next_change, removed};
+use crate::operator::{last_membership, next_change, removed};
 use atomos_core::history::list_append::ListOp;
 use atomos_core::{
     encode_arguments, Certification, Engine, EngineConfig, Invocation, Key, ProcedureKind,
@@ -536,19 +536,11 @@ pub(crate) fn simulate(seed: u64, setup: Setup, faults: Faults) -> Outcome {
     };
     let mut sim = Sim::new(cfg, move |boot| Node::boot(seed, setup, boot));
     let run = sim.run();
-    let founding = Membership {
-        voters: (1..=REPLICAS as u64).collect(),
-        ..Membership::default()
-    };
-    let membership = run
-        .notes
-        .iter()
-        .filter_map(|(_, _, n)| match n {
-            Note::Delivered(Delivery::Membership { seq, membership }) => Some((seq, membership)),
-            _ => None,
-        })
-        .max_by_key(|(seq, _)| **seq)
-        .map_or(founding, |(_, m)| m.clone());
+    let delivered = run.notes.iter().filter_map(|(_, _, n)| match n {
+        Note::Delivered(Delivery::Membership { seq, membership }) => Some((*seq, membership)),
+        _ => None,
+    });
+    let membership = last_membership(delivered, REPLICAS as u64);
     let mut unanswered = 0;
     let mut finals = Vec::new();
     let mut executed = atomos_core::ExecutorStats::default();
