@@ -292,12 +292,21 @@ async fn lagging_replica_catches_up(
         p.await.unwrap().expect("answered").expect("ordered");
     }
     let applied = |n: &OrderNode| n.status().applied;
-    let target = nodes
-        .iter()
-        .flatten()
-        .map(|n| applied(n))
-        .max()
-        .unwrap_or(0);
+    let furthest = || {
+        nodes
+            .iter()
+            .flatten()
+            .map(|n| applied(n))
+            .max()
+            .unwrap_or(0)
+    };
+    // A node answers a request before its status shows it applied (the figures are refreshed
+    // on its next tick): wait a moment.
+    let settled = std::time::Instant::now() + Duration::from_secs(10);
+    while furthest() <= 64 && std::time::Instant::now() < settled {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let target = furthest();
     assert!(target > 64, "the others applied only {target} positions");
     // Node 3 comes back with its short log: only a snapshot can bring it up.
     tokio::time::sleep(Duration::from_millis(300)).await;
