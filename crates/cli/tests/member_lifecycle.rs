@@ -17,7 +17,7 @@ mod common;
 
 use common::bank::{audits, wait_audits};
 use common::members::{
-    add_learner, member_until_done, restart_member, start_joiner, wait_leader, wait_members,
+    add_learner, change_until, restart_member, start_joiner, wait_leader, wait_members,
 };
 use common::{cluster_up_with, signal, wait_exit, KillOnDrop};
 
@@ -99,7 +99,8 @@ fn grow_replace_and_shrink(protocol: &str) {
         ],
     );
     for id in [4, 5] {
-        member_until_done(&client, &["promote", "--id", &id.to_string()]);
+        let votes = |m: &BTreeMap<u64, String>| m.get(&id).is_some_and(|r| r == "voter");
+        change_until(&client, &["promote", "--id", &id.to_string()], votes);
     }
     let five: Vec<(u64, &str)> = (1..=5).map(|id| (id, "voter")).collect();
     wait_members(&client, &five);
@@ -110,7 +111,12 @@ fn grow_replace_and_shrink(protocol: &str) {
     // Founder 1 dies (SIGKILL) and node 6, a new id on an empty disk, takes its place.
     signal(pids[0], libc::SIGKILL);
     keep(join(6), 6);
-    member_until_done(&client, &["replace", "--remove", "1", "--add", "6"]);
+    let replaced = |m: &BTreeMap<u64, String>| !m.contains_key(&1) && m.contains_key(&6);
+    change_until(
+        &client,
+        &["replace", "--remove", "1", "--add", "6"],
+        replaced,
+    );
     let replaced: Vec<(u64, &str)> = (2..=6).map(|id| (id, "voter")).collect();
     wait_members(&client, &replaced);
     wait_audits(&log(6), 2, &format!("{protocol} node 6"));
@@ -120,8 +126,9 @@ fn grow_replace_and_shrink(protocol: &str) {
     let mut stopped = vec![1];
     for _ in 0..2 {
         let leader = wait_leader(&client);
-        let said = member_until_done(&client, &["remove", "--id", &leader.to_string()]);
-        println!("{protocol}: removing the leader, {leader}: {said}");
+        println!("{protocol}: removing the leader, {leader}");
+        let gone = |m: &BTreeMap<u64, String>| !m.is_empty() && !m.contains_key(&leader);
+        change_until(&client, &["remove", "--id", &leader.to_string()], gone);
         stopped.push(leader);
         let left: Vec<(u64, &str)> = (2..=6)
             .filter(|id| !stopped.contains(id))

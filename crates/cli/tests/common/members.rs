@@ -175,10 +175,26 @@ pub fn restart_member(dir: &Path, id: u64, env: &[(&str, &str)]) -> Child {
         .unwrap()
 }
 
-/// `atomos member add` for a node [`start_joiner`] started, asked again while the membership
-/// does not list it (a leader change can drop a proposal).
-pub fn add_learner(client: &Path, id: u64, address: &str, public_key: &str) {
+/// `atomos member ARGS`, asked again while the membership does not show it made (`made`: a
+/// leader change can drop a proposal the cluster answered).
+pub fn change_until(client: &Path, args: &[&str], made: impl Fn(&BTreeMap<u64, String>) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        member_until_done(client, args);
+        let listed = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < listed {
+            if made(&members(client)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        assert!(Instant::now() < deadline, "{args:?} never took effect");
+    }
+}
+
+/// `atomos member add` for a node [`start_joiner`] started, asked again while the membership
+/// does not list it.
+pub fn add_learner(client: &Path, id: u64, address: &str, public_key: &str) {
     let id_text = id.to_string();
     let args = [
         "add",
@@ -189,15 +205,5 @@ pub fn add_learner(client: &Path, id: u64, address: &str, public_key: &str) {
         "--public-key",
         public_key,
     ];
-    loop {
-        member_until_done(client, &args);
-        let listed = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < listed {
-            if members(client).contains_key(&id) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        assert!(Instant::now() < deadline, "member {id} was never added");
-    }
+    change_until(client, &args, |m| m.contains_key(&id));
 }
