@@ -4,7 +4,8 @@
 # `atomos member add` and is caught up once it has applied what the cluster had committed when
 # it was added. Reports per run: the store's snapshot size, the transfer time and MiB/s, the
 # transfers the cluster acknowledged per second in the 10 s before and during the transfer, and
-# the peak resident memory (VmHWM) of the leader (the sender) and of the learner.
+# the resident memory of the leader before the add (VmRSS) and the peak resident memory (VmHWM)
+# of the leader (the sender) and of the learner.
 # Usage: scripts/bench-join.sh [MIB] [RUNS]
 source "$(dirname "$0")/lib.sh"
 mib=${1:-1024}
@@ -39,8 +40,9 @@ acked() {
   echo "$total"
 }
 peak_rss_mib() { awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null || echo "?"; }
+rss_mib() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null || echo "?"; }
 
-printf '%-4s %-10s %-10s %-9s %-12s %-12s %-9s %-14s %-14s\n' run store_MiB seconds MiB/s tx/s_before tx/s_during ratio leader_peak_MiB learner_peak_MiB
+printf '%-4s %-10s %-10s %-9s %-12s %-12s %-9s %-14s %-14s %-14s\n' run store_MiB seconds MiB/s tx/s_before tx/s_during ratio leader_rss_MiB leader_peak_MiB learner_peak_MiB
 for run in $(seq "$runs"); do
   dir=$out/run-$run
   base=$((20000 + RANDOM % 10000))
@@ -56,6 +58,7 @@ for run in $(seq "$runs"); do
   before=$(( (a1 - a0) / 10 ))
   leader=$(status | pick cluster.leader.0)
   leader_pid=$(sed -n "s/^node $leader: pid \([0-9]*\).*/\1/p" "$out/up-$run.txt" | head -1)
+  leader_rss=$(rss_mib "$leader_pid")
   # Node 4: node 1's configuration with its own id, key, address and an empty data directory.
   $bin keygen --member 4 --out "$dir/node-4.key" > "$dir/node-4.keygen"
   key=$(sed -n 's/^public key: //p' "$dir/node-4.keygen")
@@ -98,9 +101,9 @@ for run in $(seq "$runs"); do
   bytes=$(curl -s "http://127.0.0.1:$((base + 99 + leader))/metrics" | awk '/^atomos_order_snapshot_bytes/ && !v {v = $2} END {print v}')
   store=$(echo "${bytes:-0} / 1048576" | bc)
   during=$(echo "($a3 - $a2) / $seconds" | bc)
-  printf '%-4s %-10s %-10.1f %-9.1f %-12s %-12s %-9.2f %-14s %-14s\n' "$run" "$store" "$seconds" \
+  printf '%-4s %-10s %-10.1f %-9.1f %-12s %-12s %-9.2f %-14s %-14s %-14s\n' "$run" "$store" "$seconds" \
     "$(echo "$store / $seconds" | bc -l)" "$before" "$during" "$(echo "$during / ($before + 0.0001)" | bc -l)" \
-    "$(peak_rss_mib "$leader_pid")" "$(peak_rss_mib "$joiner")"
+    "$leader_rss" "$(peak_rss_mib "$leader_pid")" "$(peak_rss_mib "$joiner")"
   kill "$joiner" "$up" 2>/dev/null || true
   wait "$up" 2>/dev/null || true
   joiner=""

@@ -2,8 +2,13 @@
 # binary, and sets `bin` (the binary) and `out` (a scratch directory removed on exit).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-cargo build --release -q -p atomos-cli
-bin=target/release/atomos
+# ATOMOS_BIN runs another build (one copied aside, for an A/B sitting) instead of building.
+if [ -n "${ATOMOS_BIN:-}" ]; then
+  bin=$ATOMOS_BIN
+else
+  cargo build --release -q -p atomos-cli
+  bin=target/release/atomos
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use atomos_seam::{Gate, Input, Machine, NodeId, Output, Write};
+use atomos_seam::{Bytes, Gate, Input, Machine, NodeId, Output, Write};
 use parking_lot::Mutex;
 
 use crate::disk::{DiskError, DiskWorker, FileDisk, FsyncPolicy, TryWriteError};
@@ -58,7 +58,7 @@ pub(crate) struct InlineDisk {
     /// Writes taken (the gate's numbering).
     written: u64,
     /// Records of the current step's appends, not written yet.
-    pending: Vec<Vec<u8>>,
+    pending: Vec<Bytes>,
     /// Whether writes of the current step still hold outputs back.
     unreleased: bool,
     /// Whether the host writes and releases at its own pace ([`Runner::release`]) rather

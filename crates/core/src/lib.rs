@@ -42,7 +42,9 @@ pub use error::{Message, TxError};
 pub use key::Key;
 pub use linked::{Deferred, LinkBase};
 pub use nesting::Step;
-pub use ordered::{Certification, Certifier, CertifyError, LockOutcome, SnapshotObject, Verdict};
+pub use ordered::{
+    Certification, Certifier, CertifyError, LockOutcome, SnapshotObject, SnapshotObjectRef, Verdict,
+};
 pub use procedure::{
     decode_result, encode_arguments, Procedure, ProcedureKind, Procedures, RegisterError,
 };

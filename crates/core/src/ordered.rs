@@ -112,6 +112,10 @@ pub trait Certifier: Send + Sync {
 /// (`None`: a deletion, kept so that certification against it stays the same everywhere).
 pub type SnapshotObject = (Key, u64, Option<Vec<u8>>);
 
+/// A [`SnapshotObject`] whose value is lent by the engine where it can be (it encodes as the
+/// same bytes).
+pub type SnapshotObjectRef<'a> = (Key, u64, Option<std::borrow::Cow<'a, [u8]>>);
+
 impl Engine {
     /// Commits every later update transaction through `certifier` instead of installing it
     /// here. Needs an engine made with [`EngineConfig::replicated`](crate::EngineConfig);
@@ -230,6 +234,52 @@ impl Engine {
         }
         out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
+    }
+
+    /// Hands every object that was ever written, at its newest version, in key order, to `f`:
+    /// the objects [`Engine::snapshot_objects`] returns, without copying their values (a value
+    /// that arrived as bytes is lent as it lies; only typed values are encoded). Read as a
+    /// consistent snapshot of the engine. Fails, without calling `f`, if a value's type
+    /// cannot be encoded.
+    pub fn with_snapshot_objects<R>(
+        &self,
+        f: impl FnOnce(&[SnapshotObjectRef<'_>]) -> R,
+    ) -> Result<R, String> {
+        let mut st = self.take_state();
+        st.begin(self, Mode::ReadOnly);
+        let mut versions = Vec::new();
+        self.store.for_each(|key, cell| {
+            if let Some(v) = st.snapshot_version(self, cell) {
+                versions.push((key.clone(), v));
+            }
+        });
+        versions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut objects = Vec::with_capacity(versions.len());
+        let mut failed = None;
+        for (key, v) in versions {
+            // SAFETY: the attempt's published start keeps the version alive until it ends,
+            // after `f` returned.
+            let v = unsafe { &*v };
+            if v.ts == 0 {
+                // Reset to never written by an installed snapshot.
+                continue;
+            }
+            match v.encoded() {
+                Ok(bytes) => objects.push((key, v.ts, bytes)),
+                Err(e) => {
+                    failed = Some(format!("object {key}: {e}"));
+                    break;
+                }
+            }
+        }
+        let result = match failed {
+            None => Ok(f(&objects)),
+            Some(e) => Err(e),
+        };
+        drop(objects);
+        st.end_attempt();
+        self.put_state(st);
+        result
     }
 
     /// Makes the engine's objects those of a snapshot taken at log position `position`

@@ -170,6 +170,19 @@ impl Version {
         }
     }
 
+    /// The value as tagged bytes, borrowed where the node holds them (it arrived as bytes) and
+    /// encoded otherwise; `None` for a deletion marker. Fails only if the value's type cannot
+    /// be encoded.
+    pub(crate) fn encoded(&self) -> Result<Option<std::borrow::Cow<'_, [u8]>>, String> {
+        if std::ptr::eq(self.vtable, &ENCODED) {
+            // SAFETY: the table says this header starts a `Typed<Encoded>`, initialized.
+            let node = unsafe { &*(self as *const Version as *const Typed<Encoded>) };
+            let enc = unsafe { node.value.assume_init_ref() };
+            return Ok(Some(std::borrow::Cow::Borrowed(&enc.bytes)));
+        }
+        Ok(self.encode()?.map(std::borrow::Cow::Owned))
+    }
+
     /// The value of a node that arrived as bytes, decoded as a `T` on first use.
     #[cold]
     fn get_encoded<T: Object>(&self) -> Result<Option<&T>, ()> {

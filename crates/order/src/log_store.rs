@@ -53,6 +53,12 @@ impl LogStore {
         &self.snapshot
     }
 
+    /// Replaces the latest snapshot's data, its metadata kept (a snapshot of an earlier layout
+    /// rewritten on opening).
+    pub fn replace_snapshot_data(&mut self, data: Vec<u8>) {
+        self.snapshot.data = data;
+    }
+
     /// The hard state.
     pub fn hard_state(&self) -> &HardState {
         &self.hard

@@ -51,11 +51,26 @@ pub enum Record {
     /// first, by a founding replica; logs written before hold none and start from the
     /// configured list).
     Founders(Vec<u64>),
+    /// The next record is [`Record::Image`]: the state machine's state at the snapshot of
+    /// `index` (the [`Record::Installed`] before it). Logs written before hold the state inside
+    /// the snapshot instead.
+    ImageFollows {
+        /// The snapshot's index.
+        index: u64,
+    },
+    /// The state machine's state at a snapshot, as it encodes it: written raw (not as a
+    /// postcard record, so that a state of any size is written from where it lies), always
+    /// right after [`Record::ImageFollows`].
+    #[serde(skip)]
+    Image(Vec<u8>),
 }
 
 impl Record {
     /// The record's payload in the log.
     pub fn encode(&self) -> Vec<u8> {
+        if let Record::Image(image) = self {
+            return image.clone();
+        }
         // Encoding into a vector fails only for types postcard cannot represent; these are
         // plain data.
         postcard::to_stdvec(self).unwrap_or_default()
@@ -68,9 +83,22 @@ impl Record {
 }
 
 /// Every record of a log, from the payloads the disk read back; a payload this build cannot
-/// read is an error (its checksum was good, so it is not damage the disk can explain).
+/// read is an error (its checksum was good, so it is not damage the disk can explain). The
+/// payload after a [`Record::ImageFollows`] is taken raw, as a [`Record::Image`] (a marker at
+/// the log's end, its state torn off, stays: the replica reads past it).
 pub fn decode_log(payloads: &[Vec<u8>]) -> Result<Vec<Record>, OrderError> {
-    payloads.iter().map(|p| Record::decode(p)).collect()
+    let mut records = Vec::with_capacity(payloads.len());
+    let mut image_next = false;
+    for p in payloads {
+        if std::mem::take(&mut image_next) {
+            records.push(Record::Image(p.clone()));
+            continue;
+        }
+        let record = Record::decode(p)?;
+        image_next = matches!(record, Record::ImageFollows { .. });
+        records.push(record);
+    }
+    Ok(records)
 }
 
 #[cfg(test)]
@@ -90,6 +118,24 @@ mod tests {
         };
         assert_eq!(Record::decode(&r.encode()).unwrap(), r);
         assert!(decode_log(&[r.encode(), vec![0xff; 3]]).is_err());
+    }
+
+    /// The state after an image marker is read raw, whatever its bytes; a marker at the log's
+    /// end stays a marker.
+    #[test]
+    fn an_image_follows_its_marker_raw() {
+        let marker = Record::ImageFollows { index: 7 };
+        let raw = vec![0xff, 0xfe, 0x00];
+        let log = decode_log(&[marker.encode(), raw.clone(), Record::Rejoined.encode()]).unwrap();
+        assert_eq!(
+            log,
+            vec![marker.clone(), Record::Image(raw), Record::Rejoined]
+        );
+        assert_eq!(
+            decode_log(&[Record::Rejoined.encode(), marker.encode()]).unwrap(),
+            vec![Record::Rejoined, marker]
+        );
+        assert_eq!(Record::Image(vec![1, 2]).encode(), vec![1, 2]);
     }
 
     /// A batch written before requests had deadlines (variant 3, requests without the field)

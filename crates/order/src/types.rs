@@ -180,11 +180,14 @@ pub enum OrderMsg {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum StreamKind {
-    /// Raft's snapshot message (protobuf), sent with its snapshot's data left out: the stream
-    /// carries the data, and the message is stepped once it is whole.
+    /// Raft's snapshot message (protobuf, its snapshot's data the replica's tables at that
+    /// position): the stream carries the state machine's state at that position, and the
+    /// message is stepped once it is whole.
     Raft(Vec<u8>),
-    /// A snapshot (protobuf) answering [`OrderMsg::FetchState`].
-    State,
+    /// A snapshot answering [`OrderMsg::FetchState`]: Raft's snapshot (protobuf, its data the
+    /// replica's tables at that position) is the header, and the stream carries the state
+    /// machine's state at that position.
+    State(Vec<u8>),
 }
 
 impl OrderMsg {

@@ -37,11 +37,11 @@ impl Solo {
         for o in out {
             match o {
                 Output::Persist(Write::Append(records)) => {
-                    self.log.extend(records);
+                    self.log.extend(records.iter().map(|r| r.to_vec()));
                     writes += 1;
                 }
                 Output::Persist(Write::Rewrite(records)) => {
-                    self.log = records;
+                    self.log = records.iter().map(|r| r.to_vec()).collect();
                     writes += 1;
                 }
                 Output::Deliver(d) => self.deliveries.push(d),
@@ -276,4 +276,74 @@ fn the_leader_orders_a_batch_once_however_often_it_is_proposed() {
         ordered_at,
         "nothing more ordered"
     );
+}
+
+/// A log written before the state machine's state lay beside the snapshot (earlier builds held
+/// it inside the snapshot's data) still opens, with the same state and membership, and the
+/// snapshot raft-rs then holds is as small as one of this build.
+#[test]
+fn a_log_whose_snapshot_holds_the_state_inside_still_opens() {
+    use atomos_order::{Record, StateMachine};
+    use raft::eraftpb::Snapshot;
+
+    let mut solo = Solo::open(ReplicaConfig::new(1, vec![1]), Vec::new());
+    solo.lead();
+    let add = MemberChange::AddLearner {
+        id: 2,
+        context: b"10.0.0.2:7400".to_vec(),
+    };
+    solo.ask(1, add).expect("proposed");
+    assert_eq!(solo.replica.stats().snapshots_taken, 1);
+    let records = decode_log(&solo.log).expect("decodes");
+    let at = records
+        .iter()
+        .position(|r| matches!(r, Record::Installed(_)))
+        .expect("a snapshot");
+    let (Record::Installed(snap), Record::ImageFollows { .. }, Record::Image(image)) =
+        (&records[at], &records[at + 1], &records[at + 2])
+    else {
+        panic!(
+            "the snapshot's state follows it: {:?}",
+            &records[at..at + 2]
+        );
+    };
+    // The earlier layout: the state as the data's first field (a length, then the bytes)
+    // where this build writes an empty one.
+    let mut snap = Snapshot::decode(snap.as_slice()).expect("a snapshot");
+    assert_eq!(snap.data.first(), Some(&0), "an empty first field");
+    let mut data = Vec::new();
+    let mut len = image.len() as u64;
+    loop {
+        let byte = (len & 0x7f) as u8;
+        len >>= 7;
+        if len == 0 {
+            data.push(byte);
+            break;
+        }
+        data.push(byte | 0x80);
+    }
+    data.extend_from_slice(image);
+    data.extend_from_slice(&snap.data[1..]);
+    snap.data = data;
+    let mut old = solo.log.clone();
+    old.splice(
+        at..at + 3,
+        [Record::Installed(snap.encode_to_vec()).encode()],
+    );
+    let reopened = Solo::open(ReplicaConfig::new(1, vec![1]), old);
+    assert_eq!(reopened.replica.membership(), solo.replica.membership());
+    assert_eq!(reopened.replica.machine(), solo.replica.machine());
+    assert_eq!(&reopened.replica.machine().snapshot(), image);
+    assert_eq!(
+        reopened.replica.snapshot_bytes(),
+        solo.replica.snapshot_bytes()
+    );
+    // A write torn right after the snapshot, or after its marker, before the state: the log
+    // opens as if the snapshot had not been written.
+    for keep in [at + 1, at + 2] {
+        let mut torn = solo.log.clone();
+        torn.truncate(keep);
+        let reopened = Solo::open(ReplicaConfig::new(1, vec![1]), torn);
+        assert_eq!(reopened.replica.snapshot_bytes(), 0, "cut at {keep}");
+    }
 }

@@ -27,6 +27,7 @@
 mod gate;
 pub mod wal;
 
+pub use bytes::Bytes;
 pub use gate::Gate;
 
 use std::fmt::{Debug, Display};
@@ -58,13 +59,14 @@ pub enum Input<M, R> {
 }
 
 /// A disk write. Records are opaque bytes to the disk (the machine encodes them); the disk frames
-/// and checksums each one ([`wal`]).
+/// and checksums each one ([`wal`]). A record is shared, not copied: a machine may hand the
+/// same large record (a snapshot of its state) to several writes and keep it itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Write {
     /// Append these records to the log.
-    Append(Vec<Vec<u8>>),
+    Append(Vec<Bytes>),
     /// Replace the whole log with these records, atomically (after a compaction).
-    Rewrite(Vec<Vec<u8>>),
+    Rewrite(Vec<Bytes>),
 }
 
 /// What a machine asks for.

@@ -75,13 +75,24 @@ pub fn file_header(out: &mut Vec<u8>) {
 /// # Panics
 /// If the payload is larger than [`MAX_RECORD`] (callers check; no record comes near).
 pub fn frame(format: u32, payload: &[u8], out: &mut Vec<u8>) {
-    let len = u32::try_from(payload.len()).expect("a record under 4 GiB");
-    out.extend_from_slice(&len.to_be_bytes());
-    if format >= 1 {
-        out.extend_from_slice(&(!len).to_be_bytes());
-    }
-    out.extend_from_slice(&checksum(len, payload).to_be_bytes());
+    out.extend_from_slice(&frame_header(format, payload));
     out.extend_from_slice(payload);
+}
+
+/// The bytes that precede `payload` when it is framed as one record of format `format` (see
+/// [`frame`]): written before the payload, they frame it without copying it.
+///
+/// # Panics
+/// If the payload is larger than [`MAX_RECORD`] (callers check; no record comes near).
+pub fn frame_header(format: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).expect("a record under 4 GiB");
+    let mut header = Vec::with_capacity(12);
+    header.extend_from_slice(&len.to_be_bytes());
+    if format >= 1 {
+        header.extend_from_slice(&(!len).to_be_bytes());
+    }
+    header.extend_from_slice(&checksum(len, payload).to_be_bytes());
+    header
 }
 
 /// What a log's bytes hold.

@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 
-use atomos_seam::{wal, Write};
+use atomos_seam::{wal, Bytes, Write};
 
 use crate::rng::SimRng;
 
@@ -23,7 +23,7 @@ pub struct SimDisk {
 
 /// `records` framed for a log that already holds `existing` bytes: a new log starts with the
 /// file header.
-fn framed(existing: usize, records: &[Vec<u8>]) -> Vec<u8> {
+fn framed(existing: usize, records: &[Bytes]) -> Vec<u8> {
     let mut out = Vec::new();
     if existing == 0 {
         wal::file_header(&mut out);
@@ -135,7 +135,7 @@ mod tests {
     use super::*;
 
     fn append(d: &mut SimDisk, r: &[u8]) -> u64 {
-        d.issue(Write::Append(vec![r.to_vec()]))
+        d.issue(Write::Append(vec![Bytes::copy_from_slice(r)]))
     }
 
     #[test]
@@ -172,7 +172,7 @@ mod tests {
     fn a_rewrite_replaces_the_log_when_synced() {
         let mut d = SimDisk::new();
         append(&mut d, b"one");
-        let n = d.issue(Write::Rewrite(vec![b"seven".to_vec()]));
+        let n = d.issue(Write::Rewrite(vec![Bytes::from_static(b"seven")]));
         d.sync(n);
         assert_eq!(d.records(), vec![b"seven".to_vec()]);
     }

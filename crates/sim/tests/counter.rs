@@ -103,7 +103,7 @@ impl Machine for Counter {
             Input::Request(id) if self.me == LEADER => {
                 let seq = self.log.len();
                 self.log.push(id);
-                out.push(Output::Persist(Write::Append(vec![record(id)])));
+                out.push(Output::Persist(Write::Append(vec![record(id).into()])));
                 self.acks.entry(seq).or_default().insert(self.me);
                 self.replicate(seq, out);
             }
@@ -117,7 +117,7 @@ impl Machine for Counter {
                 };
                 if seq == self.log.len() {
                     self.log.push(id);
-                    let write = Output::Persist(Write::Append(vec![record(id)]));
+                    let write = Output::Persist(Write::Append(vec![record(id).into()]));
                     if self.ack_before_persist {
                         out.extend([ack, write]);
                     } else {

@@ -106,7 +106,7 @@ impl Store {
             }
         }
         let record = postcard::to_stdvec(txn).unwrap_or_default();
-        out.push(Output::Persist(Write::Append(vec![record])));
+        out.push(Output::Persist(Write::Append(vec![record.into()])));
         self.apply(txn)
     }
 

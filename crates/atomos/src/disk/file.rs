@@ -7,7 +7,7 @@ use std::io::{self, Read, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use atomos_seam::{wal, Write};
+use atomos_seam::{wal, Bytes, Write};
 
 use super::{DiskError, FsyncPolicy};
 
@@ -75,7 +75,7 @@ impl FileDisk {
     }
 
     /// Refuses records the framing cannot hold.
-    fn check_sizes(&self, records: &[Vec<u8>]) -> Result<(), DiskError> {
+    fn check_sizes(&self, records: &[Bytes]) -> Result<(), DiskError> {
         match records.iter().find(|r| r.len() > wal::MAX_RECORD) {
             Some(big) => Err(self.io(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -104,21 +104,26 @@ impl FileDisk {
 
     /// Replaces the log: the new one is written beside it, fsynced, renamed over it, and the
     /// directory fsynced, so a crash leaves either the old log or the new one.
-    fn rewrite(&mut self, records: &[Vec<u8>]) -> Result<(), DiskError> {
+    fn rewrite(&mut self, records: &[Bytes]) -> Result<(), DiskError> {
         self.check_sizes(records)?;
-        let mut bytes = Vec::new();
-        wal::file_header(&mut bytes);
-        for r in records {
-            wal::frame(wal::FORMAT, r, &mut bytes);
-        }
         let tmp = self.path.with_extension("rewrite");
         let at_tmp = |source| DiskError::Io {
             path: tmp.clone(),
             source,
         };
         {
-            let mut f = File::create(&tmp).map_err(at_tmp)?;
-            f.write_all(&bytes).map_err(at_tmp)?;
+            // Framed record by record: a large record (a snapshot) is written from where it
+            // lies, never copied into one buffer with the rest.
+            let mut f = io::BufWriter::new(File::create(&tmp).map_err(at_tmp)?);
+            let mut header = Vec::new();
+            wal::file_header(&mut header);
+            f.write_all(&header).map_err(at_tmp)?;
+            for r in records {
+                f.write_all(&wal::frame_header(wal::FORMAT, r))
+                    .map_err(at_tmp)?;
+                f.write_all(r).map_err(at_tmp)?;
+            }
+            let f = f.into_inner().map_err(|e| at_tmp(e.into_error()))?;
             if self.policy != FsyncPolicy::Never {
                 f.sync_all().map_err(at_tmp)?;
             }
@@ -241,8 +246,10 @@ mod tests {
     }
 
     fn append(d: &mut FileDisk, records: &[&[u8]]) {
-        d.write(&Write::Append(records.iter().map(|r| r.to_vec()).collect()))
-            .unwrap();
+        d.write(&Write::Append(
+            records.iter().map(|r| Bytes::copy_from_slice(r)).collect(),
+        ))
+        .unwrap();
         d.sync().unwrap();
     }
 
@@ -312,7 +319,8 @@ mod tests {
             "an old log changed format mid-file"
         );
         assert_eq!(wal::parse(&bytes).unwrap().records.len(), 3);
-        d.write(&Write::Rewrite(vec![b"four".to_vec()])).unwrap();
+        d.write(&Write::Rewrite(vec![Bytes::from_static(b"four")]))
+            .unwrap();
         append(&mut d, &[b"five"]);
         let bytes = fs::read(&path).unwrap();
         assert!(bytes.starts_with(&wal::MAGIC));
@@ -327,7 +335,8 @@ mod tests {
         let path = temp("rewrite");
         let (mut d, _) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
         append(&mut d, &[b"one", b"two"]);
-        d.write(&Write::Rewrite(vec![b"seven".to_vec()])).unwrap();
+        d.write(&Write::Rewrite(vec![Bytes::from_static(b"seven")]))
+            .unwrap();
         append(&mut d, &[b"eight"]);
         let (_, records) = FileDisk::open(&path, FsyncPolicy::Never).unwrap();
         assert_eq!(records, vec![b"seven".to_vec(), b"eight".to_vec()]);

@@ -251,7 +251,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        rt.block_on(worker.write(Write::Append(vec![b"one".to_vec()])))
+        rt.block_on(worker.write(Write::Append(vec![atomos_seam::Bytes::from_static(b"one")])))
             .unwrap();
         let next = || match events.recv_timeout(Duration::from_secs(5)) {
             Ok(DiskEvent::Durable { through, fsynced }) => (through, fsynced),

@@ -116,7 +116,9 @@ impl<S: StateMachine> Replica<S> {
             let mut m = m;
             m.entries.clear();
             let _ = self.raft.step(m);
-        } else if is(MessageType::MsgSnapshot) && self.check_snapshot(m.get_snapshot()).is_err() {
+        } else if is(MessageType::MsgSnapshot)
+            && self.check_raft_snapshot(m.get_snapshot()).is_err()
+        {
             self.stats.snapshots_refused += 1;
             warn(
                 out,

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use atomos_seam::Write;
+use atomos_seam::{Bytes, Write};
 
 use crate::record::Record;
 
@@ -12,7 +12,7 @@ use crate::record::Record;
 #[derive(Debug)]
 pub(super) struct Disk {
     /// Records queued since the last write was emitted.
-    unflushed: Vec<Vec<u8>>,
+    unflushed: Vec<Bytes>,
     /// Writes emitted so far (numbered from 1, as `Input::Persisted` counts them).
     writes: u64,
     /// Emitted writes not known durable yet, each with the last log index it makes durable.
@@ -27,7 +27,7 @@ impl Disk {
     /// `queued` waiting for the first write.
     pub(super) fn new(durable_index: u64, queued: Vec<Record>) -> Disk {
         Disk {
-            unflushed: queued.iter().map(Record::encode).collect(),
+            unflushed: queued.iter().map(|r| r.encode().into()).collect(),
             writes: 0,
             unsynced: VecDeque::new(),
             durable_index,
@@ -41,7 +41,13 @@ impl Disk {
 
     /// Queues a record for the next write.
     pub(super) fn queue(&mut self, record: &Record) {
-        self.unflushed.push(record.encode());
+        self.unflushed.push(record.encode().into());
+    }
+
+    /// Queues a record's payload as it is (one that is not a postcard [`Record`]: a snapshot's
+    /// state, shared rather than copied).
+    pub(super) fn queue_raw(&mut self, payload: Bytes) {
+        self.unflushed.push(payload);
     }
 
     /// The queued records as one append, if any; `last` is the log's last index, which the
@@ -89,7 +95,7 @@ mod tests {
     fn an_index_is_durable_once_the_write_that_holds_it_is_confirmed_and_not_after_a_cut() {
         let mut disk = Disk::new(3, vec![Record::Rejoining]);
         assert!(
-            matches!(disk.flush(5), Some(Write::Append(r)) if r == vec![Record::Rejoining.encode()])
+            matches!(disk.flush(5), Some(Write::Append(r)) if r == vec![Bytes::from(Record::Rejoining.encode())])
         );
         assert_eq!(disk.flush(5), None, "nothing queued: no write");
         disk.queue(&Record::Rejoined);

@@ -39,7 +39,7 @@ use raft::eraftpb::{Entry, HardState, Snapshot};
 use raft::RawNode;
 
 use atomos_seam::stable::SplitMix64;
-use atomos_seam::{Machine, Output};
+use atomos_seam::{Bytes, Machine, Output};
 use rand_core::{RngCore, SeedableRng};
 
 pub use config::{Command, Input, OrderStats, PlantedBug, ReplicaConfig};
@@ -57,7 +57,7 @@ use delivery::Deliveries;
 use disk::Disk;
 use dissemination::Batches;
 use entries::{entry_batch, fresh_batch_base};
-use snapshot::SnapshotData;
+use snapshot::{Image, SnapshotData};
 use transfer::Streams;
 
 /// One replica. `S` is the replicated state machine.
@@ -79,6 +79,11 @@ pub struct Replica<S> {
     /// A snapshot is due at the next delivery, whatever `snapshot_every` says (the membership
     /// changed: see `reconfigure`).
     snapshot_due: bool,
+    /// The state machine's state at the latest snapshot's position.
+    image: Image,
+    /// The state streamed with a Raft snapshot message, until raft-rs hands the snapshot over
+    /// to install (in the step that brought it) or refuses it.
+    incoming_image: Option<Image>,
     /// Snapshots streamed to other replicas, and from them.
     streams: Streams,
     /// Whether this replica's log is known to have lost entries (see `lost_log`).
@@ -94,18 +99,43 @@ struct Replayed {
     batches: BTreeMap<crate::types::BatchId, Vec<Request>>,
     /// What the log says of rejoining: still at it, caught up since, or nothing.
     rejoining: Option<bool>,
+    /// The state machine's state at the latest snapshot, if the log holds it beside the
+    /// snapshot (logs of earlier builds hold it inside).
+    image: Option<Image>,
     /// Whether the log holds anything.
     empty: bool,
 }
 
+/// Drops a snapshot install whose state never reached the disk: the write that held the
+/// snapshot, its marker and its state was torn after the snapshot (or its marker), so the log
+/// ends there. Nothing after the install was sent before the whole write was durable, so the
+/// log is read as if the install had not begun.
+fn drop_torn_install(log: &mut Vec<Record>) {
+    let lacks_state = |bytes: &[u8]| {
+        Snapshot::decode(bytes).is_ok_and(|snap| {
+            snap.get_metadata().index > 0
+                && SnapshotData::decode(&snap.data).is_ok_and(|data| data.machine.is_empty())
+        })
+    };
+    let torn_from = match log.as_slice() {
+        [.., Record::Installed(_), Record::ImageFollows { .. }] => log.len() - 2,
+        [.., Record::Installed(bytes)] if lacks_state(bytes) => log.len() - 1,
+        _ => return,
+    };
+    log.truncate(torn_from);
+}
+
 /// Replays a replica's records into its log store and batches.
-fn replay(replicas: Vec<Addr>, log: Vec<Record>) -> Result<Replayed, OrderError> {
+fn replay(replicas: Vec<Addr>, mut log: Vec<Record>) -> Result<Replayed, OrderError> {
+    drop_torn_install(&mut log);
     let mut replayed = Replayed {
         store: LogStore::new(replicas),
         batches: BTreeMap::new(),
         rejoining: None,
+        image: None,
         empty: log.is_empty(),
     };
+    let mut image_of = None;
     let corrupt = |e: &dyn std::fmt::Display| OrderError::Corrupt(e.to_string());
     for record in log {
         match record {
@@ -136,6 +166,16 @@ fn replay(replicas: Vec<Addr>, log: Vec<Record>) -> Result<Replayed, OrderError>
             Record::Rejoining => replayed.rejoining = Some(true),
             Record::Rejoined => replayed.rejoining = Some(false),
             Record::Founders(voters) => replayed.store.found(voters),
+            Record::ImageFollows { index } => image_of = Some(index),
+            Record::Image(bytes) => {
+                let index = image_of.take().ok_or_else(|| {
+                    OrderError::Corrupt("a snapshot's state without its marker".into())
+                })?;
+                replayed.image = Some(Image {
+                    index,
+                    bytes: bytes.into(),
+                });
+            }
         }
     }
     Ok(replayed)
@@ -154,9 +194,10 @@ impl<S: StateMachine> Replica<S> {
             )));
         }
         let Replayed {
-            store,
+            mut store,
             batches,
             rejoining,
+            image,
             empty,
         } = replay(cfg.replicas.clone(), log)?;
         let base = store.snapshot_index();
@@ -165,12 +206,25 @@ impl<S: StateMachine> Replica<S> {
         let mut log_time = 0;
         let mut contexts = BTreeMap::new();
         let mut removed = Vec::new();
+        let mut held = Image::default();
         if base > 0 {
-            let data = SnapshotData::decode(&store.latest_snapshot().data)
+            let mut data = SnapshotData::decode(&store.latest_snapshot().data)
                 .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
-            machine
-                .restore(&data.machine)
-                .map_err(OrderError::Corrupt)?;
+            held = if data.machine.is_empty() {
+                image.filter(|i| i.index == base).ok_or_else(|| {
+                    OrderError::Corrupt(format!("the snapshot of {base} has no state beside it"))
+                })?
+            } else {
+                // An earlier build's snapshot, the state inside: taken out, so that the
+                // snapshot raft-rs holds and sends is as small as this build's.
+                let bytes = Bytes::from(std::mem::take(&mut data.machine));
+                store.replace_snapshot_data(
+                    postcard::to_stdvec(&data)
+                        .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?,
+                );
+                Image { index: base, bytes }
+            };
+            machine.restore(&held.bytes).map_err(OrderError::Corrupt)?;
             clients = ClientTable::from_last(data.clients());
             log_time = data.log_time;
             contexts = data.member_contexts();
@@ -231,6 +285,8 @@ impl<S: StateMachine> Replica<S> {
             now_ms: 0,
             members,
             snapshot_due: false,
+            image: held,
+            incoming_image: None,
             // Stream numbers of this start: drawn from its seed and where its log stands (a
             // caller that gives every start the same seed still numbers each start apart),
             // apart from the generator that times its ticks.
@@ -308,7 +364,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// The size in bytes of the latest snapshot this replica holds (0 before the first).
     pub fn snapshot_bytes(&self) -> usize {
-        self.raft.store().latest_snapshot().data.len()
+        self.raft.store().latest_snapshot().data.len() + self.image.bytes.len()
     }
 
     /// The next position to be finally delivered.
@@ -466,7 +522,7 @@ impl<S: StateMachine> Replica<S> {
             OrderMsg::Delivered { through } => self.on_delivered(from, through),
             OrderMsg::FetchBatch { id } => self.on_fetch_batch(from, id, out),
             OrderMsg::FetchState { after } => self.on_fetch_state(from, after, out),
-            OrderMsg::State { snapshot } => self.on_state(from, &snapshot, out)?,
+            OrderMsg::State { .. } => self.on_whole_state(from, out),
             OrderMsg::Behind { last } => self.restart_peer(from, last, out),
             OrderMsg::StreamOffer {
                 stream,
@@ -536,6 +592,8 @@ impl<S: StateMachine> Machine for Replica<S> {
                 break;
             }
         }
+        // A state that came with a snapshot raft-rs did not take is not kept.
+        self.incoming_image = None;
         self.flush(out);
         if self
             .lost_log

@@ -1,6 +1,10 @@
 //! Snapshots and state transfer. Every `snapshot_every` finally delivered entries, and whenever
-//! it applies a membership change (see `reconfigure`), a replica snapshots its state (the state machine's, the clients' table, the delivered batches, the
-//! log's time), compacts its log and rewrites its disk. A replica whose log is behind the
+//! it applies a membership change (see `reconfigure`), a replica snapshots its state (the
+//! state machine's, the clients' table, the delivered batches, the log's time), compacts its
+//! log and rewrites its disk. Raft's snapshot holds only the replica's own tables; the state
+//! machine's state at that position, its [`Image`], lies beside it, shared (never copied) by
+//! the disk writes and the streams that carry it, so that raft-rs, which copies snapshots
+//! freely, never holds a copy of the whole state. A replica whose log is behind the
 //! leader's first entry gets a snapshot through Raft (`install`); one that waits for a batch
 //! nobody keeps any more (it was away while the others compacted) asks the others for their
 //! latest snapshot and adopts it (`adopt`). A snapshot from a peer whose state does not decode
@@ -13,7 +17,7 @@ use raft::eraftpb::{Message, MessageType, Snapshot};
 use raft::SnapshotStatus;
 use serde::{Deserialize, Serialize};
 
-use atomos_seam::{Output, Write};
+use atomos_seam::{Bytes, Output, Write};
 
 use super::clients::Last;
 use super::transfer::{Offer, Received, Sent};
@@ -23,10 +27,22 @@ use crate::membership::Membership;
 use crate::record::Record;
 use crate::types::{Action, Addr, BatchId, Delivery, OrderMsg, StateMachine, StreamKind};
 
+/// The state machine's state at a snapshot's position, as it encodes it: kept beside Raft's
+/// snapshot, shared by the disk writes and the streams that carry it.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Image {
+    /// The snapshot's index (0: none taken or received).
+    pub(super) index: u64,
+    /// The state.
+    pub(super) bytes: Bytes,
+}
+
 /// What a snapshot holds besides Raft's metadata. Fields are only ever appended (postcard
 /// encodes them in order), so a snapshot written by an earlier build decodes as a prefix.
 #[derive(Serialize, Deserialize)]
 pub(super) struct SnapshotData {
+    /// The state machine's state, in snapshots of earlier builds; empty since the state lies
+    /// beside the snapshot as its [`Image`].
     pub(super) machine: Vec<u8>,
     /// Per client: its latest request's number and answer (empty if it expired).
     clients: Vec<(u64, u64, Vec<u8>)>,
@@ -97,9 +113,8 @@ impl SnapshotData {
         self.members.iter().cloned().collect()
     }
 
-    /// What a snapshot holds of `machine`'s state and a replica's tables.
+    /// What a snapshot holds of a replica's tables (the state machine's state lies beside it).
     pub(super) fn new(
-        machine: Vec<u8>,
         clients: &BTreeMap<u64, (u64, Last)>,
         delivered_batches: &BTreeSet<BatchId>,
         log_time: u64,
@@ -117,7 +132,7 @@ impl SnapshotData {
             })
             .collect();
         SnapshotData {
-            machine,
+            machine: Vec::new(),
             clients,
             delivered_batches: delivered_batches.iter().copied().collect(),
             log_time,
@@ -149,21 +164,44 @@ impl SnapshotData {
 }
 
 impl<S: StateMachine> Replica<S> {
-    /// Whether a snapshot's state decodes (ours and the machine's), changing nothing: a
-    /// snapshot from a peer that fails is refused before anything of it is taken.
-    pub(super) fn check_snapshot(&self, snap: &Snapshot) -> Result<(), String> {
+    /// Whether a snapshot from a peer and the state that came with it decode (ours and the
+    /// machine's), changing nothing: one that fails is refused before anything of it is taken.
+    pub(super) fn check_snapshot(&self, snap: &Snapshot, image: &Image) -> Result<(), String> {
         let data = SnapshotData::decode(&snap.data)?;
-        self.machine.check_snapshot(&data.machine)
+        if !data.machine.is_empty() {
+            return Err("the snapshot holds the state inside it, as earlier builds wrote".into());
+        }
+        if image.index != snap.get_metadata().index {
+            return Err(format!(
+                "the state that came with the snapshot of {} is of {}",
+                snap.get_metadata().index,
+                image.index
+            ));
+        }
+        self.machine.check_snapshot(&image.bytes)
     }
 
-    /// Takes the delivered state of a snapshot: the state machine, the clients' table, the
-    /// delivered batches. Optimistic deliveries not yet final are revoked.
-    fn restore_state(&mut self, snap: &Snapshot, out: &mut Vec<Action>) -> Result<(), OrderError> {
+    /// Whether a Raft snapshot message's snapshot, with the state streamed before it, decodes.
+    pub(super) fn check_raft_snapshot(&self, snap: &Snapshot) -> Result<(), String> {
+        match &self.incoming_image {
+            Some(image) => self.check_snapshot(snap, image),
+            None => Err("no state came with it (a snapshot comes as a stream)".into()),
+        }
+    }
+
+    /// Takes the delivered state of a snapshot and its image: the state machine, the clients'
+    /// table, the delivered batches. Optimistic deliveries not yet final are revoked.
+    fn restore_state(
+        &mut self,
+        snap: &Snapshot,
+        image: &Image,
+        out: &mut Vec<Action>,
+    ) -> Result<(), OrderError> {
         let index = snap.get_metadata().index;
         let mut data = SnapshotData::decode(&snap.data)
             .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
         self.machine
-            .restore(&data.machine)
+            .restore(&image.bytes)
             .map_err(OrderError::Corrupt)?;
         self.clients.restore(data.clients());
         let contexts = data.member_contexts();
@@ -198,8 +236,20 @@ impl<S: StateMachine> Replica<S> {
         out: &mut Vec<Action>,
     ) -> Result<(), OrderError> {
         let index = snap.get_metadata().index;
-        self.restore_state(&snap, out)?;
+        // raft-rs takes a snapshot only from a message, which was checked with its state.
+        let image = self
+            .incoming_image
+            .take()
+            .filter(|image| image.index == index)
+            .ok_or_else(|| {
+                OrderError::Corrupt(format!(
+                    "raft installs a snapshot of {index} without its state"
+                ))
+            })?;
+        self.restore_state(&snap, &image, out)?;
         self.write(&Record::Installed(snap.encode_to_vec()));
+        self.write_image(&image);
+        self.image = image;
         self.raft.mut_store().install(snap);
         // The log after the snapshot starts anew (raft-rs installs one over entries of another
         // term too): no earlier write holds what comes next.
@@ -212,12 +262,17 @@ impl<S: StateMachine> Replica<S> {
     /// waits).
     pub(super) fn on_fetch_state(&mut self, from: Addr, after: u64, out: &mut Vec<Action>) {
         let snap = self.raft.store().latest_snapshot();
-        if snap.get_metadata().index >= after && !self.streams.senders.sending_to(from) {
+        let index = snap.get_metadata().index;
+        if index >= after && index == self.image.index && !self.streams.senders.sending_to(from) {
             let mut msgs = Vec::new();
-            let data = snap.encode_to_vec();
-            self.streams
-                .senders
-                .start(self.ticks, from, StreamKind::State, data, &mut msgs);
+            let header = snap.encode_to_vec();
+            self.streams.senders.start(
+                self.ticks,
+                from,
+                StreamKind::State(header),
+                self.image.bytes.clone(),
+                &mut msgs,
+            );
             send_all(msgs, out);
         }
     }
@@ -228,12 +283,23 @@ impl<S: StateMachine> Replica<S> {
     /// again on a late or repeated rejection, and under steady compaction each would replace
     /// the last and none would ever arrive (the simulation found this). The replica takes the
     /// one under way and catches up from there.
-    pub(super) fn stream_raft_snapshot(&mut self, mut m: Message, out: &mut Vec<Action>) {
+    pub(super) fn stream_raft_snapshot(&mut self, m: Message, out: &mut Vec<Action>) {
         let to = m.to;
         if self.streams.senders.sending_raft_to(to) {
             return;
         }
-        let data = std::mem::take(&mut m.mut_snapshot().data);
+        let index = m.get_snapshot().get_metadata().index;
+        if index != self.image.index {
+            // raft-rs sends the store's snapshot, whose image this is: never seen.
+            out.push(Output::Warn(format!(
+                "no snapshot sent to replica {to}: the state held is of {}, the snapshot of \
+                 {index}",
+                self.image.index
+            )));
+            self.raft.report_snapshot(to, SnapshotStatus::Failure);
+            return;
+        }
+        let data = self.image.bytes.clone();
         let header = m.encode_to_vec();
         let mut msgs = Vec::new();
         // What it replaces can only be a state asked for (a Raft stream is never replaced).
@@ -298,15 +364,20 @@ impl<S: StateMachine> Replica<S> {
                 out.push(Output::Warn(why));
             }
             Received::Complete {
-                kind: StreamKind::State,
+                kind: StreamKind::State(header),
                 data,
-            } => self.on_state(from, &data, out)?,
+            } => self.on_state(from, &header, data, out)?,
             Received::Complete {
                 kind: StreamKind::Raft(header),
                 data,
             } => match Message::decode(header.as_slice()) {
-                Ok(mut m) if m.msg_type == MessageType::MsgSnapshot as i32 => {
-                    m.mut_snapshot().data = data;
+                Ok(m) if m.msg_type == MessageType::MsgSnapshot as i32 => {
+                    // Held until raft-rs hands the snapshot over to install (in this step),
+                    // or refuses it.
+                    self.incoming_image = Some(Image {
+                        index: m.get_snapshot().get_metadata().index,
+                        bytes: Bytes::from(data),
+                    });
                     self.on_raft_message(from, m, out);
                 }
                 Ok(m) => out.push(Output::Warn(format!(
@@ -386,18 +457,34 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    /// A snapshot another replica sent because this one asked: adopted if it decodes.
+    /// A snapshot another replica sent whole (as earlier builds did): refused, as it holds
+    /// no state beside it.
+    pub(super) fn on_whole_state(&mut self, from: Addr, out: &mut Vec<Action>) {
+        self.stats.snapshots_refused += 1;
+        out.push(Output::Warn(format!(
+            "snapshot sent whole by replica {from} refused: a state comes as a stream"
+        )));
+    }
+
+    /// A snapshot (`header`) and the state at its position (`state`) another replica streamed
+    /// because this one asked: adopted if they decode.
     pub(super) fn on_state(
         &mut self,
         from: Addr,
-        snapshot: &[u8],
+        header: &[u8],
+        state: Vec<u8>,
         out: &mut Vec<Action>,
     ) -> Result<(), OrderError> {
-        match Snapshot::decode(snapshot)
+        match Snapshot::decode(header)
             .map_err(|e| e.to_string())
-            .and_then(|snap| self.check_snapshot(&snap).map(|()| snap))
-        {
-            Ok(snap) => self.adopt(snap, out),
+            .and_then(|snap| {
+                let image = Image {
+                    index: snap.get_metadata().index,
+                    bytes: Bytes::from(state),
+                };
+                self.check_snapshot(&snap, &image).map(|()| (snap, image))
+            }) {
+            Ok((snap, image)) => self.adopt(snap, image, out),
             Err(error) => {
                 self.stats.snapshots_refused += 1;
                 out.push(Output::Warn(format!(
@@ -411,7 +498,12 @@ impl<S: StateMachine> Replica<S> {
     /// A snapshot another replica sent because this one waits for a batch nobody keeps any
     /// more. Taken only if it covers the waiting entry and lies within this replica's committed
     /// log, whose entries up to it it then replaces (the log itself stays Raft's).
-    fn adopt(&mut self, snap: Snapshot, out: &mut Vec<Action>) -> Result<(), OrderError> {
+    fn adopt(
+        &mut self,
+        snap: Snapshot,
+        image: Image,
+        out: &mut Vec<Action>,
+    ) -> Result<(), OrderError> {
         let index = snap.get_metadata().index;
         let usable = index >= self.delivery.opt_next
             && index <= self.delivery.commit
@@ -422,7 +514,8 @@ impl<S: StateMachine> Replica<S> {
         }
         // raft-rs must know of the membership changes the snapshot skips.
         self.apply_changes_in_log(self.delivery.final_next, index, out);
-        self.restore_state(&snap, out)?;
+        self.restore_state(&snap, &image, out)?;
+        self.image = image;
         self.raft.mut_store().compact(snap);
         // The snapshot adopted covers the changes applied above.
         self.snapshot_due = false;
@@ -475,8 +568,11 @@ impl<S: StateMachine> Replica<S> {
             )));
             return Ok(());
         }
+        let image = Image {
+            index: applied,
+            bytes: Bytes::from(machine),
+        };
         let data = SnapshotData::new(
-            machine,
             self.clients.last(),
             &self.batches.delivered,
             self.delivery.final_time,
@@ -490,6 +586,7 @@ impl<S: StateMachine> Replica<S> {
         meta.index = applied;
         meta.term = term;
         meta.set_conf_state(self.raft.store().conf_state().clone());
+        self.image = image;
         self.raft.mut_store().compact(snap);
         self.batches.forget_delivered(applied);
         self.rewrite_disk(out);
@@ -504,6 +601,11 @@ impl<S: StateMachine> Replica<S> {
         let store = self.raft.store();
         let snap = store.latest_snapshot();
         let mut records = vec![Record::Installed(snap.encode_to_vec())];
+        let index = snap.get_metadata().index;
+        let image = (index > 0 && index == self.image.index).then(|| self.image.bytes.clone());
+        if image.is_some() {
+            records.push(Record::ImageFollows { index });
+        }
         let rest: Vec<Vec<u8>> = store
             .entries_from(store.first())
             .iter()
@@ -537,9 +639,21 @@ impl<S: StateMachine> Replica<S> {
         // emitted earlier is never dropped).
         self.flush(out);
         self.disk.emitted(self.raft.store().last());
-        out.push(Output::Persist(Write::Rewrite(
-            records.iter().map(Record::encode).collect(),
-        )));
+        let mut payloads: Vec<Bytes> = Vec::with_capacity(records.len() + 1);
+        for r in &records {
+            payloads.push(r.encode().into());
+            if matches!(r, Record::ImageFollows { .. }) {
+                // The state, raw, right after its marker.
+                payloads.extend(image.clone());
+            }
+        }
+        out.push(Output::Persist(Write::Rewrite(payloads)));
+    }
+
+    /// Queues the records of a snapshot's image: its marker, then the state itself, raw.
+    fn write_image(&mut self, image: &Image) {
+        self.write(&Record::ImageFollows { index: image.index });
+        self.disk.queue_raw(image.bytes.clone());
     }
 }
 

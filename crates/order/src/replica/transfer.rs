@@ -18,6 +18,8 @@
 
 use std::collections::BTreeMap;
 
+use atomos_seam::Bytes;
+
 use super::config::{PlantedBug, ReplicaConfig};
 use crate::types::{Addr, OrderMsg, StreamKind};
 
@@ -47,7 +49,7 @@ pub(crate) fn checksum(bytes: &[u8]) -> u32 {
 struct Outgoing {
     stream: u64,
     kind: StreamKind,
-    data: Vec<u8>,
+    data: Bytes,
     checksum: u32,
     /// Bytes the receiver acknowledged holding, in order.
     acked: u64,
@@ -127,7 +129,7 @@ impl Senders {
         now: u64,
         to: Addr,
         kind: StreamKind,
-        data: Vec<u8>,
+        data: Bytes,
         msgs: &mut Vec<(Addr, OrderMsg)>,
     ) -> Option<Sent> {
         let stream = self.next_stream;
@@ -483,6 +485,11 @@ impl Receivers {
         if data.is_empty() || end > i.total || held + data.len() as u64 > i.total {
             // Nothing of it fits the stream: not kept.
         } else if in_order {
+            if i.data.capacity() == 0 {
+                // Room for the whole stream at once, so that growing it never holds two
+                // copies (if the allocator cannot, it grows as it goes).
+                let _ = i.data.try_reserve_exact(i.total as usize);
+            }
             i.data.extend_from_slice(data);
             i.heard_at = now;
             // Chunks that came ahead of this one and now follow on.

@@ -104,7 +104,13 @@ impl OssNode {
                 msg: OssMsg::Order(msg),
             }),
             Output::Persist(Write::Append(records)) => {
-                let write = self.persist(records.into_iter().map(OssRecord::Order).collect(), out);
+                let write = self.persist(
+                    records
+                        .into_iter()
+                        .map(|r| OssRecord::Order(r.to_vec()))
+                        .collect(),
+                    out,
+                );
                 self.replica_writes += 1;
                 self.replica_unsynced
                     .push_back((write, self.replica_writes));

@@ -197,7 +197,7 @@ impl OssNode {
     pub(super) fn persist(&mut self, records: Vec<OssRecord>, out: &mut Vec<OssOutput>) -> u64 {
         self.writes += 1;
         out.push(Output::Persist(Write::Append(
-            records.iter().map(OssRecord::encode).collect(),
+            records.iter().map(|r| r.encode().into()).collect(),
         )));
         self.writes
     }

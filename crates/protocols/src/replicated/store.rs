@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use atomos_core::{Engine, Invocation, Procedures, SerialExecutor, SnapshotObject};
+use atomos_core::{
+    Engine, Invocation, Key, Procedures, SerialExecutor, SnapshotObject, SnapshotObjectRef,
+};
 use atomos_order::{Request, StateMachine};
 use serde::{Deserialize, Serialize};
 
@@ -57,11 +59,40 @@ pub enum PlantedBug {
 /// run, [`FULL_WIDTH_FOLLOWS`], that says [`OwnersAtFullWidth`] follows: a snapshot of an
 /// earlier build (no such run) still restores, its packed owners read as
 /// [`LockOwner::from_packed`], and a snapshot of this build cut short is refused.
-struct Snapshot {
+/// `O` is how an object is held: owned ([`SnapshotObject`], to restore) or with its value
+/// borrowed from the snapshot's bytes ([`BorrowedObject`], to check one without copying it).
+struct Snapshot<O = SnapshotObject> {
     position: u64,
-    objects: Vec<SnapshotObject>,
+    objects: Vec<O>,
     locks: Vec<(String, LockOwner)>,
     runs: Vec<(u64, u64)>,
+}
+
+/// An object of a snapshot whose value is borrowed from the snapshot's bytes.
+type BorrowedObject<'a> = (Key, u64, Option<&'a [u8]>);
+
+/// What a snapshot's check looks at in an object, however it is held.
+trait ObjectHead {
+    fn key(&self) -> &Key;
+    fn version(&self) -> u64;
+}
+
+impl ObjectHead for SnapshotObject {
+    fn key(&self) -> &Key {
+        &self.0
+    }
+    fn version(&self) -> u64 {
+        self.1
+    }
+}
+
+impl ObjectHead for BorrowedObject<'_> {
+    fn key(&self) -> &Key {
+        &self.0
+    }
+    fn version(&self) -> u64 {
+        self.1
+    }
 }
 
 /// The run entry (of no node: ids are below 2^63) that marks a snapshot of this build.
@@ -70,9 +101,9 @@ const FULL_WIDTH_FOLLOWS: (u64, u64) = (u64::MAX, u64::MAX);
 /// The layout of earlier builds' snapshots, which a snapshot still starts with.
 #[derive(Deserialize)]
 #[cfg_attr(test, derive(Serialize))]
-struct PackedSnapshot {
+struct PackedSnapshot<O = SnapshotObject> {
     position: u64,
-    objects: Vec<SnapshotObject>,
+    objects: Vec<O>,
     locks: Vec<(String, u64)>,
     runs: Vec<(u64, u64)>,
 }
@@ -87,29 +118,59 @@ struct OwnersAtFullWidth {
 /// [`PackedSnapshot`] and [`OwnersAtFullWidth`] borrowed, to encode (serde writes a slice as
 /// it writes a `Vec`).
 #[derive(Serialize)]
-struct SnapshotParts<'a> {
+struct SnapshotParts<'a, 'v> {
     position: u64,
-    objects: &'a [SnapshotObject],
+    objects: &'a [SnapshotObjectRef<'v>],
     no_packed_locks: &'a [(String, u64)],
     no_packed_runs: &'a [(u64, u64)],
     locks: &'a [(String, LockOwner)],
     runs: &'a [(u64, u64)],
 }
 
+#[cfg(test)]
 impl Snapshot {
     fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
+        let objects: Vec<SnapshotObjectRef<'_>> = self
+            .objects
+            .iter()
+            .map(|(k, v, b)| (k.clone(), *v, b.as_deref().map(std::borrow::Cow::Borrowed)))
+            .collect();
         postcard::to_stdvec(&SnapshotParts {
             position: self.position,
-            objects: &self.objects,
+            objects: &objects,
             no_packed_locks: &[],
             no_packed_runs: &[FULL_WIDTH_FOLLOWS],
             locks: &self.locks,
             runs: &self.runs,
         })
     }
+}
 
-    fn decode(data: &[u8]) -> Result<Snapshot, String> {
-        let (packed, rest): (PackedSnapshot, &[u8]) =
+impl<'a, O: Deserialize<'a> + ObjectHead> Snapshot<O> {
+    /// Decodes a snapshot of this build or an earlier one, refusing one whose objects are not
+    /// sorted by key, or whose versions are not within its position.
+    fn decode(data: &'a [u8]) -> Result<Snapshot<O>, String> {
+        let s = Snapshot::<O>::decode_layout(data)?;
+        if s.objects.windows(2).any(|w| w[0].key() >= w[1].key()) {
+            return Err("snapshot: objects are not sorted by key, each once".into());
+        }
+        if let Some(o) = s
+            .objects
+            .iter()
+            .find(|o| o.version() == 0 || o.version() > s.position)
+        {
+            return Err(format!(
+                "snapshot at {}: object {} has version {}",
+                s.position,
+                o.key(),
+                o.version()
+            ));
+        }
+        Ok(s)
+    }
+
+    fn decode_layout(data: &'a [u8]) -> Result<Snapshot<O>, String> {
+        let (packed, rest): (PackedSnapshot<O>, &[u8]) =
             postcard::take_from_bytes(data).map_err(|e| format!("snapshot: {e}"))?;
         let mut locks: Vec<(String, LockOwner)> = packed
             .locks
@@ -226,20 +287,6 @@ impl ReplicatedStore {
     /// positions.
     pub fn contents(&self) -> Vec<u8> {
         self.snapshot()
-    }
-
-    fn decode_snapshot(data: &[u8]) -> Result<Snapshot, String> {
-        let s = Snapshot::decode(data)?;
-        if s.objects.windows(2).any(|w| w[0].0 >= w[1].0) {
-            return Err("snapshot: objects are not sorted by key, each once".into());
-        }
-        if let Some((key, version, _)) = s.objects.iter().find(|o| o.1 == 0 || o.1 > s.position) {
-            return Err(format!(
-                "snapshot at {}: object {key} has version {version}",
-                s.position
-            ));
-        }
-        Ok(s)
     }
 }
 
@@ -490,21 +537,39 @@ impl StateMachine for ReplicatedStore {
     /// bytes they arrived as, so encoding cannot fail; if it did, the snapshot is empty bytes,
     /// which `restore` refuses (loudly) rather than restoring a partial state.
     fn snapshot(&self) -> Vec<u8> {
-        match self.engine.snapshot_objects() {
-            Ok(objects) => Snapshot {
-                position: self.position,
-                objects,
-                locks: self.locks.iter().map(|(n, o)| (n.clone(), *o)).collect(),
-                runs: self.runs.iter().map(|(n, r)| (*n, *r)).collect(),
-            }
-            .encode()
-            .unwrap_or_default(),
-            Err(_) => Vec::new(),
-        }
+        let locks: Vec<(String, LockOwner)> =
+            self.locks.iter().map(|(n, o)| (n.clone(), *o)).collect();
+        let runs: Vec<(u64, u64)> = self.runs.iter().map(|(n, r)| (*n, *r)).collect();
+        // The values are encoded from where the engine holds them, straight into the snapshot.
+        self.engine
+            .with_snapshot_objects(|objects| {
+                // Sized up front (each object's bytes, its key and a few varints): a state
+                // of any size is written once, never moved to a larger buffer as it grows.
+                let estimate: usize = objects
+                    .iter()
+                    .map(|(k, _, v)| k.as_bytes().len() + v.as_ref().map_or(0, |v| v.len()) + 32)
+                    .sum::<usize>()
+                    + locks.iter().map(|(n, _)| n.len() + 48).sum::<usize>()
+                    + runs.len() * 20
+                    + 64;
+                postcard::to_extend(
+                    &SnapshotParts {
+                        position: self.position,
+                        objects,
+                        no_packed_locks: &[],
+                        no_packed_runs: &[FULL_WIDTH_FOLLOWS],
+                        locks: &locks,
+                        runs: &runs,
+                    },
+                    Vec::with_capacity(estimate),
+                )
+                .unwrap_or_default()
+            })
+            .unwrap_or_default()
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
-        let s = Self::decode_snapshot(data)?;
+        let s = Snapshot::<SnapshotObject>::decode(data)?;
         if let Some(executor) = self.executor.as_mut() {
             // Speculation ran on the state being replaced.
             executor.revoke((0, 0));
@@ -518,7 +583,8 @@ impl StateMachine for ReplicatedStore {
     }
 
     fn check_snapshot(&self, data: &[u8]) -> Result<(), String> {
-        Self::decode_snapshot(data).map(|_| ())
+        // Values borrowed, not copied: a check costs no second copy of the state.
+        Snapshot::<BorrowedObject<'_>>::decode(data).map(|_| ())
     }
 }
 

@@ -34,9 +34,11 @@ impl TfaNode {
         if self.logged > COMPACT_FACTOR * state + COMPACT_SLACK {
             let all = durable::snapshot(&self.home.tracker, &self.peers);
             self.logged = all.len();
-            out.push(Output::Persist(Write::Rewrite(all)));
+            out.push(Output::Persist(Write::Rewrite(
+                all.into_iter().map(Into::into).collect(),
+            )));
         } else {
-            out.push(Output::Persist(Write::Append(vec![record.encode()])));
+            out.push(Output::Persist(Write::Append(vec![record.encode().into()])));
         }
     }
 

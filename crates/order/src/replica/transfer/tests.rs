@@ -74,10 +74,15 @@ impl Link {
     }
 
     fn start(&mut self, data: Vec<u8>) {
+        let data = Bytes::from(data);
         let mut msgs = Vec::new();
-        let replaced = self
-            .senders
-            .start(self.now, RECEIVER, StreamKind::State, data, &mut msgs);
+        let replaced = self.senders.start(
+            self.now,
+            RECEIVER,
+            StreamKind::State(Vec::new()),
+            data,
+            &mut msgs,
+        );
         self.sent.extend(replaced);
         self.push(SENDER, msgs);
     }
@@ -190,7 +195,7 @@ fn a_stream_arrives_whole_in_chunks_a_window_at_a_time() {
         link.sent,
         vec![Sent::Delivered {
             to: RECEIVER,
-            kind: StreamKind::State
+            kind: StreamKind::State(Vec::new())
         }]
     );
     assert!(
@@ -282,7 +287,7 @@ fn a_silent_receiver_is_given_up_on_and_a_silent_sender_forgotten() {
         link.sent,
         vec![Sent::Abandoned {
             to: RECEIVER,
-            kind: StreamKind::State
+            kind: StreamKind::State(Vec::new())
         }]
     );
     assert!(!link.senders.sending_to(RECEIVER));
@@ -321,7 +326,7 @@ fn a_newer_stream_replaces_an_older_and_a_stream_too_large_is_refused() {
         link.sent[0],
         Sent::Abandoned {
             to: RECEIVER,
-            kind: StreamKind::State
+            kind: StreamKind::State(Vec::new())
         }
     );
 
@@ -329,7 +334,7 @@ fn a_newer_stream_replaces_an_older_and_a_stream_too_large_is_refused() {
     let mut msgs = Vec::new();
     let offer = |stream, total, checksum| Offer {
         stream,
-        kind: StreamKind::State,
+        kind: StreamKind::State(Vec::new()),
         total,
         checksum,
     };
@@ -359,7 +364,7 @@ fn a_newer_stream_replaces_an_older_and_a_stream_too_large_is_refused() {
     assert_eq!(
         receivers.on_chunk(0, SENDER, 2, 0, b"abcd", &mut msgs),
         Received::Complete {
-            kind: StreamKind::State,
+            kind: StreamKind::State(Vec::new()),
             data: b"abcd".to_vec()
         }
     );
