@@ -2,9 +2,9 @@
 # binary, and sets `bin` (the binary) and `out` (a scratch directory removed on exit).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# ATOMOS_BIN runs another build (one copied aside, for an A/B sitting) instead of building.
-if [ -n "${ATOMOS_BIN:-}" ]; then
-  bin=$ATOMOS_BIN
+# BENCH_BIN runs another build (one copied aside, for an A/B sitting) instead of building.
+if [ -n "${BENCH_BIN:-}" ]; then
+  bin=$BENCH_BIN
 else
   cargo build --release -q -p atomos-cli
   bin=target/release/atomos

@@ -86,7 +86,7 @@ impl InlineDisk {
     fn take(&mut self, write: Write) -> Result<(), DiskError> {
         match write {
             Write::Append(records) => self.pending.extend(records),
-            rewrite @ Write::Rewrite(_) => {
+            rewrite @ (Write::Rewrite(_) | Write::Compact(_)) => {
                 self.write_pending()?;
                 self.file.write(&rewrite)?;
             }

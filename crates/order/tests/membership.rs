@@ -40,7 +40,7 @@ impl Solo {
                     self.log.extend(records.iter().map(|r| r.to_vec()));
                     writes += 1;
                 }
-                Output::Persist(Write::Rewrite(records)) => {
+                Output::Persist(Write::Rewrite(records) | Write::Compact(records)) => {
                     self.log = records.iter().map(|r| r.to_vec()).collect();
                     writes += 1;
                 }

@@ -65,8 +65,14 @@ pub enum Input<M, R> {
 pub enum Write {
     /// Append these records to the log.
     Append(Vec<Bytes>),
-    /// Replace the whole log with these records, atomically (after a compaction).
+    /// Replace the whole log with these records, atomically.
     Rewrite(Vec<Bytes>),
+    /// Replace the whole log with these records, which hold no fact that the writes emitted
+    /// before them do not (a compaction): the disk may confirm it at once and write it in the
+    /// background while later writes go to the current log, as long as it replaces the log
+    /// atomically with these records followed by every write confirmed after it. A crash
+    /// before it lands leaves the log that the other writes made.
+    Compact(Vec<Bytes>),
 }
 
 /// What a machine asks for.

@@ -1,6 +1,8 @@
 //! A simulated disk that fails like real ones: writes are durable only once synced, a crash
 //! loses the rest and may leave the first of them torn, and a record in the middle of the log
-//! can be damaged. Records are framed and checksummed exactly as the file disk does it
+//! can be damaged. A compaction lands after the writes that follow it (at the next sync after
+//! its own), as the file disk's background compaction may, and a crash before it lands loses
+//! it: the log is then the one the other writes made. Records are framed and checksummed exactly as the file disk does it
 //! ([`atomos_seam::wal`]), so a restarting machine meets the same errors it would meet in
 //! production.
 
@@ -19,6 +21,9 @@ pub struct SimDisk {
     pending: VecDeque<(u64, Write)>,
     /// Writes issued since the node started.
     issued: u64,
+    /// A compaction synced but not landed yet, and the appends synced since (it lands with
+    /// them after it).
+    landing: Option<(Vec<Bytes>, Vec<Vec<Bytes>>)>,
 }
 
 /// `records` framed for a log that already holds `existing` bytes: a new log starts with the
@@ -45,6 +50,18 @@ impl SimDisk {
     pub fn wipe(&mut self) {
         self.durable.clear();
         self.pending.clear();
+        self.landing = None;
+    }
+
+    /// The compaction under way replaces the log, with the appends made since after it.
+    fn land(&mut self) {
+        if let Some((compaction, since)) = self.landing.take() {
+            self.durable = framed(0, &compaction);
+            for records in since {
+                let bytes = framed(self.durable.len(), &records);
+                self.durable.extend(bytes);
+            }
+        }
     }
 
     /// The node issued a write; returns its number (from 1 since the node started).
@@ -57,6 +74,8 @@ impl SimDisk {
     /// Writes up to number `through` reach the platter, in order (a rewrite replaces the log
     /// atomically, as a rename does).
     pub fn sync(&mut self, through: u64) {
+        // A compaction synced before lands now, after the appends synced with it.
+        self.land();
         while self.pending.front().is_some_and(|(n, _)| *n <= through) {
             let Some((_, write)) = self.pending.pop_front() else {
                 break;
@@ -64,9 +83,19 @@ impl SimDisk {
             match write {
                 Write::Append(records) => {
                     let bytes = framed(self.durable.len(), &records);
-                    self.durable.extend(bytes)
+                    self.durable.extend(bytes);
+                    if let Some((_, since)) = &mut self.landing {
+                        since.push(records);
+                    }
                 }
-                Write::Rewrite(records) => self.durable = framed(0, &records),
+                Write::Rewrite(records) => {
+                    self.landing = None;
+                    self.durable = framed(0, &records)
+                }
+                Write::Compact(records) => {
+                    self.land();
+                    self.landing = Some((records, Vec::new()));
+                }
             }
         }
     }
@@ -92,6 +121,8 @@ impl SimDisk {
         }
         self.pending.clear();
         self.issued = 0;
+        // A compaction not landed yet is lost.
+        self.landing = None;
         tore
     }
 
@@ -175,5 +206,29 @@ mod tests {
         let n = d.issue(Write::Rewrite(vec![Bytes::from_static(b"seven")]));
         d.sync(n);
         assert_eq!(d.records(), vec![b"seven".to_vec()]);
+    }
+
+    #[test]
+    fn a_compaction_lands_after_the_appends_that_follow_it_or_is_lost() {
+        let mut rng = SimRng::new(3);
+        let mut d = SimDisk::new();
+        append(&mut d, b"one");
+        d.issue(Write::Compact(vec![Bytes::from_static(b"all")]));
+        let n = append(&mut d, b"two");
+        d.sync(n);
+        // Synced, not landed: the log is the one the appends made.
+        assert_eq!(d.records(), vec![b"one".to_vec(), b"two".to_vec()]);
+        let mut crashed = d.clone();
+        crashed.crash(0.0, &mut rng);
+        assert_eq!(
+            crashed.load().unwrap(),
+            vec![b"one".to_vec(), b"two".to_vec()]
+        );
+        let n = append(&mut d, b"three");
+        d.sync(n);
+        assert_eq!(
+            d.records(),
+            vec![b"all".to_vec(), b"two".to_vec(), b"three".to_vec()]
+        );
     }
 }

@@ -20,6 +20,42 @@ pub struct FileDisk {
     dirty_since: Option<Instant>,
     /// The log's format (`seam::wal`): appends frame records in it.
     format: u32,
+    /// A compaction being written beside the log.
+    compacting: Option<Box<Compacting>>,
+}
+
+/// A compaction written beside the log by a thread of its own.
+struct Compacting {
+    /// Writes (and, unless fsyncs are off, fsyncs) the compacted log to `tmp`.
+    thread: std::thread::JoinHandle<io::Result<()>>,
+    tmp: PathBuf,
+    /// The records appended to the log since it began: they follow it in the new file.
+    since: Vec<Bytes>,
+}
+
+/// Appends `records`, framed in `format`, to `file`: through a buffer, so that small records
+/// go out together and a large one (a snapshot's state) from where it lies, never copied.
+fn append_records(file: &mut File, format: u32, records: &[Bytes]) -> io::Result<()> {
+    let mut out = io::BufWriter::with_capacity(1 << 16, file);
+    for r in records {
+        out.write_all(&wal::frame_header(format, r))?;
+        out.write_all(r)?;
+    }
+    out.flush()
+}
+
+/// Writes a whole log (this build's file header, then `records`) to a new file at `path`,
+/// fsynced if `sync`.
+fn write_log_file(path: &Path, records: &[Bytes], sync: bool) -> io::Result<()> {
+    let mut file = File::create(path)?;
+    let mut header = Vec::new();
+    wal::file_header(&mut header);
+    file.write_all(&header)?;
+    append_records(&mut file, wal::FORMAT, records)?;
+    if sync {
+        file.sync_all()?;
+    }
+    Ok(())
 }
 
 impl FileDisk {
@@ -53,6 +89,7 @@ impl FileDisk {
             policy,
             dirty_since: None,
             format,
+            compacting: None,
         };
         if good_len == 0 {
             // A new (or emptied) log starts with the file header of this build's format.
@@ -85,21 +122,75 @@ impl FileDisk {
         }
     }
 
-    /// Carries out a write (to the operating system; [`FileDisk::sync`] makes it durable).
+    /// Carries out a write (to the operating system; [`FileDisk::sync`] makes it durable). A
+    /// compaction is written beside the log on a thread of its own while later appends go to
+    /// the log (and are kept to follow it); it replaces the log at the first write or sync
+    /// after it is written, or before the next compaction or rewrite.
     pub fn write(&mut self, write: &Write) -> Result<(), DiskError> {
         match write {
             Write::Append(records) => {
                 self.check_sizes(records)?;
-                let mut bytes = Vec::new();
-                for r in records {
-                    wal::frame(self.format, r, &mut bytes);
-                }
-                self.file.write_all(&bytes).map_err(|e| self.io(e))?;
+                append_records(&mut self.file, self.format, records).map_err(|e| self.io(e))?;
                 self.dirty_since.get_or_insert_with(Instant::now);
+                if let Some(c) = &mut self.compacting {
+                    c.since.extend(records.iter().cloned());
+                }
+                self.land_compaction(false)
+            }
+            Write::Rewrite(records) => {
+                self.land_compaction(true)?;
+                self.rewrite(records)
+            }
+            Write::Compact(records) => {
+                self.land_compaction(true)?;
+                self.check_sizes(records)?;
+                let tmp = self.path.with_extension("compact");
+                let (to, records, sync) = (tmp.clone(), records.clone(), self.policy);
+                let thread = std::thread::Builder::new()
+                    .name("wal-compaction".into())
+                    .spawn(move || write_log_file(&to, &records, sync != FsyncPolicy::Never))
+                    .map_err(|e| self.io(e))?;
+                self.compacting = Some(Box::new(Compacting {
+                    thread,
+                    tmp,
+                    since: Vec::new(),
+                }));
                 Ok(())
             }
-            Write::Rewrite(records) => self.rewrite(records),
         }
+    }
+
+    /// Puts a compaction whose file is written (or, with `wait`, any compaction, once written)
+    /// in the log's place: the appends made since follow it in the new file, which is fsynced,
+    /// renamed over the log and its directory fsynced.
+    fn land_compaction(&mut self, wait: bool) -> Result<(), DiskError> {
+        if !self
+            .compacting
+            .as_ref()
+            .is_some_and(|c| wait || c.thread.is_finished())
+        {
+            return Ok(());
+        }
+        let Some(c) = self.compacting.take() else {
+            return Ok(());
+        };
+        let at_tmp = |source| DiskError::Io {
+            path: c.tmp.clone(),
+            source,
+        };
+        c.thread
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the compaction thread panicked")))
+            .map_err(at_tmp)?;
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(&c.tmp)
+            .map_err(at_tmp)?;
+        append_records(&mut file, wal::FORMAT, &c.since).map_err(at_tmp)?;
+        if self.policy != FsyncPolicy::Never {
+            file.sync_data().map_err(at_tmp)?;
+        }
+        self.replace_with(&c.tmp)
     }
 
     /// Replaces the log: the new one is written beside it, fsynced, renamed over it, and the
@@ -107,28 +198,18 @@ impl FileDisk {
     fn rewrite(&mut self, records: &[Bytes]) -> Result<(), DiskError> {
         self.check_sizes(records)?;
         let tmp = self.path.with_extension("rewrite");
-        let at_tmp = |source| DiskError::Io {
-            path: tmp.clone(),
-            source,
-        };
-        {
-            // Framed record by record: a large record (a snapshot) is written from where it
-            // lies, never copied into one buffer with the rest.
-            let mut f = io::BufWriter::new(File::create(&tmp).map_err(at_tmp)?);
-            let mut header = Vec::new();
-            wal::file_header(&mut header);
-            f.write_all(&header).map_err(at_tmp)?;
-            for r in records {
-                f.write_all(&wal::frame_header(wal::FORMAT, r))
-                    .map_err(at_tmp)?;
-                f.write_all(r).map_err(at_tmp)?;
+        write_log_file(&tmp, records, self.policy != FsyncPolicy::Never).map_err(|source| {
+            DiskError::Io {
+                path: tmp.clone(),
+                source,
             }
-            let f = f.into_inner().map_err(|e| at_tmp(e.into_error()))?;
-            if self.policy != FsyncPolicy::Never {
-                f.sync_all().map_err(at_tmp)?;
-            }
-        }
-        fs::rename(&tmp, &self.path).map_err(|e| self.io(e))?;
+        })?;
+        self.replace_with(&tmp)
+    }
+
+    /// Renames the complete (and, unless fsyncs are off, fsynced) log file `tmp` over the log.
+    fn replace_with(&mut self, tmp: &Path) -> Result<(), DiskError> {
+        fs::rename(tmp, &self.path).map_err(|e| self.io(e))?;
         if self.policy != FsyncPolicy::Never {
             sync_dir(parent_dir(&self.path)).map_err(|e| self.io(e))?;
         }
@@ -140,6 +221,11 @@ impl FileDisk {
         self.dirty_since = None;
         self.format = wal::FORMAT;
         Ok(())
+    }
+
+    /// Waits for a compaction under way and puts it in the log's place (a node that stops).
+    pub fn finish(&mut self) -> Result<(), DiskError> {
+        self.land_compaction(true)
     }
 
     /// Fsyncs what was written, if anything (timed: `atomos_wal_fsync_seconds`, labelled
@@ -157,7 +243,7 @@ impl FileDisk {
                 .record(started.elapsed().as_secs_f64());
             self.dirty_since = None;
         }
-        Ok(())
+        self.land_compaction(false)
     }
 
     /// When an fsync is due under [`FsyncPolicy::Every`] (`None`: nothing waits for one).
@@ -340,6 +426,43 @@ mod tests {
         append(&mut d, &[b"eight"]);
         let (_, records) = FileDisk::open(&path, FsyncPolicy::Never).unwrap();
         assert_eq!(records, vec![b"seven".to_vec(), b"eight".to_vec()]);
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// A compaction is written in the background: until it lands the log is the one the
+    /// appends made (what a crash then leaves), and once landed it is the compaction followed
+    /// by every append made meanwhile.
+    #[test]
+    fn a_compaction_lands_with_the_appends_made_while_it_was_written() {
+        let path = temp("compact");
+        let (mut d, _) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        append(&mut d, &[b"one"]);
+        d.write(&Write::Compact(vec![Bytes::from_static(b"all")]))
+            .unwrap();
+        append(&mut d, &[b"two"]);
+        d.sync().unwrap();
+        let (_, meanwhile) = FileDisk::open(&path, FsyncPolicy::Never).unwrap();
+        let old = vec![b"one".to_vec(), b"two".to_vec()];
+        let new = vec![b"all".to_vec(), b"two".to_vec()];
+        assert!(meanwhile == old || meanwhile == new, "{meanwhile:?}");
+        append(&mut d, &[b"three"]);
+        d.finish().unwrap();
+        let (_, records) = FileDisk::open(&path, FsyncPolicy::Never).unwrap();
+        assert_eq!(
+            records,
+            vec![b"all".to_vec(), b"two".to_vec(), b"three".to_vec()]
+        );
+        // A second compaction waits for the first; a rewrite lands the one under way first.
+        d.write(&Write::Compact(vec![Bytes::from_static(b"again")]))
+            .unwrap();
+        d.write(&Write::Compact(vec![Bytes::from_static(b"twice")]))
+            .unwrap();
+        append(&mut d, &[b"four"]);
+        d.write(&Write::Rewrite(vec![Bytes::from_static(b"whole")]))
+            .unwrap();
+        append(&mut d, &[b"five"]);
+        let (_, records) = FileDisk::open(&path, FsyncPolicy::Never).unwrap();
+        assert_eq!(records, vec![b"whole".to_vec(), b"five".to_vec()]);
         let _ = fs::remove_dir_all(path.parent().unwrap());
     }
 }

@@ -172,8 +172,9 @@ fn write_loop(
         let first = match next {
             Ok(Some(w)) => w,
             Ok(None) => {
-                // The machine stopped: make what was written durable before going.
-                let _ = disk.sync();
+                // The machine stopped: make what was written durable, and a compaction under
+                // way the log, before going.
+                let _ = disk.sync().and_then(|()| disk.finish());
                 return;
             }
             Err(_timed_out) => {

@@ -519,7 +519,7 @@ impl<S: StateMachine> Replica<S> {
         self.raft.mut_store().compact(snap);
         // The snapshot adopted covers the changes applied above.
         self.snapshot_due = false;
-        self.rewrite_disk(out);
+        self.rewrite_disk(Write::Rewrite, out);
         Ok(())
     }
 
@@ -589,15 +589,17 @@ impl<S: StateMachine> Replica<S> {
         self.image = image;
         self.raft.mut_store().compact(snap);
         self.batches.forget_delivered(applied);
-        self.rewrite_disk(out);
+        self.rewrite_disk(Write::Compact, out);
         self.snapshot_due = false;
         self.stats.snapshots_taken += 1;
         Ok(())
     }
 
     /// Rewrites the disk with what the replica holds now: its snapshot, the entries after it,
-    /// the hard state, the batches it keeps.
-    fn rewrite_disk(&mut self, out: &mut Vec<Action>) {
+    /// the hard state, the batches it keeps. `write` is [`Write::Compact`] when the records
+    /// hold nothing the log does not (a snapshot taken here: the disk may write it in the
+    /// background), [`Write::Rewrite`] when they do (a snapshot adopted from a peer).
+    fn rewrite_disk(&mut self, write: fn(Vec<Bytes>) -> Write, out: &mut Vec<Action>) {
         let store = self.raft.store();
         let snap = store.latest_snapshot();
         let mut records = vec![Record::Installed(snap.encode_to_vec())];
@@ -647,7 +649,7 @@ impl<S: StateMachine> Replica<S> {
                 payloads.extend(image.clone());
             }
         }
-        out.push(Output::Persist(Write::Rewrite(payloads)));
+        out.push(Output::Persist(write(payloads)));
     }
 
     /// Queues the records of a snapshot's image: its marker, then the state itself, raw.

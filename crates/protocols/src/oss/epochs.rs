@@ -115,7 +115,7 @@ impl OssNode {
                 self.replica_unsynced
                     .push_back((write, self.replica_writes));
             }
-            Output::Persist(Write::Rewrite(_)) => {
+            Output::Persist(Write::Rewrite(_) | Write::Compact(_)) => {
                 return Err(OssError::Unsupported("rewrite its log"))
             }
             Output::Warn(text) => out.push(Output::Warn(text)),

@@ -6,7 +6,9 @@ use atomos_core::{
     Engine, Invocation, Key, Procedures, SerialExecutor, SnapshotObject, SnapshotObjectRef,
 };
 use atomos_order::{Request, StateMachine};
+use postcard::ser_flavors::{ExtendFlavor, Flavor};
 use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::Xxh3;
 
 use std::collections::BTreeMap;
 
@@ -38,9 +40,25 @@ pub struct StoreStats {
 /// Digests a store keeps of its own recent states, to compare with other replicas' reports.
 const DIGESTS_KEPT: usize = 64;
 
-/// FNV-1a over `bytes`: the same on every platform and build.
-fn digest_of(bytes: &[u8]) -> u64 {
-    atomos_seam::stable::fnv1a(bytes)
+/// A postcard output that hashes what is written instead of keeping it (XXH3, 64 bits).
+struct HashFlavor(Xxh3);
+
+impl Flavor for HashFlavor {
+    type Output = u64;
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.update(&[byte]);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.update(data);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<u64> {
+        Ok(self.0.digest())
+    }
 }
 
 /// Bugs a store can be built with on purpose, so that a test shows the simulation finds them.
@@ -70,6 +88,32 @@ struct Snapshot<O = SnapshotObject> {
 
 /// An object of a snapshot whose value is borrowed from the snapshot's bytes.
 type BorrowedObject<'a> = (Key, u64, Option<&'a [u8]>);
+
+/// An object of a snapshot, its value read as bytes in one piece (the encoding of a sequence
+/// of bytes, which [`SnapshotObject`] would read byte by byte).
+type ReadObject = (Key, u64, Option<serde_bytes::ByteBuf>);
+
+impl ObjectHead for ReadObject {
+    fn key(&self) -> &Key {
+        &self.0
+    }
+    fn version(&self) -> u64 {
+        self.1
+    }
+}
+
+/// Writes a snapshot's objects with their values as bytes in one piece (the same encoding as
+/// the sequence of bytes a [`SnapshotObject`]'s value is, written far faster).
+fn objects_as_bytes<S: serde::Serializer>(
+    objects: &&[SnapshotObjectRef<'_>],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(
+        objects
+            .iter()
+            .map(|(k, v, b)| (k, *v, b.as_deref().map(serde_bytes::Bytes::new))),
+    )
+}
 
 /// What a snapshot's check looks at in an object, however it is held.
 trait ObjectHead {
@@ -120,6 +164,7 @@ struct OwnersAtFullWidth {
 #[derive(Serialize)]
 struct SnapshotParts<'a, 'v> {
     position: u64,
+    #[serde(serialize_with = "objects_as_bytes")]
     objects: &'a [SnapshotObjectRef<'v>],
     no_packed_locks: &'a [(String, u64)],
     no_packed_runs: &'a [(u64, u64)],
@@ -288,6 +333,39 @@ impl ReplicatedStore {
     pub fn contents(&self) -> Vec<u8> {
         self.snapshot()
     }
+
+    /// The digest of [`ReplicatedStore::contents`] (XXH3, 64 bits: the same on every platform
+    /// and build), computed as the contents are encoded, without holding them.
+    pub fn contents_digest(&self) -> u64 {
+        self.encode_contents(|_| HashFlavor(Xxh3::new()))
+            .unwrap_or_default()
+    }
+
+    /// Encodes the contents (the snapshot's layout) into the output `flavor` makes for the
+    /// objects; the values are encoded from where the engine holds them. `None` if a value's
+    /// type cannot be encoded.
+    fn encode_contents<F: Flavor>(
+        &self,
+        flavor: impl FnOnce(&[SnapshotObjectRef<'_>]) -> F,
+    ) -> Option<F::Output> {
+        let locks: Vec<(String, LockOwner)> =
+            self.locks.iter().map(|(n, o)| (n.clone(), *o)).collect();
+        let runs: Vec<(u64, u64)> = self.runs.iter().map(|(n, r)| (*n, *r)).collect();
+        self.engine
+            .with_snapshot_objects(|objects| {
+                let parts = SnapshotParts {
+                    position: self.position,
+                    objects,
+                    no_packed_locks: &[],
+                    no_packed_runs: &[FULL_WIDTH_FOLLOWS],
+                    locks: &locks,
+                    runs: &runs,
+                };
+                postcard::serialize_with_flavor(&parts, flavor(objects)).ok()
+            })
+            .ok()
+            .flatten()
+    }
 }
 
 impl ReplicatedStore {
@@ -430,7 +508,7 @@ impl ReplicatedStore {
             },
             Ok(Entry::Digest { reported }) => {
                 self.engine.mark_applied(position);
-                let digest = digest_of(&self.contents());
+                let digest = self.contents_digest();
                 if let Some((node, at, theirs)) = reported {
                     if let Some(&ours) = self.digests.get(&at) {
                         self.stats.digests_compared += 1;
@@ -537,39 +615,33 @@ impl StateMachine for ReplicatedStore {
     /// bytes they arrived as, so encoding cannot fail; if it did, the snapshot is empty bytes,
     /// which `restore` refuses (loudly) rather than restoring a partial state.
     fn snapshot(&self) -> Vec<u8> {
-        let locks: Vec<(String, LockOwner)> =
-            self.locks.iter().map(|(n, o)| (n.clone(), *o)).collect();
-        let runs: Vec<(u64, u64)> = self.runs.iter().map(|(n, r)| (*n, *r)).collect();
-        // The values are encoded from where the engine holds them, straight into the snapshot.
-        self.engine
-            .with_snapshot_objects(|objects| {
-                // Sized up front (each object's bytes, its key and a few varints): a state
-                // of any size is written once, never moved to a larger buffer as it grows.
-                let estimate: usize = objects
-                    .iter()
-                    .map(|(k, _, v)| k.as_bytes().len() + v.as_ref().map_or(0, |v| v.len()) + 32)
-                    .sum::<usize>()
-                    + locks.iter().map(|(n, _)| n.len() + 48).sum::<usize>()
-                    + runs.len() * 20
-                    + 64;
-                postcard::to_extend(
-                    &SnapshotParts {
-                        position: self.position,
-                        objects,
-                        no_packed_locks: &[],
-                        no_packed_runs: &[FULL_WIDTH_FOLLOWS],
-                        locks: &locks,
-                        runs: &runs,
-                    },
-                    Vec::with_capacity(estimate),
-                )
-                .unwrap_or_default()
-            })
-            .unwrap_or_default()
+        self.encode_contents(|objects| {
+            // Sized up front (each object's bytes, its key and a few varints): a state of any
+            // size is written once, never moved to a larger buffer as it grows.
+            let estimate: usize = objects
+                .iter()
+                .map(|(k, _, v)| k.as_bytes().len() + v.as_ref().map_or(0, |v| v.len()) + 32)
+                .sum::<usize>()
+                + self.locks.keys().map(|n| n.len() + 48).sum::<usize>()
+                + self.runs.len() * 20
+                + 64;
+            ExtendFlavor::new(Vec::with_capacity(estimate))
+        })
+        .unwrap_or_default()
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
-        let s = Snapshot::<SnapshotObject>::decode(data)?;
+        let read = Snapshot::<ReadObject>::decode(data)?;
+        let s = Snapshot {
+            objects: read
+                .objects
+                .into_iter()
+                .map(|(k, v, b)| (k, v, b.map(serde_bytes::ByteBuf::into_vec)))
+                .collect::<Vec<SnapshotObject>>(),
+            position: read.position,
+            locks: read.locks,
+            runs: read.runs,
+        };
         if let Some(executor) = self.executor.as_mut() {
             // Speculation ran on the state being replaced.
             executor.revoke((0, 0));

@@ -334,6 +334,12 @@ fn a_restored_store_holds_the_same_objects_and_refuses_bad_snapshots() {
     b.restore(&snap).unwrap();
     assert_eq!(b.position(), 2);
     assert_eq!(b.contents(), a.contents());
+    // The digest is the hash of the contents, computed without holding them.
+    assert_eq!(
+        a.contents_digest(),
+        xxhash_rust::xxh3::xxh3_64(&a.contents())
+    );
+    assert_eq!(b.contents_digest(), a.contents_digest());
     for bad in [
         vec![],
         vec![1, 2, 3],
