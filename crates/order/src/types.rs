@@ -102,7 +102,8 @@ pub enum OrderMsg {
         /// The entry waited for.
         after: u64,
     },
-    /// A snapshot (protobuf), answering [`OrderMsg::FetchState`].
+    /// A snapshot (protobuf) sent whole, as earlier builds answered [`OrderMsg::FetchState`]:
+    /// refused (a state comes as a stream, its snapshot's state beside it).
     State {
         /// The snapshot.
         snapshot: Vec<u8>,

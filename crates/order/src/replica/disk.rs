@@ -44,6 +44,12 @@ impl Disk {
         self.unflushed.push(record.encode().into());
     }
 
+    /// Drops the records queued for the next write (a rewrite that holds what they say
+    /// replaces them).
+    pub(super) fn discard_queued(&mut self) {
+        self.unflushed.clear();
+    }
+
     /// Queues a record's payload as it is (one that is not a postcard [`Record`]: a snapshot's
     /// state, shared rather than copied).
     pub(super) fn queue_raw(&mut self, payload: Bytes) {

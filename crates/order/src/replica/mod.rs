@@ -84,6 +84,9 @@ pub struct Replica<S> {
     /// The state streamed with a Raft snapshot message, until raft-rs hands the snapshot over
     /// to install (in the step that brought it) or refuses it.
     incoming_image: Option<Image>,
+    /// The log on the disk must be rewritten before anything is appended to it (it ends in a
+    /// torn install that replay dropped).
+    rewrite_first: bool,
     /// Snapshots streamed to other replicas, and from them.
     streams: Streams,
     /// Whether this replica's log is known to have lost entries (see `lost_log`).
@@ -102,6 +105,8 @@ struct Replayed {
     /// The state machine's state at the latest snapshot, if the log holds it beside the
     /// snapshot (logs of earlier builds hold it inside).
     image: Option<Image>,
+    /// Whether the log ended in an install torn before its state was written (dropped).
+    torn_install: bool,
     /// Whether the log holds anything.
     empty: bool,
 }
@@ -109,8 +114,10 @@ struct Replayed {
 /// Drops a snapshot install whose state never reached the disk: the write that held the
 /// snapshot, its marker and its state was torn after the snapshot (or its marker), so the log
 /// ends there. Nothing after the install was sent before the whole write was durable, so the
-/// log is read as if the install had not begun.
-fn drop_torn_install(log: &mut Vec<Record>) {
+/// log is read as if the install had not begun. Returns whether it dropped one: the disk still
+/// holds its records, which later appends would follow (a marker would then take the next
+/// record for the state), so the replica rewrites its log before it writes anything else.
+fn drop_torn_install(log: &mut Vec<Record>) -> bool {
     let lacks_state = |bytes: &[u8]| {
         Snapshot::decode(bytes).is_ok_and(|snap| {
             snap.get_metadata().index > 0
@@ -120,19 +127,21 @@ fn drop_torn_install(log: &mut Vec<Record>) {
     let torn_from = match log.as_slice() {
         [.., Record::Installed(_), Record::ImageFollows { .. }] => log.len() - 2,
         [.., Record::Installed(bytes)] if lacks_state(bytes) => log.len() - 1,
-        _ => return,
+        _ => return false,
     };
     log.truncate(torn_from);
+    true
 }
 
 /// Replays a replica's records into its log store and batches.
 fn replay(replicas: Vec<Addr>, mut log: Vec<Record>) -> Result<Replayed, OrderError> {
-    drop_torn_install(&mut log);
+    let torn_install = drop_torn_install(&mut log);
     let mut replayed = Replayed {
         store: LogStore::new(replicas),
         batches: BTreeMap::new(),
         rejoining: None,
         image: None,
+        torn_install,
         empty: log.is_empty(),
     };
     let mut image_of = None;
@@ -198,6 +207,7 @@ impl<S: StateMachine> Replica<S> {
             batches,
             rejoining,
             image,
+            torn_install,
             empty,
         } = replay(cfg.replicas.clone(), log)?;
         let base = store.snapshot_index();
@@ -287,6 +297,7 @@ impl<S: StateMachine> Replica<S> {
             snapshot_due: false,
             image: held,
             incoming_image: None,
+            rewrite_first: torn_install,
             // Stream numbers of this start: drawn from its seed and where its log stands (a
             // caller that gives every start the same seed still numbers each start apart),
             // apart from the generator that times its ticks.
@@ -572,6 +583,9 @@ impl<S: StateMachine> Machine for Replica<S> {
     /// Unix epoch in production) is only stamped on the entries it proposes.
     fn step(&mut self, now: u64, input: Input, out: &mut Vec<Action>) -> Result<(), OrderError> {
         self.now_ms = now;
+        if std::mem::take(&mut self.rewrite_first) {
+            self.rewrite_log(out);
+        }
         match input {
             Input::Tick => self.tick(out),
             Input::Request(Command::Flush) => self.seal_due(true, out),

@@ -652,6 +652,15 @@ impl<S: StateMachine> Replica<S> {
         out.push(Output::Persist(write(payloads)));
     }
 
+    /// Rewrites the log with what the replica holds (removing what replay dropped from it),
+    /// before anything else is written.
+    pub(super) fn rewrite_log(&mut self, out: &mut Vec<Action>) {
+        // Records queued at opening would be appended first, after what replay dropped; the
+        // rewrite holds what they say (a replica that rejoins writes so in it).
+        self.disk.discard_queued();
+        self.rewrite_disk(Write::Rewrite, out);
+    }
+
     /// Queues the records of a snapshot's image: its marker, then the state itself, raw.
     fn write_image(&mut self, image: &Image) {
         self.write(&Record::ImageFollows { index: image.index });

@@ -159,7 +159,7 @@ pub fn digest(
     orderer: &impl Orderer,
     reported: Option<(u64, u64, u64)>,
 ) -> Result<(u64, u64), CertifyError> {
-    match order(orderer, &Entry::Digest { reported })? {
+    match order(orderer, &Entry::ContentsDigest { reported })? {
         Answer::Digested { position, digest } => Ok((position, digest)),
         other => Err(CertifyError::unknown(format!(
             "the replica answered a digest with {other:?}"

@@ -49,8 +49,9 @@ pub enum Entry {
     },
     // Entries added later come last: postcard numbers variants by position, and logs and
     // snapshots written before must decode as they were written.
-    /// Every replica computes a digest of its store at this position and compares `reported`
-    /// with its own digest at that position: replicas must never diverge silently.
+    /// A digest entry of earlier builds, whose `reported` digest was FNV-1a: every replica
+    /// computes its own digest (as [`Entry::ContentsDigest`]) but compares nothing (the
+    /// reported one was computed another way).
     Digest {
         /// A digest a replica computed before: (its node, the position, the digest).
         reported: Option<(u64, u64, u64)>,
@@ -86,6 +87,13 @@ pub enum Entry {
         node: u64,
         /// Its current run (families of this run keep their locks).
         keep: u64,
+    },
+    /// Every replica computes the digest of its store's contents at this position (XXH3, see
+    /// `ReplicatedStore::contents_digest`) and compares `reported` with its own digest at that
+    /// position: replicas must never diverge silently.
+    ContentsDigest {
+        /// A digest a replica computed before: (its node, the position, the digest).
+        reported: Option<(u64, u64, u64)>,
     },
 }
 

@@ -506,9 +506,14 @@ impl ReplicatedStore {
                     }
                 }
             },
-            Ok(Entry::Digest { reported }) => {
+            Ok(entry @ (Entry::Digest { .. } | Entry::ContentsDigest { .. })) => {
                 self.engine.mark_applied(position);
                 let digest = self.contents_digest();
+                // An earlier build's entry reports an FNV-1a digest: nothing to compare it with.
+                let reported = match entry {
+                    Entry::ContentsDigest { reported } => reported,
+                    _ => None,
+                };
                 if let Some((node, at, theirs)) = reported {
                     if let Some(&ours) = self.digests.get(&at) {
                         self.stats.digests_compared += 1;

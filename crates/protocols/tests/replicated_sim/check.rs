@@ -119,7 +119,7 @@ impl Model {
             Ok(Entry::Barrier) => Answer::Applied { position },
             // The model has no digest of its own: replicas compare theirs (an alarm fails the
             // run), and an answer is checked for its position only.
-            Ok(Entry::Digest { .. }) => Answer::Digested {
+            Ok(Entry::ContentsDigest { .. }) => Answer::Digested {
                 position,
                 digest: 0,
             },

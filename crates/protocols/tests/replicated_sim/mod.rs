@@ -224,7 +224,7 @@ impl Node {
         if self.rng.chance(0.1) {
             // Replicas compare their states: the digest this one reported last, against theirs.
             let reported = self.last_digest;
-            self.submit_entry(now, Entry::Digest { reported }, out)?;
+            self.submit_entry(now, Entry::ContentsDigest { reported }, out)?;
         } else if self.rng.chance(0.5) {
             self.list_append(now, out)?;
         } else {

@@ -73,14 +73,23 @@ fn a_replica_whose_state_differs_raises_an_alarm_at_the_next_digest() {
     b.apply(&request(&write(1)));
     // c applied something else at the same position: it diverged.
     c.apply(&request(&write(2)));
-    let digest = Entry::Digest { reported: None };
+    let digest = Entry::ContentsDigest { reported: None };
     let reported = match Answer::decode(&a.apply(&request(&digest))).unwrap() {
         Answer::Digested { position, digest } => Some((1, position, digest)),
         other => panic!("{other:?}"),
     };
     b.apply(&request(&digest));
     c.apply(&request(&digest));
-    let next = Entry::Digest { reported };
+    // An earlier build's digest entry reports a digest computed another way: compared with
+    // nothing, so no alarm, even on the replica that diverged.
+    let earlier = Entry::Digest { reported };
+    c.apply(&request(&earlier));
+    assert!(c.take_alarms().is_empty());
+    assert_eq!(c.stats().digests_compared, 0);
+    let next = Entry::ContentsDigest { reported };
+    for s in [&mut a, &mut b] {
+        s.apply(&request(&earlier));
+    }
     for s in [&mut a, &mut b, &mut c] {
         s.apply(&request(&next));
     }
