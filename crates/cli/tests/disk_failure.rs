@@ -2,7 +2,7 @@
 //! log, while the others go on serving; a healthy node answers `/health` with `ok`.
 //!
 //! The failure: a directory where the replica's log compaction must create its new log file,
-//! so the rewrite fails (`Is a directory`), which no permission bit can do for a root user.
+//! so the compaction fails (`Is a directory`), which no permission bit can do for a root user.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -60,7 +60,7 @@ fn a_failing_disk_stops_its_node_with_the_cause_and_the_others_go_on() {
 
     // Node 3 goes down; its next compaction will fail.
     signal(pids[2], libc::SIGKILL);
-    std::fs::create_dir_all(dir.join("data/3/order.rewrite")).unwrap();
+    std::fs::create_dir_all(dir.join("data/3/order.compact")).unwrap();
     let log = dir.join("node-3-failing.log");
     let mut failing = Command::new(ATOMOS)
         .args(["node", "--config"])
@@ -74,7 +74,7 @@ fn a_failing_disk_stops_its_node_with_the_cause_and_the_others_go_on() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!status.success(), "the node exited cleanly:\n{text}");
     assert!(
-        text.contains("ERROR") && text.contains("order.rewrite"),
+        text.contains("ERROR") && text.contains("order.compact"),
         "the cause is not in the log:\n{text}"
     );
 
