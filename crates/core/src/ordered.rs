@@ -208,32 +208,12 @@ impl Engine {
     /// Every object that was ever written, at its newest version, sorted by key: what a
     /// replicated store's snapshot holds. Read as a consistent snapshot of the engine.
     pub fn snapshot_objects(&self) -> Result<Vec<SnapshotObject>, String> {
-        let mut st = self.take_state();
-        st.begin(self, Mode::ReadOnly);
-        let mut out = Vec::new();
-        let mut failed = None;
-        self.store.for_each(|key, cell| {
-            let Some(v) = st.snapshot_version(self, cell) else {
-                return;
-            };
-            // SAFETY: the attempt's published start keeps the version alive.
-            let v = unsafe { &*v };
-            if v.ts == 0 {
-                // Reset to never written by an installed snapshot.
-                return;
-            }
-            match v.encode() {
-                Ok(bytes) => out.push((key.clone(), v.ts, bytes)),
-                Err(e) => failed = Some(format!("object {key}: {e}")),
-            }
-        });
-        st.end_attempt();
-        self.put_state(st);
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
+        self.with_snapshot_objects(|objects| {
+            objects
+                .iter()
+                .map(|(k, v, b)| (k.clone(), *v, b.as_deref().map(<[u8]>::to_vec)))
+                .collect()
+        })
     }
 
     /// Hands every object that was ever written, at its newest version, in key order, to `f`:

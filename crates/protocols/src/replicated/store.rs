@@ -93,15 +93,6 @@ type BorrowedObject<'a> = (Key, u64, Option<&'a [u8]>);
 /// of bytes, which [`SnapshotObject`] would read byte by byte).
 type ReadObject = (Key, u64, Option<serde_bytes::ByteBuf>);
 
-impl ObjectHead for ReadObject {
-    fn key(&self) -> &Key {
-        &self.0
-    }
-    fn version(&self) -> u64 {
-        self.1
-    }
-}
-
 /// Writes a snapshot's objects with their values as bytes in one piece (the same encoding as
 /// the sequence of bytes a [`SnapshotObject`]'s value is, written far faster).
 fn objects_as_bytes<S: serde::Serializer>(
@@ -121,16 +112,8 @@ trait ObjectHead {
     fn version(&self) -> u64;
 }
 
-impl ObjectHead for SnapshotObject {
-    fn key(&self) -> &Key {
-        &self.0
-    }
-    fn version(&self) -> u64 {
-        self.1
-    }
-}
-
-impl ObjectHead for BorrowedObject<'_> {
+/// An object is a key, a version and a value held some way.
+impl<V> ObjectHead for (Key, u64, V) {
     fn key(&self) -> &Key {
         &self.0
     }
