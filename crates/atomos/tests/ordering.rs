@@ -240,6 +240,20 @@ async fn a_snapshot_past_the_frame_limit_reaches_a_lagging_replica_in_chunks() {
     lagging_replica_catches_up("frame", 256, 4096, tweak).await;
 }
 
+/// A snapshot whose replica tables alone pass the frame limit (one delivered batch id is kept
+/// per request here) still reaches a lagging replica: the tables travel in the stream's
+/// chunks, and the offer holds only Raft's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_whose_tables_pass_the_frame_limit_reaches_a_lagging_replica() {
+    let tweak = |r: &mut ReplicaConfig, t: &mut TcpConfig| {
+        r.snapshot_every = 20;
+        r.batch_max = 1;
+        t.max_frame = 8 << 10;
+        r.snapshot_chunk_bytes = t.max_frame / 4;
+    };
+    lagging_replica_catches_up("tables", 2000, 8, tweak).await;
+}
+
 /// A 64 MiB store (four times the default frame limit) reaches a replica that lagged past a
 /// compaction, at the default settings: chunks of 1 MiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@ use crate::frame::{self, FrameError};
 
 /// The wire version this build speaks. A peer with another version is refused at the
 /// handshake; a message carrying another version is refused when decoded.
-pub const WIRE_VERSION: u16 = 12;
+pub const WIRE_VERSION: u16 = 13;
 
 /// Why bytes are not a message this node can act on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

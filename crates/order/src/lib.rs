@@ -39,5 +39,5 @@ pub use register::{Register, RegisterOp};
 pub use replica::{Command, Input, OrderStats, PlantedBug, Replica, ReplicaConfig};
 pub use types::{
     Action, Addr, BatchId, Delivery, OrderMsg, Request, RequestWithoutDeadline, StateMachine,
-    StreamKind, NO_DEADLINE,
+    StreamHeader, StreamKind, NO_DEADLINE,
 };

@@ -184,14 +184,24 @@ pub enum OrderMsg {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum StreamKind {
-    /// Raft's snapshot message (protobuf, its snapshot's data the replica's tables at that
-    /// position): the stream carries the state machine's state at that position, and the
-    /// message is stepped once it is whole.
-    Raft(Vec<u8>),
-    /// A snapshot answering [`OrderMsg::FetchState`]: Raft's snapshot (protobuf, its data the
-    /// replica's tables at that position) is the header, and the stream carries the state
-    /// machine's state at that position.
-    State(Vec<u8>),
+    /// Raft's snapshot message: it is stepped once the stream is whole.
+    Raft(StreamHeader),
+    /// A snapshot answering [`OrderMsg::FetchState`]: adopted once the stream is whole.
+    State(StreamHeader),
+}
+
+/// What a stream's offer says of the snapshot it carries. The snapshot's data (the replica's
+/// tables at its position) travels in the stream, after the state machine's state, rather than
+/// in the header, so that the offer fits one frame whatever the tables' size.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct StreamHeader {
+    /// Raft's message ([`StreamKind::Raft`]) or snapshot ([`StreamKind::State`]), protobuf,
+    /// with the snapshot's data left empty.
+    #[serde(with = "serde_bytes")]
+    pub raft: Vec<u8>,
+    /// The snapshot's data: the stream's last `tables` bytes.
+    pub tables: u64,
 }
 
 impl OrderMsg {

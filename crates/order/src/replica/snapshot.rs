@@ -20,12 +20,14 @@ use serde::{Deserialize, Serialize};
 use atomos_seam::{Bytes, Output, Write};
 
 use super::clients::Last;
-use super::transfer::{Offer, Received, Sent};
+use super::transfer::{Offer, Parts, Received, Sent};
 use super::Replica;
 use crate::error::OrderError;
 use crate::membership::Membership;
 use crate::record::Record;
-use crate::types::{Action, Addr, BatchId, Delivery, OrderMsg, StateMachine, StreamKind};
+use crate::types::{
+    Action, Addr, BatchId, Delivery, OrderMsg, StateMachine, StreamHeader, StreamKind,
+};
 
 /// The state machine's state at a snapshot's position, as it encodes it: kept beside Raft's
 /// snapshot, shared by the disk writes and the streams that carry it.
@@ -264,13 +266,15 @@ impl<S: StateMachine> Replica<S> {
         let snap = self.raft.store().latest_snapshot();
         let index = snap.get_metadata().index;
         if index >= after && index == self.image.index && !self.streams.senders.sending_to(from) {
+            let mut head = Snapshot::default();
+            head.set_metadata(snap.get_metadata().clone());
+            let (header, parts) = self.stream_of(head.encode_to_vec(), snap.data.clone());
             let mut msgs = Vec::new();
-            let header = snap.encode_to_vec();
             self.streams.senders.start(
                 self.ticks,
                 from,
                 StreamKind::State(header),
-                self.image.bytes.clone(),
+                parts,
                 &mut msgs,
             );
             send_all(msgs, out);
@@ -283,7 +287,7 @@ impl<S: StateMachine> Replica<S> {
     /// again on a late or repeated rejection, and under steady compaction each would replace
     /// the last and none would ever arrive (the simulation found this). The replica takes the
     /// one under way and catches up from there.
-    pub(super) fn stream_raft_snapshot(&mut self, m: Message, out: &mut Vec<Action>) {
+    pub(super) fn stream_raft_snapshot(&mut self, mut m: Message, out: &mut Vec<Action>) {
         let to = m.to;
         if self.streams.senders.sending_raft_to(to) {
             return;
@@ -299,18 +303,29 @@ impl<S: StateMachine> Replica<S> {
             self.raft.report_snapshot(to, SnapshotStatus::Failure);
             return;
         }
-        let data = self.image.bytes.clone();
-        let header = m.encode_to_vec();
+        let tables = std::mem::take(&mut m.mut_snapshot().data);
+        let (header, parts) = self.stream_of(m.encode_to_vec(), tables);
         let mut msgs = Vec::new();
         // What it replaces can only be a state asked for (a Raft stream is never replaced).
         let replaced =
             self.streams
                 .senders
-                .start(self.ticks, to, StreamKind::Raft(header), data, &mut msgs);
+                .start(self.ticks, to, StreamKind::Raft(header), parts, &mut msgs);
         send_all(msgs, out);
         if replaced.is_some() {
             self.stats.snapshot_streams_abandoned += 1;
         }
+    }
+
+    /// A stream of the state held and `tables` (a snapshot's data), offered with `raft` (the
+    /// snapshot, or Raft's message, without its data).
+    fn stream_of(&self, raft: Vec<u8>, tables: Vec<u8>) -> (StreamHeader, Parts) {
+        let header = StreamHeader {
+            raft,
+            tables: tables.len() as u64,
+        };
+        let parts = Parts::new([self.image.bytes.clone(), Bytes::from(tables)]);
+        (header, parts)
     }
 
     /// A replica offers a stream: taken, unless it is larger than this replica accepts.
@@ -363,35 +378,59 @@ impl<S: StateMachine> Replica<S> {
                 self.stats.snapshots_refused += 1;
                 out.push(Output::Warn(why));
             }
-            Received::Complete {
-                kind: StreamKind::State(header),
-                data,
-            } => self.on_state(from, &header, data, out)?,
-            Received::Complete {
-                kind: StreamKind::Raft(header),
-                data,
-            } => match Message::decode(header.as_slice()) {
-                Ok(m) if m.msg_type == MessageType::MsgSnapshot as i32 => {
-                    // Held until raft-rs hands the snapshot over to install (in this step),
-                    // or refuses it.
-                    self.incoming_image = Some(Image {
-                        index: m.get_snapshot().get_metadata().index,
-                        bytes: Bytes::from(data),
-                    });
-                    self.on_raft_message(from, m, out);
+            Received::Complete { kind, data } => {
+                let (header, is_raft) = match kind {
+                    StreamKind::Raft(header) => (header, true),
+                    StreamKind::State(header) => (header, false),
+                };
+                let Some((state, tables)) = split_stream(data, header.tables) else {
+                    self.stats.snapshots_refused += 1;
+                    out.push(Output::Warn(format!(
+                        "a snapshot stream from replica {from} is shorter than the {} bytes \
+                         of tables its offer announced: dropped",
+                        header.tables
+                    )));
+                    return Ok(());
+                };
+                if is_raft {
+                    self.on_raft_snapshot(from, &header.raft, tables, state, out);
+                } else {
+                    self.on_state(from, &header.raft, tables, state, out)?;
                 }
-                Ok(m) => out.push(Output::Warn(format!(
-                    "a snapshot stream from replica {from} carried a raft message of type {} \
-                     instead of a snapshot: dropped",
-                    m.msg_type
-                ))),
-                Err(e) => out.push(Output::Warn(format!(
-                    "a snapshot stream from replica {from} carried an undecodable raft \
-                     message: {e}"
-                ))),
-            },
+            }
         }
         Ok(())
+    }
+
+    /// Raft's snapshot message (`header`, without its snapshot's data `tables`) and the state
+    /// at its snapshot's position, streamed by the leader: stepped, the state held until
+    /// raft-rs hands the snapshot over to install (in this step) or refuses it.
+    fn on_raft_snapshot(
+        &mut self,
+        from: Addr,
+        header: &[u8],
+        tables: Vec<u8>,
+        state: Bytes,
+        out: &mut Vec<Action>,
+    ) {
+        match Message::decode(header) {
+            Ok(mut m) if m.msg_type == MessageType::MsgSnapshot as i32 => {
+                m.mut_snapshot().data = tables;
+                self.incoming_image = Some(Image {
+                    index: m.get_snapshot().get_metadata().index,
+                    bytes: state,
+                });
+                self.on_raft_message(from, m, out);
+            }
+            Ok(m) => out.push(Output::Warn(format!(
+                "a snapshot stream from replica {from} carried a raft message of type {} \
+                 instead of a snapshot: dropped",
+                m.msg_type
+            ))),
+            Err(e) => out.push(Output::Warn(format!(
+                "a snapshot stream from replica {from} carried an undecodable raft message: {e}"
+            ))),
+        }
     }
 
     /// A replica holds `next` bytes of a stream sent from here: more chunks, or the end (Raft
@@ -472,15 +511,17 @@ impl<S: StateMachine> Replica<S> {
         &mut self,
         from: Addr,
         header: &[u8],
-        state: Vec<u8>,
+        tables: Vec<u8>,
+        state: Bytes,
         out: &mut Vec<Action>,
     ) -> Result<(), OrderError> {
         match Snapshot::decode(header)
             .map_err(|e| e.to_string())
-            .and_then(|snap| {
+            .and_then(|mut snap| {
+                snap.data = tables;
                 let image = Image {
                     index: snap.get_metadata().index,
-                    bytes: Bytes::from(state),
+                    bytes: state,
                 };
                 self.check_snapshot(&snap, &image).map(|()| (snap, image))
             }) {
@@ -671,4 +712,12 @@ impl<S: StateMachine> Replica<S> {
 /// Queues a stream's messages.
 fn send_all(msgs: Vec<(Addr, OrderMsg)>, out: &mut Vec<Action>) {
     out.extend(msgs.into_iter().map(|(to, msg)| Output::Send { to, msg }));
+}
+
+/// A whole stream split into the state and the snapshot's data (its last `tables` bytes), or
+/// nothing if it is shorter than that.
+fn split_stream(mut data: Vec<u8>, tables: u64) -> Option<(Bytes, Vec<u8>)> {
+    let split = (data.len() as u64).checked_sub(tables)?;
+    let tables = data.split_off(split as usize);
+    Some((Bytes::from(data), tables))
 }

@@ -45,11 +45,59 @@ pub(crate) fn checksum(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)
 }
 
+/// A stream's bytes as the shared parts they lie in (a snapshot's state, then the replica's
+/// tables), sent one after the other and never joined: a chunk may span two parts.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Parts(Vec<Bytes>);
+
+impl Parts {
+    /// The stream of `parts`, in this order.
+    pub(crate) fn new(parts: impl IntoIterator<Item = Bytes>) -> Parts {
+        Parts(parts.into_iter().collect())
+    }
+
+    /// Its size in bytes.
+    fn len(&self) -> u64 {
+        self.0.iter().map(|p| p.len() as u64).sum()
+    }
+
+    /// The checksum of its bytes, as if they were one.
+    fn checksum(&self) -> u32 {
+        let mut hasher = crc32fast::Hasher::new();
+        for part in &self.0 {
+            hasher.update(part);
+        }
+        hasher.finalize()
+    }
+
+    /// A copy of bytes `from..to` (within its size).
+    fn copy(&self, from: u64, to: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(to.saturating_sub(from) as usize);
+        let mut base = 0u64;
+        for part in &self.0 {
+            let end = base + part.len() as u64;
+            if end > from && base < to {
+                let start = (from.max(base) - base) as usize;
+                let stop = (to.min(end) - base) as usize;
+                out.extend_from_slice(&part[start..stop]);
+            }
+            base = end;
+        }
+        out
+    }
+}
+
+impl From<Bytes> for Parts {
+    fn from(bytes: Bytes) -> Parts {
+        Parts(vec![bytes])
+    }
+}
+
 /// One stream being sent.
 struct Outgoing {
     stream: u64,
     kind: StreamKind,
-    data: Bytes,
+    data: Parts,
     checksum: u32,
     /// Bytes the receiver acknowledged holding, in order.
     acked: u64,
@@ -129,7 +177,7 @@ impl Senders {
         now: u64,
         to: Addr,
         kind: StreamKind,
-        data: Bytes,
+        data: Parts,
         msgs: &mut Vec<(Addr, OrderMsg)>,
     ) -> Option<Sent> {
         let stream = self.next_stream;
@@ -139,7 +187,7 @@ impl Senders {
             Outgoing {
                 stream,
                 kind,
-                checksum: checksum(&data),
+                checksum: data.checksum(),
                 data,
                 acked: 0,
                 sent: 0,
@@ -168,7 +216,7 @@ impl Senders {
             .out
             .get_mut(&from)
             .filter(|o| o.stream == stream && o.refused.is_none())?;
-        let total = o.data.len() as u64;
+        let total = o.data.len();
         if next > total {
             return None;
         }
@@ -192,7 +240,7 @@ impl Senders {
                 OrderMsg::StreamChunk {
                     stream,
                     offset: next,
-                    data: o.data[next as usize..end as usize].to_vec(),
+                    data: o.data.copy(next, end),
                 },
             ));
             return None;
@@ -300,7 +348,7 @@ impl Senders {
             OrderMsg::StreamOffer {
                 stream: o.stream,
                 kind: o.kind.clone(),
-                total: o.data.len() as u64,
+                total: o.data.len(),
                 checksum: o.checksum,
             },
         ));
@@ -314,7 +362,7 @@ impl Senders {
         };
         let chunk = limits.chunk_bytes.max(1) as u64;
         let horizon = o.acked + chunk * limits.window.max(1) as u64;
-        let total = o.data.len() as u64;
+        let total = o.data.len();
         while o.sent < total && o.sent < horizon {
             let end = (o.sent + chunk).min(total);
             msgs.push((
@@ -322,7 +370,7 @@ impl Senders {
                 OrderMsg::StreamChunk {
                     stream: o.stream,
                     offset: o.sent,
-                    data: o.data[o.sent as usize..end as usize].to_vec(),
+                    data: o.data.copy(o.sent, end),
                 },
             ));
             o.sent = end;

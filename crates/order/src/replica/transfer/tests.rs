@@ -1,4 +1,5 @@
 use super::*;
+use crate::types::StreamHeader;
 
 const SENDER: Addr = 1;
 const RECEIVER: Addr = 2;
@@ -79,8 +80,8 @@ impl Link {
         let replaced = self.senders.start(
             self.now,
             RECEIVER,
-            StreamKind::State(Vec::new()),
-            data,
+            StreamKind::State(StreamHeader::default()),
+            data.into(),
             &mut msgs,
         );
         self.sent.extend(replaced);
@@ -195,7 +196,7 @@ fn a_stream_arrives_whole_in_chunks_a_window_at_a_time() {
         link.sent,
         vec![Sent::Delivered {
             to: RECEIVER,
-            kind: StreamKind::State(Vec::new())
+            kind: StreamKind::State(StreamHeader::default())
         }]
     );
     assert!(
@@ -287,7 +288,7 @@ fn a_silent_receiver_is_given_up_on_and_a_silent_sender_forgotten() {
         link.sent,
         vec![Sent::Abandoned {
             to: RECEIVER,
-            kind: StreamKind::State(Vec::new())
+            kind: StreamKind::State(StreamHeader::default())
         }]
     );
     assert!(!link.senders.sending_to(RECEIVER));
@@ -326,7 +327,7 @@ fn a_newer_stream_replaces_an_older_and_a_stream_too_large_is_refused() {
         link.sent[0],
         Sent::Abandoned {
             to: RECEIVER,
-            kind: StreamKind::State(Vec::new())
+            kind: StreamKind::State(StreamHeader::default())
         }
     );
 
@@ -334,7 +335,7 @@ fn a_newer_stream_replaces_an_older_and_a_stream_too_large_is_refused() {
     let mut msgs = Vec::new();
     let offer = |stream, total, checksum| Offer {
         stream,
-        kind: StreamKind::State(Vec::new()),
+        kind: StreamKind::State(StreamHeader::default()),
         total,
         checksum,
     };
@@ -364,7 +365,7 @@ fn a_newer_stream_replaces_an_older_and_a_stream_too_large_is_refused() {
     assert_eq!(
         receivers.on_chunk(0, SENDER, 2, 0, b"abcd", &mut msgs),
         Received::Complete {
-            kind: StreamKind::State(Vec::new()),
+            kind: StreamKind::State(StreamHeader::default()),
             data: b"abcd".to_vec()
         }
     );
@@ -508,4 +509,25 @@ fn a_stream_that_never_progresses_ends_though_the_receiver_answers() {
         link.now > limits().give_up_ticks,
         "not for silence: it answered"
     );
+}
+
+/// A stream of several parts reads as their bytes joined: its size, its checksum and every
+/// range, including ranges that span a part's end or skip an empty part.
+#[test]
+fn a_stream_of_parts_reads_as_the_parts_joined() {
+    let a = bytes(10);
+    let b = Vec::new();
+    let c: Vec<u8> = (0..7u8).map(|x| x + 100).collect();
+    let joined = [a.clone(), b.clone(), c.clone()].concat();
+    let parts = Parts::new([a, b, c].map(Bytes::from));
+    assert_eq!(parts.len(), joined.len() as u64);
+    assert_eq!(parts.checksum(), checksum(&joined));
+    for from in 0..=joined.len() {
+        for to in from..=joined.len() {
+            assert_eq!(
+                parts.copy(from as u64, to as u64),
+                joined[from..to].to_vec()
+            );
+        }
+    }
 }
