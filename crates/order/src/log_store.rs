@@ -1,6 +1,7 @@
-//! The Raft log as raft-rs reads it: the latest snapshot, the entries after it, the hard state.
-//! Kept in memory; what must survive a crash is also written to a [`Disk`](crate::disk::Disk)
-//! by the replica.
+//! The Raft log as raft-rs reads it: the latest snapshot, the entries after it (and some before
+//! it, kept so that a replica that installed an earlier snapshot catches up from the log), the
+//! hard state. Kept in memory; what must survive a crash is also written to a
+//! [`Disk`](crate::disk::Disk) by the replica.
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
@@ -11,7 +12,9 @@ pub struct LogStore {
     hard: HardState,
     conf: ConfState,
     snapshot: Snapshot,
-    /// `entries[i].index == snapshot index + 1 + i`.
+    /// The index of the last entry compacted away (at most the snapshot's), and its term.
+    compacted: (u64, u64),
+    /// `entries[i].index == compacted index + 1 + i`.
     entries: Vec<Entry>,
 }
 
@@ -64,14 +67,15 @@ impl LogStore {
         &self.hard
     }
 
-    /// The first index held.
+    /// The first index held (at most one past the snapshot's: entries before the snapshot
+    /// may be kept).
     pub fn first(&self) -> u64 {
-        self.snapshot_index() + 1
+        self.compacted.0 + 1
     }
 
-    /// The last index held (the snapshot's if there are no entries).
+    /// The last index held (the snapshot's if there are no entries after it).
     pub fn last(&self) -> u64 {
-        self.snapshot_index() + self.entries.len() as u64
+        self.compacted.0 + self.entries.len() as u64
     }
 
     /// The entry at `index`, if held.
@@ -126,26 +130,34 @@ impl LogStore {
         self.hard.term = self.hard.term.max(meta.term);
         self.hard.commit = self.hard.commit.max(meta.index);
         self.conf = meta.get_conf_state().clone();
+        self.compacted = (meta.index, meta.term);
         self.entries.clear();
         self.snapshot = snap;
     }
 
-    /// Records a snapshot this replica took at an index it has applied, and drops the entries
-    /// up to it; later entries stay.
-    pub fn compact(&mut self, snap: Snapshot) {
+    /// Records a snapshot this replica took (or adopted) at an index it has applied, and drops
+    /// the entries up to `keep_after` (clamped to the snapshot's index); later entries stay.
+    pub fn compact(&mut self, snap: Snapshot, keep_after: u64) {
         let index = snap.get_metadata().index;
         if index <= self.snapshot_index() || index > self.last() {
             return;
         }
-        let drop = (index - self.snapshot_index()) as usize;
-        self.entries.drain(..drop);
+        let to = keep_after.clamp(self.compacted.0, index);
+        if let Some(term) = self.term_of(to) {
+            self.entries.drain(..(to - self.compacted.0) as usize);
+            self.compacted = (to, term);
+        }
         self.snapshot = snap;
     }
 
-    /// The term of the entry at `index` (or of the snapshot, at its index).
+    /// The term of the entry at `index` (or of the snapshot, at its index; or of the last
+    /// entry compacted away, at its index).
     pub fn term_of(&self, index: u64) -> Option<u64> {
         if index == self.snapshot_index() {
             return Some(self.snapshot.get_metadata().term);
+        }
+        if index == self.compacted.0 {
+            return Some(self.compacted.1);
         }
         self.entry(index).map(|e| e.term)
     }
@@ -191,7 +203,7 @@ impl Storage for LogStore {
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
-        if idx < self.snapshot_index() {
+        if idx < self.compacted.0 {
             return Err(raft::Error::Store(StorageError::Compacted));
         }
         self.term_of(idx)
@@ -261,7 +273,7 @@ mod tests {
         let mut snap = Snapshot::default();
         snap.mut_metadata().index = 2;
         snap.mut_metadata().term = 1;
-        s.compact(snap);
+        s.compact(snap, 2);
         assert_eq!((s.first(), s.last()), (3, 4));
         assert_eq!(s.term(2), Ok(1));
         assert!(s.term(1).is_err());
@@ -274,5 +286,39 @@ mod tests {
         assert!(s
             .entries(2, 4, None, GetEntriesContext::empty(false))
             .is_err());
+    }
+
+    /// A compaction may keep entries before its snapshot: they are served and their terms
+    /// known, the snapshot is the latest, and a later compaction drops them.
+    #[test]
+    fn compaction_keeps_the_entries_after_the_point_asked_for() {
+        let mut s = LogStore::new(vec![1, 2, 3]);
+        let ents: Vec<Entry> = (1..=10).map(|i| entry(i, 1 + i / 5)).collect();
+        s.append(&ents).unwrap();
+        let snap_at = |index: u64, term: u64| {
+            let mut snap = Snapshot::default();
+            snap.mut_metadata().index = index;
+            snap.mut_metadata().term = term;
+            snap
+        };
+        s.compact(snap_at(4, 1), 0);
+        s.compact(snap_at(8, 2), 4);
+        assert_eq!((s.first(), s.snapshot_index(), s.last()), (5, 8, 10));
+        assert_eq!(s.term(4), Ok(1), "the last entry compacted away");
+        assert_eq!(s.term(6), Ok(2));
+        assert!(s.term(3).is_err());
+        let served = s
+            .entries(5, 11, None, GetEntriesContext::empty(false))
+            .unwrap();
+        assert_eq!(served.first().map(|e| e.index), Some(5));
+        assert_eq!(s.snapshot(0, 2).unwrap().get_metadata().index, 8);
+        // Keeping entries past the snapshot is clamped to it.
+        s.compact(snap_at(9, 2), 20);
+        assert_eq!((s.first(), s.snapshot_index(), s.last()), (10, 9, 10));
+        assert_eq!(s.term(9), Ok(2));
+        // An install drops everything.
+        s.install(snap_at(15, 3));
+        assert_eq!((s.first(), s.last()), (16, 15));
+        assert_eq!(s.term(15), Ok(3));
     }
 }

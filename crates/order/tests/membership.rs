@@ -16,6 +16,8 @@ struct Solo {
     log: Vec<Vec<u8>>,
     written: u64,
     deliveries: Vec<Delivery>,
+    /// Messages sent, oldest first.
+    sent: Vec<(u64, OrderMsg)>,
 }
 
 impl Solo {
@@ -27,6 +29,7 @@ impl Solo {
             log,
             written: 0,
             deliveries: Vec::new(),
+            sent: Vec::new(),
         }
     }
 
@@ -45,7 +48,8 @@ impl Solo {
                     writes += 1;
                 }
                 Output::Deliver(d) => self.deliveries.push(d),
-                Output::Send { .. } | Output::Warn(_) => {}
+                Output::Send { to, msg } => self.sent.push((to, msg)),
+                Output::Warn(_) => {}
             }
         }
         if writes > 0 {
@@ -351,4 +355,113 @@ fn a_log_whose_snapshot_holds_the_state_inside_still_opens() {
         let again = Solo::open(ReplicaConfig::new(1, vec![1]), reopened.log.clone());
         assert_eq!(again.replica.snapshot_bytes(), 0, "cut at {keep}");
     }
+}
+
+/// A learner still installing a snapshot while the leader takes the next one catches up from
+/// the log afterwards: the leader keeps the entries since its previous snapshot (and their
+/// batches), so one snapshot is enough.
+#[test]
+fn a_learner_that_installs_a_snapshot_while_the_leader_takes_another_needs_only_one() {
+    use atomos_order::{Request, NO_DEADLINE};
+
+    const CLIENT: u64 = 100;
+    let mut cfg = ReplicaConfig::new(1, vec![1]);
+    cfg.snapshot_every = 10;
+    cfg.batch_max = 1;
+    cfg.snapshot_chunk_bytes = 64;
+    let mut leader = Solo::open(cfg.clone(), Vec::new());
+    leader.lead();
+    let mut seq = 0;
+    let mut submit = |leader: &mut Solo, n: u64| {
+        for _ in 0..n {
+            seq += 1;
+            let op = atomos_order::RegisterOp::Append {
+                key: "k".into(),
+                value: vec![seq as u8; 32],
+            };
+            let request = Request {
+                client: CLIENT,
+                seq,
+                payload: op.encode(),
+                deadline_ms: NO_DEADLINE,
+            };
+            leader.step(Input::Message {
+                from: CLIENT,
+                msg: OrderMsg::Request(request),
+            });
+            leader.step(Input::Request(Command::Flush));
+        }
+    };
+    submit(&mut leader, 15);
+    let add = MemberChange::AddLearner {
+        id: 2,
+        context: b"10.0.0.2:7400".to_vec(),
+    };
+    leader.ask(1, add).expect("proposed");
+    let first_snapshots = leader.replica.stats().snapshots_taken;
+    let mut learner = Solo::open(
+        ReplicaConfig {
+            id: 2,
+            replicas: Vec::new(),
+            ..cfg
+        },
+        Vec::new(),
+    );
+    // Messages between the two, delivered in order; to the learner held back while `held`.
+    let mut to_learner = std::collections::VecDeque::new();
+    let mut to_leader = std::collections::VecDeque::new();
+    // Returns the stream chunks the learner received.
+    let mut pump = |leader: &mut Solo, learner: &mut Solo, rounds: usize, held: bool| {
+        let mut chunks = 0;
+        for _ in 0..rounds {
+            leader.step(Input::Tick);
+            learner.step(Input::Tick);
+            to_learner.extend(leader.sent.drain(..).filter(|(to, _)| *to == 2));
+            to_leader.extend(learner.sent.drain(..).filter(|(to, _)| *to == 1));
+            while let Some((_, msg)) = to_leader.pop_front() {
+                leader.step(Input::Message { from: 2, msg });
+            }
+            to_learner.extend(leader.sent.drain(..).filter(|(to, _)| *to == 2));
+            if !held {
+                while let Some((_, msg)) = to_learner.pop_front() {
+                    chunks += usize::from(matches!(msg, OrderMsg::StreamChunk { .. }));
+                    learner.step(Input::Message { from: 1, msg });
+                }
+            }
+        }
+        chunks
+    };
+    // Until the snapshot's stream is under way, then the learner hears nothing for a while.
+    for _ in 0..200 {
+        let chunks = pump(&mut leader, &mut learner, 1, false);
+        if chunks > 0 || learner.replica.stats().snapshots_installed > 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        learner.replica.stats().snapshots_installed,
+        0,
+        "installed at once"
+    );
+    // Meanwhile the leader takes another snapshot.
+    submit(&mut leader, 12);
+    assert!(leader.replica.stats().snapshots_taken > first_snapshots);
+    pump(&mut leader, &mut learner, 1, true);
+    for _ in 0..2000 {
+        if learner.replica.final_next() == leader.replica.final_next() {
+            break;
+        }
+        pump(&mut leader, &mut learner, 1, false);
+    }
+    assert_eq!(
+        learner.replica.final_next(),
+        leader.replica.final_next(),
+        "the learner caught up: {}",
+        learner.replica.describe()
+    );
+    assert_eq!(
+        learner.replica.stats().snapshots_installed,
+        1,
+        "one snapshot installed, the rest from the log"
+    );
 }

@@ -557,7 +557,7 @@ impl<S: StateMachine> Replica<S> {
         self.apply_changes_in_log(self.delivery.final_next, index, out);
         self.restore_state(&snap, &image, out)?;
         self.image = image;
-        self.raft.mut_store().compact(snap);
+        self.raft.mut_store().compact(snap, index);
         // The snapshot adopted covers the changes applied above.
         self.snapshot_due = false;
         self.rewrite_disk(Write::Rewrite, out);
@@ -628,8 +628,14 @@ impl<S: StateMachine> Replica<S> {
         meta.term = term;
         meta.set_conf_state(self.raft.store().conf_state().clone());
         self.image = image;
-        self.raft.mut_store().compact(snap);
-        self.batches.forget_delivered(applied);
+        // The entries since the last snapshot stay (with their batches) until the next one:
+        // a replica that is still installing an earlier snapshot, or lagged less than that,
+        // catches up from the log rather than needing another snapshot. The first snapshot
+        // keeps none: a replica that joins has no configuration before a snapshot gives it
+        // one, so the log must not reach back to its start.
+        let keep_after = if base > 0 { base } else { applied };
+        self.raft.mut_store().compact(snap, keep_after);
+        self.batches.forget_delivered(keep_after);
         self.rewrite_disk(Write::Compact, out);
         self.snapshot_due = false;
         self.stats.snapshots_taken += 1;
@@ -649,8 +655,9 @@ impl<S: StateMachine> Replica<S> {
         if image.is_some() {
             records.push(Record::ImageFollows { index });
         }
+        // Entries kept before the snapshot are not written: a restart starts from it.
         let rest: Vec<Vec<u8>> = store
-            .entries_from(store.first())
+            .entries_from(index + 1)
             .iter()
             .map(|e| e.encode_to_vec())
             .collect();
@@ -663,10 +670,16 @@ impl<S: StateMachine> Replica<S> {
             vote: hs.vote,
             commit: hs.commit,
         });
+        // Nor are the batches of those entries.
+        let batches = &self.batches;
+        let before_snapshot = |id: &BatchId| {
+            batches.delivered.contains(id) && batches.in_log.get(id).is_some_and(|at| *at <= index)
+        };
         records.extend(
-            self.batches
+            batches
                 .held
                 .iter()
+                .filter(|(id, _)| !before_snapshot(id))
                 .map(|(id, requests)| Record::Batch {
                     id: *id,
                     requests: requests.clone(),
