@@ -5,7 +5,7 @@
 # it was added. Reports per run: the store's snapshot size, the transfer time and MiB/s, the
 # transfers the cluster acknowledged per second in the 10 s before and during the transfer, and
 # the resident memory of the leader before the add (VmRSS) and the peak resident memory (VmHWM)
-# of the leader (the sender) and of the learner.
+# of the leader (the sender) and of the learner, and how many snapshots the learner installed.
 # Usage: scripts/bench-join.sh [MIB] [RUNS]
 source "$(dirname "$0")/lib.sh"
 mib=${1:-1024}
@@ -42,7 +42,7 @@ acked() {
 peak_rss_mib() { awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null || echo "?"; }
 rss_mib() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null || echo "?"; }
 
-printf '%-4s %-10s %-10s %-9s %-12s %-12s %-9s %-14s %-14s %-14s\n' run store_MiB seconds MiB/s tx/s_before tx/s_during ratio leader_rss_MiB leader_peak_MiB learner_peak_MiB
+printf '%-4s %-10s %-10s %-9s %-12s %-12s %-9s %-14s %-14s %-16s %s\n' run store_MiB seconds MiB/s tx/s_before tx/s_during ratio leader_rss_MiB leader_peak_MiB learner_peak_MiB installs
 for run in $(seq "$runs"); do
   dir=$out/run-$run
   base=$((20000 + RANDOM % 10000))
@@ -98,13 +98,18 @@ for run in $(seq "$runs"); do
   ended=$(date +%s.%N)
   a3=$(acked)
   seconds=$(echo "$ended - $started" | bc -l)
-  bytes=$(curl -s "http://127.0.0.1:$((base + 99 + leader))/metrics" | awk '/^atomos_order_snapshot_bytes/ && !v {v = $2} END {print v}')
+  # A metric of node N (empty if it does not answer).
+  metric() { { curl -s "http://127.0.0.1:$((base + 99 + $1))/metrics" || true; } | awk -v m="$2" '$1 ~ "^"m && !v {v = $2} END {print v}'; }
+  bytes=$(metric "$leader" atomos_order_snapshot_bytes)
+  installs=$(metric 4 atomos_order_replica_snapshots_installed_total)
   store=$(echo "${bytes:-0} / 1048576" | bc)
   during=$(echo "($a3 - $a2) / $seconds" | bc)
-  printf '%-4s %-10s %-10.1f %-9.1f %-12s %-12s %-9.2f %-14s %-14s %-14s\n' "$run" "$store" "$seconds" \
+  printf '%-4s %-10s %-10.1f %-9.1f %-12s %-12s %-9.2f %-14s %-14s %-16s %s\n' "$run" "$store" "$seconds" \
     "$(echo "$store / $seconds" | bc -l)" "$before" "$during" "$(echo "$during / ($before + 0.0001)" | bc -l)" \
-    "$leader_rss" "$(peak_rss_mib "$leader_pid")" "$(peak_rss_mib "$joiner")"
+    "$leader_rss" "$(peak_rss_mib "$leader_pid")" "$(peak_rss_mib "$joiner")" "${installs:-?}"
   kill "$joiner" "$up" 2>/dev/null || true
   wait "$up" 2>/dev/null || true
   joiner=""
+  # BENCH_KEEP=DIR keeps each run's node logs there.
+  if [ -n "${BENCH_KEEP:-}" ]; then mkdir -p "$BENCH_KEEP/run-$run" && cp "$dir"/node-*.log "$BENCH_KEEP/run-$run/"; fi
 done

@@ -85,16 +85,23 @@ impl Record {
 /// Every record of a log, from the payloads the disk read back; a payload this build cannot
 /// read is an error (its checksum was good, so it is not damage the disk can explain). The
 /// payload after a [`Record::ImageFollows`] is taken raw, as a [`Record::Image`] (a marker at
-/// the log's end, its state torn off, stays: the replica reads past it).
-pub fn decode_log(payloads: &[Vec<u8>]) -> Result<Vec<Record>, OrderError> {
-    let mut records = Vec::with_capacity(payloads.len());
+/// the log's end, its state torn off, stays: the replica reads past it). Payloads given by
+/// value are taken apart without copying (a snapshot's state is moved, not copied: what a
+/// node restarting from a large log needs); borrowed ones are copied.
+pub fn decode_log<'a, P>(payloads: impl IntoIterator<Item = P>) -> Result<Vec<Record>, OrderError>
+where
+    P: Into<std::borrow::Cow<'a, [u8]>>,
+{
+    let payloads = payloads.into_iter();
+    let mut records = Vec::with_capacity(payloads.size_hint().0);
     let mut image_next = false;
     for p in payloads {
+        let p = p.into();
         if std::mem::take(&mut image_next) {
-            records.push(Record::Image(p.clone()));
+            records.push(Record::Image(p.into_owned()));
             continue;
         }
-        let record = Record::decode(p)?;
+        let record = Record::decode(&p)?;
         image_next = matches!(record, Record::ImageFollows { .. });
         records.push(record);
     }

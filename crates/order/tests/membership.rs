@@ -465,3 +465,56 @@ fn a_learner_that_installs_a_snapshot_while_the_leader_takes_another_needs_only_
         "one snapshot installed, the rest from the log"
     );
 }
+
+/// A snapshot keeps the entries since the previous one while their batches are small, and
+/// compacts up to itself after a burst of large writes (their batches would stay in memory).
+#[test]
+fn a_snapshot_keeps_the_entries_since_the_previous_one_unless_their_batches_are_large() {
+    use atomos_order::{RegisterOp, Request, NO_DEADLINE};
+
+    let mut cfg = ReplicaConfig::new(1, vec![1]);
+    cfg.snapshot_every = 10;
+    cfg.batch_max = 1;
+    let mut solo = Solo::open(cfg, Vec::new());
+    solo.lead();
+    let mut seq = 0;
+    let mut put = |solo: &mut Solo, n: u64, bytes: usize| {
+        for _ in 0..n {
+            seq += 1;
+            let op = RegisterOp::Put {
+                key: "k".into(),
+                value: vec![seq as u8; bytes],
+            };
+            let request = Request {
+                client: 100,
+                seq,
+                payload: op.encode(),
+                deadline_ms: NO_DEADLINE,
+            };
+            solo.step(Input::Message {
+                from: 100,
+                msg: OrderMsg::Request(request),
+            });
+            solo.step(Input::Request(Command::Flush));
+        }
+    };
+    let snapshot_after = |solo: &mut Solo, put: &mut dyn FnMut(&mut Solo)| {
+        let before = solo.replica.snapshot_index();
+        while solo.replica.snapshot_index() == before {
+            put(solo);
+        }
+        before
+    };
+    // The first snapshot keeps nothing.
+    snapshot_after(&mut solo, &mut |s| put(s, 1, 8));
+    let first = solo.replica.snapshot_index();
+    assert_eq!(solo.replica.log_span().0, first + 1);
+    // Small writes: the next snapshot keeps the entries since the first.
+    let previous = snapshot_after(&mut solo, &mut |s| put(s, 1, 8));
+    assert_eq!(previous, first);
+    assert_eq!(solo.replica.log_span().0, first + 1, "kept since the first");
+    // 10 writes of 256 KiB (2.5 MiB of batches, the state 256 KiB): compacted up to itself.
+    snapshot_after(&mut solo, &mut |s| put(s, 1, 256 << 10));
+    let latest = solo.replica.snapshot_index();
+    assert_eq!(solo.replica.log_span().0, latest + 1, "nothing kept");
+}

@@ -372,7 +372,8 @@ impl OrderNode {
                 let _ = events.send(Event::Disk(e));
             },
         )?;
-        let log = decode_log(&records)?;
+        // The records are moved into the log (a snapshot's state is not copied).
+        let log = decode_log(records)?;
         let replica = Replica::open(cfg.replica.clone(), log, machine)?;
         let membership = replica.membership().clone();
         if let Some(hook) = &cfg.on_membership {

@@ -17,6 +17,10 @@ use super::Replica;
 use crate::record::Record;
 use crate::types::{Action, Addr, BatchId, OrderMsg, Request, StateMachine};
 
+/// What a request holds besides its payload, in bytes (client, number, deadline), as counted
+/// towards the batches a replica keeps.
+const REQUEST_OVERHEAD: u64 = 24;
+
 /// The batches a replica holds, forms and waits for.
 #[derive(Debug, Default)]
 pub(super) struct Batches {
@@ -103,6 +107,17 @@ impl Batches {
     /// Keeps in flight only the requests `still` holds undecided (after a snapshot).
     pub(super) fn retain_in_flight(&mut self, still: impl Fn(u64, u64) -> bool) {
         self.in_flight.retain(|&(c, seq)| still(c, seq));
+    }
+
+    /// The bytes of the requests of the batches held for entries in `after + 1..=through`.
+    pub(super) fn held_bytes_between(&self, after: u64, through: u64) -> u64 {
+        self.in_log
+            .iter()
+            .filter(|(_, at)| **at > after && **at <= through)
+            .filter_map(|(id, _)| self.held.get(id))
+            .flatten()
+            .map(|r| r.payload.len() as u64 + REQUEST_OVERHEAD)
+            .sum()
     }
 
     /// Forgets the contents of delivered batches whose entries are at or before `index`: only

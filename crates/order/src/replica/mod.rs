@@ -378,6 +378,19 @@ impl<S: StateMachine> Replica<S> {
         self.raft.store().latest_snapshot().data.len() + self.image.bytes.len()
     }
 
+    /// The first and last positions of the entries this replica's log holds in memory (the
+    /// first is past the latest snapshot's position unless entries before it are kept for
+    /// replicas that catch up; see `Replica::maybe_snapshot`).
+    pub fn log_span(&self) -> (u64, u64) {
+        let store = self.raft.store();
+        (store.first(), store.last())
+    }
+
+    /// The position of the latest snapshot this replica holds (0 before the first).
+    pub fn snapshot_index(&self) -> u64 {
+        self.raft.store().snapshot_index()
+    }
+
     /// The next position to be finally delivered.
     pub fn final_next(&self) -> u64 {
         self.delivery.final_next

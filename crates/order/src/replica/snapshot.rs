@@ -29,6 +29,10 @@ use crate::types::{
     Action, Addr, BatchId, Delivery, OrderMsg, StateMachine, StreamHeader, StreamKind,
 };
 
+/// Batch bytes a snapshot always lets the entries since the previous one keep (besides a
+/// quarter of the state's size; see `Replica::maybe_snapshot`).
+const KEEP_BATCH_BYTES_MIN: u64 = 1 << 20;
+
 /// The state machine's state at a snapshot's position, as it encodes it: kept beside Raft's
 /// snapshot, shared by the disk writes and the streams that carry it.
 #[derive(Clone, Debug, Default)]
@@ -587,7 +591,9 @@ impl<S: StateMachine> Replica<S> {
 
     /// Takes a snapshot at the last finally delivered entry once `snapshot_every` entries have
     /// been delivered since the last one, or a membership change was applied; compacts the log
-    /// and rewrites the disk.
+    /// up to the previous snapshot (or, when the batches since then are larger than
+    /// [`KEEP_BATCH_BYTES_MIN`] and a quarter of the state, up to this one) and rewrites the
+    /// disk.
     pub(super) fn maybe_snapshot(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
         let applied = self.delivery.final_next - 1;
         let base = self.raft.store().snapshot_index();
@@ -630,10 +636,14 @@ impl<S: StateMachine> Replica<S> {
         self.image = image;
         // The entries since the last snapshot stay (with their batches) until the next one:
         // a replica that is still installing an earlier snapshot, or lagged less than that,
-        // catches up from the log rather than needing another snapshot. The first snapshot
-        // keeps none: a replica that joins has no configuration before a snapshot gives it
-        // one, so the log must not reach back to its start.
-        let keep_after = if base > 0 { base } else { applied };
+        // catches up from the log rather than needing another snapshot. Unless their batches
+        // are large beside the state (a burst of large writes): then a replica that needs them
+        // gets this snapshot instead. The first snapshot keeps none: a replica that joins has
+        // no configuration before a snapshot gives it one, so the log must not reach back to
+        // its start.
+        let budget = (self.image.bytes.len() as u64 / 4).max(KEEP_BATCH_BYTES_MIN);
+        let keep = base > 0 && self.batches.held_bytes_between(base, applied) <= budget;
+        let keep_after = if keep { base } else { applied };
         self.raft.mut_store().compact(snap, keep_after);
         self.batches.forget_delivered(keep_after);
         self.rewrite_disk(Write::Compact, out);

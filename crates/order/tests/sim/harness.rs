@@ -569,7 +569,7 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
     }
     let recovered = (1..=slots as NodeId)
         .map(|node| {
-            let rebuilt = decode_log(&sim.disk(node))
+            let rebuilt = decode_log(sim.disk(node))
                 .map_err(|e| e.to_string())
                 .and_then(|log| {
                     let cfg = replica_config(seed, node, setup);

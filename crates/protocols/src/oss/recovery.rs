@@ -56,7 +56,7 @@ impl OssNode {
                 _ => None,
             })
             .collect();
-        let replica = Replica::open(cfg.replica.clone(), decode_log(&order)?, Control::new())?;
+        let replica = Replica::open(cfg.replica.clone(), decode_log(order)?, Control::new())?;
         let incarnation = decoded
             .iter()
             .filter_map(|r| match r {
