@@ -518,3 +518,65 @@ fn a_snapshot_keeps_the_entries_since_the_previous_one_unless_their_batches_are_
     let latest = solo.replica.snapshot_index();
     assert_eq!(solo.replica.log_span().0, latest + 1, "nothing kept");
 }
+
+/// A snapshot stream that completes after the leader's term moved on (the leader changed while
+/// it travelled) is still installed: its entries are committed whoever sent it.
+#[test]
+fn a_snapshot_that_arrives_after_a_new_term_began_is_still_installed() {
+    use raft::eraftpb::{Message, MessageType};
+
+    let mut leader = Solo::open(ReplicaConfig::new(1, vec![1]), Vec::new());
+    leader.lead();
+    let add = MemberChange::AddLearner {
+        id: 2,
+        context: b"10.0.0.2:7400".to_vec(),
+    };
+    leader.ask(1, add).expect("proposed");
+    let mut learner = Solo::open(
+        ReplicaConfig {
+            id: 2,
+            replicas: Vec::new(),
+            ..ReplicaConfig::new(2, vec![1])
+        },
+        Vec::new(),
+    );
+    let term = leader.replica.term();
+    // The learner answers the leader's probe until the leader streams a snapshot; the stream is
+    // held back.
+    let mut stream = Vec::new();
+    for _ in 0..50 {
+        leader.step(Input::Tick);
+        for (to, msg) in std::mem::take(&mut leader.sent) {
+            match msg {
+                _ if to != 2 => {}
+                OrderMsg::StreamOffer { .. } | OrderMsg::StreamChunk { .. } => stream.push(msg),
+                msg => learner.step(Input::Message { from: 1, msg }),
+            }
+        }
+        for (_, msg) in std::mem::take(&mut learner.sent) {
+            leader.step(Input::Message { from: 2, msg });
+        }
+        if !stream.is_empty() {
+            break;
+        }
+    }
+    assert!(!stream.is_empty(), "no snapshot streamed");
+    // Meanwhile a later term began: the learner hears its leader's heartbeat.
+    let heartbeat = Message {
+        msg_type: MessageType::MsgHeartbeat as i32,
+        from: 1,
+        to: 2,
+        term: term + 1,
+        ..Default::default()
+    };
+    learner.step(Input::Message {
+        from: 1,
+        msg: OrderMsg::Raft(heartbeat.encode_to_vec()),
+    });
+    assert_eq!(learner.replica.term(), term + 1);
+    for msg in stream {
+        learner.step(Input::Message { from: 1, msg });
+    }
+    assert_eq!(learner.replica.stats().snapshots_installed, 1);
+    assert_eq!(learner.replica.membership().learners, vec![2]);
+}

@@ -184,7 +184,7 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             if kind == MessageType::MsgSnapshot {
-                // The snapshot's data goes as a stream of chunks; the message follows it.
+                // The snapshot goes as a stream of chunks, the message in its offer.
                 self.stream_raft_snapshot(m, out);
                 continue;
             }

@@ -61,14 +61,18 @@ impl Batches {
             .filter(|id| id.origin == me && !delivered.contains(id) && !in_log.contains_key(id))
             .map(|id| (*id, (BTreeSet::from([me]), 0)))
             .collect();
-        Batches {
+        let mut batches = Batches {
             held,
             delivered,
             in_log,
             next_n,
             unacked,
             ..Batches::default()
-        }
+        };
+        // Delivered batches the log holds no entry for (written before a snapshot covered
+        // them) are not needed any more.
+        batches.forget_covered(0);
+        batches
     }
 
     /// Requests taken into this replica's batches and not yet delivered or dropped.
@@ -118,6 +122,16 @@ impl Batches {
             .flatten()
             .map(|r| r.payload.len() as u64 + REQUEST_OVERHEAD)
             .sum()
+    }
+
+    /// Forgets the contents of every delivered batch that no entry after `index` holds (a
+    /// snapshot of `index` was installed or adopted): its entries are gone, and a batch that
+    /// came by dissemination while this replica's log lagged was never in it.
+    pub(super) fn forget_covered(&mut self, index: u64) {
+        self.in_log.retain(|_, at| *at > index);
+        let (delivered, in_log) = (&self.delivered, &self.in_log);
+        self.held
+            .retain(|id, _| !delivered.contains(id) || in_log.contains_key(id));
     }
 
     /// Forgets the contents of delivered batches whose entries are at or before `index`: only
@@ -362,5 +376,31 @@ impl<S: StateMachine> Replica<S> {
         self.is_leader()
             && origin != self.cfg.id
             && self.quorum(&BTreeSet::from([self.cfg.id, origin]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u64) -> BatchId {
+        BatchId { origin: 1, n }
+    }
+
+    /// After a snapshot of 10 is installed, only batches still needed stay: undelivered ones
+    /// and those an entry after 10 holds, not a delivered one that came by dissemination and
+    /// was never in this replica's log.
+    #[test]
+    fn a_snapshot_installed_forgets_every_delivered_batch_no_later_entry_holds() {
+        let held = (1..=4).map(|n| (id(n), Vec::new())).collect();
+        let delivered = [1, 2, 4].map(id).into_iter().collect();
+        let in_log = [(id(1), 5), (id(4), 12)].into_iter().collect();
+        let mut batches = Batches::new(2, held, delivered, in_log, 100);
+        batches.forget_covered(10);
+        assert_eq!(
+            batches.held.keys().copied().collect::<Vec<_>>(),
+            [3, 4].map(id)
+        );
+        assert_eq!(batches.in_log.keys().copied().collect::<Vec<_>>(), [id(4)]);
     }
 }

@@ -29,8 +29,9 @@ use crate::types::{
     Action, Addr, BatchId, Delivery, OrderMsg, StateMachine, StreamHeader, StreamKind,
 };
 
-/// Batch bytes a snapshot always lets the entries since the previous one keep (besides a
-/// quarter of the state's size; see `Replica::maybe_snapshot`).
+/// Batch bytes a snapshot always lets the entries since the previous one keep: they keep
+/// them while their batches hold at most this or a quarter of the state's size, whichever is
+/// larger (see `Replica::maybe_snapshot`).
 const KEEP_BATCH_BYTES_MIN: u64 = 1 << 20;
 
 /// The state machine's state at a snapshot's position, as it encodes it: kept beside Raft's
@@ -220,8 +221,7 @@ impl<S: StateMachine> Replica<S> {
         let clients = &self.clients;
         self.batches
             .retain_in_flight(|client, seq| !clients.decided(client, seq));
-        self.batches.forget_delivered(index);
-        self.batches.in_log.retain(|_, at| *at > index);
+        self.batches.forget_covered(index);
         self.delivery.skip_to(index, data.log_time);
         self.stats.snapshots_installed += 1;
         out.push(Output::Deliver(Delivery::Installed { seq: index }));
@@ -424,6 +424,17 @@ impl<S: StateMachine> Replica<S> {
                     index: m.get_snapshot().get_metadata().index,
                     bytes: state,
                 });
+                let (term, leader) = (self.raft.raft.term, self.raft.raft.leader_id);
+                let mut from = from;
+                if m.term < term && leader != raft::INVALID_ID && leader != self.cfg.id {
+                    // The leader changed while the snapshot travelled, and raft-rs ignores a
+                    // message of an earlier term: the whole transfer would be lost (at 1 GiB,
+                    // under elections, five in a row were). A snapshot holds only committed
+                    // entries, the same whichever leader took it, so it is taken as if the
+                    // current leader had sent it; raft-rs answers that leader, which goes on
+                    // from the snapshot's position.
+                    (m.term, m.from, from) = (term, leader, leader);
+                }
                 self.on_raft_message(from, m, out);
             }
             Ok(m) => out.push(Output::Warn(format!(
@@ -683,7 +694,7 @@ impl<S: StateMachine> Replica<S> {
         // Nor are the batches of those entries.
         let batches = &self.batches;
         let before_snapshot = |id: &BatchId| {
-            batches.delivered.contains(id) && batches.in_log.get(id).is_some_and(|at| *at <= index)
+            batches.delivered.contains(id) && batches.in_log.get(id).is_none_or(|at| *at <= index)
         };
         records.extend(
             batches
