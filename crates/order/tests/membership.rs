@@ -580,3 +580,47 @@ fn a_snapshot_that_arrives_after_a_new_term_began_is_still_installed() {
     assert_eq!(learner.replica.stats().snapshots_installed, 1);
     assert_eq!(learner.replica.membership().learners, vec![2]);
 }
+
+/// A replica whose log holds committed entries whose batches it lacks (catching up from the
+/// log) asks for all of them at once, not one round trip per entry.
+#[test]
+fn a_replica_catching_up_asks_for_the_batches_of_many_entries_at_once() {
+    use atomos_order::BatchId;
+    use raft::eraftpb::{Entry, Message, MessageType};
+
+    let mut follower = Solo::open(ReplicaConfig::new(2, vec![1, 2, 3]), Vec::new());
+    let entries: Vec<Entry> = (1..=5u64)
+        .map(|n| Entry {
+            index: n,
+            term: 1,
+            data: postcard::to_stdvec(&BatchId { origin: 1, n }).expect("encodes"),
+            ..Default::default()
+        })
+        .collect();
+    let append = Message {
+        msg_type: MessageType::MsgAppend as i32,
+        from: 1,
+        to: 2,
+        term: 1,
+        log_term: 0,
+        index: 0,
+        commit: 5,
+        entries,
+        ..Default::default()
+    };
+    follower.step(Input::Message {
+        from: 1,
+        msg: OrderMsg::Raft(append.encode_to_vec()),
+    });
+    let mut asked: Vec<u64> = follower
+        .sent
+        .iter()
+        .filter_map(|(_, m)| match m {
+            OrderMsg::FetchBatch { id } => Some(id.n),
+            _ => None,
+        })
+        .collect();
+    asked.sort_unstable();
+    asked.dedup();
+    assert_eq!(asked, vec![1, 2, 3, 4, 5]);
+}

@@ -88,12 +88,35 @@ impl Deliveries {
     }
 }
 
+/// How many committed entries past a missing batch a replica asks for the batches of at once.
+const FETCH_AHEAD: u64 = 128;
+
 impl<S: StateMachine> Replica<S> {
     /// Delivers what the log and the batches here allow: optimistically, then finally.
     pub(super) fn deliver(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
         self.deliver_optimistically(out);
         self.deliver_finally(out);
         self.maybe_snapshot(out)
+    }
+
+    /// Asks for the batches of the committed entries after `seq` (up to [`FETCH_AHEAD`]) that
+    /// are not here: a replica catching up from the log (a learner after its snapshot, whose
+    /// inbox overflowed while it installed it) would otherwise wait a round trip per entry.
+    fn want_ahead(&mut self, seq: u64, out: &mut Vec<Action>) {
+        let store = self.raft.store();
+        let through = self
+            .delivery
+            .commit
+            .min(store.last())
+            .min(seq + FETCH_AHEAD);
+        let batches = &self.batches;
+        let missing: Vec<BatchId> = (seq + 1..=through)
+            .filter_map(|i| store.entry(i).and_then(entry_batch))
+            .filter(|id| !batches.held.contains_key(id) && !batches.delivered.contains(id))
+            .collect();
+        for id in missing {
+            self.want(id, out);
+        }
     }
 
     fn deliver_optimistically(&mut self, out: &mut Vec<Action>) {
@@ -123,6 +146,7 @@ impl<S: StateMachine> Replica<S> {
                             d.missing = Some((id, self.ticks));
                         }
                         self.want(id, out);
+                        self.want_ahead(seq, out);
                         break;
                     }
                 },
