@@ -520,9 +520,9 @@ impl<S: StateMachine> Replica<S> {
         )));
     }
 
-    /// A snapshot (`header`) and the state at its position (`state`) another replica streamed
-    /// because this one asked: adopted if they decode.
-    pub(super) fn on_state(
+    /// A snapshot (`header`, without its data `tables`) and the state at its position
+    /// (`state`) another replica streamed because this one asked: adopted if they decode.
+    fn on_state(
         &mut self,
         from: Addr,
         header: &[u8],
