@@ -519,6 +519,61 @@ fn a_snapshot_keeps_the_entries_since_the_previous_one_unless_their_batches_are_
     assert_eq!(solo.replica.log_span().0, latest + 1, "nothing kept");
 }
 
+/// A large state is not rewritten for a few small entries: a snapshot waits until the log
+/// since the last one holds an eighth of the state (and `snapshot_every` entries).
+#[test]
+fn a_large_state_snapshots_once_the_log_holds_an_eighth_of_it() {
+    use atomos_order::{RegisterOp, Request, NO_DEADLINE};
+
+    let mut cfg = ReplicaConfig::new(1, vec![1]);
+    cfg.snapshot_every = 10;
+    cfg.batch_max = 1;
+    let mut solo = Solo::open(cfg, Vec::new());
+    solo.lead();
+    let mut seq = 0;
+    let mut put = |solo: &mut Solo, key: &str, bytes: usize| {
+        seq += 1;
+        let op = RegisterOp::Put {
+            key: key.into(),
+            value: vec![seq as u8; bytes],
+        };
+        let request = Request {
+            client: 100,
+            seq,
+            payload: op.encode(),
+            deadline_ms: NO_DEADLINE,
+        };
+        solo.step(Input::Message {
+            from: 100,
+            msg: OrderMsg::Request(request),
+        });
+        solo.step(Input::Request(Command::Flush));
+    };
+    // A state of 1 MiB, snapshotted (the first snapshot has no state to weigh the log against).
+    put(&mut solo, "big", 1 << 20);
+    while solo.replica.snapshot_index() == 0 {
+        put(&mut solo, "k", 8);
+    }
+    let first = solo.replica.snapshot_index();
+    // 100 small writes (10 entries would have been enough before): no snapshot.
+    for _ in 0..100 {
+        put(&mut solo, "k", 8);
+    }
+    assert_eq!(
+        solo.replica.snapshot_index(),
+        first,
+        "no snapshot for 100 small entries"
+    );
+    // 128 KiB of log at about 140 bytes an entry: fewer than 1,000 entries.
+    let mut entries = 100;
+    while solo.replica.snapshot_index() == first {
+        put(&mut solo, "k", 8);
+        entries += 1;
+        assert!(entries < 1_000, "no snapshot after {entries} entries");
+    }
+    assert!(entries > 800, "a snapshot after only {entries} entries");
+}
+
 /// A snapshot stream that completes after the leader's term moved on (the leader changed while
 /// it travelled) is still installed: its entries are committed whoever sent it.
 #[test]

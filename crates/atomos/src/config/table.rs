@@ -346,8 +346,9 @@ pub static SETTINGS: [Setting; 35] = [
         key: "order_snapshot_every",
         kind: Kind::Integer,
         readers: Readers::Snapshots,
-        meaning: "The order replica snapshots its state and compacts its log every this many \
-                  final deliveries (at least 1).",
+        meaning: "The order replica snapshots its state and compacts its log once this many \
+                  final deliveries (at least 1) since the last snapshot hold an eighth of the \
+                  state's size (a large state is not rewritten for a few entries).",
         default_note: None,
         apply: |s, name, raw| {
             s.order_snapshot_every = number_in(name, raw.text(), 1..=u64::MAX, "entries")?;

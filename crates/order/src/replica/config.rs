@@ -23,7 +23,8 @@ pub struct ReplicaConfig {
     pub heartbeat_ticks: usize,
     /// Unacknowledged batches, unordered proposals and missing batches are retried this often.
     pub retry_ticks: u64,
-    /// A snapshot is taken (and the log compacted) every this many finally delivered entries.
+    /// A snapshot is taken (and the log compacted) once this many entries were finally
+    /// delivered since the last one and they hold an eighth of the state's size.
     pub snapshot_every: u64,
     /// Append messages in flight per follower (pipelining).
     pub max_inflight: usize,

@@ -53,7 +53,15 @@ pub(super) struct Deliveries {
     pub(super) commit: u64,
     /// The batch the next optimistic delivery waits for, and since when.
     pub(super) missing: Option<(BatchId, u64)>,
+    /// What the log holds past the replica's latest snapshot, in bytes as estimated at final
+    /// delivery (requests' payloads and [`ENTRY_BYTES`] per entry): a snapshot rewrites the
+    /// whole state, so it waits until the log is worth compacting.
+    pub(super) since_snapshot_bytes: u64,
 }
+
+/// What one entry costs in a replica's log and memory besides its requests' payloads (Raft's
+/// entry, the batch's bookkeeping), as [`Deliveries::since_snapshot_bytes`] counts it.
+pub(super) const ENTRY_BYTES: u64 = 128;
 
 impl Deliveries {
     /// Deliveries resuming after position `base` (a snapshot's, or 0), whose log time was
@@ -68,6 +76,7 @@ impl Deliveries {
             final_time: time,
             commit,
             missing: None,
+            since_snapshot_bytes: 0,
         }
     }
 
@@ -80,6 +89,7 @@ impl Deliveries {
         self.final_time = time;
         self.opt_time = time;
         self.commit = self.commit.max(index);
+        self.since_snapshot_bytes = 0;
     }
 
     /// Whether `id` was delivered optimistically at a position not yet final.
@@ -198,6 +208,8 @@ impl<S: StateMachine> Replica<S> {
             for &(client, seq) in &p.expired {
                 self.finish_request(client, seq, Last::Expired, out);
             }
+            let payloads: usize = p.requests.iter().map(|r| r.payload.len()).sum();
+            self.delivery.since_snapshot_bytes += ENTRY_BYTES + payloads as u64;
             for (index, r) in p.requests.iter().enumerate() {
                 let response = self.machine.apply_final(seq, index as u32, r);
                 self.finish_request(r.client, r.seq, Last::Answered(response), out);

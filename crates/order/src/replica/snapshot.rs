@@ -34,6 +34,11 @@ use crate::types::{
 /// larger (see `Replica::maybe_snapshot`).
 const KEEP_BATCH_BYTES_MIN: u64 = 1 << 20;
 
+/// A snapshot is taken once the log since the last one holds at least the state's size over
+/// this (and `snapshot_every` entries): the log then costs at most an eighth of the state in
+/// memory, and rewriting the state costs at most eight bytes per byte the log took in.
+const STATE_PER_LOG_BYTE: u64 = 8;
+
 /// The state machine's state at a snapshot's position, as it encodes it: kept beside Raft's
 /// snapshot, shared by the disk writes and the streams that carry it.
 #[derive(Clone, Debug, Default)]
@@ -601,7 +606,8 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Takes a snapshot at the last finally delivered entry once `snapshot_every` entries have
-    /// been delivered since the last one, or a membership change was applied; compacts the log
+    /// been delivered since the last one and they hold an eighth of the state's size (see
+    /// [`STATE_PER_LOG_BYTE`]), or a membership change was applied; compacts the log
     /// up to the previous snapshot (or, when the batches since then are larger than
     /// [`KEEP_BATCH_BYTES_MIN`] and a quarter of the state, up to this one) and rewrites the
     /// disk.
@@ -609,7 +615,12 @@ impl<S: StateMachine> Replica<S> {
         let applied = self.delivery.final_next - 1;
         let base = self.raft.store().snapshot_index();
         let due = self.snapshot_due && applied > base;
-        if !due && applied < base + self.cfg.snapshot_every.max(1) {
+        let counted = applied >= base + self.cfg.snapshot_every.max(1);
+        // Every snapshot encodes and writes the whole state: a large state waits until the log
+        // since the last one is worth it, rather than rewriting a GiB for a few entries.
+        let worth = self.delivery.since_snapshot_bytes
+            >= self.image.bytes.len() as u64 / STATE_PER_LOG_BYTE;
+        if !due && (!counted || !worth) {
             return Ok(());
         }
         let Some(term) = self.raft.store().term_of(applied) else {
@@ -659,6 +670,7 @@ impl<S: StateMachine> Replica<S> {
         self.batches.forget_delivered(keep_after);
         self.rewrite_disk(Write::Compact, out);
         self.snapshot_due = false;
+        self.delivery.since_snapshot_bytes = 0;
         self.stats.snapshots_taken += 1;
         Ok(())
     }
