@@ -43,7 +43,8 @@ pub use key::Key;
 pub use linked::{Deferred, LinkBase};
 pub use nesting::Step;
 pub use ordered::{
-    Certification, Certifier, CertifyError, LockOutcome, SnapshotObject, SnapshotObjectRef, Verdict,
+    Certification, Certifier, CertifyError, LockOutcome, PinnedView, SnapshotObject,
+    SnapshotObjectRef, Verdict,
 };
 pub use procedure::{
     decode_result, encode_arguments, Procedure, ProcedureKind, Procedures, RegisterError,

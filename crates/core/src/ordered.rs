@@ -19,7 +19,7 @@ use crate::cell::{decode, owner_word, Cell, LockState};
 use crate::engine::Engine;
 use crate::error::TxError;
 use crate::key::Key;
-use crate::tx::Mode;
+use crate::tx::{Mode, TxState};
 use crate::version::OwnedVersion;
 
 /// How long a caller waits for its own replica to apply a position the log already decided
@@ -227,39 +227,21 @@ impl Engine {
     ) -> Result<R, String> {
         let mut st = self.take_state();
         st.begin(self, Mode::ReadOnly);
-        let mut versions = Vec::new();
-        self.store.for_each(|key, cell| {
-            if let Some(v) = st.snapshot_version(self, cell) {
-                versions.push((key.clone(), v));
-            }
-        });
-        versions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut objects = Vec::with_capacity(versions.len());
-        let mut failed = None;
-        for (key, v) in versions {
-            // SAFETY: the attempt's published start keeps the version alive until it ends,
-            // after `f` returned.
-            let v = unsafe { &*v };
-            if v.ts == 0 {
-                // Reset to never written by an installed snapshot.
-                continue;
-            }
-            match v.encoded() {
-                Ok(bytes) => objects.push((key, v.ts, bytes)),
-                Err(e) => {
-                    failed = Some(format!("object {key}: {e}"));
-                    break;
-                }
-            }
-        }
-        let result = match failed {
-            None => Ok(f(&objects)),
-            Some(e) => Err(e),
-        };
-        drop(objects);
+        let result = objects_seen(self, &mut st, f);
         st.end_attempt();
         self.put_state(st);
         result
+    }
+
+    /// A view of the engine's objects as they are now, which the applier does not change:
+    /// see [`PinnedView`].
+    pub fn pin(self: &std::sync::Arc<Self>) -> PinnedView {
+        let mut st = self.take_state();
+        st.begin(self, Mode::ReadOnly);
+        PinnedView {
+            engine: self.clone(),
+            st: Some(st),
+        }
     }
 
     /// Makes the engine's objects those of a snapshot taken at log position `position`
@@ -351,5 +333,78 @@ fn free_version(cell: &Cell) -> u64 {
             return v;
         }
         std::hint::spin_loop();
+    }
+}
+
+/// The objects `st`'s attempt sees, at their versions, in key order, handed to `f` as
+/// [`Engine::with_snapshot_objects`] says.
+fn objects_seen<R>(
+    engine: &Engine,
+    st: &mut TxState,
+    f: impl FnOnce(&[SnapshotObjectRef<'_>]) -> R,
+) -> Result<R, String> {
+    let mut versions = Vec::new();
+    engine.store.for_each(|key, cell| {
+        if let Some(v) = st.snapshot_version(engine, cell) {
+            versions.push((key.clone(), v));
+        }
+    });
+    versions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut objects = Vec::with_capacity(versions.len());
+    for (key, v) in versions {
+        // SAFETY: the attempt's published start keeps the version alive until it ends, after
+        // this returns.
+        let v = unsafe { &*v };
+        if v.ts == 0 {
+            // Reset to never written by an installed snapshot.
+            continue;
+        }
+        match v.encoded() {
+            Ok(bytes) => objects.push((key, v.ts, bytes)),
+            Err(e) => return Err(format!("object {key}: {e}")),
+        }
+    }
+    Ok(f(&objects))
+}
+
+/// The engine's objects as they were when [`Engine::pin`] was called: the applier goes on
+/// installing newer versions, and the view keeps every version it sees alive until it is
+/// dropped. It may be read on another thread (a replica's snapshot is encoded off its
+/// applier this way), and read more than once: it always sees the same objects.
+pub struct PinnedView {
+    engine: std::sync::Arc<Engine>,
+    /// The read-only attempt whose published start pins the view (taken on drop).
+    st: Option<Box<TxState>>,
+}
+
+// SAFETY: the view owns its attempt's state and is the only one to use it; the state's slot is
+// shared through an `Arc` of atomics, and what the attempt reads is reached through versions
+// its published start keeps alive whichever thread reads them.
+unsafe impl Send for PinnedView {}
+
+impl PinnedView {
+    /// The engine's clock the view was taken at: it sees every version up to it.
+    pub fn clock(&self) -> u64 {
+        self.st.as_ref().map_or(0, |st| st.ub)
+    }
+
+    /// Hands the objects the view sees to `f`, as [`Engine::with_snapshot_objects`] does.
+    pub fn with_objects<R>(
+        &mut self,
+        f: impl FnOnce(&[SnapshotObjectRef<'_>]) -> R,
+    ) -> Result<R, String> {
+        match self.st.as_mut() {
+            Some(st) => objects_seen(&self.engine, st, f),
+            None => Err("the view was released".into()),
+        }
+    }
+}
+
+impl Drop for PinnedView {
+    fn drop(&mut self) {
+        if let Some(mut st) = self.st.take() {
+            st.end_attempt();
+            self.engine.put_state(st);
+        }
     }
 }

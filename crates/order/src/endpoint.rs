@@ -43,6 +43,14 @@ pub enum EndpointRequest {
         /// The change.
         change: MemberChange,
     },
+    /// The state the replica asked to have encoded at `seq` ([`Delivery::EncodeSnapshot`]),
+    /// encoded ([`Command::SnapshotEncoded`]).
+    SnapshotEncoded {
+        /// The position.
+        seq: u64,
+        /// The state machine's state there.
+        state: Vec<u8>,
+    },
 }
 
 /// How a submission ended.
@@ -338,6 +346,10 @@ impl<S: StateMachine> Machine for Endpoint<S> {
             }
             Input::Request(EndpointRequest::ChangeMembership { ticket, change }) => {
                 let command = Command::ChangeMembership { ticket, change };
+                self.step_replica(now, Input::Request(command), out)?
+            }
+            Input::Request(EndpointRequest::SnapshotEncoded { seq, state }) => {
+                let command = Command::SnapshotEncoded { seq, state };
                 self.step_replica(now, Input::Request(command), out)?
             }
             Input::Persisted { through } => {

@@ -38,6 +38,6 @@ pub use record::{decode_log, Record};
 pub use register::{Register, RegisterOp};
 pub use replica::{Command, Input, OrderStats, PlantedBug, Replica, ReplicaConfig};
 pub use types::{
-    Action, Addr, BatchId, Delivery, OrderMsg, Request, RequestWithoutDeadline, StateMachine,
-    StreamHeader, StreamKind, NO_DEADLINE,
+    Action, Addr, BatchId, Delivery, EncodeJob, OrderMsg, Request, RequestWithoutDeadline,
+    SnapshotJob, StateMachine, StreamHeader, StreamKind, NO_DEADLINE,
 };

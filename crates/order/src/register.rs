@@ -52,6 +52,8 @@ pub struct Register {
     /// Final requests that matched their optimistic delivery, and those that did not.
     matched: u64,
     mismatched: u64,
+    /// Snapshots are encoded off the replica's thread ([`Register::encoding_later`]).
+    later: bool,
 }
 
 impl PartialEq for Register {
@@ -66,6 +68,16 @@ impl Register {
     /// Empty registers.
     pub fn new() -> Register {
         Register::default()
+    }
+
+    /// Empty registers whose snapshots the host encodes off the replica's thread, as the
+    /// replicated store's are (see [`StateMachine::snapshot_later`]): the values are copied
+    /// when the snapshot is asked for and encoded by the job.
+    pub fn encoding_later() -> Register {
+        Register {
+            later: true,
+            ..Register::default()
+        }
     }
 
     /// The value of `key`.
@@ -133,6 +145,16 @@ impl StateMachine for Register {
 
     fn snapshot(&self) -> Vec<u8> {
         postcard::to_stdvec(&(&self.values, self.applied)).unwrap_or_default()
+    }
+
+    fn snapshot_later(&self) -> Option<crate::SnapshotJob> {
+        if !self.later {
+            return None;
+        }
+        let (values, applied) = (self.values.clone(), self.applied);
+        Some(Box::new(move || {
+            postcard::to_stdvec(&(&values, applied)).unwrap_or_default()
+        }))
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {

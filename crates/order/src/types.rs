@@ -1,6 +1,7 @@
 //! What the order layer carries: requests, batches, messages, and what it delivers.
 
 use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
 
 use crate::membership::{ChangeRefused, Membership};
 
@@ -264,6 +265,16 @@ pub enum Delivery {
         /// Where it was proposed, or why not.
         result: Result<u64, ChangeRefused>,
     },
+    /// The state machine's state at position `seq`, for the replica's next snapshot: the host
+    /// runs the job (off the replica's thread: the state is pinned, the replica goes on) and
+    /// hands the bytes back with [`crate::Command::SnapshotEncoded`]. A host that never does
+    /// leaves the replica without new snapshots (its log is not compacted).
+    EncodeSnapshot {
+        /// The position.
+        seq: u64,
+        /// What encodes it.
+        job: EncodeJob,
+    },
     /// Applying entry `seq`, the state machine found something an operator must hear of (for
     /// the replicated store: its state differs from another replica's at the same position).
     Alarm {
@@ -276,6 +287,41 @@ pub enum Delivery {
 
 /// What a replica asks its driver to do: send, persist (before what follows), deliver.
 pub type Action = atomos_seam::Output<OrderMsg, Delivery>;
+
+/// A state machine's snapshot to encode off its thread (see [`StateMachine::snapshot_later`]).
+pub type SnapshotJob = Box<dyn FnOnce() -> Vec<u8> + Send>;
+
+/// A [`SnapshotJob`] handed to a host in a [`Delivery::EncodeSnapshot`]: whoever takes it
+/// first runs it (copies of the delivery share it). Deliveries compare equal when they share
+/// the job.
+#[derive(Clone)]
+pub struct EncodeJob(Arc<Mutex<Option<SnapshotJob>>>);
+
+impl EncodeJob {
+    /// The job, to hand to a host.
+    pub fn new(job: SnapshotJob) -> EncodeJob {
+        EncodeJob(Arc::new(Mutex::new(Some(job))))
+    }
+
+    /// The job, unless taken before.
+    pub fn take(&self) -> Option<SnapshotJob> {
+        self.0.lock().map_or(None, |mut job| job.take())
+    }
+}
+
+impl std::fmt::Debug for EncodeJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EncodeJob")
+    }
+}
+
+impl PartialEq for EncodeJob {
+    fn eq(&self, other: &EncodeJob) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for EncodeJob {}
 
 /// A replicated state machine: applies finally delivered requests in order, and can be saved
 /// into and restored from a snapshot. Must be deterministic.
@@ -313,6 +359,12 @@ pub trait StateMachine {
     }
     /// The whole state, encoded.
     fn snapshot(&self) -> Vec<u8>;
+    /// The whole state as it is now, to be encoded by the job (on another thread, while the
+    /// machine goes on applying): the job returns what [`StateMachine::snapshot`] would have
+    /// returned now. Default: `None`, and the replica encodes the state in its step.
+    fn snapshot_later(&self) -> Option<SnapshotJob> {
+        None
+    }
     /// Replaces the state with a snapshot's. On an error the state is unchanged.
     fn restore(&mut self, data: &[u8]) -> Result<(), String>;
     /// Whether `restore(data)` would succeed, changing nothing: a snapshot from a peer is

@@ -154,10 +154,11 @@ fn deadlines_are_decided_by_the_log_alone() {
 /// differ run different requests), snapshot streams taken in arrival order without their
 /// checksum (a replica then adopts a state that is not the sender's), and batch quorums
 /// counted among the founding replicas after members were replaced (batches are ordered that
-/// too few current voters hold, or none at all).
+/// too few current voters hold, or none at all), and a snapshot encoded off the replica's step
+/// taken at the position reached when it came back (the entries between are lost).
 #[test]
 fn planted_bugs_are_caught() {
-    let bugs: [(PlantedBug, Setup); 5] = [
+    let bugs: [(PlantedBug, Setup); 6] = [
         (PlantedBug::FinalBeforeCommit, Setup::new(10_000)),
         (PlantedBug::UncheckedStream, Setup::new(5)),
         (
@@ -169,6 +170,7 @@ fn planted_bugs_are_caught() {
         ),
         (PlantedBug::ExpireByOwnClock, Setup::deadlines(10_000)),
         (PlantedBug::FoundingQuorum, Setup::membership(10_000)),
+        (PlantedBug::SnapshotWhereEncoded, Setup::new(5)),
     ];
     for (bug, setup) in bugs {
         let setup = Setup {

@@ -408,6 +408,7 @@ impl OrderNode {
                 opt_at: BTreeMap::new(),
                 counters_due: Instant::now(),
                 reported: Default::default(),
+                events: tx.clone(),
             },
         };
         let health = cfg.health.clone().unwrap_or_default();

@@ -112,6 +112,11 @@ pub(super) enum Event {
         change: MemberChange,
         reply: oneshot::Sender<Result<u64, ChangeRefused>>,
     },
+    /// The state the replica asked to have encoded at `seq`, encoded off its task.
+    SnapshotEncoded {
+        seq: u64,
+        state: Vec<u8>,
+    },
 }
 
 /// The log's time for a request that may be ordered for `limit` from now: milliseconds since

@@ -120,6 +120,28 @@ pub(super) struct OrderIo {
     pub(super) counters_due: Instant,
     /// When each peer's refused sends were last reported in the log.
     pub(super) reported: super::refused_sends::Reported,
+    /// The task's own inbox: a snapshot encoded on a thread of its own comes back through it.
+    pub(super) events: mpsc::UnboundedSender<Event>,
+}
+
+impl OrderIo {
+    /// Runs the job encoding the state at `seq` on a thread of its own (the replica's task goes
+    /// on applying: the state is pinned), and hands the bytes back to the task.
+    fn encode_snapshot(&self, seq: u64, job: atomos_order::SnapshotJob) {
+        let events = self.events.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("snapshot-{}", self.me))
+            .spawn(move || {
+                let state = job();
+                let _ = events.send(Event::SnapshotEncoded { seq, state });
+            });
+        if let Err(e) = spawned {
+            warn!(
+                node = self.me,
+                seq, "no snapshot taken: no thread to encode it: {e}"
+            );
+        }
+    }
 }
 
 impl<S: StateMachine> Carry<Endpoint<S>> for OrderIo {
@@ -142,6 +164,11 @@ impl<S: StateMachine> Carry<Endpoint<S>> for OrderIo {
         };
         let shared = &self.shared;
         match &d {
+            Delivery::EncodeSnapshot { seq, job } => {
+                if let Some(job) = job.take() {
+                    self.encode_snapshot(*seq, job);
+                }
+            }
             Delivery::Opt { seq, .. } => {
                 self.opt_at.insert(*seq, Instant::now());
                 shared.opt_delivered.fetch_add(1, Ordering::Relaxed);
@@ -230,6 +257,12 @@ impl<S: StateMachine> Task<S> {
                 self.runner.durable(through, &mut self.io)?;
             }
             Event::Disk(DiskEvent::Failed(e)) => return Err(e.into()),
+            Event::SnapshotEncoded { seq, state } => {
+                self.step(Input::Request(EndpointRequest::SnapshotEncoded {
+                    seq,
+                    state,
+                }))?;
+            }
             Event::ChangeMembership { change, reply } => {
                 let ticket = self.io.waiters.add_change();
                 self.io.changes.insert(ticket, reply);

@@ -69,6 +69,10 @@ pub enum PlantedBug {
     /// configuration in the log: once members are replaced, a batch is ordered that too few
     /// of the current voters hold, or none is ordered at all.
     FoundingQuorum,
+    /// Take a snapshot whose state was encoded off the replica's step at the position the
+    /// replica reached when the bytes came back, not at the one the state was pinned at: the
+    /// entries between are then missing from a state restored from it.
+    SnapshotWhereEncoded,
 }
 
 impl ReplicaConfig {
@@ -112,6 +116,14 @@ pub enum Command {
         ticket: u64,
         /// The change.
         change: MemberChange,
+    },
+    /// The state the replica asked for with [`crate::Delivery::EncodeSnapshot`] at `seq`,
+    /// encoded: the replica takes its snapshot there (unless a later one was installed since).
+    SnapshotEncoded {
+        /// The position.
+        seq: u64,
+        /// The state machine's state there.
+        state: Vec<u8>,
     },
 }
 

@@ -195,7 +195,8 @@ impl<S: StateMachine> Replica<S> {
             | Some(
                 PlantedBug::ExpireByOwnClock
                 | PlantedBug::UncheckedStream
-                | PlantedBug::FoundingQuorum,
+                | PlantedBug::FoundingQuorum
+                | PlantedBug::SnapshotWhereEncoded,
             ) => d.commit.min(self.disk.durable_index()),
         };
         while self.delivery.final_next <= committed

@@ -81,6 +81,9 @@ pub struct Replica<S> {
     snapshot_due: bool,
     /// The state machine's state at the latest snapshot's position.
     image: Image,
+    /// A snapshot taken but for the state machine's state, which the host is encoding (see
+    /// `Replica::maybe_snapshot`).
+    encoding: Option<Snapshot>,
     /// The state streamed with a Raft snapshot message, until raft-rs hands the snapshot over
     /// to install (in the step that brought it) or refuses it.
     incoming_image: Option<Image>,
@@ -296,6 +299,7 @@ impl<S: StateMachine> Replica<S> {
             members,
             snapshot_due: false,
             image: held,
+            encoding: None,
             incoming_image: None,
             rewrite_first: torn_install,
             // Stream numbers of this start: drawn from its seed and where its log stands (a
@@ -604,6 +608,9 @@ impl<S: StateMachine> Machine for Replica<S> {
             Input::Request(Command::Flush) => self.seal_due(true, out),
             Input::Request(Command::ChangeMembership { ticket, change }) => {
                 self.change_membership(ticket, change, out)
+            }
+            Input::Request(Command::SnapshotEncoded { seq, state }) => {
+                self.on_snapshot_encoded(seq, state, out)
             }
             Input::Message { from, msg } => self.on_message(from, msg, out)?,
             // Writes are ordered before what depends on them; nothing waits for this.

@@ -20,13 +20,14 @@ use serde::{Deserialize, Serialize};
 use atomos_seam::{Bytes, Output, Write};
 
 use super::clients::Last;
+use super::config::PlantedBug;
 use super::transfer::{Offer, Parts, Received, Sent};
 use super::Replica;
 use crate::error::OrderError;
 use crate::membership::Membership;
 use crate::record::Record;
 use crate::types::{
-    Action, Addr, BatchId, Delivery, OrderMsg, StateMachine, StreamHeader, StreamKind,
+    Action, Addr, BatchId, Delivery, EncodeJob, OrderMsg, StateMachine, StreamHeader, StreamKind,
 };
 
 /// Batch bytes a snapshot always lets the entries since the previous one keep: they keep
@@ -607,11 +608,14 @@ impl<S: StateMachine> Replica<S> {
 
     /// Takes a snapshot at the last finally delivered entry once `snapshot_every` entries have
     /// been delivered since the last one and they hold an eighth of the state's size (see
-    /// [`STATE_PER_LOG_BYTE`]), or a membership change was applied; compacts the log
-    /// up to the previous snapshot (or, when the batches since then are larger than
-    /// [`KEEP_BATCH_BYTES_MIN`] and a quarter of the state, up to this one) and rewrites the
-    /// disk.
+    /// [`STATE_PER_LOG_BYTE`]), or a membership change was applied. The replica's tables are
+    /// taken now; the state machine's state is encoded now too, unless the machine can pin it
+    /// and have it encoded off this thread ([`StateMachine::snapshot_later`]): then the host
+    /// runs the job and the snapshot is finished when its bytes come back (one at a time).
     pub(super) fn maybe_snapshot(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        if self.encoding.is_some() {
+            return Ok(());
+        }
         let applied = self.delivery.final_next - 1;
         let base = self.raft.store().snapshot_index();
         let due = self.snapshot_due && applied > base;
@@ -625,21 +629,6 @@ impl<S: StateMachine> Replica<S> {
         }
         let Some(term) = self.raft.store().term_of(applied) else {
             return Ok(());
-        };
-        let machine = self.machine.snapshot();
-        if let Err(why) = self.machine.check_snapshot(&machine) {
-            // Compacting would leave a log this replica could not restart from: keep the log.
-            self.stats.snapshots_failed += 1;
-            self.snapshot_due = false;
-            out.push(Output::Warn(format!(
-                "no snapshot taken at {applied} (the log is kept whole): the state machine's \
-                 snapshot does not pass its own check: {why}"
-            )));
-            return Ok(());
-        }
-        let image = Image {
-            index: applied,
-            bytes: Bytes::from(machine),
         };
         let data = SnapshotData::new(
             self.clients.last(),
@@ -655,7 +644,65 @@ impl<S: StateMachine> Replica<S> {
         meta.index = applied;
         meta.term = term;
         meta.set_conf_state(self.raft.store().conf_state().clone());
-        self.image = image;
+        self.snapshot_due = false;
+        self.delivery.since_snapshot_bytes = 0;
+        match self.machine.snapshot_later() {
+            Some(job) => {
+                self.encoding = Some(snap);
+                out.push(Output::Deliver(Delivery::EncodeSnapshot {
+                    seq: applied,
+                    job: EncodeJob::new(job),
+                }));
+            }
+            None => {
+                let state = self.machine.snapshot();
+                self.finish_snapshot(snap, state, out);
+            }
+        }
+        Ok(())
+    }
+
+    /// The state asked for at `seq` was encoded: the snapshot is taken, unless the replica
+    /// installed a snapshot at or past it since (or never asked: a host's late answer).
+    pub(super) fn on_snapshot_encoded(&mut self, seq: u64, state: Vec<u8>, out: &mut Vec<Action>) {
+        let Some(snap) = self.encoding.take_if(|s| s.get_metadata().index == seq) else {
+            return;
+        };
+        if self.raft.store().snapshot_index() >= seq {
+            return;
+        }
+        let mut snap = snap;
+        if self.cfg.planted_bug == Some(PlantedBug::SnapshotWhereEncoded) {
+            let applied = self.delivery.final_next - 1;
+            if let Some(term) = self.raft.store().term_of(applied) {
+                snap.mut_metadata().index = applied;
+                snap.mut_metadata().term = term;
+            }
+        }
+        self.finish_snapshot(snap, state, out);
+    }
+
+    /// Takes snapshot `snap` (the replica's tables at its position) with the state machine's
+    /// state there (`machine`): compacts the log up to the previous snapshot (or, when the
+    /// batches since then are larger than [`KEEP_BATCH_BYTES_MIN`] and a quarter of the state,
+    /// up to this one) and rewrites the disk. A state that does not pass the machine's own check
+    /// is not taken, and the log is kept whole.
+    fn finish_snapshot(&mut self, snap: Snapshot, machine: Vec<u8>, out: &mut Vec<Action>) {
+        let index = snap.get_metadata().index;
+        if let Err(why) = self.machine.check_snapshot(&machine) {
+            // Compacting would leave a log this replica could not restart from: keep the log.
+            self.stats.snapshots_failed += 1;
+            out.push(Output::Warn(format!(
+                "no snapshot taken at {index} (the log is kept whole): the state machine's \
+                 snapshot does not pass its own check: {why}"
+            )));
+            return;
+        }
+        let base = self.raft.store().snapshot_index();
+        self.image = Image {
+            index,
+            bytes: Bytes::from(machine),
+        };
         // The entries since the last snapshot stay (with their batches) until the next one:
         // a replica that is still installing an earlier snapshot, or lagged less than that,
         // catches up from the log rather than needing another snapshot. Unless their batches
@@ -664,15 +711,12 @@ impl<S: StateMachine> Replica<S> {
         // no configuration before a snapshot gives it one, so the log must not reach back to
         // its start.
         let budget = (self.image.bytes.len() as u64 / 4).max(KEEP_BATCH_BYTES_MIN);
-        let keep = base > 0 && self.batches.held_bytes_between(base, applied) <= budget;
-        let keep_after = if keep { base } else { applied };
+        let keep = base > 0 && self.batches.held_bytes_between(base, index) <= budget;
+        let keep_after = if keep { base } else { index };
         self.raft.mut_store().compact(snap, keep_after);
         self.batches.forget_delivered(keep_after);
         self.rewrite_disk(Write::Compact, out);
-        self.snapshot_due = false;
-        self.delivery.since_snapshot_bytes = 0;
         self.stats.snapshots_taken += 1;
-        Ok(())
     }
 
     /// Rewrites the disk with what the replica holds now: its snapshot, the entries after it,

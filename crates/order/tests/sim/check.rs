@@ -98,7 +98,7 @@ pub fn check(o: &Outcome) -> Result<(), String> {
                     .see(*node, *seq, membership.clone())
                     .map_err(|e| format!("at {t}: {e}"))?;
             }
-            Note::Delivered(Delivery::MemberChange { .. })
+            Note::Delivered(Delivery::MemberChange { .. } | Delivery::EncodeSnapshot { .. })
             | Note::Proposed(_)
             | Note::Done { .. }
             | Note::Expired { .. } => {}

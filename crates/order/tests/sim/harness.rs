@@ -9,7 +9,7 @@ use std::rc::Rc;
 use atomos_order::{
     decode_log, Client, ClientAction, ClientInput, Delivery, Endpoint, EndpointConfig,
     EndpointDelivery, EndpointRequest, MemberChange, Membership, OrderError, OrderMsg, PlantedBug,
-    Register, RegisterOp, Replica, ReplicaConfig, Request, NO_DEADLINE,
+    Register, RegisterOp, Replica, ReplicaConfig, Request, SnapshotJob, NO_DEADLINE,
 };
 use atomos_sim::{Boot, Faults, Input, Machine, NodeId, Output, Run, Sim, SimConfig, SimRng};
 
@@ -160,6 +160,10 @@ pub enum Node {
         clock: (u64, Setup),
         /// Membership changes this replica asked for as leader (the operator's script).
         tickets: u64,
+        /// Snapshots the replica asked to have encoded (odd seeds: see [`Node::boot`]), each
+        /// with the ticks left before its job runs: the replica goes on meanwhile, as it does
+        /// beside a real encoding thread. A crash loses them.
+        encoding: Vec<(u64, u64, SnapshotJob)>,
     },
     /// A replica removed from the cluster: decommissioned, it takes no input any more.
     Gone,
@@ -350,7 +354,13 @@ impl Node {
         let mut cfg = replica_config(seed, boot.node, setup);
         cfg.seed ^= boot.incarnation << 32;
         let log = decode_log(&boot.log).map_err(|e| e.to_string())?;
-        let replica = Replica::open(cfg, log, Register::new()).map_err(|e| e.to_string())?;
+        // Odd seeds encode snapshots off the replica's step, as the replicated store does.
+        let machine = if seed % 2 == 1 {
+            Register::encoding_later()
+        } else {
+            Register::new()
+        };
+        let replica = Replica::open(cfg, log, machine).map_err(|e| e.to_string())?;
         if removed(&replica) {
             return Ok(Node::Gone);
         }
@@ -367,6 +377,7 @@ impl Node {
             last_read,
             clock: (seed, setup),
             tickets: 0,
+            encoding: Vec::new(),
         })
     }
 }
@@ -411,6 +422,7 @@ impl Machine for Node {
                 last_read,
                 clock,
                 tickets,
+                encoding,
             } => {
                 if !*announced {
                     *announced = true;
@@ -430,6 +442,19 @@ impl Machine for Node {
                 let now = replica_clock(clock.0, node, clock.1, now);
                 let tick = matches!(input, Input::Tick);
                 endpoint.step(now, input, &mut outputs)?;
+                // Encodings whose time came hand their state back (a few ticks after the ask,
+                // by position: the replica applied more meanwhile).
+                if tick {
+                    for (_, left, _) in encoding.iter_mut() {
+                        *left = left.saturating_sub(1);
+                    }
+                    while let Some(i) = encoding.iter().position(|(_, left, _)| *left == 0) {
+                        let (seq, _, job) = encoding.remove(i);
+                        let state = job();
+                        let back = EndpointRequest::SnapshotEncoded { seq, state };
+                        endpoint.step(now, Input::Request(back), &mut outputs)?;
+                    }
+                }
                 // The operator asks the leader for the next change of its script.
                 let replica = endpoint.replica();
                 if clock.1.membership && tick && replica.is_leader() {
@@ -461,6 +486,14 @@ impl Machine for Node {
                 }
                 for o in outputs {
                     match o {
+                        Output::Deliver(EndpointDelivery::Order(Delivery::EncodeSnapshot {
+                            seq,
+                            job,
+                        })) => {
+                            if let Some(job) = job.take() {
+                                encoding.push((seq, 1 + seq % 7, job));
+                            }
+                        }
                         Output::Deliver(EndpointDelivery::Order(d)) => {
                             out.push(Output::Deliver(Note::Delivered(d)))
                         }

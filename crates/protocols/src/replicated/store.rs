@@ -5,7 +5,7 @@ use std::sync::Arc;
 use atomos_core::{
     Engine, Invocation, Key, Procedures, SerialExecutor, SnapshotObject, SnapshotObjectRef,
 };
-use atomos_order::{Request, StateMachine};
+use atomos_order::{Request, SnapshotJob, StateMachine};
 use postcard::ser_flavors::{ExtendFlavor, Flavor};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
@@ -331,23 +331,57 @@ impl ReplicatedStore {
         &self,
         flavor: impl FnOnce(&[SnapshotObjectRef<'_>]) -> F,
     ) -> Option<F::Output> {
-        let locks: Vec<(String, LockOwner)> =
-            self.locks.iter().map(|(n, o)| (n.clone(), *o)).collect();
-        let runs: Vec<(u64, u64)> = self.runs.iter().map(|(n, r)| (*n, *r)).collect();
+        let tables = self.tables();
         self.engine
-            .with_snapshot_objects(|objects| {
-                let parts = SnapshotParts {
-                    position: self.position,
-                    objects,
-                    no_packed_locks: &[],
-                    no_packed_runs: &[FULL_WIDTH_FOLLOWS],
-                    locks: &locks,
-                    runs: &runs,
-                };
-                postcard::serialize_with_flavor(&parts, flavor(objects)).ok()
-            })
+            .with_snapshot_objects(|objects| tables.encode(objects, flavor(objects)))
             .ok()
             .flatten()
+    }
+
+    /// What a snapshot holds besides the objects, as they are now.
+    fn tables(&self) -> Tables {
+        Tables {
+            position: self.position,
+            locks: self.locks.iter().map(|(n, o)| (n.clone(), *o)).collect(),
+            runs: self.runs.iter().map(|(n, r)| (*n, *r)).collect(),
+        }
+    }
+}
+
+/// What a snapshot holds besides the objects: the position, the abstract locks, the runs.
+struct Tables {
+    position: u64,
+    locks: Vec<(String, LockOwner)>,
+    runs: Vec<(u64, u64)>,
+}
+
+impl Tables {
+    /// The snapshot of `objects` and these tables, encoded into `flavor`.
+    fn encode<F: Flavor>(&self, objects: &[SnapshotObjectRef<'_>], flavor: F) -> Option<F::Output> {
+        let parts = SnapshotParts {
+            position: self.position,
+            objects,
+            no_packed_locks: &[],
+            no_packed_runs: &[FULL_WIDTH_FOLLOWS],
+            locks: &self.locks,
+            runs: &self.runs,
+        };
+        postcard::serialize_with_flavor(&parts, flavor).ok()
+    }
+
+    /// The snapshot of `objects` and these tables, in a buffer sized up front (each object's
+    /// bytes, its key and a few varints): a state of any size is written once, never moved to
+    /// a larger buffer as it grows. Empty bytes if a value's type cannot be encoded.
+    fn encode_sized(&self, objects: &[SnapshotObjectRef<'_>]) -> Vec<u8> {
+        let estimate: usize = objects
+            .iter()
+            .map(|(k, _, v)| k.as_bytes().len() + v.as_ref().map_or(0, |v| v.len()) + 32)
+            .sum::<usize>()
+            + self.locks.iter().map(|(n, _)| n.len() + 48).sum::<usize>()
+            + self.runs.len() * 20
+            + 64;
+        self.encode(objects, ExtendFlavor::new(Vec::with_capacity(estimate)))
+            .unwrap_or_default()
     }
 }
 
@@ -603,19 +637,21 @@ impl StateMachine for ReplicatedStore {
     /// bytes they arrived as, so encoding cannot fail; if it did, the snapshot is empty bytes,
     /// which `restore` refuses (loudly) rather than restoring a partial state.
     fn snapshot(&self) -> Vec<u8> {
-        self.encode_contents(|objects| {
-            // Sized up front (each object's bytes, its key and a few varints): a state of any
-            // size is written once, never moved to a larger buffer as it grows.
-            let estimate: usize = objects
-                .iter()
-                .map(|(k, _, v)| k.as_bytes().len() + v.as_ref().map_or(0, |v| v.len()) + 32)
-                .sum::<usize>()
-                + self.locks.keys().map(|n| n.len() + 48).sum::<usize>()
-                + self.runs.len() * 20
-                + 64;
-            ExtendFlavor::new(Vec::with_capacity(estimate))
-        })
-        .unwrap_or_default()
+        let tables = self.tables();
+        self.engine
+            .with_snapshot_objects(|objects| tables.encode_sized(objects))
+            .unwrap_or_default()
+    }
+
+    /// The objects at the current position, pinned in the engine (the applier goes on) and
+    /// encoded by the job, as [`StateMachine::snapshot`] would have encoded them now.
+    fn snapshot_later(&self) -> Option<SnapshotJob> {
+        let tables = self.tables();
+        let mut view = self.engine.pin();
+        Some(Box::new(move || {
+            view.with_objects(|objects| tables.encode_sized(objects))
+                .unwrap_or_default()
+        }))
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {

@@ -18,7 +18,7 @@ use atomos_core::{
 use atomos_order::{
     decode_log, Delivery, Endpoint, EndpointConfig, EndpointDelivery, EndpointRequest,
     MemberChange, Membership, OrderError, OrderMsg, Outcome as Answered, Replica, ReplicaConfig,
-    Request,
+    Request, SnapshotJob,
 };
 use atomos_protocols::replicated::{Answer, Entry, PlantedBug, ReplicatedStore};
 use atomos_sim::workload::{
@@ -130,6 +130,10 @@ struct Node {
     changes_asked: u64,
     /// Removed from the cluster: decommissioned, it takes no input any more.
     decommissioned: bool,
+    /// Snapshots the replica asked to have encoded, each with the ticks left before its job
+    /// runs: the replica applies more meanwhile (the job reads the engine as it was pinned), as
+    /// beside a real encoding thread. A crash loses them.
+    encoding: Vec<(u64, u64, SnapshotJob)>,
 }
 
 #[derive(Clone, Copy)]
@@ -212,6 +216,7 @@ impl Node {
             operator: setup.membership,
             changes_asked: 0,
             decommissioned,
+            encoding: Vec::new(),
         })
     }
 
@@ -301,6 +306,24 @@ impl Node {
         Ok(())
     }
 
+    /// Runs the snapshot encodings whose time came and hands their states back.
+    fn encode_due(
+        &mut self,
+        now: u64,
+        out: &mut Vec<Output<OrderMsg, Note>>,
+    ) -> Result<(), OrderError> {
+        for (_, left, _) in self.encoding.iter_mut() {
+            *left = left.saturating_sub(1);
+        }
+        while let Some(i) = self.encoding.iter().position(|(_, left, _)| *left == 0) {
+            let (seq, _, job) = self.encoding.remove(i);
+            let state = job();
+            let back = EndpointRequest::SnapshotEncoded { seq, state };
+            self.step_endpoint(now, Input::Request(back), out)?;
+        }
+        Ok(())
+    }
+
     /// Steps the endpoint and hands its outputs out: the replica's deliveries as notes, and
     /// each answer as a note (an answer to a list transaction also as its outcome).
     fn step_endpoint(
@@ -336,6 +359,12 @@ impl Node {
                 }
                 // Requests here have no deadline.
                 Output::Deliver(EndpointDelivery::Answered { .. }) => {}
+                Output::Deliver(EndpointDelivery::Order(Delivery::EncodeSnapshot { seq, job })) => {
+                    if let Some(job) = job.take() {
+                        let ticks = 1 + self.rng.below(8);
+                        self.encoding.push((seq, ticks, job));
+                    }
+                }
                 Output::Deliver(EndpointDelivery::Order(d)) => {
                     out.push(Output::Deliver(Note::Delivered(d)))
                 }
@@ -478,6 +507,7 @@ impl Machine for Node {
             Input::Request(()) => return Ok(()),
             Input::Tick => {
                 self.step_endpoint(now, Input::Tick, out)?;
+                self.encode_due(now, out)?;
                 if self.endpoint.in_flight() == 0
                     && self.started < TX_PER_RUN
                     && self.rng.chance(0.3)

@@ -378,3 +378,35 @@ fn a_restored_store_holds_the_same_objects_and_refuses_bad_snapshots() {
         assert_eq!(c.position(), 0);
     }
 }
+
+/// A snapshot asked for now and encoded later (a host runs the job on a thread of its own; the
+/// job is `Send`), holds the objects as they were when it was asked for, whatever the store
+/// applied since (an overwrite, a new object, a lock), and the position then.
+#[test]
+fn a_snapshot_encoded_later_holds_the_state_it_was_asked_for_at() {
+    let mut s = store();
+    let (k, j) = (Key::from("k"), Key::from("j"));
+    let write = |key: &Key, v| Entry::Certify {
+        reads: vec![],
+        writes: vec![(key.clone(), tagged(&key.to_string(), v))],
+    };
+    s.apply(&request(&write(&k, 1)));
+    let now = s.snapshot();
+    let job = s.snapshot_later().expect("the store encodes later");
+    s.apply(&request(&write(&k, 2)));
+    s.apply(&request(&write(&j, 3)));
+    s.apply(&request(&Entry::LockFor {
+        owner: LockOwner {
+            node: 1,
+            run: 1,
+            family: 1,
+        },
+        name: "l".into(),
+    }));
+    let later = job();
+    assert_eq!(later, now, "the state when it was asked for");
+    assert_ne!(s.snapshot(), now, "the store moved on");
+    let mut restored = store();
+    restored.restore(&later).unwrap();
+    assert_eq!(restored.position(), 1);
+}
