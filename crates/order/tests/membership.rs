@@ -466,10 +466,10 @@ fn a_learner_that_installs_a_snapshot_while_the_leader_takes_another_needs_only_
     );
 }
 
-/// A snapshot keeps the entries since the previous one while their batches are small, and
-/// compacts up to itself after a burst of large writes (their batches would stay in memory).
+/// A snapshot keeps the entries since the previous one while their batches are small, and only
+/// the newest of them after a burst of large writes (their batches would stay in memory).
 #[test]
-fn a_snapshot_keeps_the_entries_since_the_previous_one_unless_their_batches_are_large() {
+fn a_snapshot_keeps_the_newest_entries_since_the_previous_one_within_a_budget() {
     use atomos_order::{RegisterOp, Request, NO_DEADLINE};
 
     let mut cfg = ReplicaConfig::new(1, vec![1]);
@@ -513,10 +513,16 @@ fn a_snapshot_keeps_the_entries_since_the_previous_one_unless_their_batches_are_
     let previous = snapshot_after(&mut solo, &mut |s| put(s, 1, 8));
     assert_eq!(previous, first);
     assert_eq!(solo.replica.log_span().0, first + 1, "kept since the first");
-    // 10 writes of 256 KiB (2.5 MiB of batches, the state 256 KiB): compacted up to itself.
-    snapshot_after(&mut solo, &mut |s| put(s, 1, 256 << 10));
+    // 10 writes of 256 KiB (2.5 MiB of batches, the state 256 KiB): only the newest entries
+    // whose batches fit 1 MiB are kept, three of them.
+    let previous = snapshot_after(&mut solo, &mut |s| put(s, 1, 256 << 10));
     let latest = solo.replica.snapshot_index();
-    assert_eq!(solo.replica.log_span().0, latest + 1, "nothing kept");
+    assert!(latest > previous + 3);
+    assert_eq!(
+        solo.replica.log_span().0,
+        latest + 1 - 3,
+        "the newest three kept"
+    );
 }
 
 /// A large state is not rewritten for a few small entries: a snapshot waits until the log

@@ -113,15 +113,33 @@ impl Batches {
         self.in_flight.retain(|&(c, seq)| still(c, seq));
     }
 
-    /// The bytes of the requests of the batches held for entries in `after + 1..=through`.
-    pub(super) fn held_bytes_between(&self, after: u64, through: u64) -> u64 {
-        self.in_log
+    /// Where a snapshot at `through` compacts the log to keep the newest entries after `after`
+    /// whose batches hold at most `budget` bytes: the earliest `k` in `after..=through` such
+    /// that the batches held for entries in `k + 1..=through` fit the budget.
+    pub(super) fn keep_within(&self, after: u64, through: u64, budget: u64) -> u64 {
+        let mut held: Vec<(u64, u64)> = self
+            .in_log
             .iter()
             .filter(|(_, at)| **at > after && **at <= through)
-            .filter_map(|(id, _)| self.held.get(id))
-            .flatten()
-            .map(|r| r.payload.len() as u64 + REQUEST_OVERHEAD)
-            .sum()
+            .filter_map(|(id, at)| {
+                let bytes = self.held.get(id)?.iter();
+                Some((
+                    *at,
+                    bytes
+                        .map(|r| r.payload.len() as u64 + REQUEST_OVERHEAD)
+                        .sum(),
+                ))
+            })
+            .collect();
+        held.sort_unstable_by_key(|&(at, _)| std::cmp::Reverse(at));
+        let mut total = 0u64;
+        for (at, bytes) in held {
+            total += bytes;
+            if total > budget {
+                return at;
+            }
+        }
+        after
     }
 
     /// Forgets the contents of every delivered batch that no entry after `index` holds (a

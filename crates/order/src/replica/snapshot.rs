@@ -30,9 +30,9 @@ use crate::types::{
     Action, Addr, BatchId, Delivery, EncodeJob, OrderMsg, StateMachine, StreamHeader, StreamKind,
 };
 
-/// Batch bytes a snapshot always lets the entries since the previous one keep: they keep
-/// them while their batches hold at most this or a quarter of the state's size, whichever is
-/// larger (see `Replica::maybe_snapshot`).
+/// Batch bytes a snapshot always lets the entries since the previous one keep: the newest of
+/// them stay while their batches hold at most this or a quarter of the state's size,
+/// whichever is larger (see `Replica::finish_snapshot`).
 const KEEP_BATCH_BYTES_MIN: u64 = 1 << 20;
 
 /// A snapshot is taken once the log since the last one holds at least the state's size over
@@ -685,7 +685,8 @@ impl<S: StateMachine> Replica<S> {
     /// Takes snapshot `snap` (the replica's tables at its position) with the state machine's
     /// state there (`machine`): compacts the log up to the previous snapshot (or, when the
     /// batches since then are larger than [`KEEP_BATCH_BYTES_MIN`] and a quarter of the state,
-    /// up to this one) and rewrites the disk. A state that does not pass the machine's own check
+    /// up to the newest entries whose batches fit that) and rewrites the disk. A state that
+    /// does not pass the machine's own check
     /// is not taken, and the log is kept whole.
     fn finish_snapshot(&mut self, snap: Snapshot, machine: Vec<u8>, out: &mut Vec<Action>) {
         let index = snap.get_metadata().index;
@@ -705,14 +706,17 @@ impl<S: StateMachine> Replica<S> {
         };
         // The entries since the last snapshot stay (with their batches) until the next one:
         // a replica that is still installing an earlier snapshot, or lagged less than that,
-        // catches up from the log rather than needing another snapshot. Unless their batches
-        // are large beside the state (a burst of large writes): then a replica that needs them
-        // gets this snapshot instead. The first snapshot keeps none: a replica that joins has
-        // no configuration before a snapshot gives it one, so the log must not reach back to
-        // its start.
+        // catches up from the log rather than needing another snapshot. Only the newest of
+        // them whose batches fit a budget, when their batches are large beside the state (a
+        // burst of large writes): a replica that needs older ones gets this snapshot instead.
+        // The first snapshot keeps none: a replica that joins has no configuration before a
+        // snapshot gives it one, so the log must not reach back to its start.
         let budget = (self.image.bytes.len() as u64 / 4).max(KEEP_BATCH_BYTES_MIN);
-        let keep = base > 0 && self.batches.held_bytes_between(base, index) <= budget;
-        let keep_after = if keep { base } else { index };
+        let keep_after = if base > 0 {
+            self.batches.keep_within(base, index, budget)
+        } else {
+            index
+        };
         self.raft.mut_store().compact(snap, keep_after);
         self.batches.forget_delivered(keep_after);
         self.rewrite_disk(Write::Compact, out);
