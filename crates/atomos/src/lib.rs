@@ -75,7 +75,7 @@ pub use atomos_protocols as protocols;
 /// (re-exported from `atomos-sched`).
 pub use atomos_sched::fiber;
 pub use atomos_sched::fiber::Fiber;
-pub use certify::{CertifyOptions, CommitOutcome, DEFAULT_COMMIT_LIMIT};
+pub use certify::{CertifyOptions, CommitOutcome, DEFAULT_COMMIT_LIMIT, DIGEST_COST_FACTOR};
 pub use client::{Client, ClientConfig, ClientError};
 pub use cluster::{Cluster, ClusterError};
 pub use linked::{Linked, LinkedHandle};
