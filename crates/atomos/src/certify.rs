@@ -29,8 +29,8 @@ pub struct CertifyOptions {
     /// with its own; a difference is logged as an error and counted in
     /// `atomos_replica_alarms_total` on every replica (`None`: never). A digest costs every
     /// replica a pass over its store: the next one waits at least [`DIGEST_COST_FACTOR`] times
-    /// as long as this node's last one took (ordered, applied and answered), so that a large
-    /// store is not hashed every few seconds.
+    /// as long as this node's last one took (ordered, applied and answered; at most ten
+    /// periods), so that a large store is not hashed every few seconds.
     pub digest_every: Option<Duration>,
 }
 
@@ -137,7 +137,7 @@ pub const DIGEST_COST_FACTOR: u32 = 50;
 
 /// Orders this node's periodic entries until the node stops: a garbage collection every
 /// `collect_every`, a digest every `digest_every` (or [`DIGEST_COST_FACTOR`] times as long as
-/// the last one took, if longer) carrying the digest this node's replica answered for the
+/// the last one took, if longer, up to ten periods) carrying the digest this node's replica answered for the
 /// previous one (every replica compares it with its own).
 pub(crate) fn housekeeping(
     submitter: &Submitter,
@@ -167,10 +167,14 @@ pub(crate) fn housekeeping(
             let orderer = SubmitOrderer::new(submitter.clone(), every);
             if i == 0 {
                 let _ = client::collect(&orderer);
-            } else if let Ok((position, digest)) = client::digest(&orderer, reported) {
-                reported = Some((node, position, digest));
-                let cost = now.elapsed() * DIGEST_COST_FACTOR;
-                *at = Some(now + every.max(cost));
+            } else {
+                let asked = std::time::Instant::now();
+                if let Ok((position, digest)) = client::digest(&orderer, reported) {
+                    reported = Some((node, position, digest));
+                    // At most ten periods: one slow digest (an election) does not stop them.
+                    let cost = (asked.elapsed() * DIGEST_COST_FACTOR).min(every * 10);
+                    *at = Some(asked + every.max(cost));
+                }
             }
         }
     }

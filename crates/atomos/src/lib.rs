@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 
 mod answer;
+mod background;
 mod certify;
 mod client;
 mod client_service;

@@ -368,9 +368,11 @@ fn objects_seen<R>(
 }
 
 /// The engine's objects as they were when [`Engine::pin`] was called: the applier goes on
-/// installing newer versions, and the view keeps every version it sees alive until it is
+/// committing newer versions, and the view keeps every version it sees alive until it is
 /// dropped. It may be read on another thread (a replica's snapshot is encoded off its
-/// applier this way), and read more than once: it always sees the same objects.
+/// applier this way), and read more than once: it sees the same objects each time, unless
+/// [`Engine::install_snapshot`] ran meanwhile (a snapshot's versions may be older than the
+/// view's clock; memory stays safe, the objects seen are then mixed).
 pub struct PinnedView {
     engine: std::sync::Arc<Engine>,
     /// The read-only attempt whose published start pins the view (taken on drop).

@@ -218,8 +218,22 @@ impl Storage for LogStore {
         Ok(self.last())
     }
 
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        if self.snapshot_index() < request_index {
+    /// The latest snapshot, unless it is older than `request_index` or does not name `to` among
+    /// its members (a replica added after it would refuse it: raft-rs asks again once the
+    /// snapshot taken at the change is there).
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        let cs = self.snapshot.get_metadata().get_conf_state();
+        let names = |id| {
+            [
+                &cs.voters,
+                &cs.learners,
+                &cs.voters_outgoing,
+                &cs.learners_next,
+            ]
+            .iter()
+            .any(|ids| ids.contains(&id))
+        };
+        if self.snapshot_index() < request_index || !names(to) {
             return Err(raft::Error::Store(
                 StorageError::SnapshotTemporarilyUnavailable,
             ));
@@ -288,6 +302,28 @@ mod tests {
             .is_err());
     }
 
+    /// A snapshot is sent only to a replica it names: one added after it would refuse it (its
+    /// state is not taken until the snapshot of the change is).
+    #[test]
+    fn a_snapshot_is_offered_only_to_the_members_it_names() {
+        let mut s = LogStore::new(vec![1, 2, 3]);
+        s.append(&[entry(1, 1), entry(2, 1)]).expect("appended");
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = 2;
+        snap.mut_metadata().term = 1;
+        snap.mut_metadata().mut_conf_state().voters = vec![1, 2, 3];
+        s.compact(snap, 2);
+        assert!(s.snapshot(2, 3).is_ok());
+        assert_eq!(
+            s.snapshot(2, 4),
+            Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable
+            )),
+            "replica 4 joined after it"
+        );
+        assert!(s.snapshot(3, 3).is_err(), "older than asked for");
+    }
+
     /// A compaction may keep entries before its snapshot: they are served and their terms
     /// known, the snapshot is the latest, and a later compaction drops them.
     #[test]
@@ -299,6 +335,7 @@ mod tests {
             let mut snap = Snapshot::default();
             snap.mut_metadata().index = index;
             snap.mut_metadata().term = term;
+            snap.mut_metadata().mut_conf_state().voters = vec![1, 2, 3];
             snap
         };
         s.compact(snap_at(4, 1), 0);

@@ -22,8 +22,12 @@ struct Solo {
 
 impl Solo {
     fn open(cfg: ReplicaConfig, log: Vec<Vec<u8>>) -> Solo {
+        Solo::open_with(cfg, log, Register::new())
+    }
+
+    fn open_with(cfg: ReplicaConfig, log: Vec<Vec<u8>>, machine: Register) -> Solo {
         let records = decode_log(&log).expect("decodes");
-        let replica = Replica::open(cfg, records, Register::new()).expect("opens");
+        let replica = Replica::open(cfg, records, machine).expect("opens");
         Solo {
             replica,
             log,
@@ -523,6 +527,75 @@ fn a_snapshot_keeps_the_newest_entries_since_the_previous_one_within_a_budget() 
         latest + 1 - 3,
         "the newest three kept"
     );
+}
+
+/// A snapshot whose state is encoded off the replica's step is taken at the position it was
+/// asked for, however far the replica applied meanwhile; one the host could not encode (empty
+/// bytes) is not taken, and the replica asks again later.
+#[test]
+fn a_snapshot_encoded_off_the_step_is_taken_where_it_was_asked_for() {
+    use atomos_order::{Delivery, RegisterOp, Request, NO_DEADLINE};
+
+    let mut cfg = ReplicaConfig::new(1, vec![1]);
+    cfg.snapshot_every = 10;
+    cfg.batch_max = 1;
+    let mut solo = Solo::open_with(cfg, Vec::new(), Register::encoding_later());
+    solo.lead();
+    let mut seq = 0;
+    let mut put = |solo: &mut Solo| {
+        seq += 1;
+        let op = RegisterOp::Put {
+            key: "k".into(),
+            value: vec![seq as u8; 8],
+        };
+        let request = Request {
+            client: 100,
+            seq,
+            payload: op.encode(),
+            deadline_ms: NO_DEADLINE,
+        };
+        solo.step(Input::Message {
+            from: 100,
+            msg: OrderMsg::Request(request),
+        });
+        solo.step(Input::Request(Command::Flush));
+    };
+    let asked = |solo: &mut Solo, put: &mut dyn FnMut(&mut Solo)| loop {
+        put(solo);
+        let found = solo.deliveries.iter().find_map(|d| match d {
+            Delivery::EncodeSnapshot { seq, job } => Some((*seq, job.take())),
+            _ => None,
+        });
+        if let Some((at, Some(job))) = found {
+            solo.deliveries.clear();
+            return (at, job);
+        }
+        assert!(solo.replica.final_next() < 100, "no snapshot asked for");
+    };
+    // The host could not encode the first: nothing is taken.
+    let (first, _) = asked(&mut solo, &mut put);
+    solo.step(Input::Request(Command::SnapshotEncoded {
+        seq: first,
+        state: Vec::new(),
+    }));
+    assert_eq!(solo.replica.snapshot_index(), 0);
+    assert_eq!(solo.replica.stats().snapshots_failed, 1);
+    // The next is asked for, and its state comes back after five more entries.
+    let (second, job) = asked(&mut solo, &mut put);
+    for _ in 0..5 {
+        put(&mut solo);
+    }
+    assert_eq!(
+        solo.replica.snapshot_index(),
+        0,
+        "not before its state came back"
+    );
+    solo.step(Input::Request(Command::SnapshotEncoded {
+        seq: second,
+        state: job(),
+    }));
+    assert_eq!(solo.replica.snapshot_index(), second);
+    assert!(solo.replica.final_next() > second + 5);
 }
 
 /// A large state is not rewritten for a few small entries: a snapshot waits until the log

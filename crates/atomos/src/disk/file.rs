@@ -159,10 +159,10 @@ impl FileDisk {
                 self.check_sizes(records)?;
                 let tmp = self.path.with_extension("compact");
                 let (to, records, sync) = (tmp.clone(), records.clone(), self.policy);
-                let thread = std::thread::Builder::new()
-                    .name("wal-compaction".into())
-                    .spawn(move || write_log_file(&to, &records, sync != FsyncPolicy::Never))
-                    .map_err(|e| self.io(e))?;
+                let thread = crate::background::spawn("wal-compaction".into(), move || {
+                    write_log_file(&to, &records, sync != FsyncPolicy::Never)
+                })
+                .map_err(|e| self.io(e))?;
                 self.compacting = Some(Box::new(Compacting {
                     thread,
                     tmp,

@@ -125,21 +125,25 @@ pub(super) struct OrderIo {
 }
 
 impl OrderIo {
-    /// Runs the job encoding the state at `seq` on a thread of its own (the replica's task goes
-    /// on applying: the state is pinned), and hands the bytes back to the task.
+    /// Runs the job encoding the state at `seq` on a background thread of its own (the
+    /// replica's task goes on applying: the state is pinned), and hands the bytes back to the
+    /// task.
     fn encode_snapshot(&self, seq: u64, job: atomos_order::SnapshotJob) {
         let events = self.events.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("snapshot-{}", self.me))
-            .spawn(move || {
-                let state = job();
-                let _ = events.send(Event::SnapshotEncoded { seq, state });
-            });
+        let answer = events.clone();
+        let spawned = crate::background::spawn(format!("snapshot-{}", self.me), move || {
+            // A job that panics (a value whose encoding panics) answers empty bytes: the
+            // replica then asks again later, rather than waiting for it forever.
+            let state =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).unwrap_or_default();
+            let _ = answer.send(Event::SnapshotEncoded { seq, state });
+        });
         if let Err(e) = spawned {
-            warn!(
-                node = self.me,
-                seq, "no snapshot taken: no thread to encode it: {e}"
-            );
+            warn!(node = self.me, seq, "no thread to encode a snapshot: {e}");
+            let _ = events.send(Event::SnapshotEncoded {
+                seq,
+                state: Vec::new(),
+            });
         }
     }
 }

@@ -119,6 +119,7 @@ pub enum Command {
     },
     /// The state the replica asked for with [`crate::Delivery::EncodeSnapshot`] at `seq`,
     /// encoded: the replica takes its snapshot there (unless a later one was installed since).
+    /// Empty bytes: the host could not encode it (the replica asks again later).
     SnapshotEncoded {
         /// The position.
         seq: u64,

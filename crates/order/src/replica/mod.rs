@@ -76,8 +76,8 @@ pub struct Replica<S> {
     now_ms: u64,
     /// The configuration in force (the latest one applied from the log).
     members: Membership,
-    /// A snapshot is due at the next delivery, whatever `snapshot_every` says (the membership
-    /// changed: see `reconfigure`).
+    /// A snapshot is due at the next delivery (or once an encoding under way is done),
+    /// whatever `snapshot_every` says (the membership changed: see `reconfigure`).
     snapshot_due: bool,
     /// The state machine's state at the latest snapshot's position.
     image: Image,

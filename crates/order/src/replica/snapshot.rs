@@ -1,7 +1,8 @@
-//! Snapshots and state transfer. Every `snapshot_every` finally delivered entries, and whenever
-//! it applies a membership change (see `reconfigure`), a replica snapshots its state (the
-//! state machine's, the clients' table, the delivered batches, the log's time), compacts its
-//! log and rewrites its disk. Raft's snapshot holds only the replica's own tables; the state
+//! Snapshots and state transfer. Once `snapshot_every` finally delivered entries hold an eighth
+//! of the state's size, and whenever it applies a membership change (see `reconfigure`), a
+//! replica snapshots its state (the state machine's, encoded off its step when the machine can
+//! pin it; the clients' table, the delivered batches, the log's time), compacts its log and
+//! rewrites its disk. Raft's snapshot holds only the replica's own tables; the state
 //! machine's state at that position, its [`Image`], lies beside it, shared (never copied) by
 //! the disk writes and the streams that carry it, so that raft-rs, which copies snapshots
 //! freely, never holds a copy of the whole state. A replica whose log is behind the
@@ -663,11 +664,20 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// The state asked for at `seq` was encoded: the snapshot is taken, unless the replica
-    /// installed a snapshot at or past it since (or never asked: a host's late answer).
+    /// installed a snapshot at or past it since (or never asked: a host's late answer). Empty
+    /// bytes say the host could not encode it: the replica asks again once the log grew by
+    /// another eighth of the state.
     pub(super) fn on_snapshot_encoded(&mut self, seq: u64, state: Vec<u8>, out: &mut Vec<Action>) {
         let Some(snap) = self.encoding.take_if(|s| s.get_metadata().index == seq) else {
             return;
         };
+        if state.is_empty() {
+            self.stats.snapshots_failed += 1;
+            out.push(Output::Warn(format!(
+                "no snapshot taken at {seq}: the host could not encode its state"
+            )));
+            return;
+        }
         if self.raft.store().snapshot_index() >= seq {
             return;
         }
@@ -686,8 +696,7 @@ impl<S: StateMachine> Replica<S> {
     /// state there (`machine`): compacts the log up to the previous snapshot (or, when the
     /// batches since then are larger than [`KEEP_BATCH_BYTES_MIN`] and a quarter of the state,
     /// up to the newest entries whose batches fit that) and rewrites the disk. A state that
-    /// does not pass the machine's own check
-    /// is not taken, and the log is kept whole.
+    /// does not pass the machine's own check is not taken, and the log is kept whole.
     fn finish_snapshot(&mut self, snap: Snapshot, machine: Vec<u8>, out: &mut Vec<Action>) {
         let index = snap.get_metadata().index;
         if let Err(why) = self.machine.check_snapshot(&machine) {
