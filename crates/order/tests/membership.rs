@@ -18,6 +18,8 @@ struct Solo {
     deliveries: Vec<Delivery>,
     /// Messages sent, oldest first.
     sent: Vec<(u64, OrderMsg)>,
+    /// Requests [`Solo::put`] submitted (its client's numbers).
+    puts: u64,
 }
 
 impl Solo {
@@ -34,6 +36,7 @@ impl Solo {
             written: 0,
             deliveries: Vec::new(),
             sent: Vec::new(),
+            puts: 0,
         }
     }
 
@@ -61,6 +64,28 @@ impl Solo {
             let through = self.written;
             self.step(Input::Persisted { through });
         }
+    }
+
+    /// Orders a write of `bytes` bytes to register `key` (client 100's next request) and seals
+    /// its batch.
+    fn put(&mut self, key: &str, bytes: usize) {
+        use atomos_order::{RegisterOp, Request, NO_DEADLINE};
+        self.puts += 1;
+        let op = RegisterOp::Put {
+            key: key.into(),
+            value: vec![self.puts as u8; bytes],
+        };
+        let request = Request {
+            client: 100,
+            seq: self.puts,
+            payload: op.encode(),
+            deadline_ms: NO_DEADLINE,
+        };
+        self.step(Input::Message {
+            from: 100,
+            msg: OrderMsg::Request(request),
+        });
+        self.step(Input::Request(Command::Flush));
     }
 
     /// Ticks until the replica leads (a cluster of one elects itself).
@@ -474,32 +499,14 @@ fn a_learner_that_installs_a_snapshot_while_the_leader_takes_another_needs_only_
 /// the newest of them after a burst of large writes (their batches would stay in memory).
 #[test]
 fn a_snapshot_keeps_the_newest_entries_since_the_previous_one_within_a_budget() {
-    use atomos_order::{RegisterOp, Request, NO_DEADLINE};
-
     let mut cfg = ReplicaConfig::new(1, vec![1]);
     cfg.snapshot_every = 10;
     cfg.batch_max = 1;
     let mut solo = Solo::open(cfg, Vec::new());
     solo.lead();
-    let mut seq = 0;
-    let mut put = |solo: &mut Solo, n: u64, bytes: usize| {
+    let put = |solo: &mut Solo, n: u64, bytes: usize| {
         for _ in 0..n {
-            seq += 1;
-            let op = RegisterOp::Put {
-                key: "k".into(),
-                value: vec![seq as u8; bytes],
-            };
-            let request = Request {
-                client: 100,
-                seq,
-                payload: op.encode(),
-                deadline_ms: NO_DEADLINE,
-            };
-            solo.step(Input::Message {
-                from: 100,
-                msg: OrderMsg::Request(request),
-            });
-            solo.step(Input::Request(Command::Flush));
+            solo.put("k", bytes);
         }
     };
     let snapshot_after = |solo: &mut Solo, put: &mut dyn FnMut(&mut Solo)| {
@@ -534,32 +541,14 @@ fn a_snapshot_keeps_the_newest_entries_since_the_previous_one_within_a_budget() 
 /// bytes) is not taken, and the replica asks again later.
 #[test]
 fn a_snapshot_encoded_off_the_step_is_taken_where_it_was_asked_for() {
-    use atomos_order::{Delivery, RegisterOp, Request, NO_DEADLINE};
+    use atomos_order::Delivery;
 
     let mut cfg = ReplicaConfig::new(1, vec![1]);
     cfg.snapshot_every = 10;
     cfg.batch_max = 1;
     let mut solo = Solo::open_with(cfg, Vec::new(), Register::encoding_later());
     solo.lead();
-    let mut seq = 0;
-    let mut put = |solo: &mut Solo| {
-        seq += 1;
-        let op = RegisterOp::Put {
-            key: "k".into(),
-            value: vec![seq as u8; 8],
-        };
-        let request = Request {
-            client: 100,
-            seq,
-            payload: op.encode(),
-            deadline_ms: NO_DEADLINE,
-        };
-        solo.step(Input::Message {
-            from: 100,
-            msg: OrderMsg::Request(request),
-        });
-        solo.step(Input::Request(Command::Flush));
-    };
+    let mut put = |solo: &mut Solo| solo.put("k", 8);
     let asked = |solo: &mut Solo, put: &mut dyn FnMut(&mut Solo)| loop {
         put(solo);
         let found = solo.deliveries.iter().find_map(|d| match d {
@@ -602,32 +591,12 @@ fn a_snapshot_encoded_off_the_step_is_taken_where_it_was_asked_for() {
 /// since the last one holds an eighth of the state (and `snapshot_every` entries).
 #[test]
 fn a_large_state_snapshots_once_the_log_holds_an_eighth_of_it() {
-    use atomos_order::{RegisterOp, Request, NO_DEADLINE};
-
     let mut cfg = ReplicaConfig::new(1, vec![1]);
     cfg.snapshot_every = 10;
     cfg.batch_max = 1;
     let mut solo = Solo::open(cfg, Vec::new());
     solo.lead();
-    let mut seq = 0;
-    let mut put = |solo: &mut Solo, key: &str, bytes: usize| {
-        seq += 1;
-        let op = RegisterOp::Put {
-            key: key.into(),
-            value: vec![seq as u8; bytes],
-        };
-        let request = Request {
-            client: 100,
-            seq,
-            payload: op.encode(),
-            deadline_ms: NO_DEADLINE,
-        };
-        solo.step(Input::Message {
-            from: 100,
-            msg: OrderMsg::Request(request),
-        });
-        solo.step(Input::Request(Command::Flush));
-    };
+    let put = |solo: &mut Solo, key: &str, bytes: usize| solo.put(key, bytes);
     // A state of 1 MiB, snapshotted (the first snapshot has no state to weigh the log against).
     put(&mut solo, "big", 1 << 20);
     while solo.replica.snapshot_index() == 0 {
