@@ -248,7 +248,13 @@ impl Engine {
     /// ([`Engine::snapshot_objects`] of a replica that applied the same log that far): objects
     /// whose version differs get the snapshot's, objects the snapshot lacks become never
     /// written. Running transactions see it as one commit. One thread at a time may apply.
-    pub fn install_snapshot(&self, position: u64, objects: Vec<SnapshotObject>) {
+    /// Values are kept as given: as [`bytes::Bytes`] slices of one snapshot's bytes, the engine
+    /// shares that buffer instead of holding a second copy of the state.
+    pub fn install_snapshot<V: Into<bytes::Bytes>>(
+        &self,
+        position: u64,
+        objects: Vec<(Key, u64, Option<V>)>,
+    ) {
         let mut named = FxHashSet::default();
         let mut changes = Vec::new();
         for (key, version, bytes) in objects {
@@ -263,7 +269,7 @@ impl Engine {
             let cell: *const Cell = cell;
             // SAFETY: as above.
             if !named.contains(&(cell as usize)) && free_version(unsafe { &*cell }) != 0 {
-                changes.push((cell, 0, OwnedVersion::from_bytes(None)));
+                changes.push((cell, 0, OwnedVersion::from_bytes(None::<Vec<u8>>)));
             }
         });
         self.install_versions(position, changes);

@@ -53,9 +53,10 @@ impl<T: Object> VTableFor<T> {
     };
 }
 
-/// A value that arrived as bytes, decoded on its first typed read.
+/// A value that arrived as bytes, decoded on its first typed read. The bytes may be shared
+/// with others (a slice of the snapshot the value was installed from).
 struct Encoded {
-    bytes: Vec<u8>,
+    bytes: bytes::Bytes,
     /// The decoded value (`None`: the bytes carry the right tag but do not decode).
     decoded: OnceLock<Option<Box<dyn Any + Send + Sync>>>,
 }
@@ -88,7 +89,7 @@ unsafe fn encode_typed<T: Object>(p: *const Version) -> Result<Vec<u8>, String> 
 /// `p` must start a live `Typed<Encoded>`.
 unsafe fn encode_encoded(p: *const Version) -> Result<Vec<u8>, String> {
     let node = &*(p as *const Typed<Encoded>);
-    Ok(node.value.assume_init_ref().bytes.clone())
+    Ok(node.value.assume_init_ref().bytes.to_vec())
 }
 
 unsafe fn encode_nothing(_: *const Version) -> Result<Vec<u8>, String> {
@@ -238,11 +239,11 @@ impl OwnedVersion {
 
     /// A node holding a value that arrived as tagged bytes (`None`: a deletion marker of no
     /// particular type). The value is decoded on its first typed read.
-    pub(crate) fn from_bytes(bytes: Option<Vec<u8>>) -> OwnedVersion {
+    pub(crate) fn from_bytes(bytes: Option<impl Into<bytes::Bytes>>) -> OwnedVersion {
         match bytes {
             Some(bytes) => OwnedVersion::with_table(
                 Some(Encoded {
-                    bytes,
+                    bytes: bytes.into(),
                     decoded: OnceLock::new(),
                 }),
                 &ENCODED,
@@ -404,7 +405,7 @@ mod tests {
         let b = OwnedVersion::from_bytes(Some(broken));
         assert!(unsafe { &*b.as_ptr() }.get::<Vec<u32>>().is_err());
         // A deletion marker from bytes reads as deleted whatever the type.
-        let t = OwnedVersion::from_bytes(None);
+        let t = OwnedVersion::from_bytes(None::<Vec<u8>>);
         let h = unsafe { &*t.as_ptr() };
         assert_eq!(h.get::<u64>(), Ok(None));
         assert_eq!(h.encode(), Ok(None));

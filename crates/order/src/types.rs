@@ -367,6 +367,12 @@ pub trait StateMachine {
     }
     /// Replaces the state with a snapshot's. On an error the state is unchanged.
     fn restore(&mut self, data: &[u8]) -> Result<(), String>;
+    /// [`StateMachine::restore`] from bytes the machine may keep slices of instead of copying
+    /// them (the replica keeps the same bytes as its latest snapshot's state, so a state held
+    /// as slices of them is in memory once). Default: `restore`.
+    fn restore_shared(&mut self, data: &atomos_seam::Bytes) -> Result<(), String> {
+        self.restore(data)
+    }
     /// Whether `restore(data)` would succeed, changing nothing: a snapshot from a peer is
     /// checked with it before it is taken, and refused if it fails.
     fn check_snapshot(&self, data: &[u8]) -> Result<(), String>;

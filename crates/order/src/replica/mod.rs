@@ -237,7 +237,9 @@ impl<S: StateMachine> Replica<S> {
                 );
                 Image { index: base, bytes }
             };
-            machine.restore(&held.bytes).map_err(OrderError::Corrupt)?;
+            machine
+                .restore_shared(&held.bytes)
+                .map_err(OrderError::Corrupt)?;
             clients = ClientTable::from_last(data.clients());
             log_time = data.log_time;
             contexts = data.member_contexts();

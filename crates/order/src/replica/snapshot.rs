@@ -215,7 +215,7 @@ impl<S: StateMachine> Replica<S> {
         let mut data = SnapshotData::decode(&snap.data)
             .map_err(|e| OrderError::Corrupt(format!("snapshot: {e}")))?;
         self.machine
-            .restore(&image.bytes)
+            .restore_shared(&image.bytes)
             .map_err(OrderError::Corrupt)?;
         self.clients.restore(data.clients());
         let contexts = data.member_contexts();

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use atomos_core::{value_refs, Key, SnapshotObject};
+use atomos_core::{value_refs, Key};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// What a write means for the graph: its key, whether the object exists, what it references.
@@ -47,10 +47,10 @@ pub(crate) struct Reachability {
 
 impl Reachability {
     /// The graph of a snapshot's objects.
-    pub(crate) fn of(objects: &[SnapshotObject]) -> Reachability {
+    pub(crate) fn of<V: AsRef<[u8]>>(objects: &[(Key, u64, Option<V>)]) -> Reachability {
         let mut r = Reachability::default();
         for (key, _, bytes) in objects {
-            r.note(Write::of(key, bytes.as_deref()));
+            r.note(Write::of(key, bytes.as_ref().map(AsRef::as_ref)));
         }
         r
     }

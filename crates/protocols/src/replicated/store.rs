@@ -6,6 +6,7 @@ use atomos_core::{
     Engine, Invocation, Key, Procedures, SerialExecutor, SnapshotObject, SnapshotObjectRef,
 };
 use atomos_order::{Request, SnapshotJob, StateMachine};
+use atomos_seam::Bytes;
 use postcard::ser_flavors::{ExtendFlavor, Flavor};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
@@ -77,8 +78,8 @@ pub enum PlantedBug {
 /// run, [`FULL_WIDTH_FOLLOWS`], that says [`OwnersAtFullWidth`] follows: a snapshot of an
 /// earlier build (no such run) still restores, its packed owners read as
 /// [`LockOwner::from_packed`], and a snapshot of this build cut short is refused.
-/// `O` is how an object is held: owned ([`SnapshotObject`], to restore) or with its value
-/// borrowed from the snapshot's bytes ([`BorrowedObject`], to check one without copying it).
+/// `O` is how an object is held: owned ([`SnapshotObject`]) or with its value borrowed from
+/// the snapshot's bytes ([`BorrowedObject`], to check or restore one without copying it).
 struct Snapshot<O = SnapshotObject> {
     position: u64,
     objects: Vec<O>,
@@ -89,9 +90,8 @@ struct Snapshot<O = SnapshotObject> {
 /// An object of a snapshot whose value is borrowed from the snapshot's bytes.
 type BorrowedObject<'a> = (Key, u64, Option<&'a [u8]>);
 
-/// An object of a snapshot, its value read as bytes in one piece (the encoding of a sequence
-/// of bytes, which [`SnapshotObject`] would read byte by byte).
-type ReadObject = (Key, u64, Option<serde_bytes::ByteBuf>);
+/// An object of a snapshot whose value is a slice of the snapshot's bytes, shared with them.
+type SharedObject = (Key, u64, Option<Bytes>);
 
 /// Writes a snapshot's objects with their values as bytes in one piece (the same encoding as
 /// the sequence of bytes a [`SnapshotObject`]'s value is, written far faster).
@@ -655,26 +655,27 @@ impl StateMachine for ReplicatedStore {
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
-        let read = Snapshot::<ReadObject>::decode(data)?;
-        let s = Snapshot {
-            objects: read
-                .objects
-                .into_iter()
-                .map(|(k, v, b)| (k, v, b.map(serde_bytes::ByteBuf::into_vec)))
-                .collect::<Vec<SnapshotObject>>(),
-            position: read.position,
-            locks: read.locks,
-            runs: read.runs,
-        };
+        self.restore_shared(&Bytes::copy_from_slice(data))
+    }
+
+    /// The values are installed as slices of `data`, not copied: the store and the replica's
+    /// latest snapshot share one copy of the state.
+    fn restore_shared(&mut self, data: &Bytes) -> Result<(), String> {
+        let read = Snapshot::<BorrowedObject<'_>>::decode(data)?;
+        let objects: Vec<SharedObject> = read
+            .objects
+            .into_iter()
+            .map(|(k, v, b)| (k, v, b.map(|b| data.slice_ref(b))))
+            .collect();
         if let Some(executor) = self.executor.as_mut() {
             // Speculation ran on the state being replaced.
             executor.revoke((0, 0));
         }
-        self.graph = Reachability::of(&s.objects);
-        self.engine.install_snapshot(s.position, s.objects);
-        self.position = s.position;
-        self.locks = s.locks.into_iter().collect();
-        self.runs = s.runs.into_iter().collect();
+        self.graph = Reachability::of(&objects);
+        self.engine.install_snapshot(read.position, objects);
+        self.position = read.position;
+        self.locks = read.locks.into_iter().collect();
+        self.runs = read.runs.into_iter().collect();
         Ok(())
     }
 

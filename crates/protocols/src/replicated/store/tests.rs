@@ -410,3 +410,35 @@ fn a_snapshot_encoded_later_holds_the_state_it_was_asked_for_at() {
     restored.restore(&later).unwrap();
     assert_eq!(restored.position(), 1);
 }
+
+/// A store restored from shared bytes holds its values as slices of them, not copies (the
+/// replica keeps the same bytes as its latest snapshot's state: the state is in memory once),
+/// and is the state they hold.
+#[test]
+fn a_restored_store_shares_the_snapshots_bytes_instead_of_copying_them() {
+    let mut s = store();
+    for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+        s.apply(&request(&Entry::Certify {
+            reads: vec![],
+            writes: vec![(Key::from(name), tagged(name, i as u64))],
+        }));
+    }
+    let data = Bytes::from(s.snapshot());
+    let mut restored = store();
+    restored.restore_shared(&data).unwrap();
+    let within = data.as_ptr_range();
+    let shared = restored
+        .engine
+        .with_snapshot_objects(|objects| {
+            objects
+                .iter()
+                .filter(|(_, _, value)| {
+                    matches!(value, Some(std::borrow::Cow::Borrowed(v)) if within.contains(&v.as_ptr()))
+                })
+                .count()
+        })
+        .unwrap();
+    assert_eq!(shared, 3, "every value lies in the snapshot's bytes");
+    assert_eq!(restored.snapshot(), data.to_vec());
+    assert_eq!(restored.position(), 3);
+}
