@@ -52,15 +52,19 @@ impl<E> From<E> for RunError<E> {
 /// A log written on the machine's own thread, for a log that is never fsynced: a write is as
 /// durable as it will ever be once the operating system has it, so what follows it goes out
 /// right after the write, with no hand-over to a disk thread and back. The records a step
-/// appends are written together at its end, with one system call.
+/// appends are written together at its end, with one system call. A rewrite (a snapshot
+/// installed, as large as the state) is written on a background thread instead: what follows
+/// it waits until it has replaced the log, while the machine goes on taking input.
 pub(crate) struct InlineDisk {
     file: FileDisk,
     /// Writes taken (the gate's numbering).
     written: u64,
+    /// Writes whose outputs were released.
+    released: u64,
+    /// The number of a rewrite being written in the background.
+    rewrite_at: Option<u64>,
     /// Records of the current step's appends, not written yet.
     pending: Vec<Bytes>,
-    /// Whether writes of the current step still hold outputs back.
-    unreleased: bool,
     /// Whether the host writes and releases at its own pace ([`Runner::release`]) rather
     /// than at the end of every step.
     held: bool,
@@ -75,24 +79,29 @@ impl InlineDisk {
         Ok(InlineDisk {
             file,
             written: 0,
+            released: 0,
+            rewrite_at: None,
             pending: Vec::new(),
-            unreleased: false,
             held: false,
         })
     }
 
-    /// Takes a write: an append joins the step's pending records; a rewrite replaces the log
-    /// after they are written.
+    /// Takes a write: an append joins the step's pending records; a rewrite or compaction
+    /// starts replacing the log after they are written.
     fn take(&mut self, write: Write) -> Result<(), DiskError> {
         match write {
             Write::Append(records) => self.pending.extend(records),
-            rewrite @ (Write::Rewrite(_) | Write::Compact(_)) => {
+            Write::Rewrite(records) => {
                 self.write_pending()?;
-                self.file.write(&rewrite)?;
+                self.file.start_rewrite(&records)?;
+                self.rewrite_at = Some(self.written + 1);
+            }
+            compact @ Write::Compact(_) => {
+                self.write_pending()?;
+                self.file.write(&compact)?;
             }
         }
         self.written += 1;
-        self.unreleased = true;
         Ok(())
     }
 
@@ -110,14 +119,22 @@ impl InlineDisk {
         Ok(())
     }
 
-    /// Writes what the step took and says through which write the outputs may go.
+    /// Writes what the step took and says through which write outputs may go now, if further
+    /// than before: every write, or those before a rewrite still being written.
     fn finish_step(&mut self) -> Result<Option<u64>, DiskError> {
-        if !self.unreleased {
+        self.write_pending()?;
+        if self.rewrite_at.is_some() {
+            self.file.land_if_written()?;
+            if !self.file.rewriting() {
+                self.rewrite_at = None;
+            }
+        }
+        let through = self.rewrite_at.map_or(self.written, |at| at - 1);
+        if through <= self.released {
             return Ok(None);
         }
-        self.write_pending()?;
-        self.unreleased = false;
-        Ok(Some(self.written))
+        self.released = through;
+        Ok(Some(through))
     }
 }
 
@@ -556,4 +573,51 @@ where
     })
     .map_err(|e| e.to_string())?;
     Ok((log, disk, host))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::read_log;
+
+    /// A rewrite is written in the background: outputs of the writes before it go at once,
+    /// those of the writes from it on only once it has replaced the log, which then holds it
+    /// and the appends made meanwhile (before, a crash leaves the log as it was).
+    #[test]
+    fn outputs_after_a_rewrite_wait_until_it_has_replaced_the_log() {
+        let dir = std::env::temp_dir().join(format!("atomos-inline-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("wal");
+        let (file, _) = FileDisk::open(&path, FsyncPolicy::Never).unwrap();
+        let Ok(mut disk) = InlineDisk::new(file) else {
+            panic!("a log never fsynced is written inline");
+        };
+        let record = |r: &'static [u8]| vec![Bytes::from_static(r)];
+        disk.take(Write::Append(record(b"one"))).unwrap();
+        disk.take(Write::Rewrite(record(b"whole"))).unwrap();
+        disk.take(Write::Append(record(b"two"))).unwrap();
+        let mut released = Vec::new();
+        for _ in 0..1000 {
+            match disk.finish_step().unwrap() {
+                Some(3) => {
+                    released.push(3);
+                    break;
+                }
+                Some(through) => released.push(through),
+                None => {}
+            }
+            assert_eq!(read_log(&path, false).unwrap(), vec![b"one".to_vec()]);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            released == [1, 3] || released == [3],
+            "released through {released:?}"
+        );
+        assert_eq!(
+            read_log(&path, false).unwrap(),
+            vec![b"whole".to_vec(), b"two".to_vec()]
+        );
+        assert_eq!(disk.finish_step().unwrap(), None, "nothing new to release");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -35,13 +35,19 @@ impl Drop for FileDisk {
     }
 }
 
-/// A compaction written beside the log by a thread of its own.
+/// A compaction, or a rewrite started with [`FileDisk::start_rewrite`], written beside the log
+/// by a thread of its own.
 struct Compacting {
-    /// Writes (and, unless fsyncs are off, fsyncs) the compacted log to `tmp`.
+    /// Writes and fsyncs the new log to `tmp`.
     thread: std::thread::JoinHandle<io::Result<()>>,
     tmp: PathBuf,
-    /// The records appended to the log since it began: they follow it in the new file.
+    /// The records appended since it began: they follow it in the new file.
     since: Vec<Bytes>,
+    /// A rewrite: the appends since wait in `since` only (the log they would follow is being
+    /// replaced). A compaction's also go to the log, which stays whole until it lands.
+    rewrite: bool,
+    /// When it began.
+    started: Instant,
 }
 
 /// Appends `records`, framed in `format`, to `file`: through a buffer, so that small records
@@ -93,8 +99,10 @@ impl FileDisk {
         if !existed {
             sync_dir(dir).map_err(io)?;
         }
-        // A compaction a crash interrupted never replaced the log: its file is left over.
+        // A compaction or rewrite a crash interrupted never replaced the log: its file is
+        // left over.
         let _ = fs::remove_file(path.with_extension("compact"));
+        let _ = fs::remove_file(path.with_extension("rewrite"));
         let (records, format, good_len) = read(path, true)?;
         let mut disk = FileDisk {
             path: path.to_path_buf(),
@@ -143,34 +151,72 @@ impl FileDisk {
         match write {
             Write::Append(records) => {
                 self.check_sizes(records)?;
-                append_records(&mut self.file, self.format, records).map_err(|e| self.io(e))?;
-                self.dirty_since.get_or_insert_with(Instant::now);
                 if let Some(c) = &mut self.compacting {
                     c.since.extend(records.iter().cloned());
+                    if c.rewrite {
+                        return self.land_compaction(false);
+                    }
                 }
+                append_records(&mut self.file, self.format, records).map_err(|e| self.io(e))?;
+                self.dirty_since.get_or_insert_with(Instant::now);
                 self.land_compaction(false)
             }
             Write::Rewrite(records) => {
                 self.land_compaction(true)?;
                 self.rewrite(records)
             }
-            Write::Compact(records) => {
-                self.land_compaction(true)?;
-                self.check_sizes(records)?;
-                let tmp = self.path.with_extension("compact");
-                let (to, records, sync) = (tmp.clone(), records.clone(), self.policy);
-                let thread = crate::background::spawn("wal-compaction".into(), move || {
-                    write_log_file(&to, &records, sync != FsyncPolicy::Never)
-                })
-                .map_err(|e| self.io(e))?;
-                self.compacting = Some(Box::new(Compacting {
-                    thread,
-                    tmp,
-                    since: Vec::new(),
-                }));
-                Ok(())
-            }
+            Write::Compact(records) => self.start_replacing(records, false),
         }
+    }
+
+    /// Starts replacing the log by `records` on a thread of its own, as [`Write::Rewrite`]
+    /// would, without waiting: appends made meanwhile are kept to follow it, not written,
+    /// until it lands (at the first write, [`FileDisk::land_if_written`] or
+    /// [`FileDisk::finish`] after it is written). Until then a crash leaves the log as it was
+    /// before; [`FileDisk::rewriting`] says when it no longer would.
+    pub fn start_rewrite(&mut self, records: &[Bytes]) -> Result<(), DiskError> {
+        self.start_replacing(records, true)
+    }
+
+    /// Whether a rewrite started with [`FileDisk::start_rewrite`] has yet to land.
+    pub fn rewriting(&self) -> bool {
+        self.compacting.as_ref().is_some_and(|c| c.rewrite)
+    }
+
+    /// Lands a compaction or rewrite whose file is written, if there is one.
+    pub fn land_if_written(&mut self) -> Result<(), DiskError> {
+        self.land_compaction(false)
+    }
+
+    /// Writes `records` as a new log beside this one on a background thread, once any
+    /// compaction or rewrite under way has landed.
+    fn start_replacing(&mut self, records: &[Bytes], rewrite: bool) -> Result<(), DiskError> {
+        self.land_compaction(true)?;
+        self.check_sizes(records)?;
+        let tmp = self.path.with_extension("compact");
+        let (to, records) = (tmp.clone(), records.to_vec());
+        // Written back to the disk there whatever the policy: the rename that lands it would
+        // otherwise start writing back the whole file on the caller's thread (ext4 flushes a
+        // file renamed over another) and wait behind the disk.
+        let write = move || write_log_file(&to, &records, true);
+        // A compaction runs at the lower priority of bulk work; the writes after a rewrite
+        // wait for it, so it runs at the caller's.
+        let thread = if rewrite {
+            std::thread::Builder::new()
+                .name("wal-rewrite".into())
+                .spawn(write)
+        } else {
+            crate::background::spawn("wal-compaction".into(), write)
+        }
+        .map_err(|e| self.io(e))?;
+        self.compacting = Some(Box::new(Compacting {
+            thread,
+            tmp,
+            since: Vec::new(),
+            rewrite,
+            started: Instant::now(),
+        }));
+        Ok(())
     }
 
     /// Puts a compaction whose file is written (or, with `wait`, any compaction, once written)
@@ -203,7 +249,15 @@ impl FileDisk {
         if self.policy != FsyncPolicy::Never {
             file.sync_data().map_err(at_tmp)?;
         }
-        self.replace_with(&c.tmp)
+        self.replace_with(&c.tmp)?;
+        tracing::info!(
+            path = %self.path.display(),
+            ms = c.started.elapsed().as_millis() as u64,
+            appends_meanwhile = c.since.len(),
+            "write-ahead log {}",
+            if c.rewrite { "rewritten" } else { "compacted" }
+        );
+        Ok(())
     }
 
     /// Replaces the log: the new one is written beside it, fsynced, renamed over it, and the
@@ -221,16 +275,20 @@ impl FileDisk {
     }
 
     /// Renames the complete (and, unless fsyncs are off, fsynced) log file `tmp` over the log.
+    /// The replaced log is closed on a background thread: closing the last handle of a file
+    /// renamed over frees its blocks (and, where the disk is mounted with `discard`, discards
+    /// them), which for a large log takes seconds.
     fn replace_with(&mut self, tmp: &Path) -> Result<(), DiskError> {
         fs::rename(tmp, &self.path).map_err(|e| self.io(e))?;
         if self.policy != FsyncPolicy::Never {
             sync_dir(parent_dir(&self.path)).map_err(|e| self.io(e))?;
         }
-        self.file = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .append(true)
             .open(&self.path)
             .map_err(|e| self.io(e))?;
+        close_later(std::mem::replace(&mut self.file, file));
         self.dirty_since = None;
         self.format = wal::FORMAT;
         Ok(())
@@ -281,6 +339,11 @@ impl FileDisk {
     pub fn policy(&self) -> FsyncPolicy {
         self.policy
     }
+}
+
+/// Closes `file` on a background thread (here if no thread can be started).
+fn close_later(file: File) {
+    let _ = crate::background::spawn("wal-close".into(), move || drop(file));
 }
 
 /// The directory holding `path` (`.` for a bare file name).
@@ -476,6 +539,33 @@ mod tests {
         append(&mut d, &[b"five"]);
         let records = read_log(&path, false).unwrap();
         assert_eq!(records, vec![b"whole".to_vec(), b"five".to_vec()]);
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// A rewrite started in the background leaves the log as it was until it lands (the
+    /// appends made meanwhile are not written to the log it replaces), and then the log is the
+    /// rewrite followed by those appends.
+    #[test]
+    fn a_rewrite_started_in_the_background_lands_with_the_appends_made_meanwhile() {
+        let path = temp("background-rewrite");
+        let (mut d, _) = FileDisk::open(&path, FsyncPolicy::Never).unwrap();
+        append(&mut d, &[b"one", b"two"]);
+        d.start_rewrite(&[Bytes::from_static(b"whole")]).unwrap();
+        assert!(d.rewriting());
+        let old = vec![b"one".to_vec(), b"two".to_vec()];
+        assert_eq!(read_log(&path, false).unwrap(), old);
+        d.write(&Write::Append(vec![Bytes::from_static(b"three")]))
+            .unwrap();
+        let meanwhile = read_log(&path, false).unwrap();
+        let new = vec![b"whole".to_vec(), b"three".to_vec()];
+        assert!(meanwhile == old || meanwhile == new, "{meanwhile:?}");
+        assert_eq!(d.rewriting(), meanwhile == old);
+        d.finish().unwrap();
+        assert!(!d.rewriting());
+        assert_eq!(read_log(&path, false).unwrap(), new);
+        append(&mut d, &[b"four"]);
+        let (_, records) = FileDisk::open(&path, FsyncPolicy::Never).unwrap();
+        assert_eq!(records.last().unwrap(), b"four");
         let _ = fs::remove_dir_all(path.parent().unwrap());
     }
 }

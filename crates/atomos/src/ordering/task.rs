@@ -15,7 +15,7 @@ use atomos_order::{
 use atomos_seam::Input;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::disk::DiskEvent;
 use crate::driver::{Carry, RunError, Runner};
@@ -131,11 +131,20 @@ impl OrderIo {
     fn encode_snapshot(&self, seq: u64, job: atomos_order::SnapshotJob) {
         let events = self.events.clone();
         let answer = events.clone();
-        let spawned = crate::background::spawn(format!("snapshot-{}", self.me), move || {
+        let me = self.me;
+        let spawned = crate::background::spawn(format!("snapshot-{me}"), move || {
+            let started = Instant::now();
             // A job that panics (a value whose encoding panics) answers empty bytes: the
             // replica then asks again later, rather than waiting for it forever.
             let state =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).unwrap_or_default();
+            info!(
+                node = me,
+                seq,
+                bytes = state.len(),
+                ms = started.elapsed().as_millis() as u64,
+                "snapshot encoded"
+            );
             let _ = answer.send(Event::SnapshotEncoded { seq, state });
         });
         if let Err(e) = spawned {
