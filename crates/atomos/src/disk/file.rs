@@ -25,8 +25,10 @@ pub struct FileDisk {
 }
 
 impl Drop for FileDisk {
-    /// A compaction still being written is waited for and its file removed (the log stays as
-    /// the appends made it): a disk opened on the same log later never meets its thread.
+    /// A compaction or rewrite still being written is waited for and its file removed, as a
+    /// crash would leave it: the log stays as the appends before a rewrite made it (the appends
+    /// kept to follow a rewrite are dropped with it; nothing was told they are durable). A disk
+    /// opened on the same log later never meets its thread.
     fn drop(&mut self) {
         if let Some(c) = self.compacting.take() {
             let _ = c.thread.join();
@@ -146,7 +148,8 @@ impl FileDisk {
     /// Carries out a write (to the operating system; [`FileDisk::sync`] makes it durable). A
     /// compaction is written beside the log on a thread of its own while later appends go to
     /// the log (and are kept to follow it); it replaces the log at the first write or sync
-    /// after it is written, or before the next compaction or rewrite.
+    /// after it is written, or before the next compaction or rewrite. A rewrite is written
+    /// before this returns (see [`FileDisk::start_rewrite`] for one that is not).
     pub fn write(&mut self, write: &Write) -> Result<(), DiskError> {
         match write {
             Write::Append(records) => {
@@ -173,8 +176,14 @@ impl FileDisk {
     /// would, without waiting: appends made meanwhile are kept to follow it, not written,
     /// until it lands (at the first write, [`FileDisk::land_if_written`] or
     /// [`FileDisk::finish`] after it is written). Until then a crash leaves the log as it was
-    /// before; [`FileDisk::rewriting`] says when it no longer would.
+    /// before; [`FileDisk::rewriting`] says when it no longer would. Only for a log never
+    /// fsynced ([`FsyncPolicy::Never`]), whose writer holds back what follows the rewrite
+    /// until it lands: under any other policy the rewrite is written before this returns, as
+    /// [`Write::Rewrite`] is, since a sync would otherwise count the kept appends durable.
     pub fn start_rewrite(&mut self, records: &[Bytes]) -> Result<(), DiskError> {
+        if self.policy != FsyncPolicy::Never {
+            return self.write(&Write::Rewrite(records.to_vec()));
+        }
         self.start_replacing(records, true)
     }
 
@@ -566,6 +575,23 @@ mod tests {
         append(&mut d, &[b"four"]);
         let (_, records) = FileDisk::open(&path, FsyncPolicy::Never).unwrap();
         assert_eq!(records.last().unwrap(), b"four");
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// Under a policy that fsyncs, a rewrite asked to start in the background is written at
+    /// once: a sync must never count appends that are only kept in memory as durable.
+    #[test]
+    fn a_rewrite_under_a_policy_that_fsyncs_is_written_at_once() {
+        let path = temp("fsynced-rewrite");
+        let (mut d, _) = FileDisk::open(&path, FsyncPolicy::EveryBatch).unwrap();
+        append(&mut d, &[b"one"]);
+        d.start_rewrite(&[Bytes::from_static(b"whole")]).unwrap();
+        assert!(!d.rewriting());
+        append(&mut d, &[b"two"]);
+        assert_eq!(
+            read_log(&path, false).unwrap(),
+            vec![b"whole".to_vec(), b"two".to_vec()]
+        );
         let _ = fs::remove_dir_all(path.parent().unwrap());
     }
 }
