@@ -249,7 +249,9 @@ impl Engine {
     /// whose version differs get the snapshot's, objects the snapshot lacks become never
     /// written. Running transactions see it as one commit. One thread at a time may apply.
     /// Values are kept as given: as [`bytes::Bytes`] slices of one snapshot's bytes, the engine
-    /// shares that buffer instead of holding a second copy of the state.
+    /// shares that buffer instead of holding a second copy of the state. An object whose
+    /// version did not change gets the snapshot's node too (the same value at the same
+    /// version), so that no value keeps an earlier snapshot's bytes alive.
     pub fn install_snapshot<V: Into<bytes::Bytes>>(
         &self,
         position: u64,
@@ -261,7 +263,7 @@ impl Engine {
             let cell = self.store.cell(&key);
             named.insert(cell as usize);
             // SAFETY: the store keeps its cells for the engine's lifetime.
-            if free_version(unsafe { &*cell }) != version {
+            if bytes.is_some() || free_version(unsafe { &*cell }) != version {
                 changes.push((cell, version, OwnedVersion::from_bytes(bytes)));
             }
         }

@@ -442,3 +442,36 @@ fn a_restored_store_shares_the_snapshots_bytes_instead_of_copying_them() {
     assert_eq!(restored.snapshot(), data.to_vec());
     assert_eq!(restored.position(), 3);
 }
+
+/// A store restored from one snapshot and then from a later one holds every value as a slice
+/// of the later one, those that did not change too: no earlier snapshot's bytes stay alive.
+#[test]
+fn a_second_restore_keeps_nothing_of_the_first_snapshots_bytes() {
+    let mut s = store();
+    let write = |name: &str, v| Entry::Certify {
+        reads: vec![],
+        writes: vec![(Key::from(name), tagged(name, v))],
+    };
+    s.apply(&request(&write("a", 1)));
+    s.apply(&request(&write("b", 2)));
+    let first = Bytes::from(s.snapshot());
+    s.apply(&request(&write("b", 3)));
+    let second = Bytes::from(s.snapshot());
+    let mut restored = store();
+    restored.restore_shared(&first).unwrap();
+    restored.restore_shared(&second).unwrap();
+    let within = second.as_ptr_range();
+    let outside = restored
+        .engine
+        .with_snapshot_objects(|objects| {
+            objects
+                .iter()
+                .filter(|(_, _, value)| {
+                    !matches!(value, Some(std::borrow::Cow::Borrowed(v)) if within.contains(&v.as_ptr()))
+                })
+                .count()
+        })
+        .unwrap();
+    assert_eq!(outside, 0, "a value still lies outside the later snapshot");
+    assert_eq!(restored.snapshot(), second.to_vec());
+}
