@@ -426,18 +426,7 @@ fn a_restored_store_shares_the_snapshots_bytes_instead_of_copying_them() {
     let data = Bytes::from(s.snapshot());
     let mut restored = store();
     restored.restore_shared(&data).unwrap();
-    let within = data.as_ptr_range();
-    let shared = restored
-        .engine
-        .with_snapshot_objects(|objects| {
-            objects
-                .iter()
-                .filter(|(_, _, value)| {
-                    matches!(value, Some(std::borrow::Cow::Borrowed(v)) if within.contains(&v.as_ptr()))
-                })
-                .count()
-        })
-        .unwrap();
+    let (shared, _) = values_lying_in(&restored, &data);
     assert_eq!(shared, 3, "every value lies in the snapshot's bytes");
     assert_eq!(restored.snapshot(), data.to_vec());
     assert_eq!(restored.position(), 3);
@@ -460,18 +449,26 @@ fn a_second_restore_keeps_nothing_of_the_first_snapshots_bytes() {
     let mut restored = store();
     restored.restore_shared(&first).unwrap();
     restored.restore_shared(&second).unwrap();
-    let within = second.as_ptr_range();
-    let outside = restored
-        .engine
-        .with_snapshot_objects(|objects| {
-            objects
-                .iter()
-                .filter(|(_, _, value)| {
-                    !matches!(value, Some(std::borrow::Cow::Borrowed(v)) if within.contains(&v.as_ptr()))
-                })
-                .count()
-        })
-        .unwrap();
+    let (inside, objects) = values_lying_in(&restored, &second);
+    let outside = objects - inside;
     assert_eq!(outside, 0, "a value still lies outside the later snapshot");
     assert_eq!(restored.snapshot(), second.to_vec());
+}
+
+/// How many of `store`'s objects hold a value lying inside `bytes` (shared, not copied), and
+/// how many objects it holds.
+fn values_lying_in(store: &ReplicatedStore, bytes: &Bytes) -> (usize, usize) {
+    let within = bytes.as_ptr_range();
+    store
+        .engine
+        .with_snapshot_objects(|objects| {
+            let inside = objects
+                .iter()
+                .filter(|(_, _, value)| {
+                    matches!(value, Some(std::borrow::Cow::Borrowed(v)) if within.contains(&v.as_ptr()))
+                })
+                .count();
+            (inside, objects.len())
+        })
+        .unwrap()
 }
