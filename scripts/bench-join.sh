@@ -2,10 +2,12 @@
 # A learner joins a 3-replica `certify` cluster whose store holds MIB MiB (default 1024) while
 # the bank load runs unpaced (2 threads per node): node 4, with an empty disk, is added with
 # `atomos member add` and is caught up once it has applied what the cluster had committed when
-# it was added. Reports per run: the store's snapshot size, the transfer time and MiB/s, the
-# transfers the cluster acknowledged per second in the 10 s before and during the transfer, and
-# the resident memory of the leader before the add (VmRSS) and the peak resident memory (VmHWM)
-# of the leader (the sender) and of the learner, and how many snapshots the learner installed.
+# it was added. Reports per run: the store's snapshot size; the join's time (from `member add`
+# until caught up) and the store's size over it; the stream's time (from the learner's first
+# byte of a snapshot stream to its last, sampled every 0.1 s from its metrics) and its rate; the
+# transfers the cluster acknowledged per second in the 10 s before and during the join; the
+# resident memory of the leader before the add (VmRSS) and the peak resident memory (VmHWM) of
+# the leader (the sender) and of the learner; and how many snapshots the learner installed.
 # Usage: scripts/bench-join.sh [MIB] [RUNS]
 source "$(dirname "$0")/lib.sh"
 mib=${1:-1024}
@@ -42,7 +44,10 @@ acked() {
 peak_rss_mib() { awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null || echo "?"; }
 rss_mib() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null || echo "?"; }
 
-printf '%-4s %-10s %-10s %-9s %-12s %-12s %-9s %-14s %-14s %-16s %s\n' run store_MiB seconds MiB/s tx/s_before tx/s_during ratio leader_rss_MiB leader_peak_MiB learner_peak_MiB installs
+# A metric of node N (empty if it does not answer).
+metric() { { curl -s -m 1 "http://127.0.0.1:$((base + 99 + $1))/metrics" || true; } | awk -v m="$2" '$1 ~ "^"m && !v {v = $2} END {print v}'; }
+
+printf '%-4s %-10s %-7s %-11s %-9s %-13s %-12s %-12s %-9s %-14s %-14s %-16s %s\n' run store_MiB join_s join_MiB/s stream_s stream_MiB/s tx/s_before tx/s_during ratio leader_rss_MiB leader_peak_MiB learner_peak_MiB installs
 for run in $(seq "$runs"); do
   dir=$out/run-$run
   base=$((20000 + RANDOM % 10000))
@@ -71,6 +76,11 @@ for run in $(seq "$runs"); do
   ATOMOS_BANK_LOAD_PACE_MS=0 ATOMOS_OPERATORS=client ATOMOS_ORDER_FSYNC=${ATOMOS_ORDER_FSYNC:-never} \
     $bin node --config "$dir/node-4.toml" 2> "$dir/node-4.log" &
   joiner=$!
+  # Node 4's bytes of snapshot streams received so far, sampled until it stops.
+  ( while kill -0 "$joiner" 2>/dev/null; do
+      printf '%s %s\n' "$(date +%s.%N)" "$(metric 4 atomos_order_stream_in_bytes_total)"
+      sleep 0.1
+    done ) > "$dir/stream-samples.txt" 2>/dev/null &
   sleep 1
   started=$(date +%s.%N)
   a2=$(acked)
@@ -98,14 +108,15 @@ for run in $(seq "$runs"); do
   ended=$(date +%s.%N)
   a3=$(acked)
   seconds=$(echo "$ended - $started" | bc -l)
-  # A metric of node N (empty if it does not answer).
-  metric() { { curl -s "http://127.0.0.1:$((base + 99 + $1))/metrics" || true; } | awk -v m="$2" '$1 ~ "^"m && !v {v = $2} END {print v}'; }
   bytes=$(metric "$leader" atomos_order_snapshot_bytes)
   installs=$(metric 4 atomos_order_replica_snapshots_installed_total)
   store=$(echo "${bytes:-0} / 1048576" | bc)
   during=$(echo "($a3 - $a2) / $seconds" | bc)
-  printf '%-4s %-10s %-10.1f %-9.1f %-12s %-12s %-9.2f %-14s %-14s %-16s %s\n' "$run" "$store" "$seconds" \
-    "$(echo "$store / $seconds" | bc -l)" "$before" "$during" "$(echo "$during / ($before + 0.0001)" | bc -l)" \
+  # From the first sample holding a byte to the first holding them all.
+  read -r stream_s stream_rate < <(awk 'NF == 2 && $2 > 0 { if (!s) s = $1; if ($2 > last) { last = $2; e = $1 } }
+    END { if (s && e > s) printf "%.1f %.1f\n", e - s, last / 1048576 / (e - s); else print "? ?" }' "$dir/stream-samples.txt")
+  printf '%-4s %-10s %-7.1f %-11.1f %-9s %-13s %-12s %-12s %-9.2f %-14s %-14s %-16s %s\n' "$run" "$store" "$seconds" \
+    "$(echo "$store / $seconds" | bc -l)" "$stream_s" "$stream_rate" "$before" "$during" "$(echo "$during / ($before + 0.0001)" | bc -l)" \
     "$leader_rss" "$(peak_rss_mib "$leader_pid")" "$(peak_rss_mib "$joiner")" "${installs:-?}"
   kill "$joiner" "$up" 2>/dev/null || true
   wait "$up" 2>/dev/null || true

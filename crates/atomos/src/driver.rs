@@ -22,6 +22,20 @@ use parking_lot::Mutex;
 use crate::disk::{DiskError, DiskWorker, FileDisk, FsyncPolicy, TryWriteError};
 use crate::health::Health;
 
+/// A step of the machine, or a write on its thread, that takes longer than this is logged:
+/// the node answers nothing meanwhile, and a peer may take it for dead.
+const SLOW: Duration = Duration::from_millis(500);
+
+/// What kind of input `input` is, for the log.
+fn input_kind<M, R>(input: &Input<M, R>) -> &'static str {
+    match input {
+        Input::Message { .. } => "message",
+        Input::Tick => "tick",
+        Input::Request(_) => "request",
+        Input::Persisted { .. } => "persisted",
+    }
+}
+
 /// Where a machine's outputs go, once nothing holds them back.
 pub(crate) trait Carry<M: Machine> {
     /// Sends `msg` to node `to` (possibly this one).
@@ -225,8 +239,18 @@ impl<M: Machine> Runner<M> {
         carry: &mut impl Carry<M>,
     ) -> Result<usize, RunError<M::Error>> {
         let mut out = std::mem::take(&mut self.out);
+        let (kind, started) = (input_kind(&input), Instant::now());
         let stepped = self.machine.step(self.now(), input, &mut out);
         let produced = out.len();
+        let took = started.elapsed();
+        if took >= SLOW {
+            tracing::warn!(
+                input = kind,
+                ms = took.as_millis() as u64,
+                outputs = produced,
+                "a step of the machine took long"
+            );
+        }
         let result = stepped
             .map_err(RunError::Machine)
             .and_then(|()| out.drain(..).try_for_each(|o| self.route(o, carry)));
@@ -258,7 +282,16 @@ impl<M: Machine> Runner<M> {
     ) -> Result<usize, RunError<M::Error>> {
         let mut produced = 0;
         loop {
-            let through = match self.inline.as_mut().map(InlineDisk::finish_step) {
+            let started = Instant::now();
+            let finished = self.inline.as_mut().map(InlineDisk::finish_step);
+            let took = started.elapsed();
+            if took >= SLOW {
+                tracing::warn!(
+                    ms = took.as_millis() as u64,
+                    "writing the log on the machine's thread took long"
+                );
+            }
+            let through = match finished {
                 Some(Ok(Some(through))) => through,
                 Some(Ok(None)) | None => return Ok(produced),
                 Some(Err(e)) => return Err(RunError::DiskStopped(e.to_string())),

@@ -3,6 +3,8 @@
 //! hard state. Kept in memory; what must survive a crash is also written to a
 //! [`Disk`](crate::disk::Disk) by the replica.
 
+use std::cell::Cell;
+
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 
@@ -16,6 +18,9 @@ pub struct LogStore {
     compacted: (u64, u64),
     /// `entries[i].index == compacted index + 1 + i`.
     entries: Vec<Entry>,
+    /// Set when raft-rs asked for a snapshot the latest one could not serve (see
+    /// [`LogStore::take_snapshot_wanted`]).
+    snapshot_wanted: Cell<bool>,
 }
 
 impl LogStore {
@@ -168,6 +173,14 @@ impl LogStore {
         &self.conf
     }
 
+    /// Whether raft-rs asked for a snapshot since the last call that the latest one could not
+    /// serve (it was older than asked for, or did not name the replica it was for). raft-rs
+    /// asks again at its next attempt to reach that replica, so a replica taking a snapshot
+    /// meanwhile may ignore this.
+    pub fn take_snapshot_wanted(&self) -> bool {
+        self.snapshot_wanted.replace(false)
+    }
+
     /// Records configuration `conf`, applied from the log.
     pub fn set_conf_state(&mut self, conf: ConfState) {
         self.conf = conf;
@@ -219,8 +232,8 @@ impl Storage for LogStore {
     }
 
     /// The latest snapshot, unless it is older than `request_index` or does not name `to` among
-    /// its members (a replica added after it would refuse it: raft-rs asks again once the
-    /// snapshot taken at the change is there).
+    /// its members (a replica added after it would refuse it). Then a newer one is wanted
+    /// ([`LogStore::take_snapshot_wanted`]), and raft-rs asks again once it is there.
     fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
         let cs = self.snapshot.get_metadata().get_conf_state();
         let names = |id| {
@@ -234,6 +247,7 @@ impl Storage for LogStore {
             .any(|ids| ids.contains(&id))
         };
         if self.snapshot_index() < request_index || !names(to) {
+            self.snapshot_wanted.set(true);
             return Err(raft::Error::Store(
                 StorageError::SnapshotTemporarilyUnavailable,
             ));
@@ -303,7 +317,8 @@ mod tests {
     }
 
     /// A snapshot is sent only to a replica it names: one added after it would refuse it (its
-    /// state is not taken until the snapshot of the change is).
+    /// state is not taken until a snapshot taken since the change is). A refusal says a newer
+    /// one is wanted, once.
     #[test]
     fn a_snapshot_is_offered_only_to_the_members_it_names() {
         let mut s = LogStore::new(vec![1, 2, 3]);
@@ -314,6 +329,7 @@ mod tests {
         snap.mut_metadata().mut_conf_state().voters = vec![1, 2, 3];
         s.compact(snap, 2);
         assert!(s.snapshot(2, 3).is_ok());
+        assert!(!s.take_snapshot_wanted(), "the latest one served");
         assert_eq!(
             s.snapshot(2, 4),
             Err(raft::Error::Store(
@@ -321,7 +337,10 @@ mod tests {
             )),
             "replica 4 joined after it"
         );
+        assert!(s.take_snapshot_wanted());
+        assert!(!s.take_snapshot_wanted(), "reported once");
         assert!(s.snapshot(3, 3).is_err(), "older than asked for");
+        assert!(s.take_snapshot_wanted());
     }
 
     /// A compaction may keep entries before its snapshot: they are served and their terms

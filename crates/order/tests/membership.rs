@@ -386,83 +386,162 @@ fn a_log_whose_snapshot_holds_the_state_inside_still_opens() {
     }
 }
 
+/// Appends `n` values to register `k` as client 100's next requests, one batch each.
+fn append_values(solo: &mut Solo, n: u64) {
+    use atomos_order::{Request, NO_DEADLINE};
+    for _ in 0..n {
+        solo.puts += 1;
+        let op = atomos_order::RegisterOp::Append {
+            key: "k".into(),
+            value: vec![solo.puts as u8; 32],
+        };
+        let request = Request {
+            client: 100,
+            seq: solo.puts,
+            payload: op.encode(),
+            deadline_ms: NO_DEADLINE,
+        };
+        solo.step(Input::Message {
+            from: 100,
+            msg: OrderMsg::Request(request),
+        });
+        solo.step(Input::Request(Command::Flush));
+    }
+}
+
+/// The messages between a leader (replica 1) and a learner (replica 2), delivered in order.
+#[derive(Default)]
+struct Link {
+    to_learner: std::collections::VecDeque<OrderMsg>,
+    to_leader: std::collections::VecDeque<OrderMsg>,
+}
+
+/// What `solo` sent to replica `id`, oldest first (the rest is dropped).
+fn sent_to(solo: &mut Solo, id: u64) -> Vec<OrderMsg> {
+    solo.sent
+        .drain(..)
+        .filter(|(to, _)| *to == id)
+        .map(|(_, msg)| msg)
+        .collect()
+}
+
+impl Link {
+    /// One round: both tick, the leader takes what the learner sent, and the learner what
+    /// the leader sent, unless `held`. Returns the stream chunks the learner received.
+    fn pump(&mut self, leader: &mut Solo, learner: &mut Solo, held: bool) -> usize {
+        let mut chunks = 0;
+        leader.step(Input::Tick);
+        learner.step(Input::Tick);
+        self.to_learner.extend(sent_to(leader, 2));
+        self.to_leader.extend(sent_to(learner, 1));
+        while let Some(msg) = self.to_leader.pop_front() {
+            leader.step(Input::Message { from: 2, msg });
+        }
+        self.to_learner.extend(sent_to(leader, 2));
+        if !held {
+            while let Some(msg) = self.to_learner.pop_front() {
+                chunks += usize::from(matches!(msg, OrderMsg::StreamChunk { .. }));
+                learner.step(Input::Message { from: 1, msg });
+            }
+        }
+        chunks
+    }
+
+    /// Rounds until the learner delivered as far as the leader (at most `rounds`).
+    fn catch_up(&mut self, leader: &mut Solo, learner: &mut Solo, rounds: usize) {
+        for _ in 0..rounds {
+            if learner.replica.final_next() == leader.replica.final_next() {
+                break;
+            }
+            self.pump(leader, learner, false);
+        }
+        assert_eq!(
+            learner.replica.final_next(),
+            leader.replica.final_next(),
+            "the learner caught up: {}",
+            learner.replica.describe()
+        );
+    }
+}
+
+/// `cfg` for replica 2, joining.
+fn learner_cfg(cfg: &ReplicaConfig) -> ReplicaConfig {
+    ReplicaConfig {
+        id: 2,
+        replicas: Vec::new(),
+        ..cfg.clone()
+    }
+}
+
+/// A fresh learner, replica 2, configured as `cfg` but joining.
+fn learner_of(cfg: &ReplicaConfig) -> Solo {
+    Solo::open(learner_cfg(cfg), Vec::new())
+}
+
+/// A replica whose log no longer starts at the founding takes no snapshot when it applies a
+/// change: the leader takes one when raft-rs wants to send the learner a snapshot and the
+/// latest does not name it, and only then. (Every replica encoded its whole state at every
+/// change before.)
+#[test]
+fn a_leader_takes_the_snapshot_a_learner_needs_when_it_is_wanted() {
+    let mut cfg = ReplicaConfig::new(1, vec![1]);
+    cfg.snapshot_every = 10;
+    cfg.batch_max = 1;
+    let mut leader = Solo::open(cfg.clone(), Vec::new());
+    leader.lead();
+    append_values(&mut leader, 15);
+    let before = leader.replica.stats().snapshots_taken;
+    assert!(before > 0 && leader.replica.snapshot_index() > 0);
+    let add = MemberChange::AddLearner {
+        id: 2,
+        context: b"10.0.0.2:7400".to_vec(),
+    };
+    leader.ask(1, add).expect("proposed");
+    assert_eq!(
+        leader.replica.stats().snapshots_taken,
+        before,
+        "no snapshot at the change"
+    );
+    let mut learner = learner_of(&cfg);
+    Link::default().catch_up(&mut leader, &mut learner, 200);
+    assert_eq!(learner.replica.stats().snapshots_installed, 1);
+    assert_eq!(
+        leader.replica.stats().snapshots_taken,
+        before + 1,
+        "one snapshot, for the learner"
+    );
+    assert_eq!(learner.replica.membership(), leader.replica.membership());
+    // The install rewrote the learner's log: it starts with the snapshot, and reopens where
+    // the learner stands.
+    let records = decode_log(&learner.log).expect("decodes");
+    assert!(matches!(records[0], atomos_order::Record::Installed(_)));
+    let reopened = Solo::open(learner_cfg(&cfg), learner.log.clone());
+    assert_eq!(reopened.replica.membership(), learner.replica.membership());
+    assert_eq!(reopened.replica.machine(), learner.replica.machine());
+}
+
 /// A learner still installing a snapshot while the leader takes the next one catches up from
 /// the log afterwards: the leader keeps the entries since its previous snapshot (and their
 /// batches), so one snapshot is enough.
 #[test]
 fn a_learner_that_installs_a_snapshot_while_the_leader_takes_another_needs_only_one() {
-    use atomos_order::{Request, NO_DEADLINE};
-
-    const CLIENT: u64 = 100;
     let mut cfg = ReplicaConfig::new(1, vec![1]);
     cfg.snapshot_every = 10;
     cfg.batch_max = 1;
     cfg.snapshot_chunk_bytes = 64;
     let mut leader = Solo::open(cfg.clone(), Vec::new());
     leader.lead();
-    let mut seq = 0;
-    let mut submit = |leader: &mut Solo, n: u64| {
-        for _ in 0..n {
-            seq += 1;
-            let op = atomos_order::RegisterOp::Append {
-                key: "k".into(),
-                value: vec![seq as u8; 32],
-            };
-            let request = Request {
-                client: CLIENT,
-                seq,
-                payload: op.encode(),
-                deadline_ms: NO_DEADLINE,
-            };
-            leader.step(Input::Message {
-                from: CLIENT,
-                msg: OrderMsg::Request(request),
-            });
-            leader.step(Input::Request(Command::Flush));
-        }
-    };
-    submit(&mut leader, 15);
+    append_values(&mut leader, 15);
     let add = MemberChange::AddLearner {
         id: 2,
         context: b"10.0.0.2:7400".to_vec(),
     };
     leader.ask(1, add).expect("proposed");
-    let first_snapshots = leader.replica.stats().snapshots_taken;
-    let mut learner = Solo::open(
-        ReplicaConfig {
-            id: 2,
-            replicas: Vec::new(),
-            ..cfg
-        },
-        Vec::new(),
-    );
-    // Messages between the two, delivered in order; to the learner held back while `held`.
-    let mut to_learner = std::collections::VecDeque::new();
-    let mut to_leader = std::collections::VecDeque::new();
-    // Returns the stream chunks the learner received.
-    let mut pump = |leader: &mut Solo, learner: &mut Solo, rounds: usize, held: bool| {
-        let mut chunks = 0;
-        for _ in 0..rounds {
-            leader.step(Input::Tick);
-            learner.step(Input::Tick);
-            to_learner.extend(leader.sent.drain(..).filter(|(to, _)| *to == 2));
-            to_leader.extend(learner.sent.drain(..).filter(|(to, _)| *to == 1));
-            while let Some((_, msg)) = to_leader.pop_front() {
-                leader.step(Input::Message { from: 2, msg });
-            }
-            to_learner.extend(leader.sent.drain(..).filter(|(to, _)| *to == 2));
-            if !held {
-                while let Some((_, msg)) = to_learner.pop_front() {
-                    chunks += usize::from(matches!(msg, OrderMsg::StreamChunk { .. }));
-                    learner.step(Input::Message { from: 1, msg });
-                }
-            }
-        }
-        chunks
-    };
+    let mut learner = learner_of(&cfg);
+    let mut link = Link::default();
     // Until the snapshot's stream is under way, then the learner hears nothing for a while.
     for _ in 0..200 {
-        let chunks = pump(&mut leader, &mut learner, 1, false);
+        let chunks = link.pump(&mut leader, &mut learner, false);
         if chunks > 0 || learner.replica.stats().snapshots_installed > 0 {
             break;
         }
@@ -472,22 +551,12 @@ fn a_learner_that_installs_a_snapshot_while_the_leader_takes_another_needs_only_
         0,
         "installed at once"
     );
+    let first_snapshots = leader.replica.stats().snapshots_taken;
     // Meanwhile the leader takes another snapshot.
-    submit(&mut leader, 12);
+    append_values(&mut leader, 12);
     assert!(leader.replica.stats().snapshots_taken > first_snapshots);
-    pump(&mut leader, &mut learner, 1, true);
-    for _ in 0..2000 {
-        if learner.replica.final_next() == leader.replica.final_next() {
-            break;
-        }
-        pump(&mut leader, &mut learner, 1, false);
-    }
-    assert_eq!(
-        learner.replica.final_next(),
-        leader.replica.final_next(),
-        "the learner caught up: {}",
-        learner.replica.describe()
-    );
+    link.pump(&mut leader, &mut learner, true);
+    link.catch_up(&mut leader, &mut learner, 2000);
     assert_eq!(
         learner.replica.stats().snapshots_installed,
         1,

@@ -440,8 +440,11 @@ async fn run_loop<S: StateMachine>(
 }
 
 /// Publishes where replica `me` stands as metrics: `atomos_order_is_leader`, `_term`,
-/// `_commit_index`, `_applied_index`, `_apply_lag`, `_voters`, `_learners` and
-/// `_snapshot_bytes` (gauges), and its counters as `atomos_order_replica_NAME_total`.
+/// `_commit_index`, `_applied_index`, `_apply_lag`, `_voters`, `_learners`,
+/// `_snapshot_bytes`, and the snapshot streams under way both ways, `_stream_out_streams`,
+/// `_stream_out_done_bytes` (acknowledged) and `_stream_out_size_bytes`, and the same `_in_`
+/// (gauges); its counters as `atomos_order_replica_NAME_total`, with the bytes streamed
+/// as `atomos_order_stream_out_bytes_total` and `_in_bytes_total`.
 fn publish_replica<S: StateMachine>(me: Addr, replica: &atomos_order::Replica<S>) {
     let node = me.to_string();
     for (name, value) in replica.stats().counters() {
@@ -450,6 +453,7 @@ fn publish_replica<S: StateMachine>(me: Addr, replica: &atomos_order::Replica<S>
     }
     let applied = replica.final_next().saturating_sub(1);
     let m = replica.membership();
+    let (sending, receiving) = replica.stream_progress();
     let gauges = [
         ("atomos_order_is_leader", u64::from(replica.is_leader())),
         ("atomos_order_term", replica.term()),
@@ -465,7 +469,20 @@ fn publish_replica<S: StateMachine>(me: Addr, replica: &atomos_order::Replica<S>
             "atomos_order_snapshot_bytes",
             replica.snapshot_bytes() as u64,
         ),
+        ("atomos_order_stream_out_streams", sending.streams),
+        ("atomos_order_stream_out_done_bytes", sending.done),
+        ("atomos_order_stream_out_size_bytes", sending.total),
+        ("atomos_order_stream_in_streams", receiving.streams),
+        ("atomos_order_stream_in_done_bytes", receiving.done),
+        ("atomos_order_stream_in_size_bytes", receiving.total),
     ];
+    let streamed = [
+        ("atomos_order_stream_out_bytes_total", sending.moved),
+        ("atomos_order_stream_in_bytes_total", receiving.moved),
+    ];
+    for (name, value) in streamed {
+        metrics::counter!(name, "node" => node.clone()).absolute(value);
+    }
     for (name, value) in gauges {
         metrics::gauge!(name, "node" => node.clone()).set(value as f64);
     }

@@ -73,6 +73,10 @@ pub enum PlantedBug {
     /// replica reached when the bytes came back, not at the one the state was pinned at: the
     /// entries between are then missing from a state restored from it.
     SnapshotWhereEncoded,
+    /// Never take a snapshot because raft-rs wanted one the latest could not serve: a learner
+    /// added after a leader's latest snapshot waits for the next one counted by
+    /// `snapshot_every`.
+    NoSnapshotForLearners,
 }
 
 impl ReplicaConfig {

@@ -196,7 +196,8 @@ impl<S: StateMachine> Replica<S> {
                 PlantedBug::ExpireByOwnClock
                 | PlantedBug::UncheckedStream
                 | PlantedBug::FoundingQuorum
-                | PlantedBug::SnapshotWhereEncoded,
+                | PlantedBug::SnapshotWhereEncoded
+                | PlantedBug::NoSnapshotForLearners,
             ) => d.commit.min(self.disk.durable_index()),
         };
         while self.delivery.final_next <= committed

@@ -50,12 +50,6 @@ impl Disk {
         self.unflushed.clear();
     }
 
-    /// Queues a record's payload as it is (one that is not a postcard [`Record`]: a snapshot's
-    /// state, shared rather than copied).
-    pub(super) fn queue_raw(&mut self, payload: Bytes) {
-        self.unflushed.push(payload);
-    }
-
     /// The queued records as one append, if any; `last` is the log's last index, which the
     /// write makes durable (every entry in the log was queued in it or in an earlier write).
     pub(super) fn flush(&mut self, last: u64) -> Option<Write> {

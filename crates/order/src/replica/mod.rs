@@ -43,6 +43,7 @@ use atomos_seam::{Bytes, Machine, Output};
 use rand_core::{RngCore, SeedableRng};
 
 pub use config::{Command, Input, OrderStats, PlantedBug, ReplicaConfig};
+pub use transfer::StreamProgress;
 
 use crate::error::OrderError;
 use crate::log_store::LogStore;
@@ -377,6 +378,15 @@ impl<S: StateMachine> Replica<S> {
     /// The current Raft term (it grows with every election).
     pub fn term(&self) -> u64 {
         self.raft.raft.term
+    }
+
+    /// How far the snapshot streams this replica sends (first) and receives (second) have
+    /// come.
+    pub fn stream_progress(&self) -> (StreamProgress, StreamProgress) {
+        (
+            self.streams.senders.progress(),
+            self.streams.receivers.progress(),
+        )
     }
 
     /// The size in bytes of the latest snapshot this replica holds (0 before the first).

@@ -5,11 +5,16 @@
 //! told an entry is applied only once it is, see `sync_applied`), which keeps one change at a
 //! time and takes the cluster out of a joint configuration on its own.
 //!
-//! Every replica takes a snapshot (and compacts its log) when it applies a change. So a
-//! replica added as a learner gets its first state from a snapshot: no leader can send it
-//! entries from the log's start, whose founding configuration it does not know. And the
-//! founding replicas a replica is configured with stop mattering once the membership has
-//! changed: a restart starts from the snapshot's configuration.
+//! A replica added as a learner gets its first state from a snapshot: it knows no
+//! configuration, so it takes no entries from the log's start (the founding configuration is
+//! not in the log), and a leader's snapshot taken before the change does not name it. So the
+//! leader takes a snapshot when raft-rs wants to send it one the latest cannot serve
+//! (`LogStore::take_snapshot_wanted`): only the replica that sends one encodes the state,
+//! whichever replica leads by then. A replica whose log still starts at the founding takes a
+//! snapshot when it applies a change, so that its log no longer reaches back to entries a
+//! learner would be sent. A restart starts from the latest snapshot's configuration (or the
+//! founding one) and applies the changes after it again as it delivers the log again, as it
+//! did the first time.
 
 use std::collections::BTreeMap;
 
@@ -313,7 +318,9 @@ impl<S: StateMachine> Replica<S> {
             .retain(|&id, _| members.contains(id));
         self.stats.membership_changes += 1;
         // See the module's doc.
-        self.snapshot_due = true;
+        if self.raft.store().snapshot_index() == 0 {
+            self.snapshot_due = true;
+        }
         if was_leader && !self.members.votes(self.cfg.id) {
             // Removed while leading: the others elect a leader among themselves.
             let term = self.raft.raft.term;

@@ -260,13 +260,16 @@ impl<S: StateMachine> Replica<S> {
                 ))
             })?;
         self.restore_state(&snap, &image, out)?;
-        self.write(&Record::Installed(snap.encode_to_vec()));
-        self.write_image(&image);
         self.image = image;
         self.raft.mut_store().install(snap);
         // The log after the snapshot starts anew (raft-rs installs one over entries of another
         // term too): no earlier write holds what comes next.
         self.disk.clamp(index);
+        // Everything before is gone, so the log is rewritten rather than appended to: the
+        // earlier records are dropped, and a host whose log is never fsynced writes the
+        // state (a GiB, say) off this replica's thread, which goes on hearing its peers
+        // meanwhile (what it sends after waits for the write).
+        self.rewrite_disk(Write::Rewrite, out);
         Ok(())
     }
 
@@ -609,13 +612,20 @@ impl<S: StateMachine> Replica<S> {
 
     /// Takes a snapshot at the last finally delivered entry once `snapshot_every` entries have
     /// been delivered since the last one and they hold an eighth of the state's size (see
-    /// [`STATE_PER_LOG_BYTE`]), or a membership change was applied. The replica's tables are
-    /// taken now; the state machine's state is encoded now too, unless the machine can pin it
-    /// and have it encoded off this thread ([`StateMachine::snapshot_later`]): then the host
-    /// runs the job and the snapshot is finished when its bytes come back (one at a time).
+    /// [`STATE_PER_LOG_BYTE`]), or one is due: raft-rs wanted to send a replica a snapshot the
+    /// latest could not serve (a learner added since it), or a membership change was applied
+    /// to a log that still starts at the founding. The replica's tables are taken now; the
+    /// state machine's state is encoded now too, unless the machine can pin it and have it
+    /// encoded off this thread ([`StateMachine::snapshot_later`]): then the host runs the job
+    /// and the snapshot is finished when its bytes come back (one at a time).
     pub(super) fn maybe_snapshot(&mut self, out: &mut Vec<Action>) -> Result<(), OrderError> {
+        // Wanted while one is being encoded: raft-rs asks again if that one does not serve.
+        let wanted = self.raft.store().take_snapshot_wanted();
         if self.encoding.is_some() {
             return Ok(());
+        }
+        if wanted && self.cfg.planted_bug != Some(PlantedBug::NoSnapshotForLearners) {
+            self.snapshot_due = true;
         }
         let applied = self.delivery.final_next - 1;
         let base = self.raft.store().snapshot_index();
@@ -735,7 +745,8 @@ impl<S: StateMachine> Replica<S> {
     /// Rewrites the disk with what the replica holds now: its snapshot, the entries after it,
     /// the hard state, the batches it keeps. `write` is [`Write::Compact`] when the records
     /// hold nothing the log does not (a snapshot taken here: the disk may write it in the
-    /// background), [`Write::Rewrite`] when they do (a snapshot adopted from a peer).
+    /// background), [`Write::Rewrite`] when they do (a snapshot adopted from a peer, or
+    /// installed).
     fn rewrite_disk(&mut self, write: fn(Vec<Bytes>) -> Write, out: &mut Vec<Action>) {
         let store = self.raft.store();
         let snap = store.latest_snapshot();
@@ -803,12 +814,6 @@ impl<S: StateMachine> Replica<S> {
         // rewrite holds what they say (a replica that rejoins writes so in it).
         self.disk.discard_queued();
         self.rewrite_disk(Write::Rewrite, out);
-    }
-
-    /// Queues the records of a snapshot's image: its marker, then the state itself, raw.
-    fn write_image(&mut self, image: &Image) {
-        self.write(&Record::ImageFollows { index: image.index });
-        self.disk.queue_raw(image.bytes.clone());
     }
 }
 

@@ -137,6 +137,21 @@ pub(crate) enum Sent {
     },
 }
 
+/// How far the snapshot streams going one way (out of a replica, or into it) have come.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamProgress {
+    /// Streams under way.
+    pub streams: u64,
+    /// Bytes of the streams under way that their receiver holds in order (acknowledged, for
+    /// a sender).
+    pub done: u64,
+    /// The sizes of the streams under way.
+    pub total: u64,
+    /// Bytes received in order (acknowledged, for a sender) over every stream since the
+    /// replica started: its rate is the transfer's.
+    pub moved: u64,
+}
+
 /// The streams a replica sends: one per receiver at a time (a newer one replaces it).
 /// Streams are numbered from a base drawn at each start of the replica, so that a receiver
 /// never takes a stream of this start for one of an earlier start (numbers from 1 would
@@ -146,6 +161,8 @@ pub(crate) struct Senders {
     limits: StreamLimits,
     out: BTreeMap<Addr, Outgoing>,
     next_stream: u64,
+    /// Bytes acknowledged over every stream.
+    moved: u64,
 }
 
 impl Senders {
@@ -155,6 +172,17 @@ impl Senders {
             limits,
             out: BTreeMap::new(),
             next_stream: first,
+            moved: 0,
+        }
+    }
+
+    /// How far the streams sent from here have come.
+    pub(crate) fn progress(&self) -> StreamProgress {
+        StreamProgress {
+            streams: self.out.len() as u64,
+            done: self.out.values().map(|o| o.acked).sum(),
+            total: self.out.values().map(|o| o.data.len()).sum(),
+            moved: self.moved,
         }
     }
 
@@ -224,6 +252,7 @@ impl Senders {
         // queued behind copies sent again).
         o.heard_at = now;
         if next > o.acked {
+            self.moved += next - o.acked;
             o.acked = next;
             o.progressed_at = now;
             o.resent_at = now;
@@ -429,6 +458,8 @@ pub(crate) struct Receivers {
     completed: BTreeMap<Addr, (u64, u64)>,
     /// Per sender, when a refusal was last reported (one report per `give_up_ticks`).
     refused: BTreeMap<Addr, u64>,
+    /// Bytes taken in order over every stream.
+    moved: u64,
 }
 
 impl Receivers {
@@ -439,6 +470,17 @@ impl Receivers {
             incoming: BTreeMap::new(),
             completed: BTreeMap::new(),
             refused: BTreeMap::new(),
+            moved: 0,
+        }
+    }
+
+    /// How far the streams coming here have come.
+    pub(crate) fn progress(&self) -> StreamProgress {
+        StreamProgress {
+            streams: self.incoming.len() as u64,
+            done: self.incoming.values().map(|i| i.data.len() as u64).sum(),
+            total: self.incoming.values().map(|i| i.total).sum(),
+            moved: self.moved,
         }
     }
 
@@ -533,6 +575,7 @@ impl Receivers {
         if data.is_empty() || end > i.total || held + data.len() as u64 > i.total {
             // Nothing of it fits the stream: not kept.
         } else if in_order {
+            let before = i.data.len() as u64;
             if i.data.capacity() == 0 {
                 // Room for the whole stream at once, so that growing it never holds two
                 // copies (if the allocator cannot, it grows as it goes).
@@ -545,6 +588,7 @@ impl Receivers {
                 i.data.extend_from_slice(&next);
             }
             let held = i.data.len() as u64;
+            self.moved += held - before;
             i.ahead.retain(|&at, _| at > held);
         } else if offset > held
             && offset <= held + reach

@@ -185,6 +185,36 @@ impl Link {
     }
 }
 
+/// Both ends report how far a stream has come while it travels, and the bytes moved once
+/// it is done, each byte counted once however often the lossy link repeats it.
+#[test]
+fn both_ends_report_a_streams_progress_and_count_each_byte_once() {
+    let mut link = Link::new(3, 20);
+    let data = bytes(100);
+    link.start(data.clone());
+    let sending = link.senders.progress();
+    assert_eq!((sending.streams, sending.done, sending.total), (1, 0, 100));
+    let mut seen_midway = false;
+    for _ in 0..2000 {
+        if !link.deliver_one() {
+            link.tick();
+        }
+        let receiving = link.receivers.progress();
+        let sending = link.senders.progress();
+        assert!(sending.done <= receiving.done || receiving.streams == 0);
+        seen_midway |= receiving.done > 0 && receiving.done < receiving.total;
+        if !link.senders.sending_to(RECEIVER) {
+            break;
+        }
+    }
+    assert!(seen_midway, "the receiver reported a stream half there");
+    assert_eq!(link.completed(), vec![&data]);
+    let (sending, receiving) = (link.senders.progress(), link.receivers.progress());
+    assert_eq!((sending.streams, sending.done, sending.total), (0, 0, 0));
+    assert_eq!((receiving.streams, receiving.done), (0, 0));
+    assert_eq!((sending.moved, receiving.moved), (100, 100));
+}
+
 #[test]
 fn a_stream_arrives_whole_in_chunks_a_window_at_a_time() {
     let mut link = Link::new(1, 0);
