@@ -122,5 +122,5 @@ for run in $(seq "$runs"); do
   wait "$up" 2>/dev/null || true
   joiner=""
   # BENCH_KEEP=DIR keeps each run's node logs there.
-  if [ -n "${BENCH_KEEP:-}" ]; then mkdir -p "$BENCH_KEEP/run-$run" && cp "$dir"/node-*.log "$BENCH_KEEP/run-$run/"; fi
+  if [ -n "${BENCH_KEEP:-}" ]; then mkdir -p "$BENCH_KEEP/run-$run" && cp "$dir"/node-*.log "$dir/stream-samples.txt" "$BENCH_KEEP/run-$run/"; fi
 done

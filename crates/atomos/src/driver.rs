@@ -307,7 +307,20 @@ impl<M: Machine> Runner<M> {
         carry: &mut impl Carry<M>,
     ) -> Result<(), RunError<M::Error>> {
         match o {
-            Output::Persist(write) => self.persist(write),
+            Output::Persist(write) => {
+                // A rewrite or compaction first writes what the step appended, and may wait
+                // for a rewrite still being written: on this thread when the log is inline.
+                let started = Instant::now();
+                let persisted = self.persist(write);
+                let took = started.elapsed();
+                if took >= SLOW {
+                    tracing::warn!(
+                        ms = took.as_millis() as u64,
+                        "writing the log on the machine's thread took long"
+                    );
+                }
+                persisted
+            }
             o => {
                 if let Some(o) = self.gate.pass(o) {
                     carry_out(o, carry);

@@ -4,6 +4,7 @@
 //! [`Disk`](crate::disk::Disk) by the replica.
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
@@ -21,6 +22,11 @@ pub struct LogStore {
     /// Set when raft-rs asked for a snapshot the latest one could not serve (see
     /// [`LogStore::take_snapshot_wanted`]).
     snapshot_wanted: Cell<bool>,
+    /// Per member added by a change applied since the log's start (or since a restart, as
+    /// the log is delivered again), the position of that change: a snapshot from before it
+    /// names the replica, if at all, from an earlier membership (one removed, then added
+    /// again with an empty disk).
+    added_at: BTreeMap<u64, u64>,
 }
 
 impl LogStore {
@@ -181,8 +187,23 @@ impl LogStore {
         self.snapshot_wanted.replace(false)
     }
 
-    /// Records configuration `conf`, applied from the log.
-    pub fn set_conf_state(&mut self, conf: ConfState) {
+    /// Records configuration `conf`, applied from the log at position `at`, which added the
+    /// replicas `added`.
+    pub fn set_conf_state(&mut self, conf: ConfState, at: u64, added: &[u64]) {
+        for &id in added {
+            self.added_at.insert(id, at);
+        }
+        let names = |id: &u64| {
+            [
+                &conf.voters,
+                &conf.learners,
+                &conf.voters_outgoing,
+                &conf.learners_next,
+            ]
+            .iter()
+            .any(|ids| ids.contains(id))
+        };
+        self.added_at.retain(|id, _| names(id));
         self.conf = conf;
     }
 }
@@ -231,9 +252,11 @@ impl Storage for LogStore {
         Ok(self.last())
     }
 
-    /// The latest snapshot, unless it is older than `request_index` or does not name `to` among
-    /// its members (a replica added after it would refuse it). Then a newer one is wanted
-    /// ([`LogStore::take_snapshot_wanted`]), and raft-rs asks again once it is there.
+    /// The latest snapshot, unless it is older than `request_index` or than the change that
+    /// last added `to`, or does not name `to` among its members (a replica added after it
+    /// would refuse it; one removed and added again would take an earlier membership from
+    /// it). Then a newer one is wanted ([`LogStore::take_snapshot_wanted`]), and raft-rs asks
+    /// again once it is there.
     fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
         let cs = self.snapshot.get_metadata().get_conf_state();
         let names = |id| {
@@ -246,7 +269,8 @@ impl Storage for LogStore {
             .iter()
             .any(|ids| ids.contains(&id))
         };
-        if self.snapshot_index() < request_index || !names(to) {
+        let added_at = self.added_at.get(&to).copied().unwrap_or(0);
+        if self.snapshot_index() < request_index.max(added_at) || !names(to) {
             self.snapshot_wanted.set(true);
             return Err(raft::Error::Store(
                 StorageError::SnapshotTemporarilyUnavailable,
@@ -341,6 +365,17 @@ mod tests {
         assert!(!s.take_snapshot_wanted(), "reported once");
         assert!(s.snapshot(3, 3).is_err(), "older than asked for");
         assert!(s.take_snapshot_wanted());
+        // Replica 3, removed and added again at 4 (with an empty disk): the snapshot of 2
+        // names it from its earlier membership.
+        let conf = ConfState {
+            voters: vec![1, 2],
+            learners: vec![3],
+            ..ConfState::default()
+        };
+        s.set_conf_state(conf, 4, &[3]);
+        assert!(s.snapshot(2, 3).is_err(), "from before it was added again");
+        assert!(s.take_snapshot_wanted());
+        assert!(s.snapshot(2, 1).is_ok(), "replica 1 was not added since");
     }
 
     /// A compaction may keep entries before its snapshot: they are served and their terms

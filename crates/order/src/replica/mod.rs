@@ -78,8 +78,13 @@ pub struct Replica<S> {
     /// The configuration in force (the latest one applied from the log).
     members: Membership,
     /// A snapshot is due at the next delivery (or once an encoding under way is done),
-    /// whatever `snapshot_every` says (the membership changed: see `reconfigure`).
+    /// whatever `snapshot_every` says: raft-rs wanted one the latest could not serve, or a
+    /// change was applied to a log that still starts at the founding (see `reconfigure`).
     snapshot_due: bool,
+    /// A snapshot raft-rs wants is not taken before this tick: the last one failed (the host
+    /// could not encode the state, or it did not pass its check), and raft-rs asks at every
+    /// heartbeat.
+    snapshot_retry_at: u64,
     /// The state machine's state at the latest snapshot's position.
     image: Image,
     /// A snapshot taken but for the state machine's state, which the host is encoding (see
@@ -301,6 +306,7 @@ impl<S: StateMachine> Replica<S> {
             now_ms: 0,
             members,
             snapshot_due: false,
+            snapshot_retry_at: 0,
             image: held,
             encoding: None,
             incoming_image: None,

@@ -309,7 +309,7 @@ impl<S: StateMachine> Replica<S> {
         let now = Membership::of(&cs, &contexts);
         removed.extend(before.into_iter().filter(|&id| !now.contains(id)));
         self.members = now.with_removed(removed);
-        self.raft.mut_store().set_conf_state(cs);
+        self.raft.mut_store().set_conf_state(cs, seq, &added);
         // What changes waited for was measured against the configuration before.
         self.progress.targets.clear();
         let members = &self.members;

@@ -1,6 +1,6 @@
 //! Snapshots and state transfer. Once `snapshot_every` finally delivered entries hold an eighth
-//! of the state's size, and whenever it applies a membership change (see `reconfigure`), a
-//! replica snapshots its state (the state machine's, encoded off its step when the machine can
+//! of the state's size, and when raft-rs wants to send a replica a snapshot the latest cannot
+//! serve (a learner added since it, see `reconfigure`), a replica snapshots its state (the state machine's, encoded off its step when the machine can
 //! pin it; the clients' table, the delivered batches, the log's time), compacts its log and
 //! rewrites its disk. Raft's snapshot holds only the replica's own tables; the state
 //! machine's state at that position, its [`Image`], lies beside it, shared (never copied) by
@@ -35,6 +35,10 @@ use crate::types::{
 /// them stay while their batches hold at most this or a quarter of the state's size,
 /// whichever is larger (see `Replica::finish_snapshot`).
 const KEEP_BATCH_BYTES_MIN: u64 = 1 << 20;
+
+/// Retry periods a snapshot raft-rs wants waits after one failed (ten seconds at the
+/// defaults of an order node).
+const RETRY_FAILED: u64 = 100;
 
 /// A snapshot is taken once the log since the last one holds at least the state's size over
 /// this (and `snapshot_every` entries): the log then costs at most an eighth of the state in
@@ -624,7 +628,10 @@ impl<S: StateMachine> Replica<S> {
         if self.encoding.is_some() {
             return Ok(());
         }
-        if wanted && self.cfg.planted_bug != Some(PlantedBug::NoSnapshotForLearners) {
+        if wanted
+            && self.ticks >= self.snapshot_retry_at
+            && self.cfg.planted_bug != Some(PlantedBug::NoSnapshotForLearners)
+        {
             self.snapshot_due = true;
         }
         let applied = self.delivery.final_next - 1;
@@ -673,16 +680,24 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 
+    /// A snapshot could not be taken: counted, and one raft-rs wants waits [`RETRY_FAILED`]
+    /// retry periods (the counted one waits for the log to grow by another eighth of the
+    /// state).
+    fn snapshot_failed(&mut self) {
+        self.stats.snapshots_failed += 1;
+        self.snapshot_retry_at = self.ticks + RETRY_FAILED * self.cfg.retry_ticks.max(1);
+    }
+
     /// The state asked for at `seq` was encoded: the snapshot is taken, unless the replica
     /// installed a snapshot at or past it since (or never asked: a host's late answer). Empty
     /// bytes say the host could not encode it: the replica asks again once the log grew by
-    /// another eighth of the state.
+    /// another eighth of the state, or raft-rs wants one after [`RETRY_FAILED`] retry periods.
     pub(super) fn on_snapshot_encoded(&mut self, seq: u64, state: Vec<u8>, out: &mut Vec<Action>) {
         let Some(snap) = self.encoding.take_if(|s| s.get_metadata().index == seq) else {
             return;
         };
         if state.is_empty() {
-            self.stats.snapshots_failed += 1;
+            self.snapshot_failed();
             out.push(Output::Warn(format!(
                 "no snapshot taken at {seq}: the host could not encode its state"
             )));
@@ -711,7 +726,7 @@ impl<S: StateMachine> Replica<S> {
         let index = snap.get_metadata().index;
         if let Err(why) = self.machine.check_snapshot(&machine) {
             // Compacting would leave a log this replica could not restart from: keep the log.
-            self.stats.snapshots_failed += 1;
+            self.snapshot_failed();
             out.push(Output::Warn(format!(
                 "no snapshot taken at {index} (the log is kept whole): the state machine's \
                  snapshot does not pass its own check: {why}"
