@@ -69,12 +69,17 @@ impl Solo {
     /// Orders a write of `bytes` bytes to register `key` (client 100's next request) and seals
     /// its batch.
     fn put(&mut self, key: &str, bytes: usize) {
-        use atomos_order::{RegisterOp, Request, NO_DEADLINE};
-        self.puts += 1;
-        let op = RegisterOp::Put {
+        let value = vec![(self.puts + 1) as u8; bytes];
+        self.order(atomos_order::RegisterOp::Put {
             key: key.into(),
-            value: vec![self.puts as u8; bytes],
-        };
+            value,
+        });
+    }
+
+    /// Orders `op` as client 100's next request and seals its batch.
+    fn order(&mut self, op: atomos_order::RegisterOp) {
+        use atomos_order::{Request, NO_DEADLINE};
+        self.puts += 1;
         let request = Request {
             client: 100,
             seq: self.puts,
@@ -388,24 +393,12 @@ fn a_log_whose_snapshot_holds_the_state_inside_still_opens() {
 
 /// Appends `n` values to register `k` as client 100's next requests, one batch each.
 fn append_values(solo: &mut Solo, n: u64) {
-    use atomos_order::{Request, NO_DEADLINE};
     for _ in 0..n {
-        solo.puts += 1;
-        let op = atomos_order::RegisterOp::Append {
+        let value = vec![(solo.puts + 1) as u8; 32];
+        solo.order(atomos_order::RegisterOp::Append {
             key: "k".into(),
-            value: vec![solo.puts as u8; 32],
-        };
-        let request = Request {
-            client: 100,
-            seq: solo.puts,
-            payload: op.encode(),
-            deadline_ms: NO_DEADLINE,
-        };
-        solo.step(Input::Message {
-            from: 100,
-            msg: OrderMsg::Request(request),
+            value,
         });
-        solo.step(Input::Request(Command::Flush));
     }
 }
 
