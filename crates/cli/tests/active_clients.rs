@@ -15,7 +15,9 @@ use atomos::{Client, ClientConfig};
 
 mod common;
 
-use common::{cluster_up, http_get, leader, metric_sum, restart, signal, wait_exit, KillOnDrop};
+use common::{
+    cluster_up, http_get, kill_dead, leader, metric_sum, restart, signal, wait_exit, KillOnDrop,
+};
 
 const CLIENT_TRANSFER: &str = "bank-load.client-transfer";
 const CLIENT_COUNT: &str = "bank-load.client-count";
@@ -111,7 +113,7 @@ fn remote_clients_fail_over_through_kills_and_nothing_runs_twice_or_is_lost() {
 
     let mut restarted = Vec::new();
     for (round, victim) in [first_leader, reference].into_iter().enumerate() {
-        signal(pids[victim], libc::SIGKILL);
+        kill_dead(pids[victim]);
         // The clients go on without it (a majority remains).
         progress(&format!("after node {} was killed", victim + 1));
         let (child, log) = restart(&dir, victim, round + 1);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::bank::{audits, wait_audits};
-use common::{cluster_up_with, leader, restart_with, signal, wait_exit, KillOnDrop};
+use common::{cluster_up_with, kill_dead, leader, restart_with, signal, wait_exit, KillOnDrop};
 
 const TOTAL: i64 = 64_000;
 
@@ -49,8 +49,7 @@ fn run_cluster(protocol: &str, nodes: usize, name: &str, extra: &[&str]) {
     let mut round = 0;
     let mut kill_and_restart = |victim: usize, wipe: bool, current: &mut Vec<PathBuf>| {
         round += 1;
-        signal(pids[victim], libc::SIGKILL);
-        std::thread::sleep(Duration::from_millis(500));
+        kill_dead(pids[victim]);
         if wipe {
             std::fs::remove_dir_all(dir.join("data").join((victim + 1).to_string())).unwrap();
         }

@@ -19,7 +19,7 @@ use common::bank::{audits, wait_audits};
 use common::members::{
     add_learner, change_until, restart_member, start_joiner, wait_leader, wait_members,
 };
-use common::{cluster_up_with, signal, wait_exit, KillOnDrop};
+use common::{cluster_up_with, kill_dead, signal, wait_exit, KillOnDrop};
 
 const TOTAL: i64 = 64_000;
 
@@ -83,7 +83,7 @@ fn grow_replace_and_shrink(protocol: &str) {
     std::thread::sleep(Duration::from_millis(300));
     let metrics = common::http_get(base_port + 103, "/metrics");
     let installed = common::metric_sum(&metrics, "atomos_order_replica_snapshots_installed_total");
-    signal(four.id(), libc::SIGKILL);
+    kill_dead(four.id());
     keep(four, 4);
     println!("{protocol}: node 4 killed with {installed} snapshots installed");
     keep(restart_member(&dir, 4, &env), 4);

@@ -24,6 +24,29 @@ pub fn signal(pid: u32, sig: i32) {
     }
 }
 
+/// Kills process `pid` with SIGKILL and waits (up to 10 s) until it holds no files or ports:
+/// it is gone, or only its main thread is left, a zombie its parent has not reaped yet (the
+/// main thread turns zombie while its other threads may still be ending, their files open: a
+/// node started again before then could not listen on its port).
+pub fn kill_dead(pid: u32) {
+    signal(pid, libc::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the command's closing parenthesis: "PID (COMM) S ...".
+        let state = stat
+            .rsplit(") ")
+            .next()
+            .and_then(|rest| rest.chars().next());
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+        if state.is_none() || (matches!(state, Some('Z' | 'X')) && threads <= 1) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "process {pid} outlived SIGKILL");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits for `child` to exit (killing it and failing after `within`).
 pub fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + within;
