@@ -383,9 +383,11 @@ async fn run_loop<S: StateMachine>(
     task.submit_load()?;
     let mut next_tick = Instant::now() + cfg.tick;
     loop {
-        // Work left over from the last round (answers that started new requests) must not
-        // wait for an event, but must not starve the other tasks either: yield, then go on.
-        if task.io.waiters.load_due > 0 {
+        // Work left over from the last round (answers that started new requests, entries a
+        // bounded step left undelivered) must not wait for an event, but must not starve the
+        // other tasks either: yield, then go on.
+        let backlog = task.runner.machine().replica().has_backlog();
+        if task.io.waiters.load_due > 0 || backlog {
             tokio::task::yield_now().await;
             if stop.is_cancelled() {
                 return Ok(());

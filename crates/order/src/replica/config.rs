@@ -28,6 +28,12 @@ pub struct ReplicaConfig {
     pub snapshot_every: u64,
     /// Append messages in flight per follower (pipelining).
     pub max_inflight: usize,
+    /// At most this many entries are delivered optimistically, and this many finally, in one
+    /// step (at least one each): a replica catching up on a long log (after a snapshot or a
+    /// restart) goes on at its next input instead of going silent for its peers while it
+    /// applies the whole backlog. Its host steps it again at once while
+    /// [`crate::Replica::has_backlog`] says so.
+    pub deliveries_per_step: usize,
     /// Seeds the jitter added to ticks, which keeps elections from splitting forever, and the
     /// numbering of this start's batches: give each start of a replica a seed of its own.
     pub seed: u64,
@@ -82,7 +88,7 @@ pub enum PlantedBug {
 impl ReplicaConfig {
     /// Defaults for replica `id` of `replicas`: batches of up to 256 requests sealed at the next
     /// tick, election after 10 ticks, heartbeat every 2, retries every 10 ticks, a snapshot every
-    /// 10,000 entries, 256 appends in flight, snapshots sent in chunks of 1 MiB and accepted up
+    /// 10,000 entries, 256 appends in flight, 256 entries delivered per step, snapshots sent in chunks of 1 MiB and accepted up
     /// to 64 GiB.
     pub fn new(id: Addr, replicas: Vec<Addr>) -> ReplicaConfig {
         ReplicaConfig {
@@ -95,6 +101,7 @@ impl ReplicaConfig {
             retry_ticks: 10,
             snapshot_every: 10_000,
             max_inflight: 256,
+            deliveries_per_step: 256,
             snapshot_chunk_bytes: 1 << 20,
             snapshot_max_bytes: 64 << 30,
             seed: id,

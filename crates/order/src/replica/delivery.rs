@@ -39,6 +39,8 @@ struct Pending {
 pub(super) struct Deliveries {
     /// Entries optimistically delivered and not yet final, by position.
     pending: BTreeMap<u64, Pending>,
+    /// The batches those entries carry (each at most once: a duplicate's entry carries none).
+    pending_batches: BTreeSet<BatchId>,
     /// The requests those entries delivered (ran or expired): (client, seq).
     pending_requests: BTreeSet<(u64, u64)>,
     /// The next position to deliver optimistically...
@@ -49,6 +51,12 @@ pub(super) struct Deliveries {
     opt_time: u64,
     /// ...and at the last finally delivered one.
     pub(super) final_time: u64,
+    /// Entries this step may still deliver optimistically...
+    opt_left: usize,
+    /// ...and finally ([`crate::ReplicaConfig::deliveries_per_step`]).
+    final_left: usize,
+    /// This step stopped delivering for its budget with more to deliver.
+    pub(super) cut_short: bool,
     /// The highest index Raft reported committed.
     pub(super) commit: u64,
     /// The batch the next optimistic delivery waits for, and since when.
@@ -69,11 +77,15 @@ impl Deliveries {
     pub(super) fn new(base: u64, time: u64, commit: u64) -> Deliveries {
         Deliveries {
             pending: BTreeMap::new(),
+            pending_batches: BTreeSet::new(),
             pending_requests: BTreeSet::new(),
             opt_next: base + 1,
             final_next: base + 1,
             opt_time: time,
             final_time: time,
+            opt_left: 0,
+            final_left: 0,
+            cut_short: false,
             commit,
             missing: None,
             since_snapshot_bytes: 0,
@@ -94,7 +106,14 @@ impl Deliveries {
 
     /// Whether `id` was delivered optimistically at a position not yet final.
     fn pending_batch(&self, id: BatchId) -> bool {
-        self.pending.values().any(|p| p.batch == Some(id))
+        self.pending_batches.contains(&id)
+    }
+
+    /// A new step may deliver `budget` entries optimistically and as many finally.
+    pub(super) fn new_step(&mut self, budget: usize) {
+        self.opt_left = budget.max(1);
+        self.final_left = budget.max(1);
+        self.cut_short = false;
     }
 }
 
@@ -131,6 +150,10 @@ impl<S: StateMachine> Replica<S> {
 
     fn deliver_optimistically(&mut self, out: &mut Vec<Action>) {
         while self.delivery.opt_next <= self.raft.store().last() {
+            if self.delivery.opt_left == 0 {
+                self.delivery.cut_short = true;
+                break;
+            }
             let seq = self.delivery.opt_next;
             let entry = self.raft.store().entry(seq);
             let batch = entry.and_then(entry_batch);
@@ -169,10 +192,12 @@ impl<S: StateMachine> Replica<S> {
                 requests: requests.clone(),
             }));
             let d = &mut self.delivery;
+            let batch = if duplicate { None } else { batch };
+            d.pending_batches.extend(batch);
             d.pending.insert(
                 seq,
                 Pending {
-                    batch: if duplicate { None } else { batch },
+                    batch,
                     requests,
                     expired: admission.expired,
                     time,
@@ -181,6 +206,7 @@ impl<S: StateMachine> Replica<S> {
             );
             d.opt_time = time;
             d.opt_next += 1;
+            d.opt_left -= 1;
             d.missing = None;
             self.stats.opt_delivered += 1;
         }
@@ -203,10 +229,18 @@ impl<S: StateMachine> Replica<S> {
         while self.delivery.final_next <= committed
             && self.delivery.final_next < self.delivery.opt_next
         {
+            if self.delivery.final_left == 0 {
+                self.delivery.cut_short = true;
+                break;
+            }
             let seq = self.delivery.final_next;
             let Some(p) = self.delivery.pending.remove(&seq) else {
                 break;
             };
+            self.delivery.final_left -= 1;
+            if let Some(id) = p.batch {
+                self.delivery.pending_batches.remove(&id);
+            }
             for &(client, seq) in &p.expired {
                 self.finish_request(client, seq, Last::Expired, out);
             }
@@ -257,6 +291,9 @@ impl<S: StateMachine> Replica<S> {
         let from = from.max(d.final_next);
         let revoked = d.pending.split_off(&from);
         self.stats.revoked += revoked.len() as u64;
+        for id in revoked.values().filter_map(|p| p.batch) {
+            d.pending_batches.remove(&id);
+        }
         d.pending_requests = d
             .pending
             .values()

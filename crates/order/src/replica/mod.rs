@@ -333,6 +333,9 @@ impl<S: StateMachine> Replica<S> {
         let mut replica = Replica::open(cfg, log, machine)?;
         let mut ignored = Vec::new();
         replica.step(0, Input::Request(Command::Flush), &mut ignored)?;
+        while replica.has_backlog() {
+            replica.step(0, Input::Request(Command::Flush), &mut ignored)?;
+        }
         let applied = replica.delivery.final_next - 1;
         Ok((replica.machine, applied))
     }
@@ -358,6 +361,13 @@ impl<S: StateMachine> Replica<S> {
     /// fetch the batches of old entries).
     pub fn rejoining(&self) -> bool {
         self.lost_log.rejoining() || self.delivery.final_next <= self.delivery.commit
+    }
+
+    /// Whether the last step left entries it could have delivered for the next one (it
+    /// delivers at most [`ReplicaConfig::deliveries_per_step`] each way): its host should
+    /// step it again soon (any input goes on), without waiting for a message or a tick.
+    pub fn has_backlog(&self) -> bool {
+        self.delivery.cut_short
     }
 
     /// Whether this replica rebuilds a lost log (it does not vote until it caught up).
@@ -618,6 +628,7 @@ impl<S: StateMachine> Machine for Replica<S> {
     /// Unix epoch in production) is only stamped on the entries it proposes.
     fn step(&mut self, now: u64, input: Input, out: &mut Vec<Action>) -> Result<(), OrderError> {
         self.now_ms = now;
+        self.delivery.new_step(self.cfg.deliveries_per_step);
         if std::mem::take(&mut self.rewrite_first) {
             self.rewrite_log(out);
         }

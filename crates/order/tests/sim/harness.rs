@@ -303,6 +303,9 @@ pub fn replica_config(seed: u64, node: NodeId, setup: Setup) -> ReplicaConfig {
     // Snapshots stream in small chunks (from 16 to 271 bytes by seed), so that every state
     // transfer crosses many messages the faults can lose, repeat and reorder.
     cfg.snapshot_chunk_bytes = 16 + (seed % 256) as usize;
+    // A few entries per step (1 to 8 by seed): catching up spans many steps, between which
+    // messages, crashes and snapshots arrive.
+    cfg.deliveries_per_step = 1 + (seed % 8) as usize;
     cfg.planted_bug = setup.bug;
     cfg
 }

@@ -175,6 +175,8 @@ impl Node {
         cfg.snapshot_every = setup.snapshot_every;
         // Snapshots stream in chunks of a few hundred bytes: a transfer crosses many messages.
         cfg.snapshot_chunk_bytes = 64 + (seed % 512) as usize;
+        // A few entries delivered per step (1 to 8 by seed): catching up spans many steps.
+        cfg.deliveries_per_step = 1 + (seed % 8) as usize;
         // A wiped replica is restarted as an operator would: told that it lost its log.
         cfg.rejoin = boot.wiped;
         let engine = Arc::new(Engine::new(EngineConfig {
