@@ -7,8 +7,12 @@
 # byte of a snapshot stream to its last, sampled every 0.1 s from its metrics) and its rate; the
 # transfers the cluster acknowledged per second in the 10 s before and during the join; the
 # resident memory of the leader before the add (VmRSS) and the peak resident memory (VmHWM) of
-# the leader (the sender) and of the learner; and how many snapshots the learner installed.
-# Usage: scripts/bench-join.sh [MIB] [RUNS]
+# the leader (the sender) and of the learner; how many snapshots the learner installed; and,
+# right after the join with the load still running, what the disk takes: MIB MiB (at most 1 GiB)
+# written to the data directory and flushed (dd), in MiB/s, the bound a learner's install
+# writes under.
+# Usage: scripts/bench-join.sh [MIB] [RUNS]; ATOMOS_BANK_LOAD_PACE_MS=N paces each load thread
+# (N ms between transfers; 0 by default: unpaced), to measure the join on a quiet cluster.
 source "$(dirname "$0")/lib.sh"
 mib=${1:-1024}
 runs=${2:-1}
@@ -47,11 +51,11 @@ rss_mib() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null |
 # A metric of node N (empty if it does not answer).
 metric() { { curl -s -m 1 "http://127.0.0.1:$((base + 99 + $1))/metrics" || true; } | awk -v m="$2" '$1 ~ "^"m && !v {v = $2} END {print v}'; }
 
-printf '%-4s %-10s %-7s %-11s %-9s %-13s %-12s %-12s %-9s %-14s %-14s %-16s %s\n' run store_MiB join_s join_MiB/s stream_s stream_MiB/s tx/s_before tx/s_during ratio leader_rss_MiB leader_peak_MiB learner_peak_MiB installs
+printf '%-4s %-10s %-7s %-11s %-9s %-13s %-12s %-12s %-9s %-14s %-14s %-16s %-9s %s\n' run store_MiB join_s join_MiB/s stream_s stream_MiB/s tx/s_before tx/s_during ratio leader_rss_MiB leader_peak_MiB learner_peak_MiB installs disk_MiB/s
 for run in $(seq "$runs"); do
   dir=$out/run-$run
   base=$((20000 + RANDOM % 10000))
-  ATOMOS_BANK_LOAD_BALLAST_MIB=$mib ATOMOS_BANK_LOAD_PACE_MS=0 ATOMOS_OPERATORS=client \
+  ATOMOS_BANK_LOAD_BALLAST_MIB=$mib ATOMOS_BANK_LOAD_PACE_MS=${ATOMOS_BANK_LOAD_PACE_MS:-0} ATOMOS_OPERATORS=client \
     ATOMOS_ORDER_FSYNC=${ATOMOS_ORDER_FSYNC:-never} \
     $bin cluster up --nodes 3 --protocol certify --bank-load 2 --base-port "$base" \
     --dir "$dir" > "$out/up-$run.txt" &
@@ -73,7 +77,7 @@ for run in $(seq "$runs"); do
     -e "s/node-1.key/node-4.key/" -e "s#$dir/data/1#$dir/data/4#" "$dir/node-1.toml" \
     | { echo "order_join = true"; cat; } > "$dir/node-4.toml"
   chmod 600 "$dir/node-4.toml"
-  ATOMOS_BANK_LOAD_PACE_MS=0 ATOMOS_OPERATORS=client ATOMOS_ORDER_FSYNC=${ATOMOS_ORDER_FSYNC:-never} \
+  ATOMOS_BANK_LOAD_PACE_MS=${ATOMOS_BANK_LOAD_PACE_MS:-0} ATOMOS_OPERATORS=client ATOMOS_ORDER_FSYNC=${ATOMOS_ORDER_FSYNC:-never} \
     $bin node --config "$dir/node-4.toml" 2> "$dir/node-4.log" &
   joiner=$!
   # Node 4's bytes of snapshot streams received so far, sampled until it stops.
@@ -110,14 +114,18 @@ for run in $(seq "$runs"); do
   seconds=$(echo "$ended - $started" | bc -l)
   bytes=$(metric "$leader" atomos_order_snapshot_bytes)
   installs=$(metric 4 atomos_order_replica_snapshots_installed_total)
+  probe=$(( mib < 1024 ? mib : 1024 ))
+  disk=$( { dd if=/dev/zero of="$dir/disk-probe" bs=1M count="$probe" conv=fdatasync 2>&1 || true; } \
+    | awk -v mib="$probe" '/copied/ { for (i = 1; i <= NF; i++) if ($i ~ /^s,?$/) s = $(i - 1); if (s > 0) printf "%.0f", mib / s }')
+  rm -f "$dir/disk-probe"
   store=$(echo "${bytes:-0} / 1048576" | bc)
   during=$(echo "($a3 - $a2) / $seconds" | bc)
   # From the first sample holding a byte to the first holding them all.
   read -r stream_s stream_rate < <(awk 'NF == 2 && $2 > 0 { if (!s) s = $1; if ($2 > last) { last = $2; e = $1 } }
     END { if (s && e > s) printf "%.1f %.1f\n", e - s, last / 1048576 / (e - s); else print "? ?" }' "$dir/stream-samples.txt")
-  printf '%-4s %-10s %-7.1f %-11.1f %-9s %-13s %-12s %-12s %-9.2f %-14s %-14s %-16s %s\n' "$run" "$store" "$seconds" \
+  printf '%-4s %-10s %-7.1f %-11.1f %-9s %-13s %-12s %-12s %-9.2f %-14s %-14s %-16s %-9s %s\n' "$run" "$store" "$seconds" \
     "$(echo "$store / $seconds" | bc -l)" "$stream_s" "$stream_rate" "$before" "$during" "$(echo "$during / ($before + 0.0001)" | bc -l)" \
-    "$leader_rss" "$(peak_rss_mib "$leader_pid")" "$(peak_rss_mib "$joiner")" "${installs:-?}"
+    "$leader_rss" "$(peak_rss_mib "$leader_pid")" "$(peak_rss_mib "$joiner")" "${installs:-?}" "${disk:-?}"
   kill "$joiner" "$up" 2>/dev/null || true
   wait "$up" 2>/dev/null || true
   joiner=""
