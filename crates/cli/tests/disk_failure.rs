@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{cluster_up, http_get, signal, wait_exit, ATOMOS};
+use common::{cluster_up, http_get, kill_dead, signal, wait_exit, ATOMOS};
 
 /// Port offset of each node's metrics endpoint from its listening port (as `cluster up` sets).
 const METRICS_OFFSET: u16 = 100;
@@ -59,7 +59,7 @@ fn a_failing_disk_stops_its_node_with_the_cause_and_the_others_go_on() {
     assert!(http_get(base_port + METRICS_OFFSET, "/other").starts_with("HTTP/1.1 404"));
 
     // Node 3 goes down; its next compaction will fail.
-    signal(pids[2], libc::SIGKILL);
+    kill_dead(pids[2]);
     std::fs::create_dir_all(dir.join("data/3/order.compact")).unwrap();
     let log = dir.join("node-3-failing.log");
     let mut failing = Command::new(ATOMOS)

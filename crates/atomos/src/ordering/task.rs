@@ -432,9 +432,12 @@ async fn run_loop<S: StateMachine>(
                 .store(replica.lost_log(), Ordering::Relaxed);
         }
         task.runner.drain_backlog().await?;
-        // A few rounds of local work per wake-up; whatever remains waits for the next one.
+        // A few rounds of local work per wake-up; whatever remains waits for the next one. A
+        // replica with a backlog goes on after the inbox was read again (each round delivers
+        // up to its budget: 64 in a row would leave its peers unheard for as long as the
+        // unbounded step did).
         for _round in 0..64 {
-            if !task.round().await? {
+            if !task.round().await? || task.runner.machine().replica().has_backlog() {
                 break;
             }
         }

@@ -31,8 +31,9 @@ pub struct ReplicaConfig {
     /// At most this many entries are delivered optimistically, and this many finally, in one
     /// step (at least one each): a replica catching up on a long log (after a snapshot or a
     /// restart) goes on at its next input instead of going silent for its peers while it
-    /// applies the whole backlog. Its host steps it again at once while
-    /// [`crate::Replica::has_backlog`] says so.
+    /// applies the whole backlog. The order node's task steps it again at once while
+    /// [`crate::Replica::has_backlog`] says so (after reading its inbox); a host that does not
+    /// look goes on at the replica's next input.
     pub deliveries_per_step: usize,
     /// Seeds the jitter added to ticks, which keeps elections from splitting forever, and the
     /// numbering of this start's batches: give each start of a replica a seed of its own.
@@ -88,7 +89,8 @@ pub enum PlantedBug {
 impl ReplicaConfig {
     /// Defaults for replica `id` of `replicas`: batches of up to 256 requests sealed at the next
     /// tick, election after 10 ticks, heartbeat every 2, retries every 10 ticks, a snapshot every
-    /// 10,000 entries, 256 appends in flight, 256 entries delivered per step, snapshots sent in chunks of 1 MiB and accepted up
+    /// 10,000 entries, 256 appends in flight, 256 entries delivered per step each way,
+    /// snapshots sent in chunks of 1 MiB and accepted up
     /// to 64 GiB.
     pub fn new(id: Addr, replicas: Vec<Addr>) -> ReplicaConfig {
         ReplicaConfig {

@@ -365,7 +365,8 @@ impl<S: StateMachine> Replica<S> {
 
     /// Whether the last step left entries it could have delivered for the next one (it
     /// delivers at most [`ReplicaConfig::deliveries_per_step`] each way): its host should
-    /// step it again soon (any input goes on), without waiting for a message or a tick.
+    /// step it again soon (any input goes on), without waiting for a message or a tick, after
+    /// taking the messages waiting for it.
     pub fn has_backlog(&self) -> bool {
         self.delivery.cut_short
     }

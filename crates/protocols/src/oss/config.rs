@@ -94,10 +94,14 @@ pub enum OssBug {
 impl OssConfig {
     /// Node `id` of `members`: one domain for every key, `local/` keys node-local, 10,000
     /// write sets of history, fetch after 5 ticks, re-send after 10, suspect after 40, held
-    /// watermarks re-told every 5; the control log never compacts (its entries are few).
+    /// watermarks re-told every 5; the control log never compacts and is delivered without a
+    /// per-step limit (its entries are few).
     pub fn new(id: u64, members: Vec<u64>) -> OssConfig {
         let mut replica = ReplicaConfig::new(id, members.clone());
         replica.snapshot_every = u64::MAX;
+        // Its host steps the control replica only when an input comes (it does not look at
+        // `has_backlog`): its few entries are delivered whole.
+        replica.deliveries_per_step = usize::MAX;
         OssConfig {
             id,
             members,
