@@ -6,7 +6,7 @@
 mod solo;
 
 use atomos_order::{
-    decode_log, Command, Delivery, Input, MemberChange, OrderMsg, Register, Replica, ReplicaConfig,
+    decode_log, Command, Delivery, Input, OrderMsg, Register, Replica, ReplicaConfig,
 };
 use atomos_seam::{Machine, Output};
 use prost::Message as _;
@@ -26,11 +26,7 @@ fn a_leader_takes_the_snapshot_a_learner_needs_when_it_is_wanted() {
     append_values(&mut leader, 15);
     let before = leader.replica.stats().snapshots_taken;
     assert!(before > 0 && leader.replica.snapshot_index() > 0);
-    let add = MemberChange::AddLearner {
-        id: 2,
-        context: b"10.0.0.2:7400".to_vec(),
-    };
-    leader.ask(1, add).expect("proposed");
+    leader.add_learner_2();
     assert_eq!(
         leader.replica.stats().snapshots_taken,
         before,
@@ -66,11 +62,7 @@ fn a_learner_that_installs_a_snapshot_while_the_leader_takes_another_needs_only_
     let mut leader = Solo::open(cfg.clone(), Vec::new());
     leader.lead();
     append_values(&mut leader, 15);
-    let add = MemberChange::AddLearner {
-        id: 2,
-        context: b"10.0.0.2:7400".to_vec(),
-    };
-    leader.ask(1, add).expect("proposed");
+    leader.add_learner_2();
     let mut learner = learner_of(&cfg);
     let mut link = Link::default();
     // Until the snapshot's stream is under way, then the learner hears nothing for a while.
@@ -233,11 +225,7 @@ fn a_snapshot_that_arrives_after_a_new_term_began_is_still_installed() {
 
     let mut leader = Solo::open(ReplicaConfig::new(1, vec![1]), Vec::new());
     leader.lead();
-    let add = MemberChange::AddLearner {
-        id: 2,
-        context: b"10.0.0.2:7400".to_vec(),
-    };
-    leader.ask(1, add).expect("proposed");
+    leader.add_learner_2();
     let mut learner = Solo::open(
         ReplicaConfig {
             id: 2,

@@ -217,11 +217,7 @@ fn a_log_whose_snapshot_holds_the_state_inside_still_opens() {
 
     let mut solo = Solo::open(ReplicaConfig::new(1, vec![1]), Vec::new());
     solo.lead();
-    let add = MemberChange::AddLearner {
-        id: 2,
-        context: b"10.0.0.2:7400".to_vec(),
-    };
-    solo.ask(1, add).expect("proposed");
+    solo.add_learner_2();
     assert_eq!(solo.replica.stats().snapshots_taken, 1);
     let records = decode_log(&solo.log).expect("decodes");
     let at = records

@@ -104,6 +104,16 @@ impl Solo {
         panic!("never led: {}", self.replica.describe());
     }
 
+    /// Asks (as ticket 1) to add replica 2 as a learner at address 10.0.0.2:7400; panics if
+    /// the change is refused.
+    pub fn add_learner_2(&mut self) {
+        let add = MemberChange::AddLearner {
+            id: 2,
+            context: b"10.0.0.2:7400".to_vec(),
+        };
+        self.ask(1, add).expect("proposed");
+    }
+
     /// Asks for `change` and returns the answer.
     pub fn ask(&mut self, ticket: u64, change: MemberChange) -> Result<u64, ChangeRefused> {
         self.step(Input::Request(Command::ChangeMembership { ticket, change }));
