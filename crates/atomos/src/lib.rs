@@ -63,8 +63,8 @@ pub use atomos_core::history;
 pub use atomos_core::{
     decode_result, encode_arguments, AbortCause, AbortCounts, ContentionPolicy, Engine,
     EngineConfig, ExecutorStats, Invocation, Key, Message, Object, Outcome, Procedure,
-    ProcedureKind, Procedures, RegisterError, SerialExecutor, Stats, Step, TRef, Tx, TxError,
-    TxOptions,
+    ProcedureKind, Procedures, RegisterError, SerialExecutor, Stats, Step, StoredName, TRef, Tx,
+    TxError, TxOptions,
 };
 /// Networking: wire format, transports, requests (re-exported from `atomos-net`).
 pub use atomos_net as net;

@@ -439,7 +439,8 @@ fn checkpoints_resume_from_the_latest_valid_step() {
 
 #[test]
 fn trefs_work_as_values_and_across_nodes() {
-    #[derive(Clone, serde::Serialize, serde::Deserialize)]
+    #[derive(Clone, serde::Serialize, serde::Deserialize, atomos::Object)]
+    #[atomos(name = "test.Link")]
     struct Link {
         next: Option<TRef<Link>>,
         value: u32,

@@ -211,7 +211,8 @@ fn abstract_locks_are_exclusive_across_replicas() {
 }
 
 /// A list cell: anonymous objects linked through references.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, atomos::Object)]
+#[atomos(name = "test.Cons")]
 struct Cons {
     value: u64,
     next: Option<TRef<Cons>>,

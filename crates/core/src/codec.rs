@@ -1,6 +1,7 @@
-//! How an object's value travels as bytes: a fingerprint of its type, the keys of the objects
-//! it references (every [`TRef`](crate::TRef) inside it, collected while it is serialized),
-//! then its postcard encoding. Values are encoded only when they leave the node (remote
+//! How an object's value travels as bytes: a format byte, the tag of its type's stable
+//! [`StoredName`](crate::StoredName), the keys of the objects it references (every
+//! [`TRef`](crate::TRef) inside it, collected while it is serialized), then the value as
+//! MessagePack with field names, so that a field added with a default reads older values. Values are encoded only when they leave the node (remote
 //! commits, certification requests, snapshots); locally they stay typed.
 
 use std::cell::RefCell;
@@ -9,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::key::Key;
+use crate::object::Object;
 
 thread_local! {
     /// The references met while this thread serializes a value (`None`: not collecting).
@@ -27,14 +29,58 @@ pub(crate) fn note_ref(key: &Key) {
     });
 }
 
-/// A fingerprint of `T`'s name (FNV-1a), stored before each encoded value so that a value is
-/// never decoded as another type whose encoding happens to parse. Nodes of one cluster must run
-/// the same build (type names are not stable across compiler versions).
-pub(crate) fn type_tag<T>() -> [u8; 8] {
-    use std::hash::Hasher;
-    let mut hasher = fnv::FnvHasher::default();
-    hasher.write(std::any::type_name::<T>().as_bytes());
-    hasher.finish().to_le_bytes()
+/// The format of an encoded value, its first byte. 1: the stored name's tag (8 bytes, little
+/// endian), the referenced keys (postcard), then the value as MessagePack with field names.
+pub(crate) const VALUE_FORMAT: u8 = 1;
+
+/// Bytes before the referenced keys: the format and the tag.
+const HEADER: usize = 9;
+
+/// Why a value did not encode or decode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CodecError {
+    /// Two Rust types of this program declare the same stored name.
+    #[error(
+        "the stored name {name} is declared by two types, {first} and {second}: values of one \
+         would be read as the other"
+    )]
+    NameClash {
+        /// The canonical name.
+        name: String,
+        /// The type that used it first.
+        first: &'static str,
+        /// The type that used it second.
+        second: &'static str,
+    },
+    /// The bytes hold a value of another stored name, or are not an encoded value.
+    #[error("the bytes do not hold a {expected}")]
+    OtherType {
+        /// The name expected.
+        expected: String,
+    },
+    /// The bytes are tagged with the right name but the value does not decode (its type
+    /// changed in a way old values cannot follow, or the bytes are damaged).
+    #[error("a {name} that does not decode: {reason}")]
+    Undecodable {
+        /// The name.
+        name: String,
+        /// The decoder's complaint.
+        reason: String,
+    },
+    /// The value's `Serialize` failed.
+    #[error("a {name} that does not encode: {reason}")]
+    Unencodable {
+        /// The name.
+        name: String,
+        /// The encoder's complaint.
+        reason: String,
+    },
+}
+
+/// The tag values of `T` are stored with.
+#[inline]
+pub(crate) fn type_tag<T: Object>() -> [u8; 8] {
+    const { T::NAME.tag() }.to_le_bytes()
 }
 
 /// Replaces this thread's collected references, returning the previous ones.
@@ -44,14 +90,24 @@ fn swap_refs(refs: Option<Vec<Key>>) -> Option<Vec<Key>> {
 }
 
 /// `value` as tagged bytes, with the keys it references.
-pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
+pub(crate) fn encode<T: Object>(value: &T) -> Result<Vec<u8>, CodecError> {
+    names::check::<T>()?;
     let outer = swap_refs(Some(Vec::new()));
-    let payload = postcard::to_stdvec(value);
+    let payload = to_portable(value);
     let mut refs = swap_refs(outer).unwrap_or_default();
-    let payload = payload?;
+    let payload = payload.map_err(|reason| CodecError::Unencodable {
+        name: T::NAME.to_string(),
+        reason,
+    })?;
     refs.sort_unstable();
     refs.dedup();
-    let mut out = postcard::to_extend(&refs, type_tag::<T>().to_vec())?;
+    let mut out = Vec::with_capacity(HEADER + 1 + payload.len());
+    out.push(VALUE_FORMAT);
+    out.extend_from_slice(&type_tag::<T>());
+    let mut out = postcard::to_extend(&refs, out).map_err(|e| CodecError::Unencodable {
+        name: T::NAME.to_string(),
+        reason: e.to_string(),
+    })?;
     out.extend_from_slice(&payload);
     Ok(out)
 }
@@ -59,24 +115,102 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error
 /// The keys the value in tagged `bytes` references (`None`: the bytes are not an encoded
 /// value).
 pub fn value_refs(bytes: &[u8]) -> Option<Vec<Key>> {
-    let rest = bytes.get(8..)?;
+    if bytes.first() != Some(&VALUE_FORMAT) {
+        return None;
+    }
+    let rest = bytes.get(HEADER..)?;
     postcard::take_from_bytes::<Vec<Key>>(rest)
         .ok()
         .map(|(refs, _)| refs)
 }
 
 /// Whether `bytes` carry a value of type `T` (by its tag; the encoding is not checked).
-pub(crate) fn is_tagged<T>(bytes: &[u8]) -> bool {
-    bytes.starts_with(&type_tag::<T>())
+pub(crate) fn is_tagged<T: Object>(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&VALUE_FORMAT) && bytes.get(1..HEADER) == Some(&type_tag::<T>()[..])
 }
 
 /// The `T` that `bytes` hold, if they are tagged as a `T` and decode whole.
-pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
-    let rest = bytes.strip_prefix(&type_tag::<T>())?;
-    let (_, payload) = postcard::take_from_bytes::<Vec<Key>>(rest).ok()?;
-    match postcard::take_from_bytes::<T>(payload) {
-        Ok((v, [])) => Some(v),
-        _ => None,
+pub(crate) fn decode<T: Object>(bytes: &[u8]) -> Result<T, CodecError> {
+    names::check::<T>()?;
+    if !is_tagged::<T>(bytes) {
+        return Err(CodecError::OtherType {
+            expected: T::NAME.to_string(),
+        });
+    }
+    let undecodable = |reason: String| CodecError::Undecodable {
+        name: T::NAME.to_string(),
+        reason,
+    };
+    let (_, payload) = postcard::take_from_bytes::<Vec<Key>>(&bytes[HEADER..])
+        .map_err(|e| undecodable(format!("its references: {e}")))?;
+    from_portable(payload).map_err(undecodable)
+}
+
+/// `value` as MessagePack with field names and variant names: the encoding whose readers
+/// accept a field added with a default, a field removed, and fields in another order.
+pub(crate) fn to_portable<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    value
+        .serialize(&mut rmp_serde::Serializer::new(&mut out).with_struct_map())
+        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// The `T` that [`to_portable`]'s `bytes` hold, all of them.
+pub(crate) fn from_portable<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let mut de = rmp_serde::Deserializer::new(std::io::Cursor::new(bytes));
+    let value = T::deserialize(&mut de).map_err(|e| e.to_string())?;
+    let rest = bytes.len() as u64 - de.position();
+    if rest != 0 {
+        return Err(format!("{rest} bytes follow the value"));
+    }
+    Ok(value)
+}
+
+/// The check that no two Rust types of this program declare one stored name.
+mod names {
+    use std::any::TypeId;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use rustc_hash::FxHashSet;
+
+    use super::CodecError;
+    use crate::object::Object;
+
+    thread_local! {
+        /// The types this thread has seen checked.
+        static CHECKED: RefCell<FxHashSet<TypeId>> = RefCell::default();
+    }
+
+    /// Every declared name met so far, with the type that declared it.
+    static DECLARED: Mutex<Option<HashMap<String, (TypeId, &'static str)>>> = Mutex::new(None);
+
+    /// Fails if a name in `T`'s stored name was declared by another type before (checked once
+    /// per type and thread).
+    #[inline(never)]
+    pub(super) fn check<T: Object>() -> Result<(), CodecError> {
+        let id = TypeId::of::<T>();
+        if CHECKED.with(|c| c.borrow().contains(&id)) {
+            return Ok(());
+        }
+        let mut names = Vec::new();
+        T::NAME.declarations(&mut names);
+        let mut declared = DECLARED.lock().unwrap_or_else(|e| e.into_inner());
+        let declared = declared.get_or_insert_with(HashMap::new);
+        for (name, ty, path) in names {
+            let (first_ty, first_path) = *declared.entry(name.clone()).or_insert((ty, path));
+            if first_ty != ty {
+                return Err(CodecError::NameClash {
+                    name,
+                    first: first_path,
+                    second: path,
+                });
+            }
+        }
+        CHECKED.with(|c| c.borrow_mut().insert(id));
+        Ok(())
     }
 }
 
@@ -85,7 +219,8 @@ mod tests {
     use super::*;
     use crate::TRef;
 
-    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, crate::Object)]
+    #[atomos(crate = "crate", name = "test.Node")]
     struct Node {
         value: u32,
         next: Option<TRef<Node>>,
@@ -102,11 +237,155 @@ mod tests {
         let bytes = encode(&n).unwrap();
         let keys: Vec<Key> = ["a", "b", "c"].into_iter().map(Key::from).collect();
         assert_eq!(value_refs(&bytes), Some(keys));
-        assert_eq!(decode::<Node>(&bytes), Some(n));
+        assert_eq!(decode::<Node>(&bytes), Ok(n));
         assert_eq!(value_refs(&encode(&5u64).unwrap()), Some(vec![]));
         // Outside an encoding nothing is collected.
         note_ref(&Key::from("z"));
         assert_eq!(value_refs(&encode(&1u8).unwrap()), Some(vec![]));
         assert_eq!(value_refs(&[1, 2]), None);
+        assert_eq!(value_refs(&[9; 12]), None, "an unknown format");
+    }
+
+    /// The version of a stored type an older build wrote.
+    mod before {
+        #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, crate::Object)]
+        #[atomos(crate = "crate", name = "test.Account")]
+        pub struct Account {
+            pub owner: String,
+            pub balance: i64,
+            pub retired: bool,
+        }
+    }
+
+    /// The same stored type in a later build: a field added with a default, one removed, the
+    /// others reordered.
+    mod after {
+        #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, crate::Object)]
+        #[atomos(crate = "crate", name = "test.Account2")]
+        pub struct Account {
+            pub balance: i64,
+            pub owner: String,
+            #[serde(default)]
+            pub limit: u32,
+        }
+    }
+
+    /// Re-tags `bytes` as `T` (a later build's type of the same declared name: in one process
+    /// two types cannot share a name).
+    fn retag<T: Object>(mut bytes: Vec<u8>) -> Vec<u8> {
+        bytes[1..HEADER].copy_from_slice(&type_tag::<T>());
+        bytes
+    }
+
+    #[test]
+    fn a_field_added_with_a_default_reads_older_values() {
+        let old = before::Account {
+            owner: "ada".into(),
+            balance: -12,
+            retired: true,
+        };
+        let bytes = retag::<after::Account>(encode(&old).unwrap());
+        let new: after::Account = decode(&bytes).unwrap();
+        assert_eq!(
+            new,
+            after::Account {
+                balance: -12,
+                owner: "ada".into(),
+                limit: 0,
+            }
+        );
+        // And back: the older build ignores the field it does not know, and finds none of
+        // its own missing except the one that had no default.
+        let back = retag::<before::Account>(encode(&new).unwrap());
+        match decode::<before::Account>(&back) {
+            Err(CodecError::Undecodable { name, reason }) => {
+                assert_eq!(name, "test.Account");
+                assert!(reason.contains("retired"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bytes_of_another_type_or_damaged_are_refused_with_the_reason() {
+        let bytes = encode(&7u64).unwrap();
+        assert_eq!(
+            decode::<u32>(&bytes),
+            Err(CodecError::OtherType {
+                expected: "u32".into()
+            })
+        );
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert!(matches!(
+            decode::<u64>(&trailing),
+            Err(CodecError::Undecodable { .. })
+        ));
+        let cut = &bytes[..HEADER];
+        assert!(matches!(
+            decode::<u64>(cut),
+            Err(CodecError::Undecodable { .. })
+        ));
+        let mut other_format = bytes;
+        other_format[0] = VALUE_FORMAT + 1;
+        assert!(matches!(
+            decode::<u64>(&other_format),
+            Err(CodecError::OtherType { .. })
+        ));
+    }
+
+    mod clash_a {
+        #[derive(serde::Serialize, serde::Deserialize, Clone, crate::Object)]
+        #[atomos(crate = "crate", name = "test.Clash")]
+        pub struct Thing(pub u8);
+    }
+
+    mod clash_b {
+        #[derive(serde::Serialize, serde::Deserialize, Clone, crate::Object)]
+        #[atomos(crate = "crate", name = "test.Clash")]
+        pub struct Thing(pub u8);
+    }
+
+    #[test]
+    fn two_types_of_one_program_cannot_declare_one_name() {
+        let bytes = encode(&vec![clash_a::Thing(1)]).unwrap();
+        // The second type fails wherever it meets the codec, even inside another name.
+        for result in [
+            encode(&clash_b::Thing(1)).map(drop),
+            decode::<clash_b::Thing>(&bytes).map(drop),
+            encode(&Some(clash_b::Thing(1))).map(drop),
+        ] {
+            match result {
+                Err(CodecError::NameClash {
+                    name,
+                    first,
+                    second,
+                }) => {
+                    assert_eq!(name, "test.Clash");
+                    assert!(first.contains("clash_a"), "{first}");
+                    assert!(second.contains("clash_b"), "{second}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // The first keeps working.
+        assert!(decode::<Vec<clash_a::Thing>>(&bytes).is_ok());
+    }
+
+    #[test]
+    fn enums_travel_by_variant_name() {
+        #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, crate::Object)]
+        #[atomos(crate = "crate", name = "test.Shape")]
+        enum Shape {
+            Dot,
+            Circle { r: u32 },
+        }
+        let bytes = encode(&vec![Shape::Dot, Shape::Circle { r: 3 }]).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("Circle") && text.contains("Dot"), "{text}");
+        assert_eq!(
+            decode::<Vec<Shape>>(&bytes).unwrap(),
+            vec![Shape::Dot, Shape::Circle { r: 3 }]
+        );
     }
 }

@@ -33,6 +33,30 @@ pub enum TxError {
         /// The type the reference asked for.
         expected: &'static str,
     },
+    /// The object holds a value of the right stored name that no longer decodes as its type:
+    /// the type changed in a way older values cannot follow (see the upgrade rules in
+    /// `docs/operating.md`), or the stored bytes are damaged.
+    #[error("object {key} holds a value that does not decode: {reason}")]
+    Undecodable {
+        /// The object's key.
+        key: Key,
+        /// The stored name and the decoder's complaint.
+        reason: String,
+    },
+    /// Two Rust types of the program declare the same stored name, so values of one would be
+    /// read as the other. Nothing was read or written under it.
+    #[error(
+        "the stored name {name} is declared by two types, {first} and {second}: give each its \
+         own name"
+    )]
+    NameClash {
+        /// The canonical stored name.
+        name: String,
+        /// The type that used the name first.
+        first: &'static str,
+        /// The type that used it second.
+        second: &'static str,
+    },
     /// A write was attempted in a transaction declared read-only.
     #[error("write to {key} inside a read-only transaction")]
     WriteInReadOnly {
@@ -139,6 +163,48 @@ pub enum TxError {
 }
 
 impl TxError {
+    /// The error reading `key` as a `T` ended with.
+    pub(crate) fn from_codec<T>(key: &Key, e: crate::codec::CodecError) -> TxError {
+        use crate::codec::CodecError;
+        match e {
+            CodecError::OtherType { .. } => TxError::WrongType {
+                key: key.clone(),
+                expected: std::any::type_name::<T>(),
+            },
+            CodecError::NameClash {
+                name,
+                first,
+                second,
+            } => TxError::NameClash {
+                name,
+                first,
+                second,
+            },
+            e @ (CodecError::Undecodable { .. } | CodecError::Unencodable { .. }) => {
+                TxError::Undecodable {
+                    key: key.clone(),
+                    reason: e.to_string(),
+                }
+            }
+        }
+    }
+
+    /// The error writing `key`'s value ended with, as the transaction that wrote it fails.
+    pub(crate) fn from_encoding(key: &Key, e: crate::codec::CodecError) -> TxError {
+        match e {
+            crate::codec::CodecError::NameClash {
+                name,
+                first,
+                second,
+            } => TxError::NameClash {
+                name,
+                first,
+                second,
+            },
+            e => TxError::abort(format!("cannot encode {key}: {e}")),
+        }
+    }
+
     /// Wraps an application error so that `?` can return it from a transaction.
     pub fn user<E: std::error::Error + Send + Sync + 'static>(e: E) -> TxError {
         TxError::User(Box::new(e))

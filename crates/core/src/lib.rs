@@ -20,6 +20,7 @@ mod hot_spots;
 mod key;
 mod linked;
 mod nesting;
+mod object;
 mod open;
 mod ordered;
 mod pool;
@@ -35,6 +36,7 @@ mod tx;
 mod urgent;
 mod version;
 
+pub use atomos_derive::Object;
 pub use codec::value_refs;
 pub use contention::ContentionPolicy;
 pub use engine::{Engine, EngineConfig, TxOptions};
@@ -42,6 +44,7 @@ pub use error::{Message, TxError};
 pub use key::Key;
 pub use linked::{Deferred, LinkBase};
 pub use nesting::Step;
+pub use object::{Object, StoredName};
 pub use ordered::{
     Certification, Certifier, CertifyError, LockOutcome, PinnedView, SnapshotObject,
     SnapshotObjectRef, Verdict,
@@ -52,5 +55,5 @@ pub use procedure::{
 pub use remote::{RemoteAttempt, RemoteError, RemoteSource};
 pub use speculative::{ExecutorStats, Invocation, Outcome, SerialExecutor, Slot};
 pub use stats::{AbortCause, AbortCounts, Stats};
-pub use tref::{Object, TRef};
+pub use tref::TRef;
 pub use tx::Tx;

@@ -1,7 +1,8 @@
 //! Procedures: named transactions with typed arguments and results, registered once and
 //! invoked by name.
 //!
-//! A procedure's arguments and result travel as postcard bytes, so the same invocation can run
+//! A procedure's arguments and result travel as MessagePack with field names (a field added
+//! to an argument type with a default reads invocations logged before), so the same invocation can run
 //! on the caller's node or be shipped to other replicas and run there (the `active` protocol
 //! runs every update procedure on every replica, in one order). That asks two things of a
 //! procedure's body:
@@ -135,12 +136,13 @@ impl Procedures {
         let name: Arc<str> = Arc::from(name);
         let for_errors = name.clone();
         let erased = move |tx: &mut Tx<'_>, bytes: &[u8]| -> Result<Vec<u8>, TxError> {
-            let args: A = postcard::from_bytes(bytes).map_err(|e| TxError::ProcedureTypes {
-                name: for_errors.to_string(),
-                reason: format!("arguments do not decode as {}: {e}", type_name::<A>()),
-            })?;
+            let args: A =
+                crate::codec::from_portable(bytes).map_err(|e| TxError::ProcedureTypes {
+                    name: for_errors.to_string(),
+                    reason: format!("arguments do not decode as {}: {e}", type_name::<A>()),
+                })?;
             let result = body(tx, &args)?;
-            postcard::to_allocvec(&result).map_err(|e| TxError::ProcedureTypes {
+            crate::codec::to_portable(&result).map_err(|e| TxError::ProcedureTypes {
                 name: for_errors.to_string(),
                 reason: format!("result does not encode: {e}"),
             })
@@ -181,7 +183,7 @@ impl Procedures {
 
 /// Encodes a procedure's arguments for [`Procedure::call`].
 pub fn encode_arguments<A: Serialize + ?Sized>(name: &str, args: &A) -> Result<Vec<u8>, TxError> {
-    postcard::to_allocvec(args).map_err(|e| TxError::ProcedureTypes {
+    crate::codec::to_portable(args).map_err(|e| TxError::ProcedureTypes {
         name: name.to_string(),
         reason: format!("arguments do not encode: {e}"),
     })
@@ -189,7 +191,7 @@ pub fn encode_arguments<A: Serialize + ?Sized>(name: &str, args: &A) -> Result<V
 
 /// Decodes a procedure's encoded result.
 pub fn decode_result<R: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<R, TxError> {
-    postcard::from_bytes(bytes).map_err(|e| TxError::ProcedureTypes {
+    crate::codec::from_portable(bytes).map_err(|e| TxError::ProcedureTypes {
         name: name.to_string(),
         reason: format!("result does not decode as {}: {e}", type_name::<R>()),
     })

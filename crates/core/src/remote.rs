@@ -9,12 +9,12 @@
 use std::any::Any;
 
 use rustc_hash::FxHashMap;
-use serde::de::DeserializeOwned;
 
+use crate::codec::CodecError;
 use crate::error::TxError;
 use crate::key::Key;
+use crate::object::Object;
 use crate::stats::AbortCause;
-use crate::tref::Object;
 
 /// Why a remote operation failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,12 +82,12 @@ pub trait RemoteSource: Send + Sync {
 
 /// A value of any object type, encodable.
 trait Erased: Any + Send + Sync {
-    fn encode(&self) -> Result<Vec<u8>, postcard::Error>;
+    fn encode(&self) -> Result<Vec<u8>, CodecError>;
     fn as_any(&self) -> &dyn Any;
 }
 
 impl<T: Object> Erased for T {
-    fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
+    fn encode(&self) -> Result<Vec<u8>, CodecError> {
         crate::codec::encode(self)
     }
     fn as_any(&self) -> &dyn Any {
@@ -145,8 +145,8 @@ fn wrong_type<T>(key: &Key) -> TxError {
     }
 }
 
-fn decode<T: Object + DeserializeOwned>(key: &Key, bytes: &[u8]) -> Result<T, TxError> {
-    crate::codec::decode(bytes).ok_or_else(|| wrong_type::<T>(key))
+fn decode<T: Object>(key: &Key, bytes: &[u8]) -> Result<T, TxError> {
+    crate::codec::decode(bytes).map_err(|e| TxError::from_codec::<T>(key, e))
 }
 
 impl RemoteState {
@@ -398,9 +398,10 @@ impl RemoteState {
         for (k, v) in latest.into_iter().map(|i| &self.writes[i]) {
             let bytes = match v {
                 None => None,
-                Some(v) => Some(v.encode().map_err(|e| {
-                    CommitOutcome::Error(TxError::abort(format!("cannot encode {k}: {e}")))
-                })?),
+                Some(v) => Some(
+                    v.encode()
+                        .map_err(|e| CommitOutcome::Error(TxError::from_encoding(k, e)))?,
+                ),
             };
             writes.push((k.clone(), bytes));
         }

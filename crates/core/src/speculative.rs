@@ -495,7 +495,9 @@ impl Engine {
             Some(v) => {
                 // SAFETY: the attempt's published start keeps the version alive.
                 let v = unsafe { &*v };
-                v.encode().map(|bytes| (v.ts, bytes))
+                v.encode()
+                    .map(|bytes| (v.ts, bytes))
+                    .map_err(|e| e.to_string())
             }
         };
         st.end_attempt();

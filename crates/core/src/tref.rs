@@ -4,16 +4,10 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::cell::Cell;
 use crate::key::Key;
-
-/// What a shared object's value must be: cloneable, shareable between threads, and encodable for
-/// the day it crosses the network.
-pub trait Object: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {}
-impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> Object for T {}
 
 /// A typed reference to the shared object named by a key.
 ///

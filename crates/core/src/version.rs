@@ -18,8 +18,8 @@ use std::sync::atomic::AtomicPtr;
 use std::sync::OnceLock;
 
 use crate::codec;
+use crate::object::Object;
 use crate::pool::{alloc_block, free_block, BlockPool, BlockSize};
-use crate::tref::Object;
 
 /// Type-specific operations of a version node.
 struct VTable {
@@ -31,7 +31,7 @@ struct VTable {
     /// Drops the value in place (see [`drop_value`]); `None` if there is nothing to drop.
     drop_value: Option<unsafe fn(*mut Version)>,
     /// The value as tagged bytes (see `codec`); only called on present nodes.
-    encode: unsafe fn(*const Version) -> Result<Vec<u8>, String>,
+    encode: unsafe fn(*const Version) -> Result<Vec<u8>, codec::CodecError>,
 }
 
 struct VTableFor<T>(PhantomData<T>);
@@ -80,20 +80,23 @@ static TOMBSTONE: VTable = VTable {
 
 /// # Safety
 /// `p` must start a live `Typed<T>` whose value is initialized.
-unsafe fn encode_typed<T: Object>(p: *const Version) -> Result<Vec<u8>, String> {
+unsafe fn encode_typed<T: Object>(p: *const Version) -> Result<Vec<u8>, codec::CodecError> {
     let node = &*(p as *const Typed<T>);
-    codec::encode(node.value.assume_init_ref()).map_err(|e| e.to_string())
+    codec::encode(node.value.assume_init_ref())
 }
 
 /// # Safety
 /// `p` must start a live `Typed<Encoded>`.
-unsafe fn encode_encoded(p: *const Version) -> Result<Vec<u8>, String> {
+unsafe fn encode_encoded(p: *const Version) -> Result<Vec<u8>, codec::CodecError> {
     let node = &*(p as *const Typed<Encoded>);
     Ok(node.value.assume_init_ref().bytes.to_vec())
 }
 
-unsafe fn encode_nothing(_: *const Version) -> Result<Vec<u8>, String> {
-    Err("a deletion marker has no value".into())
+unsafe fn encode_nothing(_: *const Version) -> Result<Vec<u8>, codec::CodecError> {
+    Err(codec::CodecError::Unencodable {
+        name: "a deletion marker".into(),
+        reason: "it has no value".into(),
+    })
 }
 
 /// Drops the value of a node in place; the block stays.
@@ -140,7 +143,7 @@ impl Version {
 
     /// The value as tagged bytes (`None`: a deletion marker). Fails only if the value's type
     /// cannot be encoded.
-    pub(crate) fn encode(&self) -> Result<Option<Vec<u8>>, String> {
+    pub(crate) fn encode(&self) -> Result<Option<Vec<u8>>, codec::CodecError> {
         if !self.vtable.present {
             return Ok(None);
         }
@@ -174,7 +177,7 @@ impl Version {
     /// The value as tagged bytes, borrowed where the node holds them (it arrived as bytes) and
     /// encoded otherwise; `None` for a deletion marker. Fails only if the value's type cannot
     /// be encoded.
-    pub(crate) fn encoded(&self) -> Result<Option<std::borrow::Cow<'_, [u8]>>, String> {
+    pub(crate) fn encoded(&self) -> Result<Option<std::borrow::Cow<'_, [u8]>>, codec::CodecError> {
         if std::ptr::eq(self.vtable, &ENCODED) {
             // SAFETY: the table says this header starts a `Typed<Encoded>`, initialized.
             let node = unsafe { &*(self as *const Version as *const Typed<Encoded>) };
@@ -195,11 +198,29 @@ impl Version {
             return Err(());
         }
         let decoded = enc.decoded.get_or_init(|| {
-            codec::decode::<T>(&enc.bytes).map(|v| Box::new(v) as Box<dyn Any + Send + Sync>)
+            codec::decode::<T>(&enc.bytes)
+                .ok()
+                .map(|v| Box::new(v) as Box<dyn Any + Send + Sync>)
         });
         match decoded.as_ref().and_then(|v| v.downcast_ref::<T>()) {
             Some(v) => Ok(Some(v)),
             None => Err(()),
+        }
+    }
+
+    /// Why [`Version::get`] refused to show this version as a `T`.
+    #[cold]
+    pub(crate) fn mismatch<T: Object>(&self) -> codec::CodecError {
+        if std::ptr::eq(self.vtable, &ENCODED) {
+            // SAFETY: the table says this header starts a `Typed<Encoded>`, initialized.
+            let node = unsafe { &*(self as *const Version as *const Typed<Encoded>) };
+            let enc = unsafe { node.value.assume_init_ref() };
+            if let Err(e) = codec::decode::<T>(&enc.bytes) {
+                return e;
+            }
+        }
+        codec::CodecError::OtherType {
+            expected: T::NAME.to_string(),
         }
     }
 }
@@ -365,7 +386,8 @@ mod tests {
     }
 
     /// A value whose clones can be counted.
-    #[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
+    #[derive(Clone, Default, serde::Serialize, serde::Deserialize, crate::Object)]
+    #[atomos(crate = "crate", name = "test.Counted")]
     struct Counted {
         #[serde(skip)]
         shared: Arc<u8>,
@@ -400,10 +422,20 @@ mod tests {
             unsafe { &*typed.as_ptr() }.encode().unwrap()
         );
         // Bytes tagged right that do not decode read as the wrong type, never as garbage.
-        let mut broken = crate::codec::type_tag::<Vec<u32>>().to_vec();
+        let mut broken = vec![crate::codec::VALUE_FORMAT];
+        broken.extend_from_slice(&crate::codec::type_tag::<Vec<u32>>());
         broken.push(200);
         let b = OwnedVersion::from_bytes(Some(broken));
-        assert!(unsafe { &*b.as_ptr() }.get::<Vec<u32>>().is_err());
+        let b = unsafe { &*b.as_ptr() };
+        assert!(b.get::<Vec<u32>>().is_err());
+        assert!(matches!(
+            b.mismatch::<Vec<u32>>(),
+            crate::codec::CodecError::Undecodable { .. }
+        ));
+        assert!(matches!(
+            h.mismatch::<String>(),
+            crate::codec::CodecError::OtherType { .. }
+        ));
         // A deletion marker from bytes reads as deleted whatever the type.
         let t = OwnedVersion::from_bytes(None::<Vec<u8>>);
         let h = unsafe { &*t.as_ptr() };

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::set::IntSet;
 
 /// A tree node.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.bst.Node")]
 pub struct TreeNode {
     value: i64,
     left: Option<TRef<TreeNode>>,

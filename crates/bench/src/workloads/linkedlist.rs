@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::set::IntSet;
 
 /// A list node; the head sentinel holds `i64::MIN`.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.linkedlist.Node")]
 pub struct ListNode {
     value: i64,
     next: Option<TRef<ListNode>>,

@@ -12,7 +12,8 @@ use super::set::IntSet;
 const PATH_CAPACITY: usize = 64;
 
 /// A tree node.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.rbtree.Node")]
 pub struct RbNode {
     value: i64,
     red: bool,

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::set::IntSet;
 
 /// A skip-list node; the head sentinel holds `i64::MIN` and every level.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.skiplist.Node")]
 pub struct SkipNode {
     value: i64,
     next: Vec<Option<TRef<SkipNode>>>,

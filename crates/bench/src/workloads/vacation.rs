@@ -43,7 +43,8 @@ impl Kind {
 }
 
 /// Units of one car, flight or room offer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.vacation.Resource")]
 pub struct Resource {
     /// Units offered.
     pub total: i32,
@@ -65,7 +66,8 @@ pub struct Reservation {
 }
 
 /// A customer and what they reserved.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.vacation.Customer")]
 pub struct Customer {
     /// Reservations, oldest first.
     pub reservations: Vec<Reservation>,

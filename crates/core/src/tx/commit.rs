@@ -330,9 +330,7 @@ pub(crate) fn encoded_write(
     // SAFETY: buffered nodes are owned by this write set.
     match unsafe { node.as_ref() }.map(Version::encode) {
         Some(Ok(bytes)) => Ok((key, bytes)),
-        Some(Err(e)) => Err(CommitFailure::Fatal(TxError::abort(format!(
-            "cannot encode {key}: {e}"
-        )))),
+        Some(Err(e)) => Err(CommitFailure::Fatal(TxError::from_encoding(&key, e))),
         None => Ok((key, None)),
     }
 }

@@ -144,14 +144,15 @@ impl<'e> Tx<'e> {
         match seen {
             Seen::Absent => Err(TxError::NotFound { key: key.clone() }),
             // SAFETY: the version is kept alive until the attempt ends (see `Tx::st`).
-            Seen::Present(p) => match unsafe { &*p }.get::<T>() {
-                Ok(Some(v)) => Ok(v),
-                Ok(None) => Err(TxError::NotFound { key: key.clone() }),
-                Err(()) => Err(TxError::WrongType {
-                    key: key.clone(),
-                    expected: std::any::type_name::<T>(),
-                }),
-            },
+            Seen::Present(p) => {
+                // SAFETY: as above.
+                let version = unsafe { &*p };
+                match version.get::<T>() {
+                    Ok(Some(v)) => Ok(v),
+                    Ok(None) => Err(TxError::NotFound { key: key.clone() }),
+                    Err(()) => Err(TxError::from_codec::<T>(key, version.mismatch::<T>())),
+                }
+            }
         }
     }
 

@@ -18,11 +18,12 @@ use crate::engine::Engine;
 use crate::error::TxError;
 use crate::history::CommitRecord;
 use crate::key::Key;
+use crate::object::Object;
 use crate::pool::BlockPool;
 use crate::remote::RemoteState;
 use crate::slots::{Garbage, Slot, UNSTAMPED};
 use crate::stats::{AbortCause, Event};
-use crate::tref::{Object, TRef};
+use crate::tref::TRef;
 use crate::version::{OwnedVersion, Version};
 
 mod commit;

@@ -10,21 +10,24 @@ use serde::{Deserialize, Serialize};
 pub const MAX_WAREHOUSES: u32 = u16::MAX as u32;
 
 /// A warehouse row (W_TAX; W_YTD is an object of its own: [`Keys::warehouse_ytd`]).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.tpcc.Warehouse")]
 pub struct Warehouse {
     pub tax_bp: u32,
 }
 
 /// A district row (D_TAX, D_NEXT_O_ID; D_YTD is an object of its own:
 /// [`Keys::district_ytd`]).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.tpcc.District")]
 pub struct District {
     pub tax_bp: u32,
     pub next_o_id: u32,
 }
 
 /// A customer row.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.tpcc.Customer")]
 pub struct Customer {
     pub balance: i64,
     pub ytd_payment: i64,
@@ -40,14 +43,16 @@ pub struct Customer {
 }
 
 /// An item row (read-only).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.tpcc.Item")]
 pub struct Item {
     pub price: i64,
     pub original: bool,
 }
 
 /// A stock row.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.tpcc.Stock")]
 pub struct Stock {
     pub quantity: i32,
     pub ytd: i64,
@@ -57,7 +62,8 @@ pub struct Stock {
 }
 
 /// An order row. Its lines are rows of their own, numbered 1 to `ol_cnt`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.tpcc.Order")]
 pub struct Order {
     pub c_id: u32,
     pub entry_d: u64,
@@ -67,7 +73,8 @@ pub struct Order {
 }
 
 /// An order line row.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.tpcc.OrderLine")]
 pub struct OrderLine {
     pub i_id: u32,
     pub supply_w_id: u32,
@@ -77,7 +84,8 @@ pub struct OrderLine {
 }
 
 /// A history row (payments).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, atomos::Object)]
+#[atomos(name = "bench.tpcc.History")]
 pub struct History {
     pub c_id: u32,
     pub c_d_id: u32,

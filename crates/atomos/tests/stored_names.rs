@@ -1,0 +1,260 @@
+//! Data outlives the build: values a node wrote under one Rust type are read after a restart by
+//! a program whose type of the same declared name lives elsewhere and gained a field.
+//!
+//! One Rust program cannot hold two types of one stored name, so the reading half runs in a
+//! child process: this test binary started again, told by an environment variable which half to
+//! run.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use atomos::config::{load, write_key_file, NodeSettings};
+use atomos::net::keys::KeyPair;
+use atomos::{NodeRuntime, TRef, TxError};
+
+const SECRET: &str = "a cluster secret of at least thirty-two bytes";
+/// Set in the child: the data directory and address to read from.
+const READ_DIR: &str = "ATOMOS_TEST_STORED_NAMES_DIR";
+const READ_ADDR: &str = "ATOMOS_TEST_STORED_NAMES_ADDR";
+
+/// The type as the first build had it.
+mod inventory_v1 {
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, atomos::Object)]
+    #[atomos(name = "inventory.Item")]
+    pub struct Item {
+        pub sku: String,
+        pub count: u32,
+    }
+}
+
+/// The same stored type after a refactor: another module, another Rust name, the fields in
+/// another order, and a field added with a default.
+mod catalog {
+    pub mod model {
+        use serde::{Deserialize, Serialize};
+
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, atomos::Object)]
+        #[atomos(name = "inventory.Item")]
+        pub struct Article {
+            pub count: u32,
+            pub sku: String,
+            #[serde(default)]
+            pub reserved: u32,
+        }
+    }
+}
+
+fn settings(addr: SocketAddr, dir: &Path) -> NodeSettings {
+    let key = KeyPair::from_private([1; 32]).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let key_file = dir.join("node-1.key");
+    write_key_file(&key_file, &key, "a test member", true).unwrap();
+    let vars = [
+        ("ATOMOS_CLUSTER", "stored-names".to_string()),
+        ("ATOMOS_NODE_ID", "1".to_string()),
+        ("ATOMOS_LISTEN", addr.to_string()),
+        ("ATOMOS_PEERS", format!("1={addr}/{}", key.public())),
+        ("ATOMOS_SECRET", SECRET.to_string()),
+        ("ATOMOS_KEY_FILE", key_file.display().to_string()),
+        ("ATOMOS_PROTOCOL", "certify".to_string()),
+        ("ATOMOS_DATA_DIR", dir.join("node-1").display().to_string()),
+        ("ATOMOS_ORDER_FSYNC", "batch".to_string()),
+    ];
+    load(None, |k| {
+        vars.iter()
+            .find(|(key, _)| *key == k)
+            .map(|(_, v)| v.clone())
+    })
+    .unwrap()
+}
+
+fn item(i: u32) -> TRef<inventory_v1::Item> {
+    TRef::new(format!("item/{i}"))
+}
+
+fn article(i: u32) -> TRef<catalog::model::Article> {
+    TRef::new(format!("item/{i}"))
+}
+
+/// Waits until the node commits a transaction (its replica has found its cluster).
+fn until_ready(node: &NodeRuntime) {
+    let probe: TRef<u64> = TRef::new("ready");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let done = node.node().atomically(|tx| {
+            if tx.exists(&probe)? {
+                tx.modify(&probe, |v| *v += 1)
+            } else {
+                tx.create(&probe, 1)
+            }
+        });
+        match done {
+            Ok(()) => return,
+            Err(e) if std::time::Instant::now() > deadline => panic!("never ready: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The child's half: reopen the data directory and read every item as an `Article`.
+fn read_back(dir: PathBuf, addr: SocketAddr) {
+    let rt = runtime();
+    let node = rt
+        .block_on(NodeRuntime::start_tcp(&settings(addr, &dir)))
+        .unwrap();
+    until_ready(&node);
+    let articles = node
+        .node()
+        .atomically_read(|tx| {
+            (0..20)
+                .map(|i| tx.read(&article(i)).cloned())
+                .collect::<Result<Vec<_>, TxError>>()
+        })
+        .unwrap();
+    for (i, a) in articles.iter().enumerate() {
+        assert_eq!(
+            a,
+            &catalog::model::Article {
+                count: i as u32 * 3,
+                sku: format!("sku-{i}"),
+                reserved: 0,
+            }
+        );
+    }
+    // And the new build writes the new shape over the old.
+    node.node()
+        .atomically(|tx| tx.modify(&article(0), |a| a.reserved = 2))
+        .unwrap();
+    let a = node
+        .node()
+        .atomically_read(|tx| tx.read(&article(0)).cloned());
+    assert_eq!(a.unwrap().reserved, 2);
+    node.shutdown();
+}
+
+#[test]
+fn values_written_under_one_rust_path_are_read_under_another() {
+    if let (Ok(dir), Ok(addr)) = (std::env::var(READ_DIR), std::env::var(READ_ADDR)) {
+        return read_back(PathBuf::from(dir), addr.parse().unwrap());
+    }
+    let dir = std::env::temp_dir().join(format!("atomos-stored-names-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let rt = runtime();
+    let node = rt
+        .block_on(NodeRuntime::start_tcp(&settings(addr, &dir)))
+        .unwrap();
+    until_ready(&node);
+    for i in 0..20 {
+        node.node()
+            .atomically(|tx| {
+                tx.create(
+                    &item(i),
+                    inventory_v1::Item {
+                        sku: format!("sku-{i}"),
+                        count: i * 3,
+                    },
+                )
+            })
+            .unwrap();
+    }
+    node.shutdown();
+    drop(node);
+    drop(rt);
+
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "values_written_under_one_rust_path_are_read_under_another",
+            "--nocapture",
+        ])
+        .env(READ_DIR, &dir)
+        .env(READ_ADDR, addr.to_string())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "the reading build failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// In one program, the second type to use a declared name fails with a clear error and
+/// changes nothing.
+#[test]
+fn a_name_declared_twice_in_one_program_is_refused() {
+    if std::env::var(READ_DIR).is_ok() {
+        return;
+    }
+    let node = atomos::Node::local();
+    node.atomically(|tx| {
+        tx.create(
+            &item(1),
+            inventory_v1::Item {
+                sku: "a".into(),
+                count: 1,
+            },
+        )
+    })
+    .unwrap();
+    // A local node keeps values typed: the name matters only where values are encoded.
+    let encoded = atomos_core_encode_probe();
+    match encoded {
+        Err(TxError::NameClash {
+            name,
+            first,
+            second,
+        }) => {
+            assert_eq!(name, "inventory.Item");
+            assert!(first.contains("inventory_v1") || second.contains("inventory_v1"));
+            assert!(first.contains("Article") || second.contains("Article"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Encodes one value of each type through a certify node's commit path: the second fails.
+fn atomos_core_encode_probe() -> Result<(), TxError> {
+    let cluster = atomos::Cluster::in_process(1, atomos::Protocol::Certify).unwrap();
+    let node = cluster.node(cluster.ids()[0]).unwrap();
+    node.atomically(|tx| {
+        tx.create(
+            &item(1),
+            inventory_v1::Item {
+                sku: "a".into(),
+                count: 1,
+            },
+        )
+    })?;
+    node.atomically(|tx| {
+        tx.create(
+            &article(2),
+            catalog::model::Article {
+                count: 1,
+                sku: "b".into(),
+                reserved: 0,
+            },
+        )
+    })
+}
