@@ -5,16 +5,14 @@
 //! child process: this test binary started again, told by an environment variable which half to
 //! run.
 
-use std::net::{SocketAddr, TcpListener};
+mod one_node;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
-use atomos::config::{load, write_key_file, NodeSettings};
-use atomos::net::keys::KeyPair;
-use atomos::{NodeRuntime, TRef, TxError};
+use atomos::config::NodeSettings;
+use atomos::{TRef, TxError};
 
-const SECRET: &str = "a cluster secret of at least thirty-two bytes";
 /// Set in the child: the data directory and address to read from.
 const READ_DIR: &str = "ATOMOS_TEST_STORED_NAMES_DIR";
 const READ_ADDR: &str = "ATOMOS_TEST_STORED_NAMES_ADDR";
@@ -48,28 +46,8 @@ mod catalog {
     }
 }
 
-fn settings(addr: SocketAddr, dir: &Path) -> NodeSettings {
-    let key = KeyPair::from_private([1; 32]).unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    let key_file = dir.join("node-1.key");
-    write_key_file(&key_file, &key, "a test member", true).unwrap();
-    let vars = [
-        ("ATOMOS_CLUSTER", "stored-names".to_string()),
-        ("ATOMOS_NODE_ID", "1".to_string()),
-        ("ATOMOS_LISTEN", addr.to_string()),
-        ("ATOMOS_PEERS", format!("1={addr}/{}", key.public())),
-        ("ATOMOS_SECRET", SECRET.to_string()),
-        ("ATOMOS_KEY_FILE", key_file.display().to_string()),
-        ("ATOMOS_PROTOCOL", "certify".to_string()),
-        ("ATOMOS_DATA_DIR", dir.join("node-1").display().to_string()),
-        ("ATOMOS_ORDER_FSYNC", "batch".to_string()),
-    ];
-    load(None, |k| {
-        vars.iter()
-            .find(|(key, _)| *key == k)
-            .map(|(_, v)| v.clone())
-    })
-    .unwrap()
+fn settings(addr: std::net::SocketAddr, dir: &Path) -> NodeSettings {
+    one_node::settings("stored-names", "certify", addr, dir, &[])
 }
 
 fn item(i: u32) -> TRef<inventory_v1::Item> {
@@ -80,41 +58,11 @@ fn article(i: u32) -> TRef<catalog::model::Article> {
     TRef::new(format!("item/{i}"))
 }
 
-/// Waits until the node commits a transaction (its replica has found its cluster).
-fn until_ready(node: &NodeRuntime) {
-    let probe: TRef<u64> = TRef::new("ready");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let done = node.node().atomically(|tx| {
-            if tx.exists(&probe)? {
-                tx.modify(&probe, |v| *v += 1)
-            } else {
-                tx.create(&probe, 1)
-            }
-        });
-        match done {
-            Ok(()) => return,
-            Err(e) if std::time::Instant::now() > deadline => panic!("never ready: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// The child's half: reopen the data directory and read every item as an `Article`.
-fn read_back(dir: PathBuf, addr: SocketAddr) {
-    let rt = runtime();
-    let node = rt
-        .block_on(NodeRuntime::start_tcp(&settings(addr, &dir)))
-        .unwrap();
-    until_ready(&node);
+fn read_back(dir: PathBuf, addr: std::net::SocketAddr) {
+    let rt = one_node::runtime();
+    let node = one_node::start(&rt, &settings(addr, &dir));
+    one_node::until_ready(&node, "ready");
     let articles = node
         .node()
         .atomically_read(|tx| {
@@ -151,15 +99,9 @@ fn values_written_under_one_rust_path_are_read_under_another() {
     }
     let dir = std::env::temp_dir().join(format!("atomos-stored-names-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let addr = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let rt = runtime();
-    let node = rt
-        .block_on(NodeRuntime::start_tcp(&settings(addr, &dir)))
-        .unwrap();
-    until_ready(&node);
+    let rt = one_node::runtime();
+    let node = one_node::start(&rt, &settings(one_node::free_address(), &dir));
+    one_node::until_ready(&node, "ready");
     for i in 0..20 {
         node.node()
             .atomically(|tx| {
@@ -177,10 +119,7 @@ fn values_written_under_one_rust_path_are_read_under_another() {
     drop(node);
     drop(rt);
 
-    let addr = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = one_node::free_address();
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",

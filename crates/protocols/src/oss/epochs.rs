@@ -322,6 +322,9 @@ impl OssNode {
                             },
                             out,
                         );
+                        // Its own report counts as the others' do: in a cluster of one it is
+                        // the majority, and nobody else's report would order the start.
+                        self.on_report(self.cfg.id, domain, epoch, mark, out)?;
                     }
                 }
                 continue;
