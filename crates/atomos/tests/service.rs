@@ -328,14 +328,16 @@ fn procedures_run_at_a_priority_and_bad_requests_are_refused() {
     })
     .expect("registered");
     let s = service(&node, 1, Policy::Preemptive);
-    let args = postcard::to_stdvec(&5i64).expect("encoded");
+    let args = atomos::encode_arguments("bump", &5i64).expect("encoded");
     let (result, _) = s
         .submit_procedure(3, "bump", args)
         .expect("submitted")
         .wait()
         .expect("ran");
-    let value: i64 = postcard::from_bytes(&result.expect("committed")).expect("decoded");
+    let value: i64 = atomos::decode_result("bump", &result.expect("committed")).expect("decoded");
     assert_eq!(value, 5);
+    let c = TRef::<i64>::new("c");
+    assert_eq!(node.atomically_read(|tx| Ok(*tx.read(&c)?)).unwrap(), 5);
     let (missing, _) = s
         .submit_procedure(3, "nope", vec![])
         .expect("submitted")

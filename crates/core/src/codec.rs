@@ -168,7 +168,7 @@ pub(crate) fn from_portable<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Stri
 }
 
 /// The check that no two Rust types of this program declare one stored name.
-mod names {
+pub(crate) mod names {
     use std::any::TypeId;
     use std::cell::RefCell;
     use std::collections::HashMap;
@@ -184,32 +184,36 @@ mod names {
         static CHECKED: RefCell<FxHashSet<TypeId>> = RefCell::default();
     }
 
-    /// Every declared name met so far, with the type that declared it.
-    static DECLARED: Mutex<Option<HashMap<String, (TypeId, &'static str)>>> = Mutex::new(None);
+    /// Every declared name met so far, with the Rust path (generic arguments aside) of the
+    /// type that declared it.
+    static DECLARED: Mutex<Option<HashMap<&'static str, &'static str>>> = Mutex::new(None);
 
     /// Fails if a name in `T`'s stored name was declared by another type before (checked once
     /// per type and thread).
     #[inline(never)]
-    pub(super) fn check<T: Object>() -> Result<(), CodecError> {
+    pub(crate) fn check<T: Object>() -> Result<(), CodecError> {
         let id = TypeId::of::<T>();
-        if CHECKED.with(|c| c.borrow().contains(&id)) {
+        if CHECKED
+            .try_with(|c| c.borrow().contains(&id))
+            .unwrap_or(false)
+        {
             return Ok(());
         }
         let mut names = Vec::new();
         T::NAME.declarations(&mut names);
         let mut declared = DECLARED.lock().unwrap_or_else(|e| e.into_inner());
         let declared = declared.get_or_insert_with(HashMap::new);
-        for (name, ty, path) in names {
-            let (first_ty, first_path) = *declared.entry(name.clone()).or_insert((ty, path));
-            if first_ty != ty {
+        for (name, path) in names {
+            let first = *declared.entry(name).or_insert(path);
+            if first != path {
                 return Err(CodecError::NameClash {
-                    name,
-                    first: first_path,
+                    name: name.to_string(),
+                    first,
                     second: path,
                 });
             }
         }
-        CHECKED.with(|c| c.borrow_mut().insert(id));
+        let _ = CHECKED.try_with(|c| c.borrow_mut().insert(id));
         Ok(())
     }
 }

@@ -35,7 +35,7 @@ pub enum TxError {
     },
     /// The object holds a value of the right stored name that no longer decodes as its type:
     /// the type changed in a way older values cannot follow (see the upgrade rules in
-    /// `docs/operating.md`), or the stored bytes are damaged.
+    /// `docs/guide/stored-types.md`), or the stored bytes are damaged.
     #[error("object {key} holds a value that does not decode: {reason}")]
     Undecodable {
         /// The object's key.

@@ -7,7 +7,6 @@
 //! name with `#[derive(Object)]` and `#[atomos(name = "...")]`, or by implementing [`Object`]
 //! by hand; atomos names the standard types itself.
 
-use std::any::TypeId;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -41,9 +40,10 @@ use crate::tref::TRef;
 /// (Through the `atomos` crate, `#[atomos(crate = ...)]` is not needed.) By hand, the same is
 /// `const NAME: StoredName = StoredName::declared::<Self>("inventory.Item", &[]);`.
 pub trait Object: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
-    /// The name this type's values are stored under. Two types with the same name read each
-    /// other's values; two different types of one program may not declare the same name (the
-    /// first value encoded or decoded under the second one fails with a name clash).
+    /// The name this type's values are stored under. A later build's type of the same name
+    /// reads the values an earlier one stored; two different types of one program may not
+    /// declare the same name (the first value encoded or decoded under the second one fails
+    /// with a name clash).
     const NAME: StoredName;
 }
 
@@ -64,10 +64,10 @@ pub struct StoredName {
     declared_by: Option<RustType>,
 }
 
-/// A Rust type, as far as the name-clash check needs it.
+/// The Rust type that declared a name, as far as the name-clash check needs it: its path
+/// (`std::any::type_name`, used only inside one running program, never stored).
 #[derive(Clone, Copy)]
 struct RustType {
-    id: fn() -> TypeId,
     path: fn() -> &'static str,
 }
 
@@ -150,7 +150,6 @@ impl StoredName {
             params,
             len: None,
             declared_by: Some(RustType {
-                id: TypeId::of::<T>,
                 path: std::any::type_name::<T>,
             }),
         }
@@ -192,11 +191,15 @@ impl StoredName {
         fnv_byte(hash, b'>')
     }
 
-    /// Every declared name in this name (itself and its parameters', depth first), as
-    /// (canonical name, type id, Rust path) for the name-clash check.
-    pub(crate) fn declarations(&self, out: &mut Vec<(String, TypeId, &'static str)>) {
+    /// Every declared name in this name (itself and its parameters', depth first), as (the
+    /// declared name without parameters, the Rust path of the declaring type without its
+    /// generic arguments) for the name-clash check: `shop.Page<u64>` and `shop.Page<usize>`
+    /// are one declaration, by `Page`, whatever the arguments.
+    pub(crate) fn declarations(&self, out: &mut Vec<(&'static str, &'static str)>) {
         if let Some(rust) = self.declared_by {
-            out.push((self.to_string(), (rust.id)(), (rust.path)()));
+            let path = (rust.path)();
+            let generic = path.find('<').map_or(path, |i| &path[..i]);
+            out.push((self.base, generic));
         }
         for p in self.params {
             p.declarations(out);
@@ -383,13 +386,25 @@ mod tests {
         }
     }
 
+    #[derive(Clone, serde::Serialize, serde::Deserialize)]
+    struct Page<T>(Vec<T>);
+    impl<T: Object> Object for Page<T> {
+        const NAME: StoredName = StoredName::declared::<Self>("shop.Page", &[T::NAME]);
+    }
+
     #[test]
     fn declarations_name_the_rust_types_that_declared_them() {
         let mut out = Vec::new();
         <(u8, Vec<Item>)>::NAME.declarations(&mut out);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].0, "inventory.Item");
-        assert_eq!(out[0].1, TypeId::of::<Item>());
-        assert!(out[0].2.ends_with("Item"));
+        assert!(out[0].1.ends_with("tests::Item"), "{}", out[0].1);
+        // A generic type declares its name once, whatever its arguments.
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        <Page<u64>>::NAME.declarations(&mut a);
+        <Page<Page<Item>>>::NAME.declarations(&mut b);
+        assert_eq!(a[0], b[0]);
+        assert!(a[0].1.ends_with("tests::Page"), "{}", a[0].1);
+        assert_eq!(b[2].0, "inventory.Item");
     }
 }

@@ -193,8 +193,9 @@ impl Version {
         // SAFETY: the table says this header starts a `Typed<Encoded>`, initialized.
         let node = unsafe { &*(self as *const Version as *const Typed<Encoded>) };
         let enc = unsafe { node.value.assume_init_ref() };
-        // Checked before decoding, so that a read as the wrong type decides nothing.
-        if !codec::is_tagged::<T>(&enc.bytes) {
+        // Checked before decoding, so that a read as the wrong type, or as a type whose name
+        // another type declared first, decides nothing.
+        if !codec::is_tagged::<T>(&enc.bytes) || codec::names::check::<T>().is_err() {
             return Err(());
         }
         let decoded = enc.decoded.get_or_init(|| {

@@ -47,7 +47,9 @@ fn attributes(input: &DeriveInput) -> syn::Result<Attributes> {
                          such as \"inventory.Item\"",
                     ));
                 }
-                name = Some(lit);
+                if name.replace(lit).is_some() {
+                    return Err(meta.error("the stored name is given twice"));
+                }
                 Ok(())
             } else if meta.path.is_ident("crate") {
                 let lit: LitStr = meta.value()?.parse()?;
