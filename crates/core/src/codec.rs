@@ -376,6 +376,44 @@ mod tests {
         assert!(decode::<Vec<clash_a::Thing>>(&bytes).is_ok());
     }
 
+    proptest::proptest! {
+        /// Bytes from a peer: a valid header for the type followed by anything, or a valid
+        /// value with a byte changed, decode or fail; they never panic.
+        #[test]
+        fn any_bytes_after_a_valid_header_decode_or_fail(
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            flip in proptest::prelude::any::<(usize, u8)>(),
+        ) {
+            let mut bytes = vec![VALUE_FORMAT];
+            bytes.extend_from_slice(&type_tag::<Node>());
+            bytes.extend_from_slice(&tail);
+            let _ = decode::<Node>(&bytes);
+            let _ = value_refs(&bytes);
+            let mut valid = encode(&Node {
+                value: 9,
+                next: Some(TRef::new("n")),
+                others: vec![TRef::new("o")],
+            })
+            .unwrap();
+            let at = flip.0 % valid.len();
+            valid[at] ^= flip.1.max(1);
+            let _ = decode::<Node>(&valid);
+            let _ = decode::<Vec<Option<(String, i64)>>>(&valid);
+            let _ = value_refs(&valid);
+        }
+    }
+
+    /// What docs/guide/stored-types.md warns of: MessagePack has no "some" marker.
+    #[test]
+    fn a_some_of_nothing_reads_back_as_none() {
+        let bytes = encode(&Some(None::<u8>)).unwrap();
+        assert_eq!(decode::<Option<Option<u8>>>(&bytes), Ok(None));
+        let bytes = encode(&Some(())).unwrap();
+        assert_eq!(decode::<Option<()>>(&bytes), Ok(None));
+        let bytes = encode(&Some(Some(3u8))).unwrap();
+        assert_eq!(decode::<Option<Option<u8>>>(&bytes), Ok(Some(Some(3))));
+    }
+
     #[test]
     fn enums_travel_by_variant_name() {
         #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, crate::Object)]
