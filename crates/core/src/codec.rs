@@ -89,12 +89,41 @@ fn swap_refs(refs: Option<Vec<Key>>) -> Option<Vec<Key>> {
     REFS.with(|r| r.replace(refs))
 }
 
+/// The references collected while one value is serialized. Dropped without
+/// [`Collecting::finish`] (the value's `Serialize` panicked), it still restores what was
+/// collected around it.
+struct Collecting {
+    outer: Option<Option<Vec<Key>>>,
+}
+
+impl Collecting {
+    fn start() -> Collecting {
+        Collecting {
+            outer: Some(swap_refs(Some(Vec::new()))),
+        }
+    }
+
+    /// The references collected, the outer collection restored.
+    fn finish(mut self) -> Vec<Key> {
+        let outer = self.outer.take().flatten();
+        swap_refs(outer).unwrap_or_default()
+    }
+}
+
+impl Drop for Collecting {
+    fn drop(&mut self) {
+        if let Some(outer) = self.outer.take() {
+            swap_refs(outer);
+        }
+    }
+}
+
 /// `value` as tagged bytes, with the keys it references.
 pub(crate) fn encode<T: Object>(value: &T) -> Result<Vec<u8>, CodecError> {
     names::check::<T>()?;
-    let outer = swap_refs(Some(Vec::new()));
+    let collecting = Collecting::start();
     let payload = to_portable(value);
-    let mut refs = swap_refs(outer).unwrap_or_default();
+    let mut refs = collecting.finish();
     let payload = payload.map_err(|reason| CodecError::Unencodable {
         name: T::NAME.to_string(),
         reason,
@@ -401,6 +430,28 @@ mod tests {
             let _ = decode::<Vec<Option<(String, i64)>>>(&valid);
             let _ = value_refs(&valid);
         }
+    }
+
+    #[derive(Clone, serde::Deserialize, crate::Object)]
+    #[atomos(crate = "crate", name = "test.Explodes")]
+    struct Explodes(TRef<u8>);
+
+    impl serde::Serialize for Explodes {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            self.0.serialize(s)?;
+            panic!("a Serialize that panics");
+        }
+    }
+
+    #[test]
+    fn a_panicking_serialize_leaves_no_collection_switched_on() {
+        let caught = std::panic::catch_unwind(|| encode(&Explodes(TRef::new("x"))));
+        assert!(caught.is_err());
+        // Outside an encoding nothing is collected, and the next value's keys are its own.
+        note_ref(&Key::from("stray"));
+        let bytes = encode(&vec![TRef::<u8>::new("mine")]).unwrap();
+        assert_eq!(value_refs(&bytes), Some(vec![Key::from("mine")]));
+        assert!(REFS.with(|r| r.borrow().is_none()));
     }
 
     /// What docs/guide/stored-types.md warns of: MessagePack has no "some" marker.
