@@ -370,3 +370,101 @@ fn a_long_log_is_delivered_a_bounded_number_of_entries_per_step() {
     assert_eq!(applied, delivered - 1);
     assert_eq!(machine.get("k").map(<[u8]>::to_vec), value);
 }
+
+/// A replica that runs for long forgets the batches it delivered once their requests' deadlines
+/// are past in log time and a snapshot compacted their entries away: what it remembers stays
+/// bounded by what the lifetime of a request and the log between snapshots hold.
+#[test]
+fn delivered_batches_are_forgotten_once_they_lapse() {
+    let mut cfg = ReplicaConfig::new(1, vec![1]);
+    cfg.snapshot_every = 10;
+    cfg.batch_max = 1;
+    let mut solo = Solo::open(cfg, Vec::new());
+    solo.lead();
+    let mut most = 0;
+    for i in 0..600u64 {
+        solo.now += 10;
+        let deadline = solo.now + 100;
+        solo.order_until(
+            atomos_order::RegisterOp::Put {
+                key: "k".into(),
+                value: i.to_be_bytes().to_vec(),
+            },
+            deadline,
+        );
+        most = most.max(solo.replica.remembered_batches().0);
+    }
+    let (delivered, held) = solo.replica.remembered_batches();
+    assert!(most < 60, "{most} delivered batches remembered at once");
+    assert!(held < 60, "{held} batches held");
+    assert!(delivered > 0);
+    // Every write ran, once, in order.
+    let finals = solo
+        .deliveries
+        .iter()
+        .filter(|d| matches!(d, Delivery::Final { .. }))
+        .count();
+    assert!(finals >= 600);
+    let value = solo.replica.machine().get("k").map(<[u8]>::to_vec);
+    assert_eq!(value, Some(599u64.to_be_bytes().to_vec()));
+    // A restart from the compacted log remembers no more.
+    let mut again = ReplicaConfig::new(1, vec![1]);
+    again.snapshot_every = 10;
+    let mut restarted = Solo::open(again, solo.log.clone());
+    restarted.lead();
+    let remembered = restarted.replica.remembered_batches().0;
+    assert!(remembered < 60, "{remembered} remembered after a restart");
+    assert_eq!(
+        restarted.replica.machine().get("k").map(<[u8]>::to_vec),
+        Some(599u64.to_be_bytes().to_vec())
+    );
+}
+
+/// An entry whose log time is past every deadline of its batch orders nothing (the batch has
+/// lapsed there: decided from the entry alone): the request does not run, and its client,
+/// sending it again, learns it expired.
+#[test]
+fn a_batch_ordered_after_its_deadlines_orders_nothing() {
+    let mut cfg = ReplicaConfig::new(1, vec![1]);
+    cfg.batch_max = 1;
+    let mut solo = Solo::open(cfg, Vec::new());
+    solo.lead();
+    solo.now = 100;
+    solo.put("k", 1);
+    // The log's time is 100; a request due by 500 is taken, and its entry is stamped 1,000.
+    solo.now = 1_000;
+    solo.sent.clear();
+    solo.order_until(
+        atomos_order::RegisterOp::Put {
+            key: "k".into(),
+            value: b"late".to_vec(),
+        },
+        500,
+    );
+    assert_eq!(solo.replica.machine().get("k"), Some(&[1u8][..]));
+    assert!(
+        !solo
+            .sent
+            .iter()
+            .any(|(_, m)| matches!(m, OrderMsg::Reply { seq: 2, .. })),
+        "the late request ran"
+    );
+    // Sent again, it is answered as expired.
+    solo.step(Input::Message {
+        from: 100,
+        msg: OrderMsg::Request(atomos_order::Request {
+            client: 100,
+            seq: 2,
+            payload: atomos_order::RegisterOp::Put {
+                key: "k".into(),
+                value: b"late".to_vec(),
+            }
+            .encode(),
+            deadline_ms: 500,
+        }),
+    });
+    assert!(solo
+        .sent
+        .iter()
+        .any(|(_, m)| matches!(m, OrderMsg::Expired { seq: 2, .. })));
+}

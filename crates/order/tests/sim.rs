@@ -136,15 +136,38 @@ fn nothing_is_applied_before_a_majority_holds_it_on_disk() {
 #[test]
 fn deadlines_are_decided_by_the_log_alone() {
     let (mut expired, mut answered) = (0, 0);
+    let (mut lapsed, mut forgotten) = (0, 0);
     check_seeds(60, "-p atomos-order --test sim", |seed| {
         let o = simulate(seed, Setup::deadlines(10_000));
         expired += count(&o, |n| matches!(n, Note::Expired { .. }));
         answered += count(&o, |n| matches!(n, Note::Done { .. }));
+        lapsed += o.lapsed;
+        forgotten += o.forgotten;
         check(&o)
     });
-    println!("over the seeds: {answered} requests answered, {expired} expired");
+    println!(
+        "over the seeds: {answered} requests answered, {expired} expired; {lapsed} entries \
+         ordered a lapsed batch, {forgotten} batches forgotten"
+    );
     assert!(expired > 0, "no request ever expired");
     assert!(answered > expired, "most requests should run in time");
+}
+
+/// The same with a snapshot every 20 entries: replicas forget the batches that lapsed once
+/// a compaction dropped their entries, and a batch ordered again after it lapsed orders
+/// nothing, so forgetting changes no verdict (every check above holds).
+#[test]
+fn lapsed_batches_are_forgotten_and_decide_nothing_again() {
+    let (mut lapsed, mut forgotten) = (0, 0);
+    check_seeds(60, "-p atomos-order --test sim", |seed| {
+        let o = simulate(seed, Setup::deadlines(20));
+        lapsed += o.lapsed;
+        forgotten += o.forgotten;
+        check(&o)
+    });
+    println!("over the seeds: {lapsed} entries ordered a lapsed batch, {forgotten} forgotten");
+    assert!(lapsed > 0, "no entry ever ordered a lapsed batch");
+    assert!(forgotten > 0, "no batch was ever forgotten");
 }
 
 /// Planted bugs the simulation must catch: entries delivered finally before Raft commits them
@@ -157,10 +180,12 @@ fn deadlines_are_decided_by_the_log_alone() {
 /// too few current voters hold, or none at all), a snapshot encoded off the replica's step
 /// taken at the position reached when it came back (the entries between are lost), and a
 /// leader that never takes the snapshot a learner added since its latest one needs (the
-/// learner never catches up, and the operator's script never ends).
+/// learner never catches up, and the operator's script never ends), and an entry's batch taken
+/// for new by its id alone once it was forgotten, its lapse ignored (replicas wait forever for
+/// contents nobody keeps).
 #[test]
 fn planted_bugs_are_caught() {
-    let bugs: [(PlantedBug, Setup); 7] = [
+    let bugs: [(PlantedBug, Setup); 8] = [
         (PlantedBug::FinalBeforeCommit, Setup::new(10_000)),
         (PlantedBug::UncheckedStream, Setup::new(5)),
         (
@@ -174,6 +199,7 @@ fn planted_bugs_are_caught() {
         (PlantedBug::FoundingQuorum, Setup::membership(10_000)),
         (PlantedBug::SnapshotWhereEncoded, Setup::new(5)),
         (PlantedBug::NoSnapshotForLearners, Setup::membership(10_000)),
+        (PlantedBug::LapseIgnored, Setup::deadlines(20)),
     ];
     for (bug, setup) in bugs {
         let setup = Setup {

@@ -84,6 +84,10 @@ pub enum PlantedBug {
     /// added after a leader's latest snapshot waits for the next one counted by
     /// `snapshot_every`.
     NoSnapshotForLearners,
+    /// Decide whether an entry's batch was delivered before by the ids remembered alone,
+    /// ignoring when the batch lapsed, while lapsed batches are still forgotten: a batch
+    /// ordered again after it was forgotten everywhere is then waited for forever.
+    LapseIgnored,
 }
 
 impl ReplicaConfig {
@@ -185,11 +189,16 @@ pub struct OrderStats {
     /// replica this one neither counts as a member nor follows, and proposals forwarded by a
     /// replica that is no member (a removed replica that still runs, say).
     pub from_non_members: u64,
+    /// Entries whose batch had lapsed (every deadline in it before the entry's log time): they
+    /// ordered nothing.
+    pub batches_lapsed: u64,
+    /// Delivered batch ids and batch contents forgotten once they lapsed.
+    pub batches_forgotten: u64,
 }
 
 impl OrderStats {
     /// Every counter by name (nodes publish each as `atomos_order_replica_NAME_total`).
-    pub fn counters(&self) -> [(&'static str, u64); 16] {
+    pub fn counters(&self) -> [(&'static str, u64); 18] {
         [
             ("opt_delivered", self.opt_delivered),
             ("final_delivered", self.final_delivered),
@@ -210,6 +219,8 @@ impl OrderStats {
             ("membership_changes", self.membership_changes),
             ("proposals_dropped", self.proposals_dropped),
             ("from_non_members", self.from_non_members),
+            ("batches_lapsed", self.batches_lapsed),
+            ("batches_forgotten", self.batches_forgotten),
         ]
     }
 }

@@ -15,7 +15,7 @@ use atomos_seam::Output;
 
 use super::clients::{Admission, Last};
 use super::config::PlantedBug;
-use super::entries::{entry_batch, entry_stamp};
+use super::entries::{entry_batch, entry_lapse, entry_stamp};
 use super::reconfigure::ConfigEntry;
 use super::Replica;
 use crate::error::OrderError;
@@ -25,6 +25,11 @@ use crate::types::{Action, BatchId, Delivery, Request, StateMachine};
 #[derive(Debug)]
 struct Pending {
     batch: Option<BatchId>,
+    /// When the batch lapses (see `entries::lapses_at`; `u64::MAX` for an entry that does not
+    /// say).
+    lapse: u64,
+    /// Whether it had lapsed at the entry (it orders nothing).
+    lapsed: bool,
     requests: Vec<Request>,
     /// Requests of the entry's batch that expired there: (client, seq).
     expired: Vec<(u64, u64)>,
@@ -140,8 +145,11 @@ impl<S: StateMachine> Replica<S> {
             .min(seq + FETCH_AHEAD);
         let batches = &self.batches;
         let missing: Vec<BatchId> = (seq + 1..=through)
-            .filter_map(|i| store.entry(i).and_then(entry_batch))
-            .filter(|id| !batches.held.contains_key(id) && !batches.delivered.contains(id))
+            .filter_map(|i| store.entry(i))
+            // An entry stamped after its batch lapsed orders nothing: no need for its batch.
+            .filter(|e| entry_lapse(e).is_none_or(|lapse| entry_stamp(e) <= lapse))
+            .filter_map(entry_batch)
+            .filter(|id| !batches.held.contains_key(id) && !batches.delivered.contains_key(id))
             .collect();
         for id in missing {
             self.want(id, out);
@@ -159,16 +167,23 @@ impl<S: StateMachine> Replica<S> {
             let batch = entry.and_then(entry_batch);
             let change = entry.and_then(ConfigEntry::of);
             let time = self.delivery.opt_time.max(entry.map_or(0, entry_stamp));
-            let duplicate = batch.is_some_and(|id| {
-                self.batches.delivered.contains(&id) || self.delivery.pending_batch(id)
-            });
+            let lapse = entry.and_then(entry_lapse).unwrap_or(u64::MAX);
+            // Past its lapse a batch orders nothing, wherever it is delivered (a replica may
+            // have forgotten it, or never held it): decided before anything else.
+            let lapsed = batch.is_some()
+                && time > lapse
+                && self.cfg.planted_bug != Some(PlantedBug::LapseIgnored);
+            let duplicate = !lapsed
+                && batch.is_some_and(|id| {
+                    self.batches.delivered.contains_key(&id) || self.delivery.pending_batch(id)
+                });
             // What decides expiry: the log's time, unless a planted bug makes it the clock.
             let expiry_time = match self.cfg.planted_bug {
                 Some(PlantedBug::ExpireByOwnClock) => self.now_ms,
                 _ => time,
             };
             let admission = match batch {
-                Some(id) if !duplicate => match self.batches.held.get(&id) {
+                Some(id) if !duplicate && !lapsed => match self.batches.held.get(&id) {
                     Some(reqs) => {
                         self.clients
                             .admit(reqs, expiry_time, &mut self.delivery.pending_requests)
@@ -198,6 +213,8 @@ impl<S: StateMachine> Replica<S> {
                 seq,
                 Pending {
                     batch,
+                    lapse,
+                    lapsed,
                     requests,
                     expired: admission.expired,
                     time,
@@ -223,7 +240,8 @@ impl<S: StateMachine> Replica<S> {
                 | PlantedBug::UncheckedStream
                 | PlantedBug::FoundingQuorum
                 | PlantedBug::SnapshotWhereEncoded
-                | PlantedBug::NoSnapshotForLearners,
+                | PlantedBug::NoSnapshotForLearners
+                | PlantedBug::LapseIgnored,
             ) => d.commit.min(self.disk.durable_index()),
         };
         while self.delivery.final_next <= committed
@@ -238,6 +256,9 @@ impl<S: StateMachine> Replica<S> {
                 break;
             };
             self.delivery.final_left -= 1;
+            if p.lapsed {
+                self.stats.batches_lapsed += 1;
+            }
             if let Some(id) = p.batch {
                 self.delivery.pending_batches.remove(&id);
             }
@@ -254,7 +275,7 @@ impl<S: StateMachine> Replica<S> {
             if let Some(id) = p.batch {
                 // Requests of the batch that were not delivered (older than one of their
                 // client's already ordered) are done too: they never run.
-                self.batches.finished(id);
+                self.batches.finished(id, p.lapse);
             }
             for text in self.machine.take_alarms() {
                 out.push(Output::Deliver(Delivery::Alarm { seq, text }));

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use atomos_seam::Output;
 
-use super::entries::{encode_batch, encode_stamp};
+use super::entries::{encode_batch, encode_stamp, lapses_at};
 use super::Replica;
 use crate::record::Record;
 use crate::types::{Action, Addr, BatchId, OrderMsg, Request, StateMachine};
@@ -26,8 +26,10 @@ const REQUEST_OVERHEAD: u64 = 24;
 pub(super) struct Batches {
     /// The contents of every batch this replica holds (formed here or received).
     pub(super) held: BTreeMap<BatchId, Vec<Request>>,
-    /// Batches delivered finally (their contents may be forgotten once compacted).
-    pub(super) delivered: BTreeSet<BatchId>,
+    /// Batches delivered finally, with when each lapses (their contents may be forgotten
+    /// once compacted; the id itself once the final log time is past its lapse and no entry
+    /// in the log holds it: see [`Batches::forget_lapsed`]).
+    pub(super) delivered: BTreeMap<BatchId, u64>,
     /// The latest log index holding each batch id.
     pub(super) in_log: BTreeMap<BatchId, u64>,
     /// Batches asked of the others, and when.
@@ -52,13 +54,13 @@ impl Batches {
     pub(super) fn new(
         me: Addr,
         held: BTreeMap<BatchId, Vec<Request>>,
-        delivered: BTreeSet<BatchId>,
+        delivered: BTreeMap<BatchId, u64>,
         in_log: BTreeMap<BatchId, u64>,
         next_n: u64,
     ) -> Batches {
         let unacked = held
             .keys()
-            .filter(|id| id.origin == me && !delivered.contains(id) && !in_log.contains_key(id))
+            .filter(|id| id.origin == me && !delivered.contains_key(id) && !in_log.contains_key(id))
             .map(|id| (*id, (BTreeSet::from([me]), 0)))
             .collect();
         let mut batches = Batches {
@@ -82,23 +84,25 @@ impl Batches {
 
     /// Whether `id` is ordered in this replica's log or was delivered.
     pub(super) fn ordered(&self, id: &BatchId) -> bool {
-        self.in_log.contains_key(id) || self.delivered.contains(id)
+        self.in_log.contains_key(id) || self.delivered.contains_key(id)
     }
 
     /// Whether `id` needs no more of this replica: it is delivered, or ordered, or unknown.
     fn settled(&self, id: &BatchId) -> bool {
-        !self.held.contains_key(id) || self.in_log.contains_key(id) || self.delivered.contains(id)
+        !self.held.contains_key(id)
+            || self.in_log.contains_key(id)
+            || self.delivered.contains_key(id)
     }
 
     /// Batch `id`, at a final position, is done: its requests (delivered or not) are no longer
-    /// in flight, and nothing of it is re-sent or fetched.
-    pub(super) fn finished(&mut self, id: BatchId) {
+    /// in flight, and nothing of it is re-sent or fetched. It lapses at `lapse`.
+    pub(super) fn finished(&mut self, id: BatchId, lapse: u64) {
         if let Some(requests) = self.held.get(&id) {
             for r in requests {
                 self.in_flight.remove(&(r.client, r.seq));
             }
         }
-        self.delivered.insert(id);
+        self.delivered.insert(id, lapse);
         self.proposed.remove(&id);
         self.fetch_sent.remove(&id);
     }
@@ -149,7 +153,38 @@ impl Batches {
         self.in_log.retain(|_, at| *at > index);
         let (delivered, in_log) = (&self.delivered, &self.in_log);
         self.held
-            .retain(|id, _| !delivered.contains(id) || in_log.contains_key(id));
+            .retain(|id, _| !delivered.contains_key(id) || in_log.contains_key(id));
+    }
+
+    /// Forgets every batch that lapsed before `final_time` and that no entry in the log holds:
+    /// delivered ids, contents held, own batches waiting for acknowledgements or for the log.
+    /// Any later entry ordering one of them has a log time of at least `final_time`, past its
+    /// lapse, and orders nothing whatever this replica remembers.
+    /// Returns how many ids and batches it forgot.
+    pub(super) fn forget_lapsed(&mut self, final_time: u64) -> u64 {
+        let in_log = &self.in_log;
+        let gone = |id: &BatchId, lapse: u64| lapse < final_time && !in_log.contains_key(id);
+        let before = self.delivered.len();
+        self.delivered.retain(|id, lapse| !gone(id, *lapse));
+        let mut forgotten = (before - self.delivered.len()) as u64;
+        let dead: Vec<BatchId> = self
+            .held
+            .iter()
+            .filter(|(id, requests)| gone(id, lapses_at(requests)))
+            .map(|(id, _)| *id)
+            .collect();
+        forgotten += dead.len() as u64;
+        for id in dead {
+            if let Some(requests) = self.held.remove(&id) {
+                for r in requests {
+                    self.in_flight.remove(&(r.client, r.seq));
+                }
+            }
+            self.unacked.remove(&id);
+            self.proposed.remove(&id);
+            self.fetch_sent.remove(&id);
+        }
+        forgotten
     }
 
     /// Forgets the contents of delivered batches whose entries are at or before `index`: only
@@ -158,7 +193,7 @@ impl Batches {
         let gone: Vec<BatchId> = self
             .in_log
             .iter()
-            .filter(|(id, at)| **at <= index && self.delivered.contains(id))
+            .filter(|(id, at)| **at <= index && self.delivered.contains_key(id))
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
@@ -232,8 +267,8 @@ impl<S: StateMachine> Replica<S> {
         // contents may already be forgotten, so they must not be re-sent below.
         let b = &mut self.batches;
         let delivered = &b.delivered;
-        b.proposed.retain(|id, _| !delivered.contains(id));
-        b.unacked.retain(|id, _| !delivered.contains(id));
+        b.proposed.retain(|id, _| !delivered.contains_key(id));
+        b.unacked.retain(|id, _| !delivered.contains_key(id));
         // The configuration may have changed since: acknowledgements in hand may be a quorum
         // now (and nobody else left to acknowledge).
         let held: Vec<BatchId> = self
@@ -288,7 +323,12 @@ impl<S: StateMachine> Replica<S> {
         requests: Vec<Request>,
         out: &mut Vec<Action>,
     ) {
-        if !self.batches.held.contains_key(&id) && !self.batches.delivered.contains(&id) {
+        if lapses_at(&requests) < self.delivery.final_time {
+            // It lapsed here: an entry ordering it would order nothing, so it is neither kept
+            // nor acknowledged (its origin forgets it too).
+            return;
+        }
+        if !self.batches.held.contains_key(&id) && !self.batches.delivered.contains_key(&id) {
             self.write(&Record::Batch {
                 id,
                 requests: requests.clone(),
@@ -383,9 +423,13 @@ impl<S: StateMachine> Replica<S> {
         if self.is_leader() && self.batches.ordered(&id) {
             return;
         }
+        // Only a batch held here is proposed: its entry says when it lapses.
+        let Some(lapse) = self.batches.held.get(&id).map(|r| lapses_at(r)) else {
+            return;
+        };
         let _ = self
             .raft
-            .propose(encode_stamp(self.now_ms), encode_batch(id));
+            .propose(encode_stamp(self.now_ms), encode_batch(id, lapse));
     }
 
     /// Whether this replica, as leader, proposes the batches `origin` sends it on receipt: it
@@ -411,7 +455,7 @@ mod tests {
     #[test]
     fn a_snapshot_installed_forgets_every_delivered_batch_no_later_entry_holds() {
         let held = (1..=4).map(|n| (id(n), Vec::new())).collect();
-        let delivered = [1, 2, 4].map(id).into_iter().collect();
+        let delivered = [1, 2, 4].map(|n| (id(n), u64::MAX)).into_iter().collect();
         let in_log = [(id(1), 5), (id(4), 12)].into_iter().collect();
         let mut batches = Batches::new(2, held, delivered, in_log, 100);
         batches.forget_covered(10);

@@ -221,7 +221,7 @@ impl<S: StateMachine> Replica<S> {
         } = replay(cfg.replicas.clone(), log)?;
         let base = store.snapshot_index();
         let mut clients = ClientTable::default();
-        let mut delivered = BTreeSet::new();
+        let mut delivered = BTreeMap::new();
         let mut log_time = 0;
         let mut contexts = BTreeMap::new();
         let mut removed = Vec::new();
@@ -250,7 +250,7 @@ impl<S: StateMachine> Replica<S> {
             log_time = data.log_time;
             contexts = data.member_contexts();
             removed = data.removed.clone();
-            delivered = data.delivered_batches.into_iter().collect();
+            delivered = data.delivered();
         }
         let members = Membership::of(store.conf_state(), &contexts).with_removed(removed);
         let commit = store.hard_state().commit.max(base);
@@ -417,6 +417,13 @@ impl<S: StateMachine> Replica<S> {
     pub fn log_span(&self) -> (u64, u64) {
         let store = self.raft.store();
         (store.first(), store.last())
+    }
+
+    /// What this replica remembers of batches: the ids delivered that it still knows (each
+    /// forgotten once the final log time is past its lapse and the log no longer holds it),
+    /// and the batches whose contents it holds.
+    pub fn remembered_batches(&self) -> (usize, usize) {
+        (self.batches.delivered.len(), self.batches.held.len())
     }
 
     /// The position of the latest snapshot this replica holds (0 before the first).

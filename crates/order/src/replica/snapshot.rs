@@ -64,7 +64,7 @@ pub(super) struct SnapshotData {
     pub(super) machine: Vec<u8>,
     /// Per client: its latest request's number and answer (empty if it expired).
     clients: Vec<(u64, u64, Vec<u8>)>,
-    pub(super) delivered_batches: Vec<BatchId>,
+    delivered_batches: Vec<BatchId>,
     /// The log's time at the snapshot's position.
     pub(super) log_time: u64,
     /// The clients whose latest request expired.
@@ -73,6 +73,20 @@ pub(super) struct SnapshotData {
     members: Vec<(u64, Vec<u8>)>,
     /// The replicas changes removed (see `Membership::removed`).
     pub(super) removed: Vec<u64>,
+    /// When each of `delivered_batches` lapses, in the same order.
+    delivered_lapses: Vec<u64>,
+}
+
+/// A snapshot as builds before batches lapsed wrote it.
+#[derive(Deserialize)]
+struct SnapshotDataWithoutLapses {
+    machine: Vec<u8>,
+    clients: Vec<(u64, u64, Vec<u8>)>,
+    delivered_batches: Vec<BatchId>,
+    log_time: u64,
+    expired: Vec<u64>,
+    members: Vec<(u64, Vec<u8>)>,
+    removed: Vec<u64>,
 }
 
 /// A snapshot as builds before membership changes wrote it.
@@ -98,6 +112,16 @@ impl SnapshotData {
     /// without log time: 0, and no expired requests). Each layout extends the one before, so
     /// earlier bytes fail only for want of the new fields.
     pub(super) fn decode(bytes: &[u8]) -> Result<SnapshotData, String> {
+        let without_lapses = |old: SnapshotDataWithoutLapses| SnapshotData {
+            machine: old.machine,
+            clients: old.clients,
+            delivered_batches: old.delivered_batches,
+            log_time: old.log_time,
+            expired: old.expired,
+            members: old.members,
+            removed: old.removed,
+            delivered_lapses: Vec::new(),
+        };
         let without_members = |old: SnapshotDataWithoutMembers| SnapshotData {
             machine: old.machine,
             clients: old.clients,
@@ -106,6 +130,7 @@ impl SnapshotData {
             expired: old.expired,
             members: Vec::new(),
             removed: Vec::new(),
+            delivered_lapses: Vec::new(),
         };
         let without_time = |old: SnapshotDataWithoutTime| SnapshotData {
             machine: old.machine,
@@ -115,15 +140,30 @@ impl SnapshotData {
             expired: Vec::new(),
             members: Vec::new(),
             removed: Vec::new(),
+            delivered_lapses: Vec::new(),
         };
         postcard::from_bytes::<SnapshotData>(bytes).or_else(|e| {
-            postcard::from_bytes::<SnapshotDataWithoutMembers>(bytes)
-                .map(without_members)
+            postcard::from_bytes::<SnapshotDataWithoutLapses>(bytes)
+                .map(without_lapses)
+                .or_else(|_| {
+                    postcard::from_bytes::<SnapshotDataWithoutMembers>(bytes).map(without_members)
+                })
                 .or_else(|_| {
                     postcard::from_bytes::<SnapshotDataWithoutTime>(bytes).map(without_time)
                 })
                 .map_err(|_| e.to_string())
         })
+    }
+
+    /// The delivered batches it holds, with when each lapses (never, for a snapshot written
+    /// before batches lapsed).
+    pub(super) fn delivered(&self) -> BTreeMap<BatchId, u64> {
+        let lapses = self
+            .delivered_lapses
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(u64::MAX));
+        self.delivered_batches.iter().copied().zip(lapses).collect()
     }
 
     /// The contexts of the members that joined through the log.
@@ -134,10 +174,15 @@ impl SnapshotData {
     /// What a snapshot holds of a replica's tables (the state machine's state lies beside it).
     pub(super) fn new(
         clients: &BTreeMap<u64, (u64, Last)>,
-        delivered_batches: &BTreeSet<BatchId>,
+        delivered: &BTreeMap<BatchId, u64>,
         log_time: u64,
         members: &Membership,
     ) -> SnapshotData {
+        let lapsing: Vec<(BatchId, u64)> = delivered
+            .iter()
+            .filter(|(_, lapse)| **lapse >= log_time)
+            .map(|(id, lapse)| (*id, *lapse))
+            .collect();
         let mut expired = Vec::new();
         let clients = clients
             .iter()
@@ -152,7 +197,9 @@ impl SnapshotData {
         SnapshotData {
             machine: Vec::new(),
             clients,
-            delivered_batches: delivered_batches.iter().copied().collect(),
+            // A batch that lapsed before the snapshot's log time orders nothing at any later
+            // entry: the replicas that start from it need not know it was delivered.
+            delivered_batches: lapsing.iter().map(|(id, _)| *id).collect(),
             log_time,
             expired,
             members: members
@@ -161,6 +208,7 @@ impl SnapshotData {
                 .map(|(id, c)| (*id, c.clone()))
                 .collect(),
             removed: members.removed.clone(),
+            delivered_lapses: lapsing.iter().map(|(_, lapse)| *lapse).collect(),
         }
     }
 
@@ -224,7 +272,7 @@ impl<S: StateMachine> Replica<S> {
         self.clients.restore(data.clients());
         let contexts = data.member_contexts();
         let removed = std::mem::take(&mut data.removed);
-        self.batches.delivered = data.delivered_batches.into_iter().collect();
+        self.batches.delivered = data.delivered();
         if self.delivery.opt_next > self.delivery.final_next {
             self.revoke(self.delivery.final_next, out);
         }
@@ -753,6 +801,7 @@ impl<S: StateMachine> Replica<S> {
         };
         self.raft.mut_store().compact(snap, keep_after);
         self.batches.forget_delivered(keep_after);
+        self.stats.batches_forgotten += self.batches.forget_lapsed(self.delivery.final_time);
         self.rewrite_disk(Write::Compact, out);
         self.stats.snapshots_taken += 1;
     }
@@ -789,7 +838,8 @@ impl<S: StateMachine> Replica<S> {
         // Nor are the batches of those entries.
         let batches = &self.batches;
         let before_snapshot = |id: &BatchId| {
-            batches.delivered.contains(id) && batches.in_log.get(id).is_none_or(|at| *at <= index)
+            batches.delivered.contains_key(id)
+                && batches.in_log.get(id).is_none_or(|at| *at <= index)
         };
         records.extend(
             batches

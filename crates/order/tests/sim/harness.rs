@@ -550,6 +550,9 @@ pub struct Outcome {
     /// of entries it applied, or why it could not be rebuilt.
     pub recovered: Vec<(NodeId, Rebuilt)>,
     pub reads: Vec<(NodeId, u64, Register)>,
+    /// Over the final members: entries whose batch had lapsed, and batches forgotten.
+    pub lapsed: u64,
+    pub forgotten: u64,
 }
 
 pub fn simulate(seed: u64, setup: Setup) -> Outcome {
@@ -590,6 +593,7 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
     });
     let membership = last_membership(delivered, REPLICAS as u64);
     let mut unanswered = 0;
+    let (mut lapsed, mut forgotten) = (0, 0);
     let mut finals = Vec::new();
     let mut states = Vec::new();
     for node in 1..=nodes as NodeId {
@@ -598,6 +602,8 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
             Some(Node::Replica { endpoint, .. }) if membership.contains(node) => {
                 let replica = endpoint.replica();
                 states.push(replica.describe());
+                lapsed += replica.stats().batches_lapsed;
+                forgotten += replica.stats().batches_forgotten;
                 finals.push((replica.final_next(), replica.machine().clone()));
             }
             Some(Node::Replica { .. } | Node::Gone | Node::Adversary(_)) | None => {}
@@ -623,5 +629,7 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
         states,
         recovered,
         reads: reads.take(),
+        lapsed,
+        forgotten,
     }
 }

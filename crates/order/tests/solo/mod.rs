@@ -20,6 +20,8 @@ pub struct Solo {
     pub sent: Vec<(u64, OrderMsg)>,
     /// Requests [`Solo::put`] submitted (its client's numbers).
     pub puts: u64,
+    /// The clock every step reads (milliseconds).
+    pub now: u64,
 }
 
 impl Solo {
@@ -37,12 +39,13 @@ impl Solo {
             deliveries: Vec::new(),
             sent: Vec::new(),
             puts: 0,
+            now: 0,
         }
     }
 
     pub fn step(&mut self, input: Input) {
         let mut out = Vec::new();
-        self.replica.step(0, input, &mut out).expect("steps");
+        self.replica.step(self.now, input, &mut out).expect("steps");
         let mut writes = 0;
         for o in out {
             match o {
@@ -78,13 +81,19 @@ impl Solo {
 
     /// Orders `op` as client 100's next request and seals its batch.
     pub fn order(&mut self, op: atomos_order::RegisterOp) {
-        use atomos_order::{Request, NO_DEADLINE};
+        self.order_until(op, atomos_order::NO_DEADLINE);
+    }
+
+    /// Orders `op` as client 100's next request, which expires after `deadline_ms`, and
+    /// seals its batch.
+    pub fn order_until(&mut self, op: atomos_order::RegisterOp, deadline_ms: u64) {
+        use atomos_order::Request;
         self.puts += 1;
         let request = Request {
             client: 100,
             seq: self.puts,
             payload: op.encode(),
-            deadline_ms: NO_DEADLINE,
+            deadline_ms,
         };
         self.step(Input::Message {
             from: 100,
