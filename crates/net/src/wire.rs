@@ -7,8 +7,10 @@ use crate::frame::{self, FrameError};
 
 /// The wire version this build speaks. A peer with another version is refused at the
 /// handshake; a message carrying another version is refused when decoded. (14: stored values
-/// tagged by declared names and encoded as MessagePack, procedure arguments as MessagePack.)
-pub const WIRE_VERSION: u16 = 14;
+/// tagged by declared names and encoded as MessagePack, procedure arguments as MessagePack;
+/// 15: the order layer's entries say when their batch lapses, and lapsed batches order
+/// nothing.)
+pub const WIRE_VERSION: u16 = 15;
 
 /// Why bytes are not a message this node can act on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

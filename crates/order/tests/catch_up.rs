@@ -421,8 +421,8 @@ fn delivered_batches_are_forgotten_once_they_lapse() {
 }
 
 /// An entry whose log time is past every deadline of its batch orders nothing (the batch has
-/// lapsed there: decided from the entry alone): the request does not run, and its client,
-/// sending it again, learns it expired.
+/// lapsed there: decided from the entry alone): the request does not run, its client waiting
+/// here learns it expired, and so does a copy sent again.
 #[test]
 fn a_batch_ordered_after_its_deadlines_orders_nothing() {
     let mut cfg = ReplicaConfig::new(1, vec![1]);
@@ -442,6 +442,11 @@ fn a_batch_ordered_after_its_deadlines_orders_nothing() {
         500,
     );
     assert_eq!(solo.replica.machine().get("k"), Some(&[1u8][..]));
+    assert_eq!(
+        solo.replica.stats().batches_lapsed,
+        1,
+        "decided by the lapse"
+    );
     assert!(
         !solo
             .sent
@@ -449,6 +454,12 @@ fn a_batch_ordered_after_its_deadlines_orders_nothing() {
             .any(|(_, m)| matches!(m, OrderMsg::Reply { seq: 2, .. })),
         "the late request ran"
     );
+    // Its client, waiting here, is told at once.
+    assert!(solo
+        .sent
+        .iter()
+        .any(|(_, m)| matches!(m, OrderMsg::Expired { seq: 2, .. })));
+    solo.sent.clear();
     // Sent again, it is answered as expired.
     solo.step(Input::Message {
         from: 100,

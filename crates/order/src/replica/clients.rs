@@ -110,6 +110,24 @@ impl ClientTable {
         Reception::Order
     }
 
+    /// Request `seq` of `client` was in a batch that lapsed: if its sender waits here for it,
+    /// whom to tell what (its outcome if it was decided before, else that it expired). The
+    /// table itself does not change.
+    pub(super) fn lapsed(&mut self, client: u64, seq: u64) -> Option<(Addr, OrderMsg)> {
+        let &(wanted, to) = self.awaiting.get(&client)?;
+        if wanted != seq {
+            return None;
+        }
+        let msg = match self.last.get(&client) {
+            Some((last, outcome)) if *last == seq => outcome.message(client, seq),
+            // The client moved on: a later request of its was decided.
+            Some((last, _)) if *last > seq => return None,
+            _ => OrderMsg::Expired { client, seq },
+        };
+        self.awaiting.remove(&client);
+        Some((to, msg))
+    }
+
     /// Request `seq` of `client` was finally delivered with `outcome`: the table keeps it if it
     /// is the client's highest. Returns whom to tell, if a sender waits here for it.
     pub(super) fn record(

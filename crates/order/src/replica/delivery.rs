@@ -28,8 +28,8 @@ struct Pending {
     /// When the batch lapses (see `entries::lapses_at`; `u64::MAX` for an entry that does not
     /// say).
     lapse: u64,
-    /// Whether it had lapsed at the entry (it orders nothing).
-    lapsed: bool,
+    /// The batch, if it had lapsed at the entry (it orders nothing; `batch` is then `None`).
+    lapsed: Option<BatchId>,
     requests: Vec<Request>,
     /// Requests of the entry's batch that expired there: (client, seq).
     expired: Vec<(u64, u64)>,
@@ -207,7 +207,12 @@ impl<S: StateMachine> Replica<S> {
                 requests: requests.clone(),
             }));
             let d = &mut self.delivery;
-            let batch = if duplicate { None } else { batch };
+            let lapsed = batch.filter(|_| lapsed);
+            let batch = if duplicate || lapsed.is_some() {
+                None
+            } else {
+                batch
+            };
             d.pending_batches.extend(batch);
             d.pending.insert(
                 seq,
@@ -256,8 +261,9 @@ impl<S: StateMachine> Replica<S> {
                 break;
             };
             self.delivery.final_left -= 1;
-            if p.lapsed {
+            if let Some(id) = p.lapsed {
                 self.stats.batches_lapsed += 1;
+                self.lapsed_here(id, p.lapse, out);
             }
             if let Some(id) = p.batch {
                 self.delivery.pending_batches.remove(&id);
@@ -291,6 +297,21 @@ impl<S: StateMachine> Replica<S> {
             self.delivery.final_next += 1;
             self.stats.final_delivered += 1;
         }
+    }
+
+    /// Batch `id` lapsed at a final position: it ordered nothing. Its requests are no longer
+    /// in flight here, and a client waiting here for one of them learns its fate now (it did
+    /// not run there, nor can it later: its deadline is past every later position's time),
+    /// rather than when it sends again. Nothing replicated changes.
+    fn lapsed_here(&mut self, id: BatchId, lapse: u64, out: &mut Vec<Action>) {
+        if let Some(requests) = self.batches.held.get(&id) {
+            for r in requests {
+                if let Some((to, msg)) = self.clients.lapsed(r.client, r.seq) {
+                    out.push(Output::Send { to, msg });
+                }
+            }
+        }
+        self.batches.finished(id, lapse);
     }
 
     /// Request `seq` of `client` was finally delivered with `outcome`: the clients' table

@@ -81,6 +81,9 @@ pub struct Replica<S> {
     /// whatever `snapshot_every` says: raft-rs wanted one the latest could not serve, or a
     /// change was applied to a log that still starts at the founding (see `reconfigure`).
     snapshot_due: bool,
+    /// The log's time at the latest snapshot (taken, installed or opened): no entry the log
+    /// holds is older (see `Batches::forget_lapsed`).
+    snapshot_time: u64,
     /// A snapshot raft-rs wants is not taken before this tick: the last one failed (the host
     /// could not encode the state, or it did not pass its check), and raft-rs asks at every
     /// heartbeat.
@@ -306,6 +309,7 @@ impl<S: StateMachine> Replica<S> {
             now_ms: 0,
             members,
             snapshot_due: false,
+            snapshot_time: log_time,
             snapshot_retry_at: 0,
             image: held,
             encoding: None,

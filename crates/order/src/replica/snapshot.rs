@@ -281,6 +281,10 @@ impl<S: StateMachine> Replica<S> {
         self.batches
             .retain_in_flight(|client, seq| !clients.decided(client, seq));
         self.batches.forget_covered(index);
+        // The log now starts after the snapshot: what lapsed before its log time is needed by
+        // no entry (its delivered ids are already left out of the snapshot).
+        self.stats.batches_forgotten += self.batches.forget_lapsed(data.log_time);
+        self.snapshot_time = data.log_time;
         self.delivery.skip_to(index, data.log_time);
         self.stats.snapshots_installed += 1;
         out.push(Output::Deliver(Delivery::Installed { seq: index }));
@@ -782,6 +786,7 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         let base = self.raft.store().snapshot_index();
+        let time = SnapshotData::decode(&snap.data).map_or(0, |d| d.log_time);
         self.image = Image {
             index,
             bytes: Bytes::from(machine),
@@ -801,7 +806,12 @@ impl<S: StateMachine> Replica<S> {
         };
         self.raft.mut_store().compact(snap, keep_after);
         self.batches.forget_delivered(keep_after);
-        self.stats.batches_forgotten += self.batches.forget_lapsed(self.delivery.final_time);
+        // Every entry the log keeps comes after the previous snapshot (or, for the first, after
+        // this one): its log time is at least that snapshot's, so a batch that lapsed before it
+        // is needed by no entry here, replayed or sent to a peer.
+        let floor = if base > 0 { self.snapshot_time } else { time };
+        self.stats.batches_forgotten += self.batches.forget_lapsed(floor);
+        self.snapshot_time = time;
         self.rewrite_disk(Write::Compact, out);
         self.stats.snapshots_taken += 1;
     }
