@@ -192,15 +192,8 @@ impl TxError {
     /// The error writing `key`'s value ended with, as the transaction that wrote it fails.
     pub(crate) fn from_encoding(key: &Key, e: crate::codec::CodecError) -> TxError {
         match e {
-            crate::codec::CodecError::NameClash {
-                name,
-                first,
-                second,
-            } => TxError::NameClash {
-                name,
-                first,
-                second,
-            },
+            // A clash reads the same whichever way the value went.
+            e @ crate::codec::CodecError::NameClash { .. } => TxError::from_codec::<()>(key, e),
             e => TxError::abort(format!("cannot encode {key}: {e}")),
         }
     }
