@@ -73,7 +73,7 @@ impl Orderer for SubmitOrderer {
                     reason: format!("it was sent to be ordered: {e}"),
                     ticket: Some(ticket.0),
                 },
-                SubmitError::Stopped => {
+                SubmitError::Stopped | SubmitError::Forgotten(_) => {
                     CertifyError::unknown(format!("it was sent to be ordered: {e}"))
                 }
             })
@@ -126,7 +126,7 @@ pub(crate) fn outcome(submitter: &Submitter, ticket: u64) -> CommitOutcome {
             reason: "it was not ordered before its deadline (the commit limit)".into(),
         },
         RequestOutcome::Pending => CommitOutcome::Pending,
-        RequestOutcome::Unknown => CommitOutcome::Unknown,
+        RequestOutcome::Unknown | RequestOutcome::Forgotten => CommitOutcome::Unknown,
     }
 }
 

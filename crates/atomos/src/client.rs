@@ -71,7 +71,17 @@ struct Catalog {
 /// An update invocation handed to the driver: its order-layer payload and who waits.
 /// The update's payload, its deadline (see `atomos_order::Request::deadline_ms`), and who
 /// waits for its answer (`None`: it expired).
-type Submission = (Vec<u8>, u64, oneshot::Sender<Option<Vec<u8>>>);
+type Submission = (Vec<u8>, u64, oneshot::Sender<Heard>);
+
+/// What a client's driver heard of one update.
+enum Heard {
+    /// It ran: the answer.
+    Done(Vec<u8>),
+    /// It was not ordered before its deadline: it never runs.
+    Expired,
+    /// Its deadline passed and the cluster no longer knows whether it ran.
+    Forgotten,
+}
 
 /// A connection to a cluster that invokes its procedures. Cheap to share (`Arc`); dropping
 /// it (or [`Client::close`]) closes its connections.
@@ -402,13 +412,14 @@ impl Client {
                 .send((payload, deadline_ms, tx))
                 .map_err(|_| ClientError::Closed)?;
             match tokio::time::timeout_at(wait_until, rx).await {
-                Ok(Ok(Some(response))) => response,
-                Ok(Ok(None)) => {
+                Ok(Ok(Heard::Done(response))) => response,
+                Ok(Ok(Heard::Expired)) => {
                     return Err(ClientError::Expired {
                         name: name.to_string(),
                         limit: self.cfg.limit,
                     })
                 }
+                Ok(Ok(Heard::Forgotten)) => return Err(unknown()),
                 Ok(Err(_)) => return Err(ClientError::Closed),
                 Err(_) => return Err(unknown()),
             }
@@ -453,7 +464,7 @@ async fn drive(
     resends: Arc<AtomicU64>,
     stop: CancellationToken,
 ) {
-    let mut waiting: BTreeMap<u64, oneshot::Sender<Option<Vec<u8>>>> = BTreeMap::new();
+    let mut waiting: BTreeMap<u64, oneshot::Sender<Heard>> = BTreeMap::new();
     let mut next_seq = 1u64;
     let mut ticks = tokio::time::interval(TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -483,19 +494,18 @@ async fn drive(
         };
         client.step(input, &mut out);
         for action in out.drain(..) {
-            match action {
+            let (seq, heard) = match action {
                 // A member not connected (yet) misses it; the re-send goes to the next.
-                ClientAction::Send { to, msg } => drop(rpc.send(to, NodeMsg::Order(msg))),
-                ClientAction::Done { seq, response } => {
-                    if let Some(waiter) = waiting.remove(&seq) {
-                        let _ = waiter.send(Some(response));
-                    }
+                ClientAction::Send { to, msg } => {
+                    drop(rpc.send(to, NodeMsg::Order(msg)));
+                    continue;
                 }
-                ClientAction::Expired { seq } => {
-                    if let Some(waiter) = waiting.remove(&seq) {
-                        let _ = waiter.send(None);
-                    }
-                }
+                ClientAction::Done { seq, response } => (seq, Heard::Done(response)),
+                ClientAction::Expired { seq } => (seq, Heard::Expired),
+                ClientAction::Unknown { seq } => (seq, Heard::Forgotten),
+            };
+            if let Some(waiter) = waiting.remove(&seq) {
+                let _ = waiter.send(heard);
             }
         }
         if let Some(target) = client.target() {

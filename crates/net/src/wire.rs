@@ -9,8 +9,9 @@ use crate::frame::{self, FrameError};
 /// handshake; a message carrying another version is refused when decoded. (14: stored values
 /// tagged by declared names and encoded as MessagePack, procedure arguments as MessagePack;
 /// 15: the order layer's entries say when their batch lapses, and lapsed batches order
-/// nothing.)
-pub const WIRE_VERSION: u16 = 15;
+/// nothing; 16: client sessions end by the log's time, and a request whose outcome the
+/// cluster forgot is answered `Unknown`.)
+pub const WIRE_VERSION: u16 = 16;
 
 /// Why bytes are not a message this node can act on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -49,6 +49,12 @@ pub enum ClientAction {
         /// The request's number.
         seq: u64,
     },
+    /// Request `seq` cannot run any more (its deadline passed), and whether it ran is no
+    /// longer known: the cluster forgot its client's session ([`OrderMsg::Unknown`]).
+    Unknown {
+        /// The request's number.
+        seq: u64,
+    },
 }
 
 /// One client. Deterministic: re-sends are counted in ticks. A request is re-sent until it is
@@ -149,6 +155,16 @@ impl Client {
         }
     }
 
+    /// The outstanding request ended without an answer, if it is `client`'s `seq`.
+    fn ended(&mut self, client: u64, seq: u64, how: ClientAction, out: &mut Vec<ClientAction>) {
+        let current = self.outstanding.as_ref().map(|(r, _)| r.seq);
+        if client == self.id && current == Some(seq) {
+            self.outstanding = None;
+            out.push(how);
+            self.next(out);
+        }
+    }
+
     /// Reacts to one input.
     pub fn step(&mut self, input: ClientInput, out: &mut Vec<ClientAction>) {
         match input {
@@ -190,14 +206,11 @@ impl Client {
             ClientInput::Message {
                 msg: OrderMsg::Expired { client, seq },
                 ..
-            } => {
-                let current = self.outstanding.as_ref().map(|(r, _)| r.seq);
-                if client == self.id && current == Some(seq) {
-                    self.outstanding = None;
-                    out.push(ClientAction::Expired { seq });
-                    self.next(out);
-                }
-            }
+            } => self.ended(client, seq, ClientAction::Expired { seq }, out),
+            ClientInput::Message {
+                msg: OrderMsg::Unknown { client, seq },
+                ..
+            } => self.ended(client, seq, ClientAction::Unknown { seq }, out),
             ClientInput::Message { .. } => {}
         }
     }

@@ -24,7 +24,10 @@ pub enum EndpointRequest {
     /// Order and apply `payload` if that happens by log time `deadline_ms`
     /// ([`crate::NO_DEADLINE`]: whenever); the answer comes back as
     /// [`EndpointDelivery::Answered`] with this `ticket`. Tickets are the host's: any number
-    /// not in flight.
+    /// not in flight. A request lives in the cluster at most
+    /// [`EndpointConfig::request_lifetime_ms`] (its client's session ends with it): one with
+    /// a later deadline, or none, is sent again as a new request each time it expires, until
+    /// its own deadline.
     Submit {
         /// The host's name for this submission.
         ticket: u64,
@@ -60,6 +63,9 @@ pub enum Outcome {
     Applied(Vec<u8>),
     /// It was not ordered before its deadline: it never runs.
     Expired,
+    /// Its deadline passed and whether it ran is no longer known: its client was answered
+    /// neither way before the cluster forgot its session ([`crate::OrderMsg::Unknown`]).
+    Unknown,
 }
 
 /// What an endpoint hands to its host.
@@ -90,6 +96,21 @@ pub struct EndpointConfig {
     pub client_base: u64,
     /// A client re-sends its request to the next replica after this many ticks unanswered.
     pub resend_ticks: u64,
+    /// The longest a request lives in the cluster, in the clock's milliseconds: a
+    /// submission's deadline is capped to its submission time plus this (and renewed while
+    /// its own deadline allows). It bounds how long the cluster keeps a client's session.
+    pub request_lifetime_ms: u64,
+}
+
+/// [`EndpointConfig::request_lifetime_ms`] unless a host says otherwise: a minute.
+pub const REQUEST_LIFETIME_MS: u64 = 60_000;
+
+/// A submission in flight: its ticket, the host's deadline, and its payload while it may be
+/// sent again (its deadline was capped).
+struct Submission {
+    ticket: u64,
+    deadline_ms: u64,
+    renew: Option<Vec<u8>>,
 }
 
 /// The replica, its node's clients and the routing between them (see the module's doc).
@@ -100,8 +121,8 @@ pub struct Endpoint<S: StateMachine> {
     replicas: Vec<Addr>,
     cfg: EndpointConfig,
     clients_made: u64,
-    /// Clients with a submission in flight, by client id, with its ticket.
-    busy: BTreeMap<u64, (Client, u64)>,
+    /// Clients with a submission in flight, by client id.
+    busy: BTreeMap<u64, (Client, Submission)>,
     /// Clients with nothing in flight, kept with their numbering.
     idle: Vec<Client>,
     /// Messages to this node held until the writes emitted before them are durable.
@@ -152,6 +173,32 @@ impl<S: StateMachine> Endpoint<S> {
     /// Messages to this node waiting for a write to become durable.
     pub fn held(&self) -> usize {
         self.gate.held()
+    }
+
+    /// Has `c` send `payload` for `submission`, its deadline capped to `now` plus the
+    /// request lifetime.
+    fn send(
+        &mut self,
+        now: u64,
+        mut c: Client,
+        mut submission: Submission,
+        payload: Vec<u8>,
+        out: &mut Vec<Output<OrderMsg, EndpointDelivery>>,
+    ) {
+        let cap = now.saturating_add(self.cfg.request_lifetime_ms);
+        let deadline_ms = submission.deadline_ms.min(cap);
+        submission.renew = (deadline_ms < submission.deadline_ms).then(|| payload.clone());
+        let id = c.id();
+        let mut actions = Vec::new();
+        c.step(
+            ClientInput::Submit {
+                payload,
+                deadline_ms,
+            },
+            &mut actions,
+        );
+        self.busy.insert(id, (c, submission));
+        self.client_acted(now, id, actions, out);
     }
 
     fn client(&mut self) -> Client {
@@ -222,6 +269,7 @@ impl<S: StateMachine> Endpoint<S> {
     /// out, an ended submission is answered by ticket.
     fn client_acted(
         &mut self,
+        now: u64,
         client: u64,
         actions: Vec<ClientAction>,
         out: &mut Vec<Output<OrderMsg, EndpointDelivery>>,
@@ -238,22 +286,33 @@ impl<S: StateMachine> Endpoint<S> {
                 }
                 ClientAction::Done { seq, response } => (seq, Outcome::Applied(response)),
                 ClientAction::Expired { seq } => (seq, Outcome::Expired),
+                ClientAction::Unknown { seq } => (seq, Outcome::Unknown),
             };
-            if let Some((c, ticket)) = self.busy.remove(&client) {
-                self.idle.push(c);
-                out.push(Output::Deliver(EndpointDelivery::Answered {
-                    ticket,
-                    client,
-                    seq,
-                    outcome,
-                }));
+            let Some((c, mut submission)) = self.busy.remove(&client) else {
+                continue;
+            };
+            if outcome == Outcome::Expired && submission.deadline_ms > now {
+                // Only its capped deadline passed, and it never ran: sent again, as a new
+                // request.
+                if let Some(payload) = submission.renew.take() {
+                    self.send(now, c, submission, payload, out);
+                    continue;
+                }
             }
+            self.idle.push(c);
+            out.push(Output::Deliver(EndpointDelivery::Answered {
+                ticket: submission.ticket,
+                client,
+                seq,
+                outcome,
+            }));
         }
     }
 
     /// An answer to one of this node's clients (from this replica or another).
     fn answer(
         &mut self,
+        now: u64,
         from: Addr,
         msg: OrderMsg,
         out: &mut Vec<Output<OrderMsg, EndpointDelivery>>,
@@ -268,7 +327,7 @@ impl<S: StateMachine> Endpoint<S> {
         };
         let mut actions = Vec::new();
         c.step(ClientInput::Message { from, msg }, &mut actions);
-        self.client_acted(id, actions, out);
+        self.client_acted(now, id, actions, out);
     }
 
     /// Acts on this node's messages to itself until none is left.
@@ -279,7 +338,7 @@ impl<S: StateMachine> Endpoint<S> {
     ) -> Result<(), OrderError> {
         while let Some(msg) = self.local.pop_front() {
             if msg.answered_client().is_some() {
-                self.answer(self.me, msg, out);
+                self.answer(now, self.me, msg, out);
             } else {
                 let from = self.me;
                 self.step_replica(now, crate::Input::Message { from, msg }, out)?;
@@ -307,7 +366,7 @@ impl<S: StateMachine> Machine for Endpoint<S> {
         use atomos_seam::Input;
         match input {
             Input::Message { from, msg } if msg.answered_client().is_some() => {
-                self.answer(from, msg, out)
+                self.answer(now, from, msg, out)
             }
             Input::Message { from, msg } => {
                 self.step_replica(now, Input::Message { from, msg }, out)?
@@ -320,7 +379,7 @@ impl<S: StateMachine> Machine for Endpoint<S> {
                     if let Some((c, _)) = self.busy.get_mut(&id) {
                         c.step(ClientInput::Tick, &mut actions);
                     }
-                    self.client_acted(id, actions, out);
+                    self.client_acted(now, id, actions, out);
                 }
             }
             Input::Request(EndpointRequest::Submit {
@@ -328,18 +387,13 @@ impl<S: StateMachine> Machine for Endpoint<S> {
                 payload,
                 deadline_ms,
             }) => {
-                let mut c = self.client();
-                let id = c.id();
-                let mut actions = Vec::new();
-                c.step(
-                    ClientInput::Submit {
-                        payload,
-                        deadline_ms,
-                    },
-                    &mut actions,
-                );
-                self.busy.insert(id, (c, ticket));
-                self.client_acted(id, actions, out);
+                let c = self.client();
+                let submission = Submission {
+                    ticket,
+                    deadline_ms,
+                    renew: None,
+                };
+                self.send(now, c, submission, payload, out);
             }
             Input::Request(EndpointRequest::Flush) => {
                 self.step_replica(now, Input::Request(Command::Flush), out)?

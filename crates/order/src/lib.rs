@@ -29,7 +29,9 @@ mod replica;
 mod types;
 
 pub use client::{Client, ClientAction, ClientInput};
-pub use endpoint::{Endpoint, EndpointConfig, EndpointDelivery, EndpointRequest, Outcome};
+pub use endpoint::{
+    Endpoint, EndpointConfig, EndpointDelivery, EndpointRequest, Outcome, REQUEST_LIFETIME_MS,
+};
 pub use error::OrderError;
 pub use log_store::{AppendOutside, LogStore};
 pub use logging::raft_logger;

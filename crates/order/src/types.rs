@@ -179,6 +179,16 @@ pub enum OrderMsg {
         /// The last position delivered.
         through: u64,
     },
+    /// The client's request cannot run any more (its deadline is past the log's time), and
+    /// whether it ran is no longer known: its client's session ended (see
+    /// `replica::clients`) and it may have run in it. Sent instead of
+    /// [`OrderMsg::Expired`] where that cannot be told.
+    Unknown {
+        /// The client.
+        client: u64,
+        /// The request's number.
+        seq: u64,
+    },
 }
 
 /// What a streamed snapshot is for.
@@ -207,10 +217,13 @@ pub struct StreamHeader {
 
 impl OrderMsg {
     /// The client this message answers, if it is an answer to a client ([`OrderMsg::Reply`]
-    /// or [`OrderMsg::Expired`]): what routes it to the client rather than to a replica.
+    /// [`OrderMsg::Expired`] or [`OrderMsg::Unknown`]): what routes it to the client rather
+    /// than to a replica.
     pub fn answered_client(&self) -> Option<u64> {
         match self {
-            OrderMsg::Reply { client, .. } | OrderMsg::Expired { client, .. } => Some(*client),
+            OrderMsg::Reply { client, .. }
+            | OrderMsg::Expired { client, .. }
+            | OrderMsg::Unknown { client, .. } => Some(*client),
             _ => None,
         }
     }

@@ -420,6 +420,66 @@ fn delivered_batches_are_forgotten_once_they_lapse() {
     );
 }
 
+/// Client sessions end once the log's time passes their latest deadline: 2,000 short-lived
+/// clients leave a handful of sessions behind, before and after a restart from the compacted
+/// log, and a copy of a request that ran, sent again after its session ended, is answered that
+/// its outcome is unknown and does not run again.
+#[test]
+fn sessions_of_short_lived_clients_end_and_an_old_copy_never_runs_again() {
+    let mut cfg = ReplicaConfig::new(1, vec![1]);
+    cfg.snapshot_every = 10;
+    cfg.batch_max = 1;
+    let mut solo = Solo::open(cfg.clone(), Vec::new());
+    solo.lead();
+    let request = |client: u64, deadline_ms: u64| atomos_order::Request {
+        client,
+        seq: 1,
+        payload: atomos_order::RegisterOp::Append {
+            key: "k".into(),
+            value: vec![1],
+        }
+        .encode(),
+        deadline_ms,
+    };
+    let first = request(1_000, solo.now + 100);
+    let mut most = 0;
+    for client in 1_000..3_000u64 {
+        solo.now += 10;
+        let deadline = solo.now + 100;
+        solo.send(request(client, deadline));
+        most = most.max(solo.replica.sessions());
+    }
+    assert!(most < 20, "{most} sessions held at once");
+    assert!(solo.replica.stats().sessions_forgotten > 1_900);
+    let appended = |solo: &Solo| solo.replica.machine().get("k").map_or(0, <[u8]>::len);
+    assert_eq!(appended(&solo), 2_000, "every client's request ran once");
+    // The first client sends its request again: its session ended, so the replica cannot
+    // tell whether it ran, and it cannot run (its deadline passed).
+    solo.sent.clear();
+    solo.send(first.clone());
+    let answers: Vec<&OrderMsg> = solo.sent.iter().map(|(_, m)| m).collect();
+    assert_eq!(
+        answers,
+        vec![&OrderMsg::Unknown {
+            client: 1_000,
+            seq: 1
+        }]
+    );
+    assert_eq!(appended(&solo), 2_000);
+    // A restart from the compacted log holds no more sessions, and decides alike.
+    let mut restarted = Solo::open(cfg, solo.log.clone());
+    restarted.now = solo.now;
+    restarted.lead();
+    assert!(restarted.replica.sessions() < 20);
+    restarted.sent.clear();
+    restarted.send(first);
+    assert!(restarted
+        .sent
+        .iter()
+        .all(|(_, m)| matches!(m, OrderMsg::Unknown { .. } | OrderMsg::Raft(_))));
+    assert_eq!(appended(&restarted), 2_000);
+}
+
 /// An entry whose log time is past every deadline of its batch orders nothing (the batch has
 /// lapsed there: decided from the entry alone): the request does not run, its client waiting
 /// here learns it expired, and so does a copy sent again.

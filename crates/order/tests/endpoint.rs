@@ -2,8 +2,8 @@
 //! before them are durable, expired submissions reported, stray answers ignored.
 
 use atomos_order::{
-    Endpoint, EndpointConfig, EndpointDelivery, EndpointRequest, OrderMsg, Outcome, Register,
-    RegisterOp, Replica, ReplicaConfig, NO_DEADLINE,
+    Delivery, Endpoint, EndpointConfig, EndpointDelivery, EndpointRequest, OrderMsg, Outcome,
+    Register, RegisterOp, Replica, ReplicaConfig, NO_DEADLINE,
 };
 use atomos_seam::{Input, Machine, Output};
 
@@ -18,11 +18,17 @@ struct Alone {
 
 impl Alone {
     fn new() -> Alone {
+        Alone::with_lifetime(atomos_order::REQUEST_LIFETIME_MS)
+    }
+
+    /// Requests live at most `request_lifetime_ms` in the cluster.
+    fn with_lifetime(request_lifetime_ms: u64) -> Alone {
         let replica = Replica::open(ReplicaConfig::new(1, vec![1]), Vec::new(), Register::new())
             .expect("a new replica opens");
         let cfg = EndpointConfig {
             client_base: 1 << 32,
             resend_ticks: 15,
+            request_lifetime_ms,
         };
         Alone {
             endpoint: Endpoint::new(replica, &[1], cfg),
@@ -146,6 +152,51 @@ fn a_submission_past_its_deadline_is_reported_expired() {
         node.answer_of(8),
         Outcome::Applied(Vec::new()),
         "it never ran"
+    );
+}
+
+#[test]
+fn a_submission_that_outlives_a_requests_lifetime_is_sent_again_and_runs_once() {
+    let mut node = Alone::with_lifetime(50);
+    let append = RegisterOp::Append {
+        key: "once".into(),
+        value: b"x".to_vec(),
+    };
+    // Sent without a deadline before the replica leads: its request lives until 1,050, and
+    // the clock runs past that before an election orders it, so it expires. It is sent again
+    // as a new request (its client's next number), which runs; its submitter hears only that.
+    let mut out = node.step(submit(5, &append, NO_DEADLINE), true);
+    let mut outcome = None;
+    for _ in 0..200 {
+        node.now += 10;
+        let mut more = node.step(Input::Tick, true);
+        more.extend(node.step(Input::Request(EndpointRequest::Flush), true));
+        outcome = outcome.or_else(|| answered(&more, 5));
+        out.extend(more);
+        if outcome.is_some() {
+            break;
+        }
+    }
+    // The new length of the bytes appended to: 1.
+    assert_eq!(outcome, Some(Outcome::Applied(1u64.to_be_bytes().to_vec())));
+    let ran: Vec<u64> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Deliver(EndpointDelivery::Order(Delivery::Opt { requests, .. })) => {
+                Some(requests)
+            }
+            _ => None,
+        })
+        .flatten()
+        .map(|r| r.seq)
+        .collect();
+    assert_eq!(ran, vec![2], "the first request expired, the second ran");
+    let get = RegisterOp::Get { key: "once".into() };
+    node.step(submit(6, &get, NO_DEADLINE), true);
+    assert_eq!(
+        node.answer_of(6),
+        Outcome::Applied(b"x".to_vec()),
+        "it ran once"
     );
 }
 

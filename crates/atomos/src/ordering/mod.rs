@@ -207,6 +207,7 @@ impl Submitter {
         match slot.wait_until(wait_until, Duration::ZERO) {
             Some(Some(Answer::Applied(answer))) => Ok(answer),
             Some(Some(Answer::Expired)) => Err(SubmitError::Expired(limit)),
+            Some(Some(Answer::Forgotten)) => Err(SubmitError::Forgotten(limit)),
             Some(None) => Err(SubmitError::Stopped),
             None => {
                 let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
@@ -386,6 +387,7 @@ impl OrderNode {
             // Random, so a restarted node never reuses a client id (and its sequence numbers).
             client_base: rand::random::<u64>() & !0xFFFF_FFFF,
             resend_ticks: cfg.client_resend_ticks,
+            request_lifetime_ms: atomos_order::REQUEST_LIFETIME_MS,
         };
         let endpoint = Endpoint::new(replica, &cfg.replica.replicas, endpoint_cfg);
         let abandon = match &disk {
@@ -451,6 +453,7 @@ impl OrderNode {
         match answer.await {
             Ok(Answer::Applied(response)) => Ok(response),
             Ok(Answer::Expired) => Err(SubmitError::Expired(Duration::MAX)),
+            Ok(Answer::Forgotten) => Err(SubmitError::Forgotten(Duration::MAX)),
             Err(_) => Err(SubmitError::Stopped),
         }
     }

@@ -22,6 +22,10 @@ pub enum SubmitError {
     /// The request was not ordered before its deadline: it never runs.
     #[error("not ordered within {0:?}: it never runs")]
     Expired(Duration),
+    /// The request's deadline passed without an answer reaching this node, and the cluster
+    /// no longer knows whether it ran (it forgot the session of the client that sent it).
+    #[error("no answer within {0:?}, and the cluster no longer knows whether it ran")]
+    Forgotten(Duration),
     /// Neither answer nor expiry came in time (the cluster has had no majority since): the
     /// request may still run if a majority returns before its deadline passes in the log.
     /// Ask [`Submitter::outcome`](super::Submitter::outcome) with the ticket.
@@ -52,6 +56,8 @@ pub enum RequestOutcome {
     Applied(Vec<u8>),
     /// It was not ordered before its deadline: it never runs.
     Expired,
+    /// Its deadline passed, and the cluster no longer knows whether it ran.
+    Forgotten,
     /// Not decided yet: the cluster has had no majority since it was sent. It is decided
     /// once a majority returns (by its deadline, if that has passed by then).
     Pending,
@@ -74,6 +80,8 @@ pub(super) enum Answer {
     Applied(Vec<u8>),
     /// It expired unordered.
     Expired,
+    /// Its deadline passed, and the cluster forgot whether it ran.
+    Forgotten,
 }
 
 /// Where a request's answer goes.
@@ -157,6 +165,7 @@ impl Watched {
                 None => return RequestOutcome::Pending,
                 Some(Some(Answer::Applied(response))) => RequestOutcome::Applied(response),
                 Some(Some(Answer::Expired)) => RequestOutcome::Expired,
+                Some(Some(Answer::Forgotten)) => RequestOutcome::Forgotten,
                 // The node stopped with the request unanswered.
                 Some(None) => RequestOutcome::Unknown,
             };

@@ -86,6 +86,7 @@ impl Waiters {
             Some(Waiter::App(reply)) => reply.send(match outcome {
                 Outcome::Applied(response) => Answer::Applied(response),
                 Outcome::Expired => Answer::Expired,
+                Outcome::Unknown => Answer::Forgotten,
             }),
             Some(Waiter::Load(payload)) => {
                 if let Some(h) = &self.hooks {

@@ -2,6 +2,14 @@
 //! here, and which of a batch's requests an entry delivers. Pure bookkeeping, with no Raft and
 //! no disk: every verdict is a function of the log prefix (and of the log's time), so that
 //! every replica and every replay of a log decide a re-sent request alike.
+//!
+//! Sessions expire by the log's time, as Raft's client sessions do, so that the table holds
+//! only clients that may still be heard from. A client's session lives until the latest
+//! deadline of the requests the log delivered for it (its `until`); once the log's time passes
+//! that, no request the session could refuse can run any more (each has a deadline at most
+//! `until`), so the session is forgotten. The rule is part of the log's meaning: at an entry
+//! whose time is past a session's `until`, the session counts as absent, whether or not this
+//! replica has swept it yet, so forgetting never changes a verdict.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,6 +22,9 @@ pub(super) enum Last {
     Answered(Vec<u8>),
     /// It expired (it never ran).
     Expired,
+    /// It expired there, and whether an earlier copy ran in an earlier session of its
+    /// client is not known.
+    Unknown,
 }
 
 impl Last {
@@ -26,7 +37,56 @@ impl Last {
                 response: response.clone(),
             },
             Last::Expired => OrderMsg::Expired { client, seq },
+            Last::Unknown => OrderMsg::Unknown { client, seq },
         }
+    }
+}
+
+/// A client's session: its latest finally delivered request, what became of it, and until
+/// when the session lives (part of the replicated state: snapshots carry it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Session {
+    /// The request's number.
+    pub(super) seq: u64,
+    /// What became of it.
+    pub(super) outcome: Last,
+    /// The latest deadline of the client's requests the log delivered while the session
+    /// lived: past it in log time, the session is forgotten.
+    pub(super) until: u64,
+    /// The log's time when the session began: every earlier session of its client had ended
+    /// before, so a request with a deadline from then on ran in none of them.
+    pub(super) since: u64,
+}
+
+/// What deduplication needs of a session: its latest number and until when it lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Span {
+    last: u64,
+    until: u64,
+}
+
+impl Span {
+    /// The session after the log delivered (ran or expired) request `seq` with deadline
+    /// `deadline` at log time `time`, from `before` (the session then, if any). A session past
+    /// its `until` counts as absent; a request that expired for a client without a live
+    /// session starts none (it could refuse nothing: every copy of it expires too).
+    fn after(before: Option<Span>, seq: u64, deadline: u64, time: u64) -> Option<Span> {
+        match before.filter(|s| s.until >= time) {
+            Some(s) => Some(Span {
+                last: s.last.max(seq),
+                until: s.until.max(deadline),
+            }),
+            None if deadline >= time => Some(Span {
+                last: seq,
+                until: deadline,
+            }),
+            None => None,
+        }
+    }
+
+    /// The session's latest number if it still lives at log time `time`.
+    fn live_last(span: Option<Span>, time: u64) -> Option<u64> {
+        span.filter(|s| s.until >= time).map(|s| s.last)
     }
 }
 
@@ -41,101 +101,278 @@ pub(super) enum Reception {
     Order,
 }
 
+/// What the log decided of one request of a batch at its entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Decided {
+    /// The request's client...
+    pub(super) client: u64,
+    /// ...number...
+    pub(super) seq: u64,
+    /// ...and deadline.
+    pub(super) deadline: u64,
+    /// Whether it runs there (else it expired there).
+    pub(super) runs: bool,
+}
+
 /// What becomes of a batch's requests at its entry.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Admission {
     /// The requests delivered there, in the batch's order.
     pub(super) admitted: Vec<Request>,
-    /// The requests that expired there: (client, seq).
-    pub(super) expired: Vec<(u64, u64)>,
+    /// Every request decided there (admitted or expired), in the batch's order; duplicates
+    /// and requests older than one their client had delivered are not among them.
+    pub(super) decided: Vec<Decided>,
+}
+
+/// What the entries delivered optimistically and not yet final did to the clients' sessions:
+/// what deduplication of a later entry sees beside the final table.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Ahead {
+    /// The requests those entries decided: (client, seq).
+    requests: BTreeSet<(u64, u64)>,
+    /// Each client's session after those entries, for the clients they touched.
+    sessions: BTreeMap<u64, Span>,
+}
+
+impl Ahead {
+    /// The entry deciding `decided` became final: what it decided is the final table's now.
+    pub(super) fn finished(&mut self, decided: &[Decided]) {
+        for d in decided {
+            self.requests.remove(&(d.client, d.seq));
+        }
+        for d in decided {
+            let more = self
+                .requests
+                .range((d.client, 0)..=(d.client, u64::MAX))
+                .next()
+                .is_some();
+            if !more {
+                self.sessions.remove(&d.client);
+            }
+        }
+    }
+
+    /// Rebuilds what is ahead from the entries still pending (after a revocation): each one's
+    /// decided requests and log time, in log order, over the final table `table`.
+    pub(super) fn rebuild<'a>(
+        table: &ClientTable,
+        pending: impl Iterator<Item = (&'a [Decided], u64)>,
+    ) -> Ahead {
+        let mut ahead = Ahead::default();
+        for (decided, time) in pending {
+            for d in decided {
+                ahead.note(table, *d, time);
+            }
+        }
+        ahead
+    }
+
+    fn note(&mut self, table: &ClientTable, d: Decided, time: u64) {
+        self.requests.insert((d.client, d.seq));
+        let before = self.span(table, d.client);
+        match Span::after(before, d.seq, table.session_end(d.deadline), time) {
+            Some(span) => {
+                self.sessions.insert(d.client, span);
+            }
+            // No live session: a stale one here would count as absent at every later time.
+            None => {
+                self.sessions.remove(&d.client);
+            }
+        }
+    }
+
+    fn span(&self, table: &ClientTable, client: u64) -> Option<Span> {
+        self.sessions.get(&client).copied().or_else(|| {
+            table.sessions.get(&client).map(|s| Span {
+                last: s.seq,
+                until: s.until,
+            })
+        })
+    }
 }
 
 /// The clients' table of one replica.
 #[derive(Default)]
 pub(super) struct ClientTable {
-    /// Per client: the last finally delivered request number and what became of it (part of
-    /// the replicated state: snapshots carry it).
-    last: BTreeMap<u64, (u64, Last)>,
+    /// Per client: its live session (part of the replicated state: snapshots carry it).
+    sessions: BTreeMap<u64, Session>,
+    /// Every session by when it ends: (until, client).
+    ending: BTreeSet<(u64, u64)>,
+    /// Per bucket of clients ([`bucket`]): the latest `until` of the sessions of its clients
+    /// forgotten so far (replicated). A request whose client has no session and whose
+    /// deadline is at most its bucket's may have run in a forgotten session; one with a later
+    /// deadline never ran. At most [`BUCKETS`] entries, whatever the number of clients.
+    forgotten: BTreeMap<u16, u64>,
     /// Per client: the request waiting for an answer here, and where to send it (local).
     awaiting: BTreeMap<u64, (u64, Addr)>,
+    /// How long before its latest deadline a session ends (0: at it; more only as a planted
+    /// bug).
+    ends_early: u64,
 }
 
 impl ClientTable {
-    /// A table holding `last` (a snapshot's), with nobody waiting.
-    pub(super) fn from_last(last: BTreeMap<u64, (u64, Last)>) -> ClientTable {
-        ClientTable {
-            last,
-            awaiting: BTreeMap::new(),
-        }
+    /// A table holding a snapshot's sessions and what it knows of forgotten ones, with
+    /// nobody waiting.
+    pub(super) fn from_sessions(
+        sessions: BTreeMap<u64, Session>,
+        forgotten: BTreeMap<u16, u64>,
+    ) -> ClientTable {
+        let mut table = ClientTable::default();
+        table.restore(sessions, forgotten);
+        table
     }
 
-    /// Each client's last finally delivered request and its outcome.
-    pub(super) fn last(&self) -> &BTreeMap<u64, (u64, Last)> {
-        &self.last
+    /// Ends every session `ms` before its latest deadline (a planted bug: 0 is right).
+    pub(super) fn end_sessions_early(&mut self, ms: u64) {
+        self.ends_early = ms;
+    }
+
+    /// Until when a request with deadline `deadline` keeps its client's session.
+    fn session_end(&self, deadline: u64) -> u64 {
+        deadline.saturating_sub(self.ends_early)
+    }
+
+    /// Each client's session.
+    pub(super) fn sessions(&self) -> &BTreeMap<u64, Session> {
+        &self.sessions
+    }
+
+    /// Per bucket of clients, the latest `until` of its forgotten sessions.
+    pub(super) fn forgotten(&self) -> &BTreeMap<u16, u64> {
+        &self.forgotten
     }
 
     /// Replaces the delivered part with a snapshot's; who waits here stays.
-    pub(super) fn restore(&mut self, last: BTreeMap<u64, (u64, Last)>) {
-        self.last = last;
+    pub(super) fn restore(
+        &mut self,
+        sessions: BTreeMap<u64, Session>,
+        forgotten: BTreeMap<u16, u64>,
+    ) {
+        self.ending = sessions.iter().map(|(c, s)| (s.until, *c)).collect();
+        self.sessions = sessions;
+        self.forgotten = forgotten;
     }
 
     /// Whether request `seq` of `client` is decided: it or a later one of its client was
-    /// finally delivered.
+    /// finally delivered and its session lives.
     pub(super) fn decided(&self, client: u64, seq: u64) -> bool {
-        self.last.get(&client).is_some_and(|(last, _)| seq <= *last)
+        self.sessions.get(&client).is_some_and(|s| seq <= s.seq)
+    }
+
+    /// Forgets the sessions that ended before log time `time`; returns how many. Called at
+    /// every final entry with its time, before the entry's requests are recorded.
+    pub(super) fn sweep(&mut self, time: u64) -> u64 {
+        let mut forgotten = 0;
+        while let Some(&(until, client)) = self.ending.first() {
+            if until >= time {
+                break;
+            }
+            self.ending.pop_first();
+            self.sessions.remove(&client);
+            self.forgot(client, until);
+            forgotten += 1;
+        }
+        forgotten
+    }
+
+    /// A session of `client` that lived until `until` is forgotten.
+    fn forgot(&mut self, client: u64, until: u64) {
+        let latest = self.forgotten.entry(bucket(client)).or_insert(until);
+        *latest = (*latest).max(until);
+    }
+
+    /// What a client is told of its request `seq`, whose deadline is past the log's time
+    /// and which its live session (if any) did not run (the session's latest number is
+    /// below `seq`): that it expired, if no earlier session of its client can have run it
+    /// (its deadline is not before the live session began, or no forgotten session of its
+    /// bucket lived as late as it), else that its outcome is unknown.
+    fn past_deadline(&self, client: u64, seq: u64, deadline: u64) -> OrderMsg {
+        let after_live_began = self
+            .sessions
+            .get(&client)
+            .is_some_and(|s| deadline >= s.since);
+        let forgotten = self
+            .forgotten
+            .get(&bucket(client))
+            .is_some_and(|&f| deadline <= f);
+        if forgotten && !after_live_began {
+            OrderMsg::Unknown { client, seq }
+        } else {
+            OrderMsg::Expired { client, seq }
+        }
     }
 
     /// Decides what to do with `req` from `from`, when the log's final time is `final_time`.
     /// A request its client already had decided is answered (if it is the latest) or dropped;
-    /// one whose deadline is before `final_time` expired wherever it would be ordered now, and
-    /// is answered so; any other is ordered, and its sender is remembered to be answered.
+    /// one whose deadline is before `final_time` cannot run any more, and is answered so
+    /// (expired, or unknown if a forgotten session may have run it); any other is ordered,
+    /// and its sender is remembered to be answered.
     pub(super) fn receive(&mut self, from: Addr, req: &Request, final_time: u64) -> Reception {
-        if let Some((last, outcome)) = self.last.get(&req.client) {
-            if *last > req.seq {
+        let (client, seq) = (req.client, req.seq);
+        let session = self.sessions.get(&client);
+        if let Some(s) = session {
+            if s.seq > seq {
                 return Reception::Drop;
             }
-            if *last == req.seq {
-                return Reception::Answer(outcome.message(req.client, req.seq));
+            if s.seq == seq {
+                return Reception::Answer(s.outcome.message(client, seq));
             }
         }
         if req.deadline_ms < final_time {
-            // No copy ran at a final position (its client's table says so), and every later
-            // position's time is past the deadline: it never runs.
-            return Reception::Answer(OrderMsg::Expired {
-                client: req.client,
-                seq: req.seq,
-            });
+            // Every later position's time is past the deadline: it never runs from now on.
+            return Reception::Answer(self.past_deadline(client, seq, req.deadline_ms));
         }
         self.awaiting.insert(req.client, (req.seq, from));
         Reception::Order
     }
 
-    /// Request `seq` of `client` was in a batch that lapsed: if its sender waits here for it,
-    /// whom to tell what (its outcome if it was decided before, else that it expired). The
-    /// table itself does not change.
-    pub(super) fn lapsed(&mut self, client: u64, seq: u64) -> Option<(Addr, OrderMsg)> {
+    /// Request `req` was in a batch that lapsed: if its sender waits here for it, whom to
+    /// tell what (its outcome if it was decided before, else that it expired or that its
+    /// outcome is unknown). The table itself does not change.
+    pub(super) fn lapsed(&mut self, req: &Request) -> Option<(Addr, OrderMsg)> {
+        let (client, seq) = (req.client, req.seq);
         let &(wanted, to) = self.awaiting.get(&client)?;
         if wanted != seq {
             return None;
         }
-        let msg = match self.last.get(&client) {
-            Some((last, outcome)) if *last == seq => outcome.message(client, seq),
+        let msg = match self.sessions.get(&client) {
+            Some(s) if s.seq == seq => s.outcome.message(client, seq),
             // The client moved on: a later request of its was decided.
-            Some((last, _)) if *last > seq => return None,
-            _ => OrderMsg::Expired { client, seq },
+            Some(s) if s.seq > seq => return None,
+            _ => self.past_deadline(client, seq, req.deadline_ms),
         };
         self.awaiting.remove(&client);
         Some((to, msg))
     }
 
-    /// Request `seq` of `client` was finally delivered with `outcome`: the table keeps it if it
-    /// is the client's highest. Returns whom to tell, if a sender waits here for it.
+    /// The log finally delivered `decided` at log time `time` with `outcome` (after
+    /// [`ClientTable::sweep`] at `time`): the client's session takes it. Returns whom to
+    /// tell, if a sender waits here for it.
     pub(super) fn record(
         &mut self,
-        client: u64,
-        seq: u64,
+        decided: Decided,
+        time: u64,
         outcome: Last,
     ) -> Option<(Addr, OrderMsg)> {
+        let Decided {
+            client,
+            seq,
+            deadline,
+            ..
+        } = decided;
+        let before = self.sessions.get(&client).map(|s| Span {
+            last: s.seq,
+            until: s.until,
+        });
+        // An expired request the live session (if any) had not reached (it was not
+        // dropped): whether it ran in an earlier session may not be known.
+        let outcome = match outcome {
+            Last::Expired => match self.past_deadline(client, seq, deadline) {
+                OrderMsg::Unknown { .. } => Last::Unknown,
+                _ => Last::Expired,
+            },
+            other => other,
+        };
         let mut tell = None;
         if let Some(&(wanted, to)) = self.awaiting.get(&client) {
             if wanted == seq {
@@ -143,140 +380,83 @@ impl ClientTable {
                 tell = Some((to, outcome.message(client, seq)));
             }
         }
-        if self.last.get(&client).is_none_or(|(last, _)| *last < seq) {
-            self.last.insert(client, (seq, outcome));
+        let old = self.sessions.remove(&client);
+        let old = match old {
+            Some(o) => {
+                self.ending.remove(&(o.until, client));
+                if o.until < time {
+                    // Ended (a sweep at `time` would have forgotten it).
+                    self.forgot(client, o.until);
+                    None
+                } else {
+                    Some(o)
+                }
+            }
+            None => None,
+        };
+        if let Some(span) = Span::after(before, seq, self.session_end(deadline), time) {
+            let since = old.as_ref().map_or(time, |o| o.since);
+            let outcome = match old {
+                // The session's latest request is a later one: its outcome stays.
+                Some(o) if o.seq >= seq => o.outcome,
+                _ => outcome,
+            };
+            self.ending.insert((span.until, client));
+            let session = Session {
+                seq: span.last,
+                outcome,
+                until: span.until,
+                since,
+            };
+            self.sessions.insert(client, session);
         }
         tell
     }
 
     /// Decides a batch's requests at its entry, where the log's time is `time`, in the batch's
-    /// order. A request whose number is not above every number its client had delivered
-    /// before it in the log (finally, in this table; optimistically and not revoked, in
-    /// `pending`; or earlier in this batch) is a duplicate, or older than a request already
-    /// ordered, and is dropped. Of the others, one whose deadline is before `time` expires;
-    /// the rest are admitted. Both expired and admitted requests count as delivered (they are
-    /// added to `pending`). Both tables hold exactly what the entries before this one
-    /// delivered and `time` is the log's, so the verdict is a function of the log prefix
+    /// order. A request whose client's session lives at `time` (as the final table and the
+    /// entries `ahead` of it leave it) and already holds its number or a higher one is a
+    /// duplicate, or older than a request already ordered, and is dropped. Of the others, one
+    /// whose deadline is before `time` expires; the rest are admitted. Both count as
+    /// delivered (`ahead` takes them). The tables hold exactly what the entries before this
+    /// one delivered and `time` is the log's, so the verdict is a function of the log prefix
     /// alone: the same on every replica and every replay of a log, however a client's numbers
-    /// arrive.
-    pub(super) fn admit(
-        &self,
-        batch: &[Request],
-        time: u64,
-        pending: &mut BTreeSet<(u64, u64)>,
-    ) -> Admission {
+    /// arrive, and whenever a replica sweeps.
+    pub(super) fn admit(&self, batch: &[Request], time: u64, ahead: &mut Ahead) -> Admission {
         let mut admission = Admission::default();
         for r in batch {
-            let last_final = self.last.get(&r.client).map_or(0, |(seq, _)| *seq);
-            let last_pending = pending
-                .range((r.client, 0)..=(r.client, u64::MAX))
-                .next_back()
-                .map_or(0, |(_, seq)| *seq);
-            if r.seq > last_final.max(last_pending) {
-                pending.insert((r.client, r.seq));
-                if r.deadline_ms < time {
-                    admission.expired.push((r.client, r.seq));
-                } else {
-                    admission.admitted.push(r.clone());
-                }
+            let last = Span::live_last(ahead.span(self, r.client), time);
+            if last.is_some_and(|last| r.seq <= last) {
+                continue;
+            }
+            let d = Decided {
+                client: r.client,
+                seq: r.seq,
+                deadline: r.deadline_ms,
+                runs: r.deadline_ms >= time,
+            };
+            ahead.note(self, d, time);
+            admission.decided.push(d);
+            if d.runs {
+                admission.admitted.push(r.clone());
             }
         }
         admission
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::types::NO_DEADLINE;
+/// How many buckets the clients fall in for what the table remembers of forgotten sessions.
+pub(super) const BUCKETS: u16 = 4096;
 
-    fn req(client: u64, seq: u64, deadline_ms: u64) -> Request {
-        Request {
-            client,
-            seq,
-            payload: vec![seq as u8],
-            deadline_ms,
-        }
-    }
-
-    #[test]
-    fn a_batch_admits_each_clients_newest_numbers_in_order_and_expires_the_late() {
-        let mut table = ClientTable::default();
-        table.record(1, 5, Last::Answered(vec![]));
-        let mut pending = BTreeSet::from([(2, 3)]);
-        let batch = [
-            req(1, 5, NO_DEADLINE), // decided finally: a duplicate
-            req(1, 6, NO_DEADLINE), // next: admitted
-            req(2, 3, NO_DEADLINE), // delivered optimistically before: a duplicate
-            req(2, 2, NO_DEADLINE), // older than one ordered: dropped
-            req(3, 1, 99),          // past its deadline at time 100: expires
-            req(1, 6, NO_DEADLINE), // the same request twice in one batch: once
-            req(2, 4, 100),         // due exactly at the log's time: admitted
-        ];
-        let admission = table.admit(&batch, 100, &mut pending);
-        assert_eq!(admission.admitted, vec![batch[1].clone(), batch[6].clone()]);
-        assert_eq!(admission.expired, vec![(3, 1)]);
-        assert_eq!(pending, BTreeSet::from([(1, 6), (2, 3), (2, 4), (3, 1)]));
-    }
-
-    #[test]
-    fn a_decided_request_is_answered_with_its_outcome_and_an_older_one_dropped() {
-        let mut table = ClientTable::default();
-        table.record(7, 2, Last::Answered(b"ok".to_vec()));
-        table.record(8, 1, Last::Expired);
-        assert_eq!(
-            table.receive(50, &req(7, 2, NO_DEADLINE), 0),
-            Reception::Answer(OrderMsg::Reply {
-                client: 7,
-                seq: 2,
-                response: b"ok".to_vec()
-            })
-        );
-        assert_eq!(
-            table.receive(50, &req(8, 1, NO_DEADLINE), 0),
-            Reception::Answer(OrderMsg::Expired { client: 8, seq: 1 })
-        );
-        assert_eq!(
-            table.receive(50, &req(7, 1, NO_DEADLINE), 0),
-            Reception::Drop
-        );
-        assert!(table.decided(7, 1) && table.decided(7, 2) && !table.decided(7, 3));
-    }
-
-    #[test]
-    fn a_request_past_its_deadline_at_the_final_time_is_answered_expired_and_not_ordered() {
-        let mut table = ClientTable::default();
-        assert_eq!(
-            table.receive(50, &req(1, 1, 10), 11),
-            Reception::Answer(OrderMsg::Expired { client: 1, seq: 1 })
-        );
-        // Nobody waits for it: its delivery elsewhere tells nobody here.
-        assert_eq!(table.record(1, 1, Last::Expired), None);
-    }
-
-    #[test]
-    fn the_waiting_sender_hears_of_its_request_once_and_only_the_highest_outcome_is_kept() {
-        let mut table = ClientTable::default();
-        assert_eq!(
-            table.receive(50, &req(1, 3, NO_DEADLINE), 0),
-            Reception::Order
-        );
-        // An earlier request of the client is decided: the sender of 3 is not told of it.
-        assert_eq!(table.record(1, 2, Last::Answered(vec![2])), None);
-        assert_eq!(
-            table.record(1, 3, Last::Answered(vec![3])),
-            Some((
-                50,
-                OrderMsg::Reply {
-                    client: 1,
-                    seq: 3,
-                    response: vec![3]
-                }
-            ))
-        );
-        assert_eq!(table.record(1, 3, Last::Answered(vec![3])), None);
-        // A lower number decided late (an older copy) does not replace the latest.
-        table.record(1, 1, Last::Expired);
-        assert_eq!(table.last().get(&1), Some(&(3, Last::Answered(vec![3]))));
-    }
+/// The bucket of `client`: its id mixed (SplitMix64's finalizer), so that a node's clients,
+/// numbered from one base, spread over every bucket.
+pub(super) fn bucket(client: u64) -> u16 {
+    let mut z = client.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z % u64::from(BUCKETS)) as u16
 }
+
+#[cfg(test)]
+mod tests;

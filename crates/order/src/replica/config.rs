@@ -88,6 +88,9 @@ pub enum PlantedBug {
     /// ignoring when the batch lapsed, while lapsed batches are still forgotten: a batch
     /// ordered again after it was forgotten everywhere is then waited for forever.
     LapseIgnored,
+    /// End a client's session 100 ms (of log time) before its latest deadline, on every
+    /// replica alike: a copy of a request that arrives then is taken for new and runs again.
+    SessionEndsEarly,
 }
 
 impl ReplicaConfig {
@@ -194,11 +197,13 @@ pub struct OrderStats {
     pub batches_lapsed: u64,
     /// Delivered batch ids and batch contents forgotten once they lapsed.
     pub batches_forgotten: u64,
+    /// Client sessions forgotten once the log's time passed their latest deadline.
+    pub sessions_forgotten: u64,
 }
 
 impl OrderStats {
     /// Every counter by name (nodes publish each as `atomos_order_replica_NAME_total`).
-    pub fn counters(&self) -> [(&'static str, u64); 18] {
+    pub fn counters(&self) -> [(&'static str, u64); 19] {
         [
             ("opt_delivered", self.opt_delivered),
             ("final_delivered", self.final_delivered),
@@ -221,6 +226,7 @@ impl OrderStats {
             ("from_non_members", self.from_non_members),
             ("batches_lapsed", self.batches_lapsed),
             ("batches_forgotten", self.batches_forgotten),
+            ("sessions_forgotten", self.sessions_forgotten),
         ]
     }
 }

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use atomos_seam::Output;
 
-use super::clients::{Admission, Last};
+use super::clients::{Admission, Ahead, Decided, Last};
 use super::config::PlantedBug;
 use super::entries::{entry_batch, entry_lapse, entry_stamp};
 use super::reconfigure::ConfigEntry;
@@ -30,9 +30,10 @@ struct Pending {
     lapse: u64,
     /// The batch, if it had lapsed at the entry (it orders nothing; `batch` is then `None`).
     lapsed: Option<BatchId>,
+    /// The requests that run there, in the batch's order.
     requests: Vec<Request>,
-    /// Requests of the entry's batch that expired there: (client, seq).
-    expired: Vec<(u64, u64)>,
+    /// Every request decided there (run or expired), in the batch's order.
+    decided: Vec<Decided>,
     /// The log's time at the entry.
     time: u64,
     /// The membership change the entry carries, if it is one (applied when it is final).
@@ -46,8 +47,8 @@ pub(super) struct Deliveries {
     pending: BTreeMap<u64, Pending>,
     /// The batches those entries carry (each at most once: a duplicate's entry carries none).
     pending_batches: BTreeSet<BatchId>,
-    /// The requests those entries delivered (ran or expired): (client, seq).
-    pending_requests: BTreeSet<(u64, u64)>,
+    /// What those entries did to the clients' sessions.
+    ahead: Ahead,
     /// The next position to deliver optimistically...
     pub(super) opt_next: u64,
     /// ...and finally.
@@ -83,7 +84,7 @@ impl Deliveries {
         Deliveries {
             pending: BTreeMap::new(),
             pending_batches: BTreeSet::new(),
-            pending_requests: BTreeSet::new(),
+            ahead: Ahead::default(),
             opt_next: base + 1,
             final_next: base + 1,
             opt_time: time,
@@ -184,10 +185,9 @@ impl<S: StateMachine> Replica<S> {
             };
             let admission = match batch {
                 Some(id) if !duplicate && !lapsed => match self.batches.held.get(&id) {
-                    Some(reqs) => {
-                        self.clients
-                            .admit(reqs, expiry_time, &mut self.delivery.pending_requests)
-                    }
+                    Some(reqs) => self
+                        .clients
+                        .admit(reqs, expiry_time, &mut self.delivery.ahead),
                     None => {
                         let d = &mut self.delivery;
                         if d.missing.is_none_or(|(m, _)| m != id) {
@@ -221,7 +221,7 @@ impl<S: StateMachine> Replica<S> {
                     lapse,
                     lapsed,
                     requests,
-                    expired: admission.expired,
+                    decided: admission.decided,
                     time,
                     change,
                 },
@@ -246,7 +246,8 @@ impl<S: StateMachine> Replica<S> {
                 | PlantedBug::FoundingQuorum
                 | PlantedBug::SnapshotWhereEncoded
                 | PlantedBug::NoSnapshotForLearners
-                | PlantedBug::LapseIgnored,
+                | PlantedBug::LapseIgnored
+                | PlantedBug::SessionEndsEarly,
             ) => d.commit.min(self.disk.durable_index()),
         };
         while self.delivery.final_next <= committed
@@ -268,16 +269,25 @@ impl<S: StateMachine> Replica<S> {
             if let Some(id) = p.batch {
                 self.delivery.pending_batches.remove(&id);
             }
-            for &(client, seq) in &p.expired {
-                self.finish_request(client, seq, Last::Expired, out);
-            }
+            // Sessions that ended before this entry are forgotten before it decides anything
+            // (they count as absent from its time on, as they did when it was admitted).
+            self.stats.sessions_forgotten += self.clients.sweep(p.time);
             let payloads: usize = p.requests.iter().map(|r| r.payload.len()).sum();
             self.delivery.since_snapshot_bytes += ENTRY_BYTES + payloads as u64;
-            for (index, r) in p.requests.iter().enumerate() {
-                let response = self.machine.apply_final(seq, index as u32, r);
-                self.finish_request(r.client, r.seq, Last::Answered(response), out);
-                self.stats.requests_delivered += 1;
+            let mut running = p.requests.iter().enumerate();
+            for d in &p.decided {
+                // The requests that run are the decided ones that run, in the same order.
+                let runs = if d.runs { running.next() } else { None };
+                let outcome = match runs {
+                    Some((index, r)) => {
+                        self.stats.requests_delivered += 1;
+                        Last::Answered(self.machine.apply_final(seq, index as u32, r))
+                    }
+                    None => Last::Expired,
+                };
+                self.finish_request(*d, p.time, outcome, out);
             }
+            self.delivery.ahead.finished(&p.decided);
             if let Some(id) = p.batch {
                 // Requests of the batch that were not delivered (older than one of their
                 // client's already ordered) are done too: they never run.
@@ -306,7 +316,7 @@ impl<S: StateMachine> Replica<S> {
     fn lapsed_here(&mut self, id: BatchId, lapse: u64, out: &mut Vec<Action>) {
         if let Some(requests) = self.batches.held.get(&id) {
             for r in requests {
-                if let Some((to, msg)) = self.clients.lapsed(r.client, r.seq) {
+                if let Some((to, msg)) = self.clients.lapsed(r) {
                     out.push(Output::Send { to, msg });
                 }
             }
@@ -314,12 +324,11 @@ impl<S: StateMachine> Replica<S> {
         self.batches.finished(id, lapse);
     }
 
-    /// Request `seq` of `client` was finally delivered with `outcome`: the clients' table
+    /// The log finally decided `d` at log time `time` with `outcome`: the clients' table
     /// records it, and a client waiting for it here hears of it.
-    fn finish_request(&mut self, client: u64, seq: u64, outcome: Last, out: &mut Vec<Action>) {
-        self.delivery.pending_requests.remove(&(client, seq));
-        self.batches.decided(client, seq);
-        if let Some((to, msg)) = self.clients.record(client, seq, outcome) {
+    fn finish_request(&mut self, d: Decided, time: u64, outcome: Last, out: &mut Vec<Action>) {
+        self.batches.decided(d.client, d.seq);
+        if let Some((to, msg)) = self.clients.record(d, time, outcome) {
             out.push(Output::Send { to, msg });
         }
     }
@@ -336,14 +345,8 @@ impl<S: StateMachine> Replica<S> {
         for id in revoked.values().filter_map(|p| p.batch) {
             d.pending_batches.remove(&id);
         }
-        d.pending_requests = d
-            .pending
-            .values()
-            .flat_map(|p| {
-                let ran = p.requests.iter().map(|r| (r.client, r.seq));
-                ran.chain(p.expired.iter().copied())
-            })
-            .collect();
+        let still = d.pending.values().map(|p| (p.decided.as_slice(), p.time));
+        d.ahead = Ahead::rebuild(&self.clients, still);
         d.opt_time = d
             .pending
             .values()

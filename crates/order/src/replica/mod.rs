@@ -224,6 +224,10 @@ impl<S: StateMachine> Replica<S> {
         } = replay(cfg.replicas.clone(), log)?;
         let base = store.snapshot_index();
         let mut clients = ClientTable::default();
+        let ends_early = match cfg.planted_bug {
+            Some(PlantedBug::SessionEndsEarly) => 100,
+            _ => 0,
+        };
         let mut delivered = BTreeMap::new();
         let mut log_time = 0;
         let mut contexts = BTreeMap::new();
@@ -249,12 +253,13 @@ impl<S: StateMachine> Replica<S> {
             machine
                 .restore_shared(&held.bytes)
                 .map_err(OrderError::Corrupt)?;
-            clients = ClientTable::from_last(data.clients());
+            clients = ClientTable::from_sessions(data.sessions(), data.forgotten());
             log_time = data.log_time;
             contexts = data.member_contexts();
             removed = data.removed.clone();
             delivered = data.delivered();
         }
+        clients.end_sessions_early(ends_early);
         let members = Membership::of(store.conf_state(), &contexts).with_removed(removed);
         let commit = store.hard_state().commit.max(base);
         let in_log = store
@@ -428,6 +433,12 @@ impl<S: StateMachine> Replica<S> {
     /// and the batches whose contents it holds.
     pub fn remembered_batches(&self) -> (usize, usize) {
         (self.batches.delivered.len(), self.batches.held.len())
+    }
+
+    /// How many client sessions this replica's table holds: the clients whose latest
+    /// deadline the log's time has not passed yet.
+    pub fn sessions(&self) -> usize {
+        self.clients.sessions().len()
     }
 
     /// The position of the latest snapshot this replica holds (0 before the first).
@@ -609,7 +620,7 @@ impl<S: StateMachine> Replica<S> {
                 .senders
                 .on_refused(self.ticks, from, stream, reason),
             OrderMsg::Request(req) => self.on_request(from, req, out),
-            OrderMsg::Reply { .. } | OrderMsg::Expired { .. } => {}
+            OrderMsg::Reply { .. } | OrderMsg::Expired { .. } | OrderMsg::Unknown { .. } => {}
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use atomos_seam::{Bytes, Output, Write};
 
-use super::clients::Last;
+use super::clients::{Last, Session};
 use super::config::PlantedBug;
 use super::transfer::{Offer, Parts, Received, Sent};
 use super::Replica;
@@ -75,6 +75,28 @@ pub(super) struct SnapshotData {
     pub(super) removed: Vec<u64>,
     /// When each of `delivered_batches` lapses, in the same order.
     delivered_lapses: Vec<u64>,
+    /// Until when each client of `clients` has its session, in the same order...
+    session_until: Vec<u64>,
+    /// ...and since when.
+    session_since: Vec<u64>,
+    /// The clients whose latest request expired with its outcome unknown (see
+    /// `clients::Last::Unknown`).
+    unknown: Vec<u64>,
+    /// Per bucket of clients, the latest `until` of its forgotten sessions.
+    forgotten: Vec<(u16, u64)>,
+}
+
+/// A snapshot as builds before client sessions ended wrote it.
+#[derive(Deserialize)]
+struct SnapshotDataWithoutSessions {
+    machine: Vec<u8>,
+    clients: Vec<(u64, u64, Vec<u8>)>,
+    delivered_batches: Vec<BatchId>,
+    log_time: u64,
+    expired: Vec<u64>,
+    members: Vec<(u64, Vec<u8>)>,
+    removed: Vec<u64>,
+    delivered_lapses: Vec<u64>,
 }
 
 /// A snapshot as builds before batches lapsed wrote it.
@@ -108,10 +130,25 @@ struct SnapshotDataWithoutTime {
 }
 
 impl SnapshotData {
-    /// Decodes a snapshot of this build or of an earlier one (without member contexts: none;
-    /// without log time: 0, and no expired requests). Each layout extends the one before, so
-    /// earlier bytes fail only for want of the new fields.
+    /// Decodes a snapshot of this build or of an earlier one (without sessions' ends: every
+    /// session lives for good; without lapses: every batch never lapses; without member
+    /// contexts: none; without log time: 0, and no expired requests). Each layout extends the
+    /// one before, so earlier bytes fail only for want of the new fields.
     pub(super) fn decode(bytes: &[u8]) -> Result<SnapshotData, String> {
+        let without_sessions = |old: SnapshotDataWithoutSessions| SnapshotData {
+            machine: old.machine,
+            clients: old.clients,
+            delivered_batches: old.delivered_batches,
+            log_time: old.log_time,
+            expired: old.expired,
+            members: old.members,
+            removed: old.removed,
+            delivered_lapses: old.delivered_lapses,
+            session_until: Vec::new(),
+            session_since: Vec::new(),
+            unknown: Vec::new(),
+            forgotten: Vec::new(),
+        };
         let without_lapses = |old: SnapshotDataWithoutLapses| SnapshotData {
             machine: old.machine,
             clients: old.clients,
@@ -121,6 +158,10 @@ impl SnapshotData {
             members: old.members,
             removed: old.removed,
             delivered_lapses: Vec::new(),
+            session_until: Vec::new(),
+            session_since: Vec::new(),
+            unknown: Vec::new(),
+            forgotten: Vec::new(),
         };
         let without_members = |old: SnapshotDataWithoutMembers| SnapshotData {
             machine: old.machine,
@@ -131,6 +172,10 @@ impl SnapshotData {
             members: Vec::new(),
             removed: Vec::new(),
             delivered_lapses: Vec::new(),
+            session_until: Vec::new(),
+            session_since: Vec::new(),
+            unknown: Vec::new(),
+            forgotten: Vec::new(),
         };
         let without_time = |old: SnapshotDataWithoutTime| SnapshotData {
             machine: old.machine,
@@ -141,10 +186,17 @@ impl SnapshotData {
             members: Vec::new(),
             removed: Vec::new(),
             delivered_lapses: Vec::new(),
+            session_until: Vec::new(),
+            session_since: Vec::new(),
+            unknown: Vec::new(),
+            forgotten: Vec::new(),
         };
         postcard::from_bytes::<SnapshotData>(bytes).or_else(|e| {
-            postcard::from_bytes::<SnapshotDataWithoutLapses>(bytes)
-                .map(without_lapses)
+            postcard::from_bytes::<SnapshotDataWithoutSessions>(bytes)
+                .map(without_sessions)
+                .or_else(|_| {
+                    postcard::from_bytes::<SnapshotDataWithoutLapses>(bytes).map(without_lapses)
+                })
                 .or_else(|_| {
                     postcard::from_bytes::<SnapshotDataWithoutMembers>(bytes).map(without_members)
                 })
@@ -173,7 +225,8 @@ impl SnapshotData {
 
     /// What a snapshot holds of a replica's tables (the state machine's state lies beside it).
     pub(super) fn new(
-        clients: &BTreeMap<u64, (u64, Last)>,
+        clients: &BTreeMap<u64, Session>,
+        forgotten: &BTreeMap<u16, u64>,
         delivered: &BTreeMap<BatchId, u64>,
         log_time: u64,
         members: &Membership,
@@ -183,14 +236,20 @@ impl SnapshotData {
             .filter(|(_, lapse)| **lapse >= log_time)
             .map(|(id, lapse)| (*id, *lapse))
             .collect();
-        let mut expired = Vec::new();
+        let (mut expired, mut unknown) = (Vec::new(), Vec::new());
+        let session_until = clients.values().map(|s| s.until).collect();
+        let session_since = clients.values().map(|s| s.since).collect();
         let clients = clients
             .iter()
-            .map(|(c, (s, last))| match last {
-                Last::Answered(r) => (*c, *s, r.clone()),
+            .map(|(c, s)| match &s.outcome {
+                Last::Answered(r) => (*c, s.seq, r.clone()),
                 Last::Expired => {
                     expired.push(*c);
-                    (*c, *s, Vec::new())
+                    (*c, s.seq, Vec::new())
+                }
+                Last::Unknown => {
+                    unknown.push(*c);
+                    (*c, s.seq, Vec::new())
                 }
             })
             .collect();
@@ -209,23 +268,54 @@ impl SnapshotData {
                 .collect(),
             removed: members.removed.clone(),
             delivered_lapses: lapsing.iter().map(|(_, lapse)| *lapse).collect(),
+            session_until,
+            session_since,
+            unknown,
+            forgotten: forgotten.iter().map(|(b, u)| (*b, *u)).collect(),
         }
     }
 
-    /// The clients' table it holds.
-    pub(super) fn clients(&self) -> BTreeMap<u64, (u64, Last)> {
+    /// The clients' sessions it holds (a session a snapshot of an earlier build holds lives
+    /// for good, since the log's start: what its requests' deadlines were is not known, and
+    /// no session ended before it).
+    pub(super) fn sessions(&self) -> BTreeMap<u64, Session> {
         let expired: BTreeSet<u64> = self.expired.iter().copied().collect();
+        let unknown: BTreeSet<u64> = self.unknown.iter().copied().collect();
+        let until = self
+            .session_until
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(u64::MAX));
+        let since = self
+            .session_since
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(0));
         self.clients
             .iter()
-            .map(|(c, s, r)| {
-                let last = if expired.contains(c) {
+            .zip(until.zip(since))
+            .map(|((c, seq, r), (until, since))| {
+                let outcome = if expired.contains(c) {
                     Last::Expired
+                } else if unknown.contains(c) {
+                    Last::Unknown
                 } else {
                     Last::Answered(r.clone())
                 };
-                (*c, (*s, last))
+                let session = Session {
+                    seq: *seq,
+                    outcome,
+                    until,
+                    since,
+                };
+                (*c, session)
             })
             .collect()
+    }
+
+    /// What it knows of forgotten sessions, per bucket of clients.
+    pub(super) fn forgotten(&self) -> BTreeMap<u16, u64> {
+        self.forgotten.iter().copied().collect()
     }
 }
 
@@ -269,7 +359,7 @@ impl<S: StateMachine> Replica<S> {
         self.machine
             .restore_shared(&image.bytes)
             .map_err(OrderError::Corrupt)?;
-        self.clients.restore(data.clients());
+        self.clients.restore(data.sessions(), data.forgotten());
         let contexts = data.member_contexts();
         let removed = std::mem::take(&mut data.removed);
         self.batches.delivered = data.delivered();
@@ -701,7 +791,8 @@ impl<S: StateMachine> Replica<S> {
             return Ok(());
         };
         let data = SnapshotData::new(
-            self.clients.last(),
+            self.clients.sessions(),
+            self.clients.forgotten(),
             &self.batches.delivered,
             self.delivery.final_time,
             &self.members,

@@ -101,7 +101,8 @@ pub fn check(o: &Outcome) -> Result<(), String> {
             Note::Delivered(Delivery::MemberChange { .. } | Delivery::EncodeSnapshot { .. })
             | Note::Proposed(_)
             | Note::Done { .. }
-            | Note::Expired { .. } => {}
+            | Note::Expired { .. }
+            | Note::Unknown { .. } => {}
         }
     }
     let (final_order, times) = (final_order.into_values(), times.into_values());
@@ -135,6 +136,16 @@ pub fn check(o: &Outcome) -> Result<(), String> {
             if seen.contains(&(*client, *seq)) {
                 return Err(format!(
                     "request {client}:{seq} was reported expired, but it ran"
+                ));
+            }
+        }
+    }
+    // An outcome reported unknown is of a request a client sent.
+    for (_, _, note) in &o.run.notes {
+        if let Note::Unknown { client, seq } = note {
+            if !o.payloads.contains_key(&(*client, *seq)) {
+                return Err(format!(
+                    "request {client}:{seq} was reported unknown, but no client sent it"
                 ));
             }
         }

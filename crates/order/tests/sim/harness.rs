@@ -41,6 +41,11 @@ pub enum Note {
         client: u64,
         seq: u64,
     },
+    /// The client heard that its request's outcome is no longer known (its session ended).
+    Unknown {
+        client: u64,
+        seq: u64,
+    },
     /// This replica, leading, proposed a change of the operator's script.
     Proposed(MemberChange),
 }
@@ -56,7 +61,13 @@ pub struct Adversary {
     rng: SimRng,
     /// The longest time a request of its may live, if its requests have deadlines.
     ttl_max: Option<u64>,
+    /// Whether it falls silent every other [`QUIET_SPAN`] (so that its session ends) and
+    /// then sends old numbers again.
+    quiet: bool,
 }
+
+/// How long a quiet adversary talks, then keeps silent, in turn.
+const QUIET_SPAN: u64 = 700;
 
 impl Adversary {
     fn new(id: u64, seed: u64, setup: Setup) -> Adversary {
@@ -65,6 +76,7 @@ impl Adversary {
             slots: setup.slots() as u64,
             rng: SimRng::new(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
             ttl_max: setup.ttl_max,
+            quiet: setup.quiet,
         }
     }
 
@@ -83,10 +95,21 @@ impl Adversary {
                 if !self.random().is_multiple_of(3) {
                     return;
                 }
-                // Around a number that grows with time, up to four below or above it.
+                let silent = self.quiet && (now / QUIET_SPAN) % 2 == 1;
+                if silent {
+                    return;
+                }
+                // Around a number that grows with time, up to four below or above it; a
+                // quiet one also goes back to numbers of its earlier turns, which may have
+                // run in a session since ended.
                 let centre = 5 + now * ADVERSARY_MAX_SEQ / FAULT_UNTIL;
+                let back = if self.quiet && self.random().is_multiple_of(3) {
+                    5 + self.random() % 20
+                } else {
+                    0
+                };
                 let seq = (centre + self.random() % 9)
-                    .saturating_sub(4)
+                    .saturating_sub(4 + back)
                     .clamp(1, ADVERSARY_MAX_SEQ);
                 // One deadline per number, as a client gives every copy of a request (a copy
                 // with another deadline would be told of its own fate only): from about when
@@ -132,6 +155,10 @@ impl Adversary {
                 msg: OrderMsg::Expired { client, seq },
                 ..
             } if client == self.id => out.push(Output::Deliver(Note::Expired { client, seq })),
+            Input::Message {
+                msg: OrderMsg::Unknown { client, seq },
+                ..
+            } if client == self.id => out.push(Output::Deliver(Note::Unknown { client, seq })),
             _ => {}
         }
     }
@@ -230,6 +257,9 @@ pub struct Setup {
     /// Two more replicas join and an operator replaces members while faults last (see
     /// [`operator_script`]).
     pub membership: bool,
+    /// Adversarial clients fall silent in turns, long enough for their sessions to end, and
+    /// then send old numbers again.
+    pub quiet: bool,
 }
 
 impl Setup {
@@ -242,6 +272,7 @@ impl Setup {
             ttl_max: None,
             clock_skew: 0,
             membership: false,
+            quiet: false,
         }
     }
 
@@ -259,6 +290,15 @@ impl Setup {
             MEMBERSHIP_SLOTS
         } else {
             REPLICAS
+        }
+    }
+
+    /// Deadlines as [`Setup::deadlines`], with adversaries that fall silent in turns (their
+    /// sessions end meanwhile) and then send old numbers again.
+    pub fn sessions(snapshot_every: u64) -> Setup {
+        Setup {
+            quiet: true,
+            ..Setup::deadlines(snapshot_every)
         }
     }
 
@@ -372,6 +412,7 @@ impl Node {
         let endpoint_cfg = EndpointConfig {
             client_base: (boot.node << 40) | (boot.incarnation << 32),
             resend_ticks: 15,
+            request_lifetime_ms: atomos_order::REQUEST_LIFETIME_MS,
         };
         Ok(Node::Replica {
             endpoint: Box::new(Endpoint::new(replica, &replicas, endpoint_cfg)),
@@ -400,6 +441,9 @@ fn push_client_actions(
             })),
             ClientAction::Expired { seq } => {
                 out.push(Output::Deliver(Note::Expired { client, seq }))
+            }
+            ClientAction::Unknown { seq } => {
+                out.push(Output::Deliver(Note::Unknown { client, seq }))
             }
         }
     }
@@ -553,6 +597,10 @@ pub struct Outcome {
     /// Over the final members: entries whose batch had lapsed, and batches forgotten.
     pub lapsed: u64,
     pub forgotten: u64,
+    /// Over the final members: client sessions forgotten, and the most any one holds at the
+    /// end.
+    pub sessions_forgotten: u64,
+    pub sessions_held: usize,
 }
 
 pub fn simulate(seed: u64, setup: Setup) -> Outcome {
@@ -594,6 +642,7 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
     let membership = last_membership(delivered, REPLICAS as u64);
     let mut unanswered = 0;
     let (mut lapsed, mut forgotten) = (0, 0);
+    let (mut sessions_forgotten, mut sessions_held) = (0, 0);
     let mut finals = Vec::new();
     let mut states = Vec::new();
     for node in 1..=nodes as NodeId {
@@ -604,6 +653,8 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
                 states.push(replica.describe());
                 lapsed += replica.stats().batches_lapsed;
                 forgotten += replica.stats().batches_forgotten;
+                sessions_forgotten += replica.stats().sessions_forgotten;
+                sessions_held = sessions_held.max(replica.sessions());
                 finals.push((replica.final_next(), replica.machine().clone()));
             }
             Some(Node::Replica { .. } | Node::Gone | Node::Adversary(_)) | None => {}
@@ -631,5 +682,7 @@ pub fn simulate(seed: u64, setup: Setup) -> Outcome {
         reads: reads.take(),
         lapsed,
         forgotten,
+        sessions_forgotten,
+        sessions_held,
     }
 }

@@ -87,16 +87,21 @@ impl Solo {
     /// Orders `op` as client 100's next request, which expires after `deadline_ms`, and
     /// seals its batch.
     pub fn order_until(&mut self, op: atomos_order::RegisterOp, deadline_ms: u64) {
-        use atomos_order::Request;
         self.puts += 1;
-        let request = Request {
+        let request = atomos_order::Request {
             client: 100,
             seq: self.puts,
             payload: op.encode(),
             deadline_ms,
         };
+        self.send(request);
+    }
+
+    /// Sends `request` (from its client, at the address of the client's id) and seals its
+    /// batch.
+    pub fn send(&mut self, request: atomos_order::Request) {
         self.step(Input::Message {
-            from: 100,
+            from: request.client,
             msg: OrderMsg::Request(request),
         });
         self.step(Input::Request(Command::Flush));

@@ -98,6 +98,7 @@ impl OssNode {
             // The run's id, so a restarted node's client never reuses an earlier one's ids.
             client_base: run & !0xFFFF_FFFF,
             resend_ticks: cfg.resend_after.max(1) * 2,
+            request_lifetime_ms: atomos_order::REQUEST_LIFETIME_MS,
         };
         let endpoint = Endpoint::new(replica, &cfg.members, endpoint_cfg);
         let mut node = OssNode {

@@ -201,6 +201,9 @@ impl Node {
         let endpoint_cfg = EndpointConfig {
             client_base: (boot.node << 40) | (boot.incarnation << 32),
             resend_ticks: 15,
+            // Short, so that requests submitted without a deadline expire under the faults
+            // and are sent again as new ones.
+            request_lifetime_ms: 400,
         };
         Ok(Node {
             last_position: replica.machine().position(),
