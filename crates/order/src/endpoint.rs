@@ -46,6 +46,8 @@ pub enum EndpointRequest {
         /// The change.
         change: MemberChange,
     },
+    /// Take a snapshot now ([`Command::SnapshotNow`]).
+    SnapshotNow,
     /// The state the replica asked to have encoded at `seq` ([`Delivery::EncodeSnapshot`]),
     /// encoded ([`Command::SnapshotEncoded`]).
     SnapshotEncoded {
@@ -401,6 +403,9 @@ impl<S: StateMachine> Machine for Endpoint<S> {
             Input::Request(EndpointRequest::ChangeMembership { ticket, change }) => {
                 let command = Command::ChangeMembership { ticket, change };
                 self.step_replica(now, Input::Request(command), out)?
+            }
+            Input::Request(EndpointRequest::SnapshotNow) => {
+                self.step_replica(now, Input::Request(Command::SnapshotNow), out)?
             }
             Input::Request(EndpointRequest::SnapshotEncoded { seq, state }) => {
                 let command = Command::SnapshotEncoded { seq, state };

@@ -38,7 +38,9 @@ pub use logging::raft_logger;
 pub use membership::{ChangeRefused, MemberChange, Membership};
 pub use record::{decode_log, Record};
 pub use register::{Register, RegisterOp};
-pub use replica::{Command, Input, OrderStats, PlantedBug, Replica, ReplicaConfig, StreamProgress};
+pub use replica::{
+    Command, Input, OrderStats, PlantedBug, Replica, ReplicaConfig, SnapshotCopy, StreamProgress,
+};
 pub use types::{
     Action, Addr, BatchId, Delivery, EncodeJob, OrderMsg, Request, RequestWithoutDeadline,
     SnapshotJob, StateMachine, StreamHeader, StreamKind, NO_DEADLINE,

@@ -137,6 +137,10 @@ pub enum Command {
         /// The change.
         change: MemberChange,
     },
+    /// Take a snapshot at the position finally delivered now, however short the log since
+    /// the last one (a backup wants one): [`Replica::snapshot_copy`](crate::Replica::snapshot_copy)
+    /// returns it once it is taken (its state may be encoded off the step).
+    SnapshotNow,
     /// The state the replica asked for with [`crate::Delivery::EncodeSnapshot`] at `seq`,
     /// encoded: the replica takes its snapshot there (unless a later one was installed since).
     /// Empty bytes: the host could not encode it (the replica asks again later).

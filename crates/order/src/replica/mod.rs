@@ -29,6 +29,7 @@ mod disk;
 mod dissemination;
 mod entries;
 mod reconfigure;
+mod seed;
 mod snapshot;
 mod transfer;
 
@@ -43,6 +44,7 @@ use atomos_seam::{Bytes, Machine, Output};
 use rand_core::{RngCore, SeedableRng};
 
 pub use config::{Command, Input, OrderStats, PlantedBug, ReplicaConfig};
+pub use seed::SnapshotCopy;
 pub use transfer::StreamProgress;
 
 use crate::error::OrderError;
@@ -660,6 +662,10 @@ impl<S: StateMachine> Machine for Replica<S> {
             Input::Request(Command::Flush) => self.seal_due(true, out),
             Input::Request(Command::ChangeMembership { ticket, change }) => {
                 self.change_membership(ticket, change, out)
+            }
+            Input::Request(Command::SnapshotNow) => {
+                self.snapshot_due = true;
+                self.maybe_snapshot(out)?;
             }
             Input::Request(Command::SnapshotEncoded { seq, state }) => {
                 self.on_snapshot_encoded(seq, state, out)

@@ -218,6 +218,13 @@ impl SnapshotData {
         self.delivered_batches.iter().copied().zip(lapses).collect()
     }
 
+    /// Leaves out the members that joined through the log and those changes removed: a new
+    /// cluster started from the snapshot has its founders only.
+    pub(super) fn forget_members(&mut self) {
+        self.members.clear();
+        self.removed.clear();
+    }
+
     /// The contexts of the members that joined through the log.
     pub(super) fn member_contexts(&self) -> BTreeMap<Addr, Vec<u8>> {
         self.members.iter().cloned().collect()
