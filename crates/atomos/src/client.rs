@@ -52,6 +52,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::wire::NodeMsg;
 
+mod backup;
 mod members;
 mod settings;
 mod status;
@@ -161,7 +162,13 @@ impl Client {
             .resend_after
             .as_millis()
             .div_ceil(TICK.as_millis()) as u64;
-        let order_client = atomos_order::Client::new(id, members, first, resend_ticks);
+        // The id comes from the client's key and outlives this program: its numbers start
+        // from the clock (a thousand per millisecond), above those of every earlier run.
+        let first_seq = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| (d.as_millis() as u64).saturating_mul(1_000));
+        let order_client =
+            atomos_order::Client::new(id, members, first, resend_ticks).numbered_from(first_seq);
         tokio::spawn(drive(
             order_client,
             rpc,
@@ -465,7 +472,7 @@ async fn drive(
     stop: CancellationToken,
 ) {
     let mut waiting: BTreeMap<u64, oneshot::Sender<Heard>> = BTreeMap::new();
-    let mut next_seq = 1u64;
+    let mut next_seq = client.next_number();
     let mut ticks = tokio::time::interval(TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut out = Vec::new();
@@ -474,7 +481,8 @@ async fn drive(
             _ = stop.cancelled() => return,
             submission = submitted.recv() => match submission {
                 Some((payload, deadline_ms, waiter)) => {
-                    // The state machine numbers submissions 1, 2, 3, ... in arrival order.
+                    // The state machine numbers submissions one after another in arrival
+                    // order, from where it starts.
                     waiting.insert(next_seq, waiter);
                     next_seq += 1;
                     ClientInput::Submit { payload, deadline_ms }

@@ -32,6 +32,7 @@ use parking_lot::RwLock;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
+use crate::backups::{BackupSource, KeptBackups};
 use crate::health::Health;
 use crate::membership::Operators;
 use crate::node::{Node, Protocol};
@@ -132,6 +133,10 @@ pub(crate) struct ClientService {
     pub(crate) operators: Arc<Operators>,
     /// Where membership changes go, once the node's order replica started.
     pub(crate) changer: Arc<std::sync::OnceLock<MemberChanger>>,
+    /// What backups are taken through, once the node's order replica started.
+    pub(crate) backup_source: Arc<std::sync::OnceLock<BackupSource>>,
+    /// The backups taken here for clients to fetch.
+    pub(crate) kept_backups: Arc<KeptBackups>,
 }
 
 impl ClientService {
@@ -286,6 +291,30 @@ impl ClientService {
         });
     }
 
+    /// A client asks for a backup: taken off this task (the barrier waits for the cluster),
+    /// and answered once it is kept here, or with why not.
+    fn begin_backup(&self, reply: Reply<NodeMsg>) {
+        let Some(source) = self.backup_source.get().cloned() else {
+            let refusal = Refusal::Refused(format!(
+                "this node runs {}: backups are taken of certify and active clusters (once \
+                 the node's order replica started)",
+                self.node.protocol()
+            ));
+            let _ = reply.send(NodeMsg::BackupReady(Err(refusal)));
+            return;
+        };
+        let (kept, protocol, me) = (
+            self.kept_backups.clone(),
+            self.node.protocol().to_string(),
+            self.id,
+        );
+        let limit = self.limits.timeout();
+        tokio::spawn(async move {
+            let offer = kept.take(source, protocol, me, limit).await;
+            let _ = reply.send(NodeMsg::BackupReady(offer));
+        });
+    }
+
     /// A client's request: what the node offers, a read-only procedure (run on a blocking
     /// thread: it may wait for this node to catch up), or a procedure with a priority for the
     /// node's transaction service.
@@ -377,6 +406,11 @@ impl ClientService {
                 }
             }
             NodeMsg::ChangeMembership(request) => self.change_membership(from, request, reply),
+            NodeMsg::BackupBegin => self.begin_backup(reply),
+            NodeMsg::BackupFetch { id, offset, len } => {
+                let chunk = self.kept_backups.chunk(id, offset, len);
+                let _ = reply.send(NodeMsg::BackupChunk(chunk));
+            }
             other => debug!(client = from, msg = ?other, "a client's request not served: dropped"),
         }
     }

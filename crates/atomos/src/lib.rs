@@ -30,6 +30,8 @@
 
 mod answer;
 mod background;
+pub mod backup;
+mod backups;
 mod certify;
 mod client;
 mod client_service;

@@ -131,6 +131,8 @@ pub struct NodeRuntime {
     operators: Arc<Operators>,
     /// Where clients' membership changes go, once the order replica started.
     pub(crate) changer: Arc<OnceLock<MemberChanger>>,
+    /// What backups are taken through, once the node's order replica started.
+    pub(crate) backup_source: Arc<OnceLock<crate::backups::BackupSource>>,
 }
 
 impl NodeRuntime {
@@ -303,6 +305,7 @@ impl NodeRuntime {
         let client_limits = Arc::new(ClientLimits::new());
         let operators = Arc::new(Operators::default());
         let changer = Arc::new(OnceLock::new());
+        let backup_source = Arc::new(OnceLock::new());
         let health = Health::new();
         let clients = ClientService {
             id,
@@ -313,6 +316,8 @@ impl NodeRuntime {
             limits: client_limits.clone(),
             operators: operators.clone(),
             changer: changer.clone(),
+            backup_source: backup_source.clone(),
+            kept_backups: Arc::default(),
         };
         tokio::spawn(services::serve(
             id,
@@ -354,6 +359,7 @@ impl NodeRuntime {
             tcp: None,
             operators,
             changer,
+            backup_source,
         }
     }
 

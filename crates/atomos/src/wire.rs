@@ -65,6 +65,35 @@ pub enum NodeMsg {
     ChangeMembership(MemberRequest),
     /// The position a [`NodeMsg::ChangeMembership`] was proposed at, or why not.
     MembershipChanged(Result<u64, MemberRefusal>),
+    /// A client asks for a backup: the receiver orders a barrier, waits until its replica has
+    /// delivered it, takes a snapshot there and keeps it for the client to fetch; answered
+    /// with [`NodeMsg::BackupReady`].
+    BackupBegin,
+    /// The backup a [`NodeMsg::BackupBegin`] asked for, or why there is none.
+    BackupReady(Result<BackupOffer, Refusal>),
+    /// Up to `len` bytes of backup `id` from `offset`; answered with [`NodeMsg::BackupChunk`].
+    BackupFetch {
+        /// The backup.
+        id: u64,
+        /// Where the bytes start in its file.
+        offset: u64,
+        /// How many are wanted (the receiver may send fewer).
+        len: u32,
+    },
+    /// The bytes a [`NodeMsg::BackupFetch`] asked for (fewer only at the file's end), or why
+    /// not.
+    BackupChunk(Result<Vec<u8>, Refusal>),
+}
+
+/// A backup a member keeps for a client to fetch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupOffer {
+    /// The member's number for it.
+    pub id: u64,
+    /// What it holds.
+    pub header: crate::backup::BackupHeader,
+    /// Its file's length in bytes.
+    pub total: u64,
 }
 
 /// A membership change as an operator asks for it (see `atomos_order::MemberChange`).

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+mod backup;
 mod bank_load;
 mod bench;
 mod cluster_up;
@@ -112,6 +113,36 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Takes a backup of a live certify or active cluster through one of its members (every
+    /// transaction acknowledged before it is in it), or checks one (`--verify`).
+    #[command(allow_negative_numbers = true)]
+    Backup {
+        /// The client configuration (`client.toml`, as `cluster up` writes it).
+        #[arg(long, value_name = "FILE", required_unless_present = "verify")]
+        client: Option<PathBuf>,
+        /// Where the backup goes (a new file).
+        #[arg(long, value_name = "FILE", required_unless_present = "verify")]
+        out: Option<PathBuf>,
+        /// Seconds to wait for a member to take it (up to 3600).
+        #[arg(long, default_value_t = 60.0)]
+        wait: f64,
+        /// Check the backup FILE instead (its checksums, and that its parts decode).
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["client", "out"])]
+        verify: Option<PathBuf>,
+    },
+    /// Seeds the data directory of one member of a new cluster from a backup: run it for each
+    /// member's directory, with the same --members, then start the members.
+    #[command(allow_negative_numbers = true)]
+    Restore {
+        /// The backup.
+        file: PathBuf,
+        /// The member's data directory (its `data_dir`; it must hold no log yet).
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// The new cluster's member ids, comma-separated (its founders).
+        #[arg(long, value_name = "IDS")]
+        members: String,
+    },
     /// Prints the configuration reference in Markdown: every key, its ATOMOS_ variable, type,
     /// default, which nodes read it and what it means (docs/guide/configuration.md).
     ConfigReference,
@@ -171,6 +202,8 @@ fn main() -> ExitCode {
                 | Command::Demo { .. }
                 | Command::CheckConfig { .. }
                 | Command::Status { .. }
+                | Command::Backup { .. }
+                | Command::Restore { .. }
                 | Command::Member(_)
                 | Command::ConfigReference
         )
@@ -210,6 +243,17 @@ fn main() -> ExitCode {
         } => keygen(&out, force, member, client),
         Command::Node { config } => serve::run(config.as_deref()),
         Command::Member(command) => member::run(command),
+        Command::Backup {
+            verify: Some(file), ..
+        } => backup::verify(&file),
+        Command::Backup {
+            client: Some(client),
+            out: Some(out),
+            wait,
+            ..
+        } => member::wait_seconds(wait).and_then(|w| backup::take(&client, &out, w)),
+        Command::Backup { .. } => Err("give --client and --out, or --verify".into()),
+        Command::Restore { file, dir, members } => backup::restore(&file, &dir, &members),
         Command::Status { client, wait, json } => {
             member::wait_seconds(wait).and_then(|w| status::run(&client, w, json))
         }

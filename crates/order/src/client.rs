@@ -96,6 +96,21 @@ impl Client {
         }
     }
 
+    /// Numbers its requests from `first` on (1 by default). A client whose id outlives it (a
+    /// program that restarts with the same key) starts above every number it used before,
+    /// from its clock for example: a replica drops a number at or below its client's latest
+    /// while the client's session lives.
+    pub fn numbered_from(mut self, first: u64) -> Client {
+        self.next_seq = first.max(1);
+        self
+    }
+
+    /// The number the next request it sends gets: submissions are numbered from it on, one
+    /// after another, in the order they were submitted.
+    pub fn next_number(&self) -> u64 {
+        self.next_seq + self.queue.len() as u64
+    }
+
     /// Requests submitted and not answered yet (the outstanding one included).
     pub fn unanswered(&self) -> usize {
         self.queue.len() + usize::from(self.outstanding.is_some())

@@ -177,8 +177,9 @@ impl<S: StateMachine> Endpoint<S> {
         self.gate.held()
     }
 
-    /// Has `c` send `payload` for `submission`, its deadline capped to `now` plus the
-    /// request lifetime.
+    /// Has `c` send `payload` for `submission`, its deadline capped to the request lifetime
+    /// from now: from `now` or the log's time, whichever is later (a log whose time runs
+    /// ahead of this node's clock would expire a deadline capped from the clock at once).
     fn send(
         &mut self,
         now: u64,
@@ -187,7 +188,9 @@ impl<S: StateMachine> Endpoint<S> {
         payload: Vec<u8>,
         out: &mut Vec<Output<OrderMsg, EndpointDelivery>>,
     ) {
-        let cap = now.saturating_add(self.cfg.request_lifetime_ms);
+        let cap = self
+            .log_now(now)
+            .saturating_add(self.cfg.request_lifetime_ms);
         let deadline_ms = submission.deadline_ms.min(cap);
         submission.renew = (deadline_ms < submission.deadline_ms).then(|| payload.clone());
         let id = c.id();
@@ -201,6 +204,11 @@ impl<S: StateMachine> Endpoint<S> {
         );
         self.busy.insert(id, (c, submission));
         self.client_acted(now, id, actions, out);
+    }
+
+    /// The later of `now` and the log's time this replica knows.
+    fn log_now(&self, now: u64) -> u64 {
+        now.max(self.replica.log_time())
     }
 
     fn client(&mut self) -> Client {
@@ -293,7 +301,7 @@ impl<S: StateMachine> Endpoint<S> {
             let Some((c, mut submission)) = self.busy.remove(&client) else {
                 continue;
             };
-            if outcome == Outcome::Expired && submission.deadline_ms > now {
+            if outcome == Outcome::Expired && submission.deadline_ms > self.log_now(now) {
                 // Only its capped deadline passed, and it never ran: sent again, as a new
                 // request.
                 if let Some(payload) = submission.renew.take() {

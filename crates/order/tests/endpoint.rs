@@ -221,3 +221,22 @@ fn answers_nobody_waits_for_are_ignored() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_log_whose_time_runs_ahead_of_the_clock_still_orders_submissions_without_deadline() {
+    let mut node = Alone::with_lifetime(50);
+    node.now = 1_000_000;
+    node.elect();
+    let put = RegisterOp::Put {
+        key: "k".into(),
+        value: b"1".to_vec(),
+    };
+    node.step(submit(1, &put, NO_DEADLINE), true);
+    assert_eq!(node.answer_of(1), Outcome::Applied(Vec::new()));
+    // This node's clock is now far behind the log's time (another member's clock ran
+    // ahead): a request capped from the clock alone would expire at once, again and again.
+    node.now = 1_000;
+    let get = RegisterOp::Get { key: "k".into() };
+    node.step(submit(2, &get, NO_DEADLINE), true);
+    assert_eq!(node.answer_of(2), Outcome::Applied(b"1".to_vec()));
+}

@@ -143,6 +143,9 @@ pub enum ClientError {
     /// The client was closed.
     #[error("the client is closed")]
     Closed,
+    /// No member served a backup (what each said, the last first).
+    #[error("no backup taken: {0}")]
+    Backup(String),
 }
 
 impl ClientError {

@@ -65,7 +65,7 @@ fn append_records(file: &mut File, format: u32, records: &[Bytes]) -> io::Result
 
 /// Writes a whole log (this build's file header, then `records`) to a new file at `path`,
 /// fsynced if `sync`.
-fn write_log_file(path: &Path, records: &[Bytes], sync: bool) -> io::Result<()> {
+pub(crate) fn write_log_file(path: &Path, records: &[Bytes], sync: bool) -> io::Result<()> {
     let mut file = File::create(path)?;
     let mut header = Vec::new();
     wal::file_header(&mut header);

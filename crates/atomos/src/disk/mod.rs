@@ -19,6 +19,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub(crate) use file::write_log_file;
 pub use file::{read_log, FileDisk};
 pub use worker::{Abandon, DiskEvent, DiskWorker, TryWriteError};
 

@@ -39,6 +39,7 @@ use crate::status::ReplicaStatus;
 mod members;
 mod refused_sends;
 mod requests;
+mod snapshots;
 mod task;
 
 pub use members::{MemberChanger, MembershipError, MembershipFn, MembershipHook};
@@ -46,6 +47,7 @@ pub use requests::{
     deadline_after, RequestOutcome, SubmitError, Ticket, EXPIRY_GRACE, WATCHED_MAX,
 };
 use requests::{Answer, Event, Reply, Watched};
+pub use snapshots::Snapshotter;
 use task::{run, Inbox, OrderIo, Task, Waiters};
 
 /// Disk writes that may wait for the disk thread before the replica's task waits for it.
@@ -406,6 +408,7 @@ impl OrderNode {
                 shared: shared.clone(),
                 waiters: Waiters::new(&cfg),
                 changes: BTreeMap::new(),
+                snapshots: Vec::new(),
                 on_membership: cfg.on_membership.clone(),
                 opt_at: BTreeMap::new(),
                 counters_due: Instant::now(),
@@ -468,6 +471,12 @@ impl OrderNode {
     /// A handle that asks for membership changes from elsewhere (a client's request).
     pub fn changer(&self) -> MemberChanger {
         MemberChanger::new(self.tx.clone())
+    }
+
+    /// A handle that asks the replica for a snapshot covering a position (see
+    /// [`Snapshotter`]).
+    pub fn snapshotter(&self) -> Snapshotter {
+        Snapshotter::new(self.tx.clone())
     }
 
     /// The membership the replica applied last (empty while a joining replica waits for its

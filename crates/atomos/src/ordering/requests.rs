@@ -125,6 +125,11 @@ pub(super) enum Event {
         seq: u64,
         state: Vec<u8>,
     },
+    /// A snapshot covering position `after` or later is wanted, with its state (a backup).
+    Snapshot {
+        after: u64,
+        reply: oneshot::Sender<atomos_order::SnapshotCopy>,
+    },
 }
 
 /// The log's time for a request that may be ordered for `limit` from now: milliseconds since

@@ -123,6 +123,8 @@ pub(super) struct OrderIo {
     pub(super) reported: super::refused_sends::Reported,
     /// The task's own inbox: a snapshot encoded on a thread of its own comes back through it.
     pub(super) events: mpsc::UnboundedSender<Event>,
+    /// Who waits for a snapshot covering a position (see [`Task::serve_snapshots`]).
+    pub(super) snapshots: Vec<(u64, oneshot::Sender<atomos_order::SnapshotCopy>)>,
 }
 
 impl OrderIo {
@@ -285,6 +287,40 @@ impl<S: StateMachine> Task<S> {
                     change,
                 }))?;
             }
+            Event::Snapshot { after, reply } => {
+                self.io.snapshots.push((after, reply));
+                self.serve_snapshots()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands out the latest snapshot to those waiting for one that covers their position
+    /// (a waiter that gave up is dropped), and asks the replica for a new one while a waiter's
+    /// position is delivered here and the latest snapshot does not cover it.
+    fn serve_snapshots(&mut self) -> Result<(), OrderNodeError> {
+        if self.io.snapshots.is_empty() {
+            return Ok(());
+        }
+        let replica = self.runner.machine().replica();
+        let latest = replica.snapshot_copy();
+        let applied = replica.final_next() - 1;
+        let mut wanted = false;
+        let waiting = std::mem::take(&mut self.io.snapshots);
+        for (after, reply) in waiting {
+            match &latest {
+                _ if reply.is_closed() => {}
+                Some(copy) if copy.index >= after => {
+                    let _ = reply.send(copy.clone());
+                }
+                _ => {
+                    wanted |= applied >= after;
+                    self.io.snapshots.push((after, reply));
+                }
+            }
+        }
+        if wanted {
+            self.step(Input::Request(EndpointRequest::SnapshotNow))?;
         }
         Ok(())
     }
@@ -319,6 +355,7 @@ impl<S: StateMachine> Task<S> {
     /// Local work: generated load submitted, the open batch sealed. Returns whether the
     /// endpoint produced anything.
     async fn round(&mut self) -> Result<bool, OrderNodeError> {
+        self.serve_snapshots()?;
         let mut produced = self.submit_load()?;
         produced += self.step(Input::Request(EndpointRequest::Flush))?;
         produced += self.runner.release(&mut self.io)?;

@@ -163,6 +163,10 @@ impl NodeRuntime {
         }
         if changes_members {
             let _ = self.changer.set(node.changer());
+            let _ = self.backup_source.set(crate::backups::BackupSource {
+                submitter: node.submitter(),
+                snapshotter: node.snapshotter(),
+            });
         }
         self.order = Some(node);
         Ok(())

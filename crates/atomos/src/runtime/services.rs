@@ -73,7 +73,9 @@ pub(super) async fn serve(
                     | NodeMsg::Status
                     | NodeMsg::Query { .. }
                     | NodeMsg::Submit { .. }
-                    | NodeMsg::ChangeMembership(_)),
+                    | NodeMsg::ChangeMembership(_)
+                    | NodeMsg::BackupBegin
+                    | NodeMsg::BackupFetch { .. }),
                 reply,
             } => clients.request(from, msg, reply),
             Inbound::Message {

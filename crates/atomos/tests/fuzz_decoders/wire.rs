@@ -136,7 +136,8 @@ pub(crate) fn deliver(
             let node = oss.get_or_insert_with(oss_node);
             let _ = node.step(now, Input::Message { from, msg: m }, &mut Vec::new());
         }),
-        // Served by the node's client service, whose checks tests/clients.rs exercises.
+        // Served by the node's client service, whose checks tests/clients.rs and
+        // tests/backup.rs exercise.
         NodeMsg::Ping(_)
         | NodeMsg::Pong(_)
         | NodeMsg::Describe
@@ -148,7 +149,11 @@ pub(crate) fn deliver(
         | NodeMsg::Submit { .. }
         | NodeMsg::SubmitAnswer(_)
         | NodeMsg::ChangeMembership(_)
-        | NodeMsg::MembershipChanged(_) => {}
+        | NodeMsg::MembershipChanged(_)
+        | NodeMsg::BackupBegin
+        | NodeMsg::BackupReady(_)
+        | NodeMsg::BackupFetch { .. }
+        | NodeMsg::BackupChunk(_) => {}
     }
 }
 

@@ -58,6 +58,19 @@ pub(super) struct Session {
     pub(super) since: u64,
 }
 
+/// A forgotten session, as its bucket remembers it (part of the replicated state).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Forgotten {
+    /// Until when it lived...
+    pub(super) until: u64,
+    /// ...whose it was...
+    pub(super) client: u64,
+    /// ...its latest number...
+    pub(super) last: u64,
+    /// ...and since when it lived.
+    pub(super) since: u64,
+}
+
 /// What deduplication needs of a session: its latest number and until when it lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Span {
@@ -128,8 +141,9 @@ pub(super) struct Admission {
 /// what deduplication of a later entry sees beside the final table.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Ahead {
-    /// The requests those entries decided: (client, seq).
-    requests: BTreeSet<(u64, u64)>,
+    /// How many requests of each client those entries decided (one request may be decided
+    /// at two of them: a copy that expires after its session ended).
+    decided: BTreeMap<u64, usize>,
     /// Each client's session after those entries, for the clients they touched.
     sessions: BTreeMap<u64, Span>,
 }
@@ -138,16 +152,12 @@ impl Ahead {
     /// The entry deciding `decided` became final: what it decided is the final table's now.
     pub(super) fn finished(&mut self, decided: &[Decided]) {
         for d in decided {
-            self.requests.remove(&(d.client, d.seq));
-        }
-        for d in decided {
-            let more = self
-                .requests
-                .range((d.client, 0)..=(d.client, u64::MAX))
-                .next()
-                .is_some();
-            if !more {
-                self.sessions.remove(&d.client);
+            if let Some(n) = self.decided.get_mut(&d.client) {
+                *n -= 1;
+                if *n == 0 {
+                    self.decided.remove(&d.client);
+                    self.sessions.remove(&d.client);
+                }
             }
         }
     }
@@ -168,7 +178,7 @@ impl Ahead {
     }
 
     fn note(&mut self, table: &ClientTable, d: Decided, time: u64) {
-        self.requests.insert((d.client, d.seq));
+        *self.decided.entry(d.client).or_insert(0) += 1;
         let before = self.span(table, d.client);
         match Span::after(before, d.seq, table.session_end(d.deadline), time) {
             Some(span) => {
@@ -198,11 +208,10 @@ pub(super) struct ClientTable {
     sessions: BTreeMap<u64, Session>,
     /// Every session by when it ends: (until, client).
     ending: BTreeSet<(u64, u64)>,
-    /// Per bucket of clients ([`bucket`]): the latest `until` of the sessions of its clients
-    /// forgotten so far (replicated). A request whose client has no session and whose
-    /// deadline is at most its bucket's may have run in a forgotten session; one with a later
-    /// deadline never ran. At most [`BUCKETS`] entries, whatever the number of clients.
-    forgotten: BTreeMap<u16, u64>,
+    /// Per bucket of clients ([`bucket`]): of the sessions of its clients forgotten so far,
+    /// the one that lived latest (replicated; see [`ClientTable::past_deadline`]). At most
+    /// [`BUCKETS`] entries, whatever the number of clients.
+    forgotten: BTreeMap<u16, Forgotten>,
     /// Per client: the request waiting for an answer here, and where to send it (local).
     awaiting: BTreeMap<u64, (u64, Addr)>,
     /// How long before its latest deadline a session ends (0: at it; more only as a planted
@@ -215,7 +224,7 @@ impl ClientTable {
     /// nobody waiting.
     pub(super) fn from_sessions(
         sessions: BTreeMap<u64, Session>,
-        forgotten: BTreeMap<u16, u64>,
+        forgotten: BTreeMap<u16, Forgotten>,
     ) -> ClientTable {
         let mut table = ClientTable::default();
         table.restore(sessions, forgotten);
@@ -237,8 +246,8 @@ impl ClientTable {
         &self.sessions
     }
 
-    /// Per bucket of clients, the latest `until` of its forgotten sessions.
-    pub(super) fn forgotten(&self) -> &BTreeMap<u16, u64> {
+    /// Per bucket of clients, the forgotten session that lived latest.
+    pub(super) fn forgotten(&self) -> &BTreeMap<u16, Forgotten> {
         &self.forgotten
     }
 
@@ -246,7 +255,7 @@ impl ClientTable {
     pub(super) fn restore(
         &mut self,
         sessions: BTreeMap<u64, Session>,
-        forgotten: BTreeMap<u16, u64>,
+        forgotten: BTreeMap<u16, Forgotten>,
     ) {
         self.ending = sessions.iter().map(|(c, s)| (s.until, *c)).collect();
         self.sessions = sessions;
@@ -268,37 +277,54 @@ impl ClientTable {
                 break;
             }
             self.ending.pop_first();
-            self.sessions.remove(&client);
-            self.forgot(client, until);
+            if let Some(session) = self.sessions.remove(&client) {
+                self.forgot(client, &session);
+            }
             forgotten += 1;
         }
         forgotten
     }
 
-    /// A session of `client` that lived until `until` is forgotten.
-    fn forgot(&mut self, client: u64, until: u64) {
-        let latest = self.forgotten.entry(bucket(client)).or_insert(until);
-        *latest = (*latest).max(until);
+    /// `session` of `client` is forgotten: its bucket remembers it if it lived latest.
+    fn forgot(&mut self, client: u64, session: &Session) {
+        let this = Forgotten {
+            until: session.until,
+            client,
+            last: session.seq,
+            since: session.since,
+        };
+        let latest = self.forgotten.entry(bucket(client)).or_insert(this);
+        if this.until >= latest.until {
+            *latest = this;
+        }
     }
 
     /// What a client is told of its request `seq`, whose deadline is past the log's time
     /// and which its live session (if any) did not run (the session's latest number is
-    /// below `seq`): that it expired, if no earlier session of its client can have run it
-    /// (its deadline is not before the live session began, or no forgotten session of its
-    /// bucket lived as late as it), else that its outcome is unknown.
+    /// below `seq`): that it expired if no earlier session of its client can have run it,
+    /// else that its outcome is unknown.
+    ///
+    /// A session that ran it lived until the deadline or later, and began before it. Every
+    /// session of a client began after the one before it ended. So it cannot have run in an
+    /// earlier session if its deadline is not before the live session began; nor if no
+    /// forgotten session of its bucket lived as late as its deadline; nor if the bucket's
+    /// latest is its client's own (hence its client's latest forgotten session), began
+    /// before the deadline and ended below `seq`.
     fn past_deadline(&self, client: u64, seq: u64, deadline: u64) -> OrderMsg {
         let after_live_began = self
             .sessions
             .get(&client)
             .is_some_and(|s| deadline >= s.since);
-        let forgotten = self
-            .forgotten
-            .get(&bucket(client))
-            .is_some_and(|&f| deadline <= f);
-        if forgotten && !after_live_began {
-            OrderMsg::Unknown { client, seq }
-        } else {
+        let never_ran = after_live_began
+            || match self.forgotten.get(&bucket(client)) {
+                None => true,
+                Some(f) if deadline > f.until => true,
+                Some(f) => f.client == client && seq > f.last && deadline >= f.since,
+            };
+        if never_ran {
             OrderMsg::Expired { client, seq }
+        } else {
+            OrderMsg::Unknown { client, seq }
         }
     }
 
@@ -386,7 +412,7 @@ impl ClientTable {
                 self.ending.remove(&(o.until, client));
                 if o.until < time {
                     // Ended (a sweep at `time` would have forgotten it).
-                    self.forgot(client, o.until);
+                    self.forgot(client, &o);
                     None
                 } else {
                     Some(o)

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use atomos_seam::{Bytes, Output, Write};
 
-use super::clients::{Last, Session};
+use super::clients::{Forgotten, Last, Session};
 use super::config::PlantedBug;
 use super::transfer::{Offer, Parts, Received, Sent};
 use super::Replica;
@@ -82,8 +82,9 @@ pub(super) struct SnapshotData {
     /// The clients whose latest request expired with its outcome unknown (see
     /// `clients::Last::Unknown`).
     unknown: Vec<u64>,
-    /// Per bucket of clients, the latest `until` of its forgotten sessions.
-    forgotten: Vec<(u16, u64)>,
+    /// Per bucket of clients, the forgotten session that lived latest: (bucket, until,
+    /// client, latest number, since).
+    forgotten: Vec<(u16, u64, u64, u64, u64)>,
 }
 
 /// A snapshot as builds before client sessions ended wrote it.
@@ -233,7 +234,7 @@ impl SnapshotData {
     /// What a snapshot holds of a replica's tables (the state machine's state lies beside it).
     pub(super) fn new(
         clients: &BTreeMap<u64, Session>,
-        forgotten: &BTreeMap<u16, u64>,
+        forgotten: &BTreeMap<u16, Forgotten>,
         delivered: &BTreeMap<BatchId, u64>,
         log_time: u64,
         members: &Membership,
@@ -278,7 +279,10 @@ impl SnapshotData {
             session_until,
             session_since,
             unknown,
-            forgotten: forgotten.iter().map(|(b, u)| (*b, *u)).collect(),
+            forgotten: forgotten
+                .iter()
+                .map(|(b, f)| (*b, f.until, f.client, f.last, f.since))
+                .collect(),
         }
     }
 
@@ -321,8 +325,19 @@ impl SnapshotData {
     }
 
     /// What it knows of forgotten sessions, per bucket of clients.
-    pub(super) fn forgotten(&self) -> BTreeMap<u16, u64> {
-        self.forgotten.iter().copied().collect()
+    pub(super) fn forgotten(&self) -> BTreeMap<u16, Forgotten> {
+        self.forgotten
+            .iter()
+            .map(|&(bucket, until, client, last, since)| {
+                let f = Forgotten {
+                    until,
+                    client,
+                    last,
+                    since,
+                };
+                (bucket, f)
+            })
+            .collect()
     }
 }
 

@@ -95,6 +95,10 @@ pub enum Entry {
         /// A digest a replica computed before: (its node, the position, the digest).
         reported: Option<(u64, u64, u64)>,
     },
+    /// Changes nothing, like [`Entry::Barrier`], and is answered with the order log's position
+    /// it was finally delivered at ([`Answer::Marked`]): a backup waits for a snapshot that
+    /// covers it.
+    Mark,
 }
 
 /// Who holds an abstract lock: transaction family `family` of run `run` (one start) of node
@@ -212,6 +216,14 @@ pub enum Answer {
         /// The digest (equal on every replica that applied the same log).
         digest: u64,
     },
+    /// An [`Entry::Mark`] was applied at this position, finally delivered at order log
+    /// position `seq` (0 where it was applied outside a final delivery).
+    Marked {
+        /// The store's position.
+        position: u64,
+        /// The order log's position of the entry that carried it.
+        seq: u64,
+    },
 }
 
 impl Answer {
@@ -236,6 +248,7 @@ impl Answer {
             | Answer::Invoked { position, .. }
             | Answer::Digested { position, .. }
             | Answer::Applied { position }
+            | Answer::Marked { position, .. }
             | Answer::Refused { position, .. } => *position,
         }
     }

@@ -25,4 +25,4 @@ mod entry;
 mod store;
 
 pub use entry::{node_bits, owner_node, owner_run, Answer, Entry, LockOwner};
-pub use store::{PlantedBug, ReplicatedStore, StoreStats};
+pub use store::{check_state, PlantedBug, ReplicatedStore, StoreStats};

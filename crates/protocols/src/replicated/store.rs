@@ -451,6 +451,12 @@ impl ReplicatedStore {
                 self.stats.barriers += 1;
                 Answer::Applied { position }
             }
+            Ok(Entry::Mark) => {
+                self.engine.mark_applied(position);
+                self.stats.barriers += 1;
+                let seq = slot.map_or(0, |(seq, _)| seq);
+                Answer::Marked { position, seq }
+            }
             Ok(Entry::LockFor { owner, name }) => {
                 self.engine.mark_applied(position);
                 self.lock(owner, name, position)
@@ -680,9 +686,15 @@ impl StateMachine for ReplicatedStore {
     }
 
     fn check_snapshot(&self, data: &[u8]) -> Result<(), String> {
-        // Values borrowed, not copied: a check costs no second copy of the state.
-        Snapshot::<BorrowedObject<'_>>::decode(data).map(|_| ())
+        check_state(data)
     }
+}
+
+/// Whether `data` is a replicated store's state as a snapshot holds it (what a store restored
+/// from it would take), checked without a store. Values are borrowed, not copied: a check
+/// costs no second copy of the state.
+pub fn check_state(data: &[u8]) -> Result<(), String> {
+    Snapshot::<BorrowedObject<'_>>::decode(data).map(|_| ())
 }
 
 #[cfg(test)]

@@ -117,6 +117,7 @@ impl Model {
                 Answer::Invoked { position, outcome }
             }
             Ok(Entry::Barrier) => Answer::Applied { position },
+            Ok(Entry::Mark) => Answer::Marked { position, seq: 0 },
             // The model has no digest of its own: replicas compare theirs (an alarm fails the
             // run), and an answer is checked for its position only.
             Ok(Entry::ContentsDigest { .. }) => Answer::Digested {

@@ -61,9 +61,7 @@ fn a_batch_admits_each_clients_newest_numbers_in_order_and_expires_the_late() {
         .map(|d| (d.client, d.seq, d.runs))
         .collect();
     assert_eq!(decided, vec![(1, 6, true), (3, 1, false), (2, 4, true)]);
-    for (c, s) in [(1, 6), (2, 3), (2, 4), (3, 1)] {
-        assert!(ahead.requests.contains(&(c, s)), "{c}:{s}");
-    }
+    assert_eq!(ahead.decided, BTreeMap::from([(1, 1), (2, 2), (3, 1)]));
 }
 
 #[test]
@@ -244,7 +242,7 @@ fn what_is_ahead_leaves_the_final_table_alike_whenever_entries_become_final() {
         }
         ahead.finished(&admission.decided);
     }
-    assert!(ahead.sessions.is_empty() && ahead.requests.is_empty());
+    assert!(ahead.sessions.is_empty() && ahead.decided.is_empty());
     assert_eq!(table.admit(&next, 450, &mut Ahead::default()), expected);
     // Client 1's session ended at 300 < 400: its request 3 expired there, and starts none.
     assert_eq!(table.sessions().get(&1), None);
@@ -266,7 +264,7 @@ fn forgetting_is_remembered_per_bucket_and_bounded() {
             table
                 .forgotten()
                 .get(&bucket(*c))
-                .is_some_and(|&f| f < 19_999)
+                .is_some_and(|f| f.until < 19_999)
         })
         .expect("a bucket ends early");
     assert_eq!(
@@ -275,5 +273,64 @@ fn forgetting_is_remembered_per_bucket_and_bounded() {
             client: fresh,
             seq: 1
         })
+    );
+}
+
+#[test]
+fn one_request_decided_at_two_pending_entries_stays_ahead_until_both_are_final() {
+    // j: (c,5) runs in a session until 100; m: after it ended, (c,3) starts a new one; k: a
+    // late copy of (c,5) expires there and raises the session to number 5. j and m become
+    // final while k is pending: the next entry must still see number 5.
+    let entries: Vec<(Vec<Request>, u64)> = vec![
+        (vec![req(1, 5, 100)], 50),
+        (vec![req(1, 3, 300)], 150),
+        (vec![req(1, 5, 100)], 160),
+    ];
+    let mut table = ClientTable::default();
+    let mut ahead = Ahead::default();
+    let admissions: Vec<Admission> = entries
+        .iter()
+        .map(|(batch, time)| table.admit(batch, *time, &mut ahead))
+        .collect();
+    assert_eq!(admissions[2].decided.len(), 1, "the late copy expires at k");
+    for (admission, (_, time)) in admissions.iter().zip(&entries).take(2) {
+        table.sweep(*time);
+        for d in &admission.decided {
+            table.record(*d, *time, Last::Answered(vec![]));
+        }
+        ahead.finished(&admission.decided);
+    }
+    let next = [req(1, 4, 400)];
+    let while_pending = table.admit(&next, 170, &mut ahead.clone());
+    table.sweep(160);
+    for d in &admissions[2].decided {
+        table.record(*d, 160, Last::Expired);
+    }
+    ahead.finished(&admissions[2].decided);
+    let once_final = table.admit(&next, 170, &mut ahead);
+    assert_eq!(while_pending, once_final);
+    assert!(once_final.decided.is_empty(), "4 is below the session's 5");
+}
+
+#[test]
+fn a_request_after_its_clients_own_ended_session_is_known_never_to_have_run() {
+    // A client's request 1 runs (its session lives until 100); request 2, with the same
+    // deadline, is ordered only after that session ended, and expires: it did not run in the
+    // session, which ended at number 1, so its sender hears Expired, not Unknown.
+    let mut table = ClientTable::default();
+    assert_eq!(table.receive(50, &req(1, 2, 100), 60), Reception::Order);
+    finish(&mut table, ran(1, 1, 100), 60, Last::Answered(vec![]));
+    let expired = Decided {
+        runs: false,
+        ..ran(1, 2, 100)
+    };
+    assert_eq!(
+        finish(&mut table, expired, 150, Last::Expired),
+        Some((50, OrderMsg::Expired { client: 1, seq: 2 }))
+    );
+    // A copy of request 1 sent now may have run: its outcome is unknown.
+    assert_eq!(
+        table.receive(50, &req(1, 1, 100), 150),
+        Reception::Answer(OrderMsg::Unknown { client: 1, seq: 1 })
     );
 }
