@@ -3,7 +3,9 @@
 //! itself, and seeds a new cluster of other members (other ids, other addresses) whose money
 //! adds up and which goes on committing.
 
-use std::net::{SocketAddr, TcpListener};
+mod tcp_members;
+
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,10 +13,9 @@ use std::time::Duration;
 
 use atomos::backup::{Backup, BackupError};
 use atomos::config::{load, write_key_file, NodeSettings};
-use atomos::net::keys::KeyPair;
 use atomos::{Client, ClientConfig, NodeRuntime, Procedures, TRef};
+use tcp_members::{client_key, free_addresses, member_key, SECRET};
 
-const SECRET: &str = "a cluster secret of at least thirty-two bytes";
 const CLUSTER: &str = "backup-test";
 const ACCOUNTS: u64 = 20;
 const WORKERS: u64 = 2;
@@ -26,21 +27,6 @@ fn account(i: u64) -> TRef<i64> {
 /// How many transfers worker `w` committed, written by each transfer itself.
 fn done(w: u64) -> TRef<u64> {
     TRef::new(atomos::Key::with_index("done/", w))
-}
-
-fn free_addresses(n: usize) -> Vec<SocketAddr> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners.iter().map(|l| l.local_addr().unwrap()).collect()
-}
-
-fn member_key(id: u64) -> KeyPair {
-    KeyPair::from_private([id as u8; 32]).unwrap()
-}
-
-fn client_key() -> KeyPair {
-    KeyPair::from_private([0xc1; 32]).unwrap()
 }
 
 /// The settings of member `id` of the cluster of `members` (ids and addresses), its data in

@@ -6,16 +6,17 @@
 // A procedure's body takes its arguments as `&A`: `&String` for a string argument.
 #![allow(clippy::ptr_arg)]
 
-use std::net::{SocketAddr, TcpListener};
+mod tcp_members;
+
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use atomos::config::{load, write_key_file, NodeSettings};
-use atomos::net::keys::KeyPair;
 use atomos::{Client, ClientConfig, ClientError, NodeRuntime, ProcedureKind, Procedures};
 use atomos::{TRef, Tx, TxError};
+use tcp_members::{client_key, free_addresses, member_key, SECRET};
 
-const SECRET: &str = "a cluster secret of at least thirty-two bytes";
 const CLUSTER: &str = "clients-test";
 
 fn counter(name: &str) -> TRef<u64> {
@@ -52,23 +53,6 @@ fn procedures() -> Procedures {
     p.register("read", ProcedureKind::ReadOnly, read).unwrap();
     p.register("refuse", ProcedureKind::Update, refuse).unwrap();
     p
-}
-
-fn free_addresses(n: usize) -> Vec<SocketAddr> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners.iter().map(|l| l.local_addr().unwrap()).collect()
-}
-
-/// Member `id`'s key pair (derived from its id: tests only).
-fn member_key(id: u64) -> KeyPair {
-    KeyPair::from_private([id as u8; 32]).unwrap()
-}
-
-/// The key pair of the clients these tests run (the members admit it as "test").
-fn client_key() -> KeyPair {
-    KeyPair::from_private([0xc1; 32]).unwrap()
 }
 
 fn settings(id: u64, addrs: &[SocketAddr], protocol: &str, dir: &Path) -> NodeSettings {
