@@ -469,6 +469,8 @@ fn plan_of(settings: &NodeSettings) -> ProtocolPlan {
     plan.snapshot_chunk_bytes = snapshot_chunk_bytes(settings);
     plan.oss_commit = settings.oss_commit;
     plan.oss_domains = settings.oss_domains.clone();
+    plan.oss_history_max = settings.oss_history_max;
+    plan.oss_compact_after = settings.oss_compact_after;
     plan
 }
 

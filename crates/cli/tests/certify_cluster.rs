@@ -25,13 +25,17 @@ fn run_cluster(protocol: &str, nodes: usize, name: &str, extra: &[&str]) {
     let base_port = common::free_base_port(nodes);
     let mut args = vec!["--protocol", protocol, "--bank-load", "2"];
     args.extend_from_slice(extra);
-    let (mut up, pids) = cluster_up_with(
-        nodes,
-        base_port,
-        &dir,
-        &args,
-        &[("ATOMOS_ORDER_SNAPSHOT_EVERY", "200")],
-    );
+    // Under oss: a short history and frequent compactions, so that the restarted nodes
+    // replay compacted logs and the wiped one catches up from images.
+    let env: &[(&str, &str)] = if protocol == "oss" {
+        &[
+            ("ATOMOS_OSS_HISTORY_MAX", "50"),
+            ("ATOMOS_OSS_COMPACT_AFTER", "200"),
+        ]
+    } else {
+        &[("ATOMOS_ORDER_SNAPSHOT_EVERY", "200")]
+    };
+    let (mut up, pids) = cluster_up_with(nodes, base_port, &dir, &args, env);
     let mut cleanup = KillOnDrop(pids.iter().copied().chain([up.id()]).collect());
     // The log each node writes now.
     let mut current: Vec<PathBuf> = (1..=nodes)
@@ -181,6 +185,14 @@ fn run_cluster(protocol: &str, nodes: usize, name: &str, extra: &[&str]) {
         assert!(
             sum("atomos_oss_commits_total") > 0.0,
             "no oss commits counted"
+        );
+        assert!(
+            sum("atomos_oss_compactions_total") > 0.0,
+            "no oss log was compacted"
+        );
+        assert!(
+            sum("atomos_oss_images_installed_total") > 0.0,
+            "the wiped node did not catch up from an image"
         );
         let passes = sum("atomos_oss_token_passes_total");
         if extra.contains(&"distributed-token") {

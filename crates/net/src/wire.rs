@@ -10,8 +10,9 @@ use crate::frame::{self, FrameError};
 /// tagged by declared names and encoded as MessagePack, procedure arguments as MessagePack;
 /// 15: the order layer's entries say when their batch lapses, and lapsed batches order
 /// nothing; 16: client sessions end by the log's time, and a request whose outcome the
-/// cluster forgot is answered `Unknown`.)
-pub const WIRE_VERSION: u16 = 16;
+/// cluster forgot is answered `Unknown`; 17: `oss` nodes send images of a domain to a node that
+/// lacks write sets nobody keeps.)
+pub const WIRE_VERSION: u16 = 17;
 
 /// Why bytes are not a message this node can act on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -48,6 +48,7 @@ fn failure_free(mode: CommitMode) {
 fn with_every_fault(mode: CommitMode, default_seeds: u64) {
     let mut epochs = 0;
     let mut commits = 0;
+    let mut compactions = 0;
     for seed in 0..seeds(default_seeds) {
         let o = simulate(seed, mode, None, Faults::harsh());
         if let Err(e) = check(&o) {
@@ -61,9 +62,17 @@ fn with_every_fault(mode: CommitMode, default_seeds: u64) {
         );
         epochs = epochs.max(o.epochs);
         commits += o.commits;
+        compactions += o.compactions;
     }
-    eprintln!("{mode:?}: {commits} commits; at most {epochs} epochs started on a node in one run");
+    eprintln!(
+        "{mode:?}: {commits} commits, {compactions} compactions; at most {epochs} epochs \
+         started on a node in one run"
+    );
     assert!(commits > 100, "only {commits} commits over the seeds");
+    assert!(
+        compactions > 10,
+        "only {compactions} compactions over the seeds"
+    );
     assert!(epochs > 1, "no epoch ever changed");
 }
 
@@ -148,6 +157,20 @@ fn a_token_taken_twice_is_caught() {
     });
 }
 
+#[test]
+fn a_compaction_that_puts_a_fence_before_the_write_sets_is_caught() {
+    first_caught("a compaction with fences first", 60, |seed| {
+        let bug = Some(OssBug::FencesFirst);
+        check(&simulate(
+            seed,
+            CommitMode::DistributedToken,
+            bug,
+            Faults::harsh(),
+        ))
+        .map(|_| ())
+    });
+}
+
 /// Nodes configured with different commit modes follow the one the first epoch's start
 /// carried: they commit and converge with faults as a cluster configured alike does.
 #[test]
@@ -166,4 +189,33 @@ fn nodes_configured_differently_follow_the_mode_the_log_decided() {
         commits += o.commits;
     }
     assert!(commits > 100, "only {commits} commits");
+}
+
+/// Nodes that keep 2 write sets per domain, crashes that last long (or wipe the disk): a node
+/// back from one lacks write sets nobody keeps any more and catches up from an image of the
+/// domain. The checks hold, and images were installed.
+#[test]
+fn a_node_behind_what_anyone_keeps_catches_up_from_an_image() {
+    for mode in [
+        CommitMode::UltraPeer,
+        CommitMode::DistributedToken,
+        CommitMode::CoordinatorToken,
+    ] {
+        let mut images = 0;
+        for seed in 0..seeds(20) {
+            let mut faults = Faults::harsh();
+            faults.down_for = 1_500;
+            if seed % 2 == 1 {
+                faults.wipe = 0.5;
+                faults.max_wiped_nodes = 1;
+            }
+            let o = simulate_with(seed, [mode; NODES], None, faults, 2);
+            if let Err(e) = check(&o) {
+                panic!("{mode:?} seed {seed}: {e}");
+            }
+            images += o.images;
+        }
+        eprintln!("{mode:?}: {images} images installed");
+        assert!(images > 3, "{mode:?}: only {images} images installed");
+    }
 }

@@ -214,6 +214,12 @@ pub struct NodeSettings {
     /// every other key); each domain has its own sequencer or token. Every member must list
     /// the same, in the same order.
     pub oss_domains: Vec<String>,
+    /// Under `oss`: installed write sets kept per domain for nodes that missed them (one that
+    /// lacks older ones gets an image of the domain).
+    pub oss_history_max: usize,
+    /// Under `oss`: the node's log is compacted once this many records were written since
+    /// the last compaction.
+    pub oss_compact_after: usize,
     /// Start a transaction service with this policy: clients' requests with a priority run
     /// on it (`None`: no service).
     pub sched: Option<crate::service::Policy>,

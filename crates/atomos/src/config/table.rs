@@ -67,6 +67,8 @@ pub(super) fn defaults() -> NodeSettings {
         operators: Vec::new(),
         oss_commit: atomos_protocols::oss::CommitMode::default(),
         oss_domains: Vec::new(),
+        oss_history_max: atomos_protocols::oss::OssConfig::DEFAULT_HISTORY_MAX,
+        oss_compact_after: atomos_protocols::oss::OssConfig::DEFAULT_COMPACT_AFTER,
         sched: None,
         sched_workers: crate::service::ServiceConfig::default().workers,
         runtime_threads: None,
@@ -79,7 +81,7 @@ pub(super) fn defaults() -> NodeSettings {
 }
 
 /// Every key, in the order a configuration file lists them.
-pub static SETTINGS: [Setting; 35] = [
+pub static SETTINGS: [Setting; 37] = [
     Setting {
         key: "cluster",
         kind: Kind::Text,
@@ -488,6 +490,34 @@ pub static SETTINGS: [Setting; 35] = [
                 s.oss_domains.iter().filter_map(text).collect(),
             ))
         },
+    },
+    Setting {
+        key: "oss_history_max",
+        kind: Kind::Integer,
+        readers: Readers::Oss,
+        meaning: "The installed write sets `oss` keeps per domain (at least 1) for nodes that \
+                  missed them; a node that lacks older ones is sent an image of the domain.",
+        default_note: None,
+        apply: |s, name, raw| {
+            s.oss_history_max =
+                number_in(name, raw.text(), 1..=u32::MAX as u64, "write sets")? as usize;
+            Ok(())
+        },
+        show: |s| integer(s.oss_history_max as u64),
+    },
+    Setting {
+        key: "oss_compact_after",
+        kind: Kind::Integer,
+        readers: Readers::Oss,
+        meaning: "`oss` compacts the node's log (`oss.wal`) once this many records (at least \
+                  1) were written since the last compaction.",
+        default_note: None,
+        apply: |s, name, raw| {
+            s.oss_compact_after =
+                number_in(name, raw.text(), 1..=u32::MAX as u64, "records")? as usize;
+            Ok(())
+        },
+        show: |s| integer(s.oss_compact_after as u64),
     },
     Setting {
         key: "sched",

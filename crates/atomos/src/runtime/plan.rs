@@ -44,6 +44,10 @@ pub struct ProtocolPlan {
     pub oss_commit: CommitMode,
     /// oss: the consistency domains besides the default one (key prefixes).
     pub oss_domains: Vec<String>,
+    /// oss: installed write sets kept per domain for nodes that missed them.
+    pub oss_history_max: usize,
+    /// oss: the log is compacted every this many records.
+    pub oss_compact_after: usize,
     /// tfa: the protocol's settings.
     pub tfa: TfaConfig,
 }
@@ -64,6 +68,8 @@ impl ProtocolPlan {
             snapshot_chunk_bytes: ReplicaConfig::new(1, vec![1]).snapshot_chunk_bytes,
             oss_commit: oss.commit,
             oss_domains: Vec::new(),
+            oss_history_max: oss.history_max,
+            oss_compact_after: oss.compact_after,
             tfa: TfaConfig::default(),
         }
     }
@@ -111,6 +117,8 @@ impl NodeRuntime {
                 cfg.replica.seed = rand::random();
                 cfg.commit = plan.oss_commit;
                 cfg.domains.extend(plan.oss_domains);
+                cfg.history_max = plan.oss_history_max;
+                cfg.compact_after = plan.oss_compact_after;
                 cfg.rejoin = plan.rejoin;
                 cfg.replica.rejoin = plan.rejoin;
                 self.start_oss(cfg, log, plan.certify.commit_limit)

@@ -300,6 +300,7 @@ impl OssNode {
             return;
         }
         for i in 0..self.domains.len() {
+            self.install_durable_image(i, out);
             let ready = self.domains[i].log.take_applicable();
             if !ready.is_empty() {
                 self.domains[i].progress_at = self.ticks;

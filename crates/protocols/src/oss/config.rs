@@ -17,6 +17,8 @@ pub struct OssConfig {
     pub local_prefix: String,
     /// Applied write sets kept per domain for others who missed them.
     pub history_max: usize,
+    /// The log is compacted once this many records were written since the last compaction.
+    pub compact_after: usize,
     /// Ticks a missing write set is waited for before it is fetched.
     pub gap_after: u64,
     /// Ticks before a commit request without an answer is sent again.
@@ -89,12 +91,21 @@ pub enum OssBug {
     StableAtOne,
     /// A node takes a token again when the network delivers it twice (no hop check).
     TokenTakenTwice,
+    /// A compaction keeps a fenced domain's fences before the write sets it received (a
+    /// replay then refuses them).
+    FencesFirst,
 }
 
 impl OssConfig {
+    /// The applied write sets a node keeps per domain unless told otherwise.
+    pub const DEFAULT_HISTORY_MAX: usize = 10_000;
+
+    /// Records written between two compactions of the log unless told otherwise.
+    pub const DEFAULT_COMPACT_AFTER: usize = 50_000;
+
     /// Node `id` of `members`: one domain for every key, `local/` keys node-local, 10,000
-    /// write sets of history, fetch after 5 ticks, re-send after 10, suspect after 40, held
-    /// watermarks re-told every 5; the control log never compacts and is delivered without a
+    /// write sets of history, the log compacted every 50,000 records, fetch after 5 ticks,
+    /// re-send after 10, suspect after 40, held watermarks re-told every 5; the control log never compacts and is delivered without a
     /// per-step limit (its entries are few).
     pub fn new(id: u64, members: Vec<u64>) -> OssConfig {
         let mut replica = ReplicaConfig::new(id, members.clone());
@@ -107,7 +118,8 @@ impl OssConfig {
             members,
             domains: vec![String::new()],
             local_prefix: "local/".into(),
-            history_max: 10_000,
+            history_max: Self::DEFAULT_HISTORY_MAX,
+            compact_after: Self::DEFAULT_COMPACT_AFTER,
             gap_after: 5,
             resend_after: 10,
             suspect_after: 40,

@@ -60,7 +60,13 @@ pub struct DomainLog {
     /// The latest applied write sets, for others who missed them.
     history: VecDeque<Arc<WriteSet>>,
     history_max: usize,
+    /// The latest commits applied of each node, by node: a node that catches up from an
+    /// image learns from them which of its own commits the image holds.
+    recent: BTreeMap<u64, VecDeque<(TxId, CommitId)>>,
 }
+
+/// The most commits of one node [`DomainLog::recent`] keeps.
+pub const RECENT_PER_NODE: usize = 1024;
 
 impl DomainLog {
     /// The log of a domain among `members` nodes (this one included), keeping up to
@@ -81,6 +87,7 @@ impl DomainLog {
             expected: 0,
             history: VecDeque::new(),
             history_max,
+            recent: BTreeMap::new(),
         }
     }
 
@@ -216,6 +223,11 @@ impl DomainLog {
             if self.history.len() > self.history_max {
                 self.history.pop_front();
             }
+            let mine = self.recent.entry(r.ws.tx.node).or_default();
+            mine.push_back((r.ws.tx, r.ws.cid));
+            if mine.len() > RECENT_PER_NODE {
+                mine.pop_front();
+            }
             out.push(r.ws);
         }
         out
@@ -251,6 +263,45 @@ impl DomainLog {
             .filter(|ws| ws.cid >= from && ws.cid <= to)
             .cloned()
             .collect()
+    }
+
+    /// Whether this node applied `cid` and no longer keeps its write set: a node that lacks it
+    /// catches up from an image of the domain instead.
+    pub fn forgot(&self, cid: CommitId) -> bool {
+        cid <= self.applied && self.history.front().is_none_or(|ws| ws.cid > cid)
+    }
+
+    /// The latest commits applied of every node (at most [`RECENT_PER_NODE`] each), oldest
+    /// first per node.
+    pub fn recent(&self) -> Vec<(TxId, CommitId)> {
+        self.recent.values().flatten().copied().collect()
+    }
+
+    /// Every id through `through` is applied here from an image of the domain (durable on
+    /// this disk) that another node took there, with `recent` its latest commits of every
+    /// node: write sets received through it are dropped, the ids count as held and stable,
+    /// and the history (which no longer runs without a gap) starts over. Ignored unless it
+    /// is ahead of what is applied here; returns whether it was taken.
+    pub fn install_image(&mut self, through: CommitId, recent: &[(TxId, CommitId)]) -> bool {
+        if through <= self.applied {
+            return false;
+        }
+        self.received = self.received.split_off(&(through + 1));
+        self.applied = through;
+        self.held = self.held.max(through);
+        self.stable = self.stable.max(through);
+        self.history.clear();
+        self.recent.clear();
+        for &(tx, cid) in recent {
+            let mine = self.recent.entry(tx.node).or_default();
+            mine.push_back((tx, cid));
+            if mine.len() > RECENT_PER_NODE {
+                mine.pop_front();
+            }
+        }
+        // What was received after the image and is durable counts on from it.
+        self.durable(self.durable);
+        true
     }
 
     /// Replay: every id through `through` was stable before the restart (a node only ever
@@ -302,7 +353,9 @@ impl DomainLog {
         self.epoch = epoch;
         self.counting = true;
         self.decided = self.decided.max(first);
-        self.held = self.held.min(first - 1);
+        // What is installed here was committed (a node that lost its log may hear of old
+        // starts after an image brought it further).
+        self.held = self.held.min(first - 1).max(self.applied);
         self.expected = self.expected.min(first - 1);
         self.peers.clear();
         self.restabilize();
@@ -452,5 +505,50 @@ mod tests {
         log.offer(ws(2, 7), 8);
         log.durable(8);
         assert_eq!(log.held(), 8);
+    }
+
+    #[test]
+    fn an_image_replaces_what_was_applied_and_received_through_it() {
+        let mut log = DomainLog::new(3, 2);
+        log.start(1, 1);
+        for cid in 1..=3 {
+            log.offer(ws(1, cid), cid);
+        }
+        log.durable(3);
+        log.peer_held(2, 1, 3);
+        assert_eq!(cids(&log.take_applicable()), vec![1, 2, 3]);
+        // Two kept: 1 is forgotten, 2 and 3 are not, 4 was never applied.
+        assert!(log.forgot(1));
+        assert!(!log.forgot(2));
+        assert!(!log.forgot(4));
+        let mut behind = DomainLog::new(3, 2);
+        behind.start(1, 1);
+        // Received 2 and 7, durable; the image covers 1..=5.
+        behind.offer(ws(1, 2), 1);
+        behind.offer(ws(1, 7), 2);
+        behind.offer(ws(1, 6), 3);
+        behind.durable(2);
+        let tx = TxId {
+            node: 1,
+            run: 0,
+            n: 4,
+        };
+        assert!(behind.install_image(5, &[(tx, 4)]));
+        assert!(
+            !behind.install_image(5, &[]),
+            "an image not ahead is ignored"
+        );
+        assert_eq!((behind.applied(), behind.held()), (5, 5));
+        assert_eq!(behind.stable(), 5);
+        assert_eq!(behind.recent(), vec![(tx, 4)]);
+        assert!(behind.forgot(3), "the history starts over after an image");
+        // 6 becomes durable: held moves on from the image over 6 and 7.
+        behind.durable(3);
+        assert_eq!(behind.held(), 7);
+        assert_eq!(behind.received_through(), 7);
+        // An old start heard late (a node that lost its log replays the control log after an
+        // image took it further) drops what was not installed, never what was.
+        behind.start(2, 4);
+        assert_eq!((behind.applied(), behind.held()), (5, 5));
     }
 }

@@ -13,14 +13,19 @@
 //!   `sequencing`, `epochs` hold its parts).
 //! - [`sequencer`]: numbering one domain's commits with backward validation, as the token
 //!   holder and the ultra-peer coordinator both do.
+//! - [`image`]: catching up from an image of a domain when no node keeps the write sets a
+//!   node lacks.
+//! - `compaction`: replacing the log with what rebuilds the node as it is.
 //! - `token`: peer-to-peer commit, the token passed between nodes (distributed or through a
 //!   coordinator).
 
 mod commit;
+mod compaction;
 mod config;
 pub mod control;
 pub mod domain_log;
 mod epochs;
+pub mod image;
 pub mod msg;
 pub mod node;
 mod recovery;
@@ -34,6 +39,7 @@ pub mod write_set;
 pub use config::{CommitMode, OssBug, OssConfig};
 pub use control::{Control, ControlEntry, ControlEvent, DomainState};
 pub use domain_log::{DomainLog, Offer};
+pub use image::{DomainImage, ImagePart};
 pub use msg::{AbortReason, OssDelivery, OssMsg, OssRecord, Token};
 pub use node::OssNode;
 pub use sequencer::{CommitRequest, Conflict, Sequencer};

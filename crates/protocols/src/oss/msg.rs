@@ -5,6 +5,7 @@ use atomos_order::OrderMsg;
 use serde::{Deserialize, Serialize};
 
 use super::control::DomainState;
+use super::image::{DomainImage, ImagePart};
 use super::sequencer::{CommitRequest, Conflict};
 use super::write_set::{CommitId, DomainId, Epoch, TxId, WriteSet};
 
@@ -102,6 +103,9 @@ pub enum OssMsg {
         /// to every node, never to be forwarded).
         forwarded: Option<u8>,
     },
+    /// A part of an image of a domain, for a node that lacks write sets the sender no longer
+    /// keeps (see [`super::image`]).
+    ImagePart(ImagePart),
 }
 
 /// The commit token of one domain in one epoch: whoever holds it numbers its own commits
@@ -186,6 +190,8 @@ pub enum OssRecord {
         /// The token's hop.
         hop: u64,
     },
+    /// An image of a domain received whole: installed once durable, in its place on replay.
+    Image(DomainImage),
 }
 
 impl OssRecord {

@@ -11,9 +11,11 @@ use atomos_seam::stable::{mix64, GOLDEN};
 use atomos_seam::{Input, Machine, Output, Write};
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::compaction::Kept;
 use super::config::OssConfig;
 use super::control::{Control, ControlEntry, DomainState};
 use super::domain_log::DomainLog;
+use super::image::{Assembly, DomainImage};
 use super::msg::{OssDelivery, OssMsg, OssRecord};
 use super::sequencer::{CommitRequest, Sequencer};
 use super::token_state::TokenState;
@@ -51,6 +53,12 @@ pub(super) struct DomainNode {
     pub(super) token: TokenState,
     /// A digest of the commits applied (see [`OssNode::applied_digest`]).
     pub(super) digest: u64,
+    /// An image received whole, with the write that persists it: installed once durable.
+    pub(super) image: Option<(u64, DomainImage)>,
+    /// The parts of an image received so far.
+    pub(super) assembly: Assembly,
+    /// When this node last sent an image of the domain to each node (ticks).
+    pub(super) images_sent: BTreeMap<u64, u64>,
 }
 
 /// A commit of this node's application waiting for its outcome.
@@ -134,6 +142,8 @@ pub struct OssNode {
     /// The log says whether it rejoins (then the configuration's `rejoin` no longer does:
     /// an operator may leave it on).
     pub(super) rejoin_logged: bool,
+    /// What the next compaction of the log carries over, and when it is due.
+    pub(super) kept: Kept,
 }
 
 /// A transaction's writes: each key once, `None` for a deletion.
@@ -196,6 +206,9 @@ impl OssNode {
     /// Emits a disk write of `records`; returns its number.
     pub(super) fn persist(&mut self, records: Vec<OssRecord>, out: &mut Vec<OssOutput>) -> u64 {
         self.writes += 1;
+        for r in &records {
+            self.kept.note(r);
+        }
         out.push(Output::Persist(Write::Append(
             records.iter().map(|r| r.encode().into()).collect(),
         )));
@@ -260,6 +273,7 @@ impl Machine for OssNode {
         }
         self.after_step(out)?;
         self.check_rejoined(out);
+        self.compact_if_due(out);
         Ok(())
     }
 }

@@ -91,6 +91,9 @@ impl OssNode {
                 orphaned: false,
                 token: TokenState::default(),
                 digest: 0,
+                image: None,
+                assembly: Default::default(),
+                images_sent: BTreeMap::new(),
             })
             .collect();
         let run = run_id(cfg.replica.seed, incarnation);
@@ -127,6 +130,7 @@ impl OssNode {
             recovering: Vec::new(),
             rejoining: false,
             rejoin_logged: false,
+            kept: Default::default(),
         };
         node.replay(decoded);
         Ok(node)
@@ -135,6 +139,7 @@ impl OssNode {
     /// Rebuilds the domains' logs and the node-local objects from the records, in order.
     fn replay(&mut self, records: Vec<OssRecord>) {
         for r in records {
+            self.kept.note(&r);
             match r {
                 OssRecord::WriteSet(ws) => {
                     if let Some(d) = self.domains.get_mut(ws.domain as usize) {
@@ -206,6 +211,14 @@ impl OssNode {
                 OssRecord::Rejoining(on) => {
                     self.rejoining = on;
                     self.rejoin_logged = true;
+                }
+                OssRecord::Image(image) => {
+                    // Installed where it stood: durable, ahead of what came before it.
+                    if let Some(d) = self.domains.get_mut(image.domain as usize) {
+                        d.image = Some((0, image));
+                        let mut ignored = Vec::new();
+                        self.apply_stable(&mut ignored);
+                    }
                 }
                 OssRecord::Incarnation(_) | OssRecord::Order(_) => {}
             }

@@ -53,7 +53,13 @@ impl OssNode {
                 from: first,
                 to,
             } => {
-                if let Some(d) = self.domains.get(domain as usize) {
+                if self
+                    .domains
+                    .get(domain as usize)
+                    .is_some_and(|d| d.log.forgot(first))
+                {
+                    self.send_image(from, domain, out);
+                } else if let Some(d) = self.domains.get(domain as usize) {
                     let to = to.min(first.saturating_add(FETCH_MAX));
                     let known: Vec<WriteSet> = d
                         .log
@@ -82,6 +88,7 @@ impl OssNode {
                 node,
                 forwarded,
             } => self.on_token_request(domain, epoch, node, forwarded, out),
+            OssMsg::ImagePart(part) => self.take_image_part(from, part, out),
             OssMsg::RejoinProbe { run } => out.push(Output::Send {
                 to: from,
                 msg: OssMsg::RejoinAnswer {

@@ -70,11 +70,17 @@ pub struct OssCounters {
     pub epochs: u64,
     /// Tokens passed to another node.
     pub token_passes: u64,
+    /// Images of a domain sent to nodes that lacked write sets this node no longer kept.
+    pub images_sent: u64,
+    /// Images installed here.
+    pub images_installed: u64,
+    /// Compactions of the log.
+    pub compactions: u64,
 }
 
 impl OssCounters {
     /// Each counter with its name (for metrics: `atomos_oss_<name>_total`).
-    pub fn named(&self) -> [(&'static str, u64); 9] {
+    pub fn named(&self) -> [(&'static str, u64); 12] {
         [
             ("local_commits", self.local_commits),
             ("commits", self.commits),
@@ -85,6 +91,9 @@ impl OssCounters {
             ("suspicions", self.suspicions),
             ("epochs", self.epochs),
             ("token_passes", self.token_passes),
+            ("images_sent", self.images_sent),
+            ("images_installed", self.images_installed),
+            ("compactions", self.compactions),
         ]
     }
 }

@@ -36,6 +36,8 @@ pub(crate) enum Note {
         total: i64,
     },
     Aborted,
+    /// The node installed an image of a domain.
+    Image,
 }
 
 /// What a commit in flight was.
@@ -64,6 +66,7 @@ impl Node {
         seed: u64,
         mode: CommitMode,
         bug: Option<OssBug>,
+        history_max: usize,
         boot: Boot,
     ) -> Result<Node, String> {
         let members: Vec<u64> = (1..=NODES as u64).collect();
@@ -74,6 +77,9 @@ impl Node {
         cfg.replica.seed = seed.wrapping_mul(31).wrapping_add(boot.node) ^ (boot.incarnation << 32);
         cfg.replica.retry_ticks = 5;
         cfg.planted_bug = bug;
+        cfg.history_max = history_max;
+        // Compacted often: every run replays compacted logs after its crashes.
+        cfg.compact_after = 25;
         // A node whose disk was wiped is restarted as an operator would: told so.
         cfg.rejoin = boot.wiped;
         cfg.replica.rejoin = boot.wiped;
@@ -303,7 +309,11 @@ impl Machine for Node {
             Input::Persisted { through } => Input::Persisted { through },
         };
         let mut inner = Vec::new();
+        let images = self.oss.counters().images_installed;
         self.oss.step(now, input, &mut inner)?;
+        for _ in images..self.oss.counters().images_installed {
+            out.push(Output::Deliver(Note::Image));
+        }
         self.control_in_flight_max = self
             .control_in_flight_max
             .max(self.oss.control_proposals_in_flight());

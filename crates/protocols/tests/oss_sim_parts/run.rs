@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use atomos_core::history::list_append::ListOp;
 use atomos_core::{TxError, TxOptions};
-use atomos_protocols::oss::{CommitMode, OssBug};
+use atomos_protocols::oss::{CommitMode, OssBug, OssConfig};
 use atomos_sim::workload::{check_list_run, ListAppendTxn};
 use atomos_sim::{converged, Agreement, Faults, NodeId, Run, Sim, SimConfig};
 
@@ -25,6 +25,10 @@ pub(crate) struct Outcome {
     pub(crate) passes: u64,
     /// The most control-log proposals a live node had in flight at once.
     pub(crate) control_in_flight_max: usize,
+    /// Images of a domain installed, over every run of every node.
+    pub(crate) images: u64,
+    /// Compactions of the live nodes' logs in their last runs.
+    pub(crate) compactions: u64,
 }
 
 /// A domain's applied watermark and the digest of what was applied through it.
@@ -46,6 +50,17 @@ pub(crate) fn simulate_modes(
     bug: Option<OssBug>,
     faults: Faults,
 ) -> Outcome {
+    simulate_with(seed, modes, bug, faults, OssConfig::DEFAULT_HISTORY_MAX)
+}
+
+/// [`simulate_modes`] with nodes that keep `history_max` applied write sets per domain.
+pub(crate) fn simulate_with(
+    seed: u64,
+    modes: [CommitMode; NODES],
+    bug: Option<OssBug>,
+    faults: Faults,
+    history_max: usize,
+) -> Outcome {
     let cfg = SimConfig {
         seed,
         nodes: NODES,
@@ -57,7 +72,7 @@ pub(crate) fn simulate_modes(
     };
     let mut sim = Sim::new(cfg, move |boot| {
         let mode = modes[(boot.node as usize - 1) % NODES];
-        Node::boot(seed, mode, bug, boot)
+        Node::boot(seed, mode, bug, history_max, boot)
     });
     let run = sim.run();
     let mut finals = Vec::new();
@@ -66,6 +81,7 @@ pub(crate) fn simulate_modes(
     let mut digests = Vec::new();
     let mut passes = 0;
     let mut control_in_flight_max = 0;
+    let mut compactions = 0;
     for node in 1..=NODES as NodeId {
         if let Some(n) = sim.machine(node) {
             control_in_flight_max = control_in_flight_max.max(n.control_in_flight_max);
@@ -115,10 +131,17 @@ pub(crate) fn simulate_modes(
             commits += c.commits + c.local_commits;
             epochs = epochs.max(c.epochs);
             passes += c.token_passes;
+            compactions += c.compactions;
+
             finals.push((node, objects, count, transfers));
             digests.push((node, [0, 1].map(|d| n.oss.applied_digest(d))));
         }
     }
+    let images = run
+        .notes
+        .iter()
+        .filter(|(_, _, n)| matches!(n, Note::Image))
+        .count() as u64;
     Outcome {
         run,
         finals,
@@ -128,6 +151,8 @@ pub(crate) fn simulate_modes(
         epochs,
         passes,
         control_in_flight_max,
+        images,
+        compactions,
     }
 }
 
