@@ -68,6 +68,8 @@ pub struct Client {
     target: usize,
     next_seq: u64,
     outstanding: Option<(Request, u64)>,
+    /// The latest request that expired, with its payload, until taken or the next is sent.
+    expired: Option<(u64, Vec<u8>)>,
     queue: VecDeque<(Vec<u8>, u64)>,
     resend_ticks: u64,
     ticks: u64,
@@ -89,6 +91,7 @@ impl Client {
             target,
             next_seq: 1,
             outstanding: None,
+            expired: None,
             queue: VecDeque::new(),
             resend_ticks: resend_ticks.max(1),
             ticks: 0,
@@ -165,6 +168,7 @@ impl Client {
                 deadline_ms,
             };
             self.next_seq += 1;
+            self.expired = None;
             self.outstanding = Some((req, self.ticks));
             self.send_outstanding(out);
         }
@@ -174,9 +178,24 @@ impl Client {
     fn ended(&mut self, client: u64, seq: u64, how: ClientAction, out: &mut Vec<ClientAction>) {
         let current = self.outstanding.as_ref().map(|(r, _)| r.seq);
         if client == self.id && current == Some(seq) {
-            self.outstanding = None;
+            if let (Some((r, _)), ClientAction::Expired { .. }) = (self.outstanding.take(), &how) {
+                self.expired = Some((r.seq, r.payload));
+            }
             out.push(how);
             self.next(out);
+        }
+    }
+
+    /// The payload of request `seq` if it is the latest that expired (taken once, and only
+    /// until the client sends another): a caller that sends it again as a new request need
+    /// not keep a copy of its own.
+    pub fn take_expired(&mut self, seq: u64) -> Option<Vec<u8>> {
+        match self.expired.take() {
+            Some((s, payload)) if s == seq => Some(payload),
+            other => {
+                self.expired = other;
+                None
+            }
         }
     }
 

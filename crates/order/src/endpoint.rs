@@ -107,12 +107,12 @@ pub struct EndpointConfig {
 /// [`EndpointConfig::request_lifetime_ms`] unless a host says otherwise: a minute.
 pub const REQUEST_LIFETIME_MS: u64 = 60_000;
 
-/// A submission in flight: its ticket, the host's deadline, and its payload while it may be
-/// sent again (its deadline was capped).
+/// A submission in flight: its ticket, the host's deadline, and whether it is sent again
+/// when it expires (its deadline was capped; the client hands its payload back).
 struct Submission {
     ticket: u64,
     deadline_ms: u64,
-    renew: Option<Vec<u8>>,
+    renew: bool,
 }
 
 /// The replica, its node's clients and the routing between them (see the module's doc).
@@ -192,7 +192,7 @@ impl<S: StateMachine> Endpoint<S> {
             .log_now(now)
             .saturating_add(self.cfg.request_lifetime_ms);
         let deadline_ms = submission.deadline_ms.min(cap);
-        submission.renew = (deadline_ms < submission.deadline_ms).then(|| payload.clone());
+        submission.renew = deadline_ms < submission.deadline_ms;
         let id = c.id();
         let mut actions = Vec::new();
         c.step(
@@ -298,13 +298,16 @@ impl<S: StateMachine> Endpoint<S> {
                 ClientAction::Expired { seq } => (seq, Outcome::Expired),
                 ClientAction::Unknown { seq } => (seq, Outcome::Unknown),
             };
-            let Some((c, mut submission)) = self.busy.remove(&client) else {
+            let Some((mut c, submission)) = self.busy.remove(&client) else {
                 continue;
             };
-            if outcome == Outcome::Expired && submission.deadline_ms > self.log_now(now) {
+            if outcome == Outcome::Expired
+                && submission.renew
+                && submission.deadline_ms > self.log_now(now)
+            {
                 // Only its capped deadline passed, and it never ran: sent again, as a new
                 // request.
-                if let Some(payload) = submission.renew.take() {
+                if let Some(payload) = c.take_expired(seq) {
                     self.send(now, c, submission, payload, out);
                     continue;
                 }
@@ -401,7 +404,7 @@ impl<S: StateMachine> Machine for Endpoint<S> {
                 let submission = Submission {
                     ticket,
                     deadline_ms,
-                    renew: None,
+                    renew: false,
                 };
                 self.send(now, c, submission, payload, out);
             }

@@ -449,7 +449,9 @@ fn sessions_of_short_lived_clients_end_and_an_old_copy_never_runs_again() {
         solo.send(request(client, deadline));
         most = most.max(solo.replica.sessions());
     }
-    assert!(most < 20, "{most} sessions held at once");
+    // A client every 10 ms, each session living 100 ms, swept once the 1,024 ms step of its
+    // end is past: about 113 at most, whatever the number of clients.
+    assert!(most < 130, "{most} sessions held at once");
     assert!(solo.replica.stats().sessions_forgotten > 1_900);
     let appended = |solo: &Solo| solo.replica.machine().get("k").map_or(0, <[u8]>::len);
     assert_eq!(appended(&solo), 2_000, "every client's request ran once");
@@ -470,7 +472,7 @@ fn sessions_of_short_lived_clients_end_and_an_old_copy_never_runs_again() {
     let mut restarted = Solo::open(cfg, solo.log.clone());
     restarted.now = solo.now;
     restarted.lead();
-    assert!(restarted.replica.sessions() < 20);
+    assert!(restarted.replica.sessions() < 130);
     restarted.sent.clear();
     restarted.send(first);
     assert!(restarted

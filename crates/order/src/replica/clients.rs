@@ -7,11 +7,14 @@
 //! only clients that may still be heard from. A client's session lives until the latest
 //! deadline of the requests the log delivered for it (its `until`); once the log's time passes
 //! that, no request the session could refuse can run any more (each has a deadline at most
-//! `until`), so the session is forgotten. The rule is part of the log's meaning: at an entry
+//! `until`), so the session is forgotten (swept once the whole step of [`ENDING_STEP_MS`] its
+//! end falls in is past). The rule is part of the log's meaning: at an entry
 //! whose time is past a session's `until`, the session counts as absent, whether or not this
 //! replica has swept it yet, so forgetting never changes a verdict.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
 
 use crate::types::{Addr, OrderMsg, Request};
 
@@ -137,26 +140,32 @@ pub(super) struct Admission {
     pub(super) decided: Vec<Decided>,
 }
 
+/// What the entries delivered optimistically and not yet final did to one client's session.
+#[derive(Clone, Copy, Debug)]
+struct Touched {
+    /// How many of its requests those entries decided (one request may be decided at two of
+    /// them: a copy that expires after its session ended).
+    decided: usize,
+    /// Its session after those entries (`None`: none that lives at any later time).
+    span: Option<Span>,
+}
+
 /// What the entries delivered optimistically and not yet final did to the clients' sessions:
 /// what deduplication of a later entry sees beside the final table.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Ahead {
-    /// How many requests of each client those entries decided (one request may be decided
-    /// at two of them: a copy that expires after its session ended).
-    decided: BTreeMap<u64, usize>,
-    /// Each client's session after those entries, for the clients they touched.
-    sessions: BTreeMap<u64, Span>,
+    /// The clients those entries touched.
+    touched: FxHashMap<u64, Touched>,
 }
 
 impl Ahead {
     /// The entry deciding `decided` became final: what it decided is the final table's now.
     pub(super) fn finished(&mut self, decided: &[Decided]) {
         for d in decided {
-            if let Some(n) = self.decided.get_mut(&d.client) {
-                *n -= 1;
-                if *n == 0 {
-                    self.decided.remove(&d.client);
-                    self.sessions.remove(&d.client);
+            if let Some(t) = self.touched.get_mut(&d.client) {
+                t.decided -= 1;
+                if t.decided == 0 {
+                    self.touched.remove(&d.client);
                 }
             }
         }
@@ -171,33 +180,32 @@ impl Ahead {
         let mut ahead = Ahead::default();
         for (decided, time) in pending {
             for d in decided {
-                ahead.note(table, *d, time);
+                let before = ahead.span(table, d.client);
+                ahead.note(table, *d, before, time);
             }
         }
         ahead
     }
 
-    fn note(&mut self, table: &ClientTable, d: Decided, time: u64) {
-        *self.decided.entry(d.client).or_insert(0) += 1;
-        let before = self.span(table, d.client);
-        match Span::after(before, d.seq, table.session_end(d.deadline), time) {
-            Some(span) => {
-                self.sessions.insert(d.client, span);
-            }
-            // No live session: a stale one here would count as absent at every later time.
-            None => {
-                self.sessions.remove(&d.client);
-            }
-        }
+    /// The entry at log time `time` decided `d`, whose client's session was `before`.
+    fn note(&mut self, table: &ClientTable, d: Decided, before: Option<Span>, time: u64) {
+        let span = Span::after(before, d.seq, table.session_end(d.deadline), time);
+        let t = self.touched.entry(d.client).or_insert(Touched {
+            decided: 0,
+            span: None,
+        });
+        t.decided += 1;
+        t.span = span;
     }
 
     fn span(&self, table: &ClientTable, client: u64) -> Option<Span> {
-        self.sessions.get(&client).copied().or_else(|| {
-            table.sessions.get(&client).map(|s| Span {
+        match self.touched.get(&client) {
+            Some(t) => t.span,
+            None => table.sessions.get(&client).map(|s| Span {
                 last: s.seq,
                 until: s.until,
-            })
-        })
+            }),
+        }
     }
 }
 
@@ -206,14 +214,14 @@ impl Ahead {
 pub(super) struct ClientTable {
     /// Per client: its live session (part of the replicated state: snapshots carry it).
     sessions: BTreeMap<u64, Session>,
-    /// Every session by when it ends: (until, client).
+    /// Every session by the step of when it ends ([`ending_step`]): (step, client).
     ending: BTreeSet<(u64, u64)>,
     /// Per bucket of clients ([`bucket`]): of the sessions of its clients forgotten so far,
     /// the one that lived latest (replicated; see [`ClientTable::past_deadline`]). At most
     /// [`BUCKETS`] entries, whatever the number of clients.
     forgotten: BTreeMap<u16, Forgotten>,
     /// Per client: the request waiting for an answer here, and where to send it (local).
-    awaiting: BTreeMap<u64, (u64, Addr)>,
+    awaiting: FxHashMap<u64, (u64, Addr)>,
     /// How long before its latest deadline a session ends (0: at it; more only as a planted
     /// bug).
     ends_early: u64,
@@ -257,7 +265,10 @@ impl ClientTable {
         sessions: BTreeMap<u64, Session>,
         forgotten: BTreeMap<u16, Forgotten>,
     ) {
-        self.ending = sessions.iter().map(|(c, s)| (s.until, *c)).collect();
+        self.ending = sessions
+            .iter()
+            .map(|(c, s)| (ending_step(s.until), *c))
+            .collect();
         self.sessions = sessions;
         self.forgotten = forgotten;
     }
@@ -268,12 +279,14 @@ impl ClientTable {
         self.sessions.get(&client).is_some_and(|s| seq <= s.seq)
     }
 
-    /// Forgets the sessions that ended before log time `time`; returns how many. Called at
-    /// every final entry with its time, before the entry's requests are recorded.
+    /// Forgets the sessions whose whole step of ends ([`ENDING_STEP_MS`]) is before log time
+    /// `time`; returns how many. Called at every final entry with its time, before the
+    /// entry's requests are recorded. (A session past its end and not swept yet counts as
+    /// absent all the same: see the module's comment.)
     pub(super) fn sweep(&mut self, time: u64) -> u64 {
         let mut forgotten = 0;
-        while let Some(&(until, client)) = self.ending.first() {
-            if until >= time {
+        while let Some(&(step, client)) = self.ending.first() {
+            if step.saturating_add(1).saturating_mul(ENDING_STEP_MS) > time {
                 break;
             }
             self.ending.pop_first();
@@ -386,10 +399,25 @@ impl ClientTable {
             deadline,
             ..
         } = decided;
-        let before = self.sessions.get(&client).map(|s| Span {
-            last: s.seq,
-            until: s.until,
-        });
+        let end = self.session_end(deadline);
+        // The common case: a request that ran, of a client whose session lives on.
+        if outcome != Last::Expired {
+            if let Some(o) = self.sessions.get_mut(&client).filter(|o| o.until >= time) {
+                let tell = tell(&mut self.awaiting, client, seq, &outcome);
+                Self::extend(&mut self.ending, client, o, seq, end, outcome);
+                return tell;
+            }
+        }
+        // A session that ended (a sweep at `time` would have forgotten it) is forgotten
+        // first: whether it ran this request is then its bucket's to tell.
+        if let Some(o) = self.sessions.remove(&client) {
+            if o.until < time {
+                self.ending.remove(&(ending_step(o.until), client));
+                self.forgot(client, &o);
+            } else {
+                self.sessions.insert(client, o);
+            }
+        }
         // An expired request the live session (if any) had not reached (it was not
         // dropped): whether it ran in an earlier session may not be known.
         let outcome = match outcome {
@@ -399,44 +427,42 @@ impl ClientTable {
             },
             other => other,
         };
-        let mut tell = None;
-        if let Some(&(wanted, to)) = self.awaiting.get(&client) {
-            if wanted == seq {
-                self.awaiting.remove(&client);
-                tell = Some((to, outcome.message(client, seq)));
-            }
-        }
-        let old = self.sessions.remove(&client);
-        let old = match old {
-            Some(o) => {
-                self.ending.remove(&(o.until, client));
-                if o.until < time {
-                    // Ended (a sweep at `time` would have forgotten it).
-                    self.forgot(client, &o);
-                    None
-                } else {
-                    Some(o)
-                }
-            }
-            None => None,
-        };
-        if let Some(span) = Span::after(before, seq, self.session_end(deadline), time) {
-            let since = old.as_ref().map_or(time, |o| o.since);
-            let outcome = match old {
-                // The session's latest request is a later one: its outcome stays.
-                Some(o) if o.seq >= seq => o.outcome,
-                _ => outcome,
-            };
-            self.ending.insert((span.until, client));
+        let tell = tell(&mut self.awaiting, client, seq, &outcome);
+        if let Some(o) = self.sessions.get_mut(&client) {
+            Self::extend(&mut self.ending, client, o, seq, end, outcome);
+        } else if let Some(span) = Span::after(None, seq, end, time) {
+            self.ending.insert((ending_step(span.until), client));
             let session = Session {
                 seq: span.last,
                 outcome,
                 until: span.until,
-                since,
+                since: time,
             };
             self.sessions.insert(client, session);
         }
         tell
+    }
+
+    /// Live session `o` of `client` takes request `seq`, which keeps it until `end`, with
+    /// `outcome`; its entry in `ending` moves only when its end crosses into another step.
+    fn extend(
+        ending: &mut BTreeSet<(u64, u64)>,
+        client: u64,
+        o: &mut Session,
+        seq: u64,
+        end: u64,
+        outcome: Last,
+    ) {
+        if seq > o.seq {
+            o.seq = seq;
+            o.outcome = outcome;
+        }
+        let until = o.until.max(end);
+        if ending_step(until) != ending_step(o.until) {
+            ending.remove(&(ending_step(o.until), client));
+            ending.insert((ending_step(until), client));
+        }
+        o.until = until;
     }
 
     /// Decides a batch's requests at its entry, where the log's time is `time`, in the batch's
@@ -451,8 +477,8 @@ impl ClientTable {
     pub(super) fn admit(&self, batch: &[Request], time: u64, ahead: &mut Ahead) -> Admission {
         let mut admission = Admission::default();
         for r in batch {
-            let last = Span::live_last(ahead.span(self, r.client), time);
-            if last.is_some_and(|last| r.seq <= last) {
+            let before = ahead.span(self, r.client);
+            if Span::live_last(before, time).is_some_and(|last| r.seq <= last) {
                 continue;
             }
             let d = Decided {
@@ -461,7 +487,7 @@ impl ClientTable {
                 deadline: r.deadline_ms,
                 runs: r.deadline_ms >= time,
             };
-            ahead.note(self, d, time);
+            ahead.note(self, d, before, time);
             admission.decided.push(d);
             if d.runs {
                 admission.admitted.push(r.clone());
@@ -469,6 +495,33 @@ impl ClientTable {
         }
         admission
     }
+}
+
+/// Whom to tell `outcome` of request `seq` of `client`, if its sender waits here for it (it
+/// then no longer waits).
+fn tell(
+    awaiting: &mut FxHashMap<u64, (u64, Addr)>,
+    client: u64,
+    seq: u64,
+    outcome: &Last,
+) -> Option<(Addr, OrderMsg)> {
+    match awaiting.get(&client) {
+        Some(&(wanted, to)) if wanted == seq => {
+            awaiting.remove(&client);
+            Some((to, outcome.message(client, seq)))
+        }
+        _ => None,
+    }
+}
+
+/// Sessions are indexed by when they end in steps of this many milliseconds of log time: a
+/// session's index entry moves only when its end crosses into another step (not with every
+/// request), and a sweep forgets it once the whole step is past, up to a step after its end.
+pub(super) const ENDING_STEP_MS: u64 = 1024;
+
+/// The step of ends that `until` falls in.
+fn ending_step(until: u64) -> u64 {
+    until / ENDING_STEP_MS
 }
 
 /// How many buckets the clients fall in for what the table remembers of forgotten sessions.

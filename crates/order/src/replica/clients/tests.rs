@@ -61,7 +61,8 @@ fn a_batch_admits_each_clients_newest_numbers_in_order_and_expires_the_late() {
         .map(|d| (d.client, d.seq, d.runs))
         .collect();
     assert_eq!(decided, vec![(1, 6, true), (3, 1, false), (2, 4, true)]);
-    assert_eq!(ahead.decided, BTreeMap::from([(1, 1), (2, 2), (3, 1)]));
+    let counts: BTreeMap<u64, usize> = ahead.touched.iter().map(|(c, t)| (*c, t.decided)).collect();
+    assert_eq!(counts, BTreeMap::from([(1, 1), (2, 2), (3, 1)]));
 }
 
 #[test]
@@ -178,16 +179,19 @@ fn a_session_lives_until_its_latest_deadline_and_is_then_forgotten() {
             response: vec![2]
         })
     );
-    // Past it, the session is gone; a re-sent copy cannot run (its deadline is past) and
-    // whether it ran is no longer known.
-    assert_eq!(table.sweep(301), 1);
+    // Past it the session counts as absent; it is swept once its whole step of ends is
+    // past. Then a re-sent copy cannot run (its deadline is past) and whether it ran is no
+    // longer known.
+    assert_eq!(table.sweep(301), 0);
+    assert_eq!(table.sweep(ENDING_STEP_MS), 1);
     assert!(table.sessions().is_empty());
     assert_eq!(
-        table.receive(50, &req(1, 2, 200), 301),
+        table.receive(50, &req(1, 2, 200), ENDING_STEP_MS),
         Reception::Answer(OrderMsg::Unknown { client: 1, seq: 2 })
     );
     // A request with a later deadline never ran in the forgotten session: it is ordered.
-    assert_eq!(table.receive(50, &req(1, 3, 400), 301), Reception::Order);
+    let later = req(1, 3, 2 * ENDING_STEP_MS);
+    assert_eq!(table.receive(50, &later, ENDING_STEP_MS), Reception::Order);
 }
 
 #[test]
@@ -242,7 +246,7 @@ fn what_is_ahead_leaves_the_final_table_alike_whenever_entries_become_final() {
         }
         ahead.finished(&admission.decided);
     }
-    assert!(ahead.sessions.is_empty() && ahead.decided.is_empty());
+    assert!(ahead.touched.is_empty());
     assert_eq!(table.admit(&next, 450, &mut Ahead::default()), expected);
     // Client 1's session ended at 300 < 400: its request 3 expired there, and starts none.
     assert_eq!(table.sessions().get(&1), None);
@@ -333,4 +337,28 @@ fn a_request_after_its_clients_own_ended_session_is_known_never_to_have_run() {
         table.receive(50, &req(1, 1, 100), 150),
         Reception::Answer(OrderMsg::Unknown { client: 1, seq: 1 })
     );
+}
+
+#[test]
+fn a_copy_expiring_after_its_ended_session_ran_it_is_unknown_even_before_the_sweep() {
+    let mut table = ClientTable::default();
+    finish(&mut table, ran(1, 14, 300), 100, Last::Answered(vec![14]));
+    // At 400 the session has ended, and is not swept yet (its step of ends is not past).
+    assert_eq!(table.sweep(400), 0);
+    assert_eq!(table.sessions().len(), 1);
+    // A copy of request 14 is decided there: it expires, and its sender waits here.
+    table.awaiting.insert(1, (14, 7));
+    let copy = Decided {
+        client: 1,
+        seq: 14,
+        deadline: 300,
+        runs: false,
+    };
+    // The ended session ran it: its sender is told the outcome is unknown, never that it
+    // expired.
+    assert_eq!(
+        table.record(copy, 400, Last::Expired),
+        Some((7, OrderMsg::Unknown { client: 1, seq: 14 }))
+    );
+    assert!(table.sessions().is_empty());
 }
