@@ -92,6 +92,12 @@ impl Certifier for OssCertifier {
             }) => Err(CertifyError::Refused(
                 "it touches keys of more than one consistency domain".into(),
             )),
+            Some(OssDelivery::Aborted {
+                reason: AbortReason::Unknown,
+                ..
+            }) => Err(CertifyError::unknown(
+                "an image of its domain passed it, and whether it committed is not known",
+            )),
             Some(OssDelivery::Aborted { .. }) => Ok(Verdict::Conflict),
             None => Err(CertifyError::unknown(format!(
                 "no answer within {} ms",

@@ -283,7 +283,7 @@ impl DomainLog {
     /// and the history (which no longer runs without a gap) starts over. Ignored unless it
     /// is ahead of what is applied here; returns whether it was taken.
     pub fn install_image(&mut self, through: CommitId, recent: &[(TxId, CommitId)]) -> bool {
-        if through <= self.applied {
+        if through <= self.applied || through == CommitId::MAX {
             return false;
         }
         self.received = self.received.split_off(&(through + 1));

@@ -15,7 +15,8 @@ use atomos_seam::Output;
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 
-use super::msg::{OssDelivery, OssMsg, OssRecord};
+use super::domain_log::RECENT_PER_NODE;
+use super::msg::{AbortReason, OssDelivery, OssMsg, OssRecord};
 use super::node::OssNode;
 use super::vocabulary::OssOutput;
 use super::write_set::{CommitId, DomainId, TxId};
@@ -23,9 +24,10 @@ use super::write_set::{CommitId, DomainId, TxId};
 /// The most bytes of keys and values one part of an image carries (one message each).
 pub const IMAGE_PART_BYTES: usize = 1 << 20;
 
-/// The most parts an image may announce: a part naming more is refused (it would make the
-/// receiver hold more than any store this size of part carries).
-const IMAGE_PARTS_MAX: u32 = 1 << 16;
+/// The most parts an image may announce: a part naming more is refused. An image is persisted
+/// as one log record, which the disk takes up to 4 GiB: a domain larger than that cannot be
+/// sent as an image.
+const IMAGE_PARTS_MAX: u32 = 4096;
 
 /// A key of a domain: the commit id of its newest write and its value then (`None`: deleted).
 pub type ImageObject = (Key, CommitId, Option<Vec<u8>>);
@@ -147,17 +149,20 @@ impl Assembly {
 
 impl OssNode {
     /// Node `to` lacks write sets of `domain` this node no longer keeps: it gets an image of
-    /// the domain, at most once per four fetch intervals (an image may be large).
+    /// the domain, at most once per four fetch intervals per part of the last one it got (an
+    /// image may be large, and takes a while to arrive).
     pub(super) fn send_image(&mut self, to: u64, domain: DomainId, out: &mut Vec<OssOutput>) {
         let every = self.cfg.gap_after.max(1) * 4;
         let ticks = self.ticks;
         let Some(d) = self.domains.get_mut(domain as usize) else {
             return;
         };
-        if d.images_sent.get(&to).is_some_and(|&at| ticks < at + every) {
+        if d.images_sent
+            .get(&to)
+            .is_some_and(|&(at, parts)| ticks < at + every * parts.max(1))
+        {
             return;
         }
-        d.images_sent.insert(to, ticks);
         let image = match self.image_of(domain) {
             Ok(image) => image,
             Err(e) => {
@@ -168,7 +173,11 @@ impl OssNode {
             }
         };
         self.counters.images_sent += 1;
-        for part in image.into_parts() {
+        let parts = image.into_parts();
+        self.domains[domain as usize]
+            .images_sent
+            .insert(to, (ticks, parts.len() as u64));
+        for part in parts {
             out.push(Output::Send {
                 to,
                 msg: OssMsg::ImagePart(part),
@@ -208,20 +217,41 @@ impl OssNode {
     /// A part of an image from node `from`: once whole and ahead of what is applied here, it
     /// is persisted, and installed once durable.
     pub(super) fn take_image_part(&mut self, from: u64, part: ImagePart, out: &mut Vec<OssOutput>) {
+        if from == self.cfg.id || !self.cfg.members.contains(&from) {
+            return;
+        }
         let Some(d) = self.domains.get_mut(part.image.domain as usize) else {
             return;
         };
         if part.image.through <= d.log.applied()
+            || part.image.through == CommitId::MAX
             || d.image
                 .as_ref()
                 .is_some_and(|(_, i)| i.through >= part.image.through)
         {
             return;
         }
-        let Some(image) = d.assembly.take(from, part) else {
+        // One image at a time from each member: several answering the fetches sent in turn
+        // do not restart each other's.
+        let Some(image) = d.assembly.entry(from).or_default().take(from, part) else {
             return;
         };
         let domain = image.domain as usize;
+        self.domains[domain].assembly.clear();
+        // Only keys of the domain: an image naming another's (or a node-local key) is not
+        // one this node made.
+        let foreign = image
+            .objects
+            .iter()
+            .find(|(k, _, _)| self.is_local(k) || self.domain_of(k) != image.domain);
+        if let Some((k, _, _)) = foreign {
+            out.push(Output::Warn(format!(
+                "oss: an image of domain {} from node {from} names key {k}, not one of the \
+                 domain's: not taken",
+                image.domain
+            )));
+            return;
+        }
         let write = self.persist(vec![OssRecord::Image(image.clone())], out);
         self.domains[domain].image = Some((write, image));
     }
@@ -279,6 +309,18 @@ impl OssNode {
                 callers.extend(p.caller);
             }
         }
+        // A waiting commit the image's latest commits of this node do not name did not
+        // commit through the image, unless those are full: then it may be older than all.
+        let full = image.recent.iter().filter(|(tx, _)| tx.node == me).count() >= RECENT_PER_NODE;
+        let unknown: Vec<TxId> = if full {
+            self.pending
+                .iter()
+                .filter(|(_, p)| p.domain == domain)
+                .map(|(tx, _)| *tx)
+                .collect()
+        } else {
+            Vec::new()
+        };
         self.position += 1;
         self.engine.apply_certified(self.position, &[], writes);
         let d = &mut self.domains[i];
@@ -286,6 +328,22 @@ impl OssNode {
         d.log.install_image(image.through, &image.recent);
         d.progress_at = self.ticks;
         self.counters.images_installed += 1;
+        for tx in unknown {
+            let Some(p) = self.pending.remove(&tx) else {
+                continue;
+            };
+            if !p.local_writes.is_empty() || !p.local_reads.is_empty() {
+                // Logged to be sent again after a restart: never again.
+                self.persist(vec![OssRecord::Refused(tx)], out);
+            }
+            if let Some(caller) = p.caller {
+                self.counters.aborts += 1;
+                out.push(Output::Deliver(OssDelivery::Aborted {
+                    tx: caller,
+                    reason: AbortReason::Unknown,
+                }));
+            }
+        }
         for caller in callers {
             self.counters.commits += 1;
             out.push(Output::Deliver(OssDelivery::Committed {

@@ -236,4 +236,8 @@ pub enum AbortReason {
     /// The node restarted and has not installed everything its log held yet: run it again
     /// shortly.
     Recovering,
+    /// Whether it committed cannot be told: an image of its domain passed it, and the image's
+    /// latest commits of this node (at most [`super::domain_log::RECENT_PER_NODE`]) do not
+    /// go back that far. It is not sent again; its node-local writes are not installed.
+    Unknown,
 }

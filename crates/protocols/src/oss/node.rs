@@ -55,10 +55,10 @@ pub(super) struct DomainNode {
     pub(super) digest: u64,
     /// An image received whole, with the write that persists it: installed once durable.
     pub(super) image: Option<(u64, DomainImage)>,
-    /// The parts of an image received so far.
-    pub(super) assembly: Assembly,
-    /// When this node last sent an image of the domain to each node (ticks).
-    pub(super) images_sent: BTreeMap<u64, u64>,
+    /// The parts of an image received so far, from each member sending one.
+    pub(super) assembly: BTreeMap<u64, Assembly>,
+    /// When this node last sent an image of the domain to each node (ticks), and its parts.
+    pub(super) images_sent: BTreeMap<u64, (u64, u64)>,
 }
 
 /// A commit of this node's application waiting for its outcome.

@@ -92,7 +92,7 @@ impl OssNode {
                 token: TokenState::default(),
                 digest: 0,
                 image: None,
-                assembly: Default::default(),
+                assembly: BTreeMap::new(),
                 images_sent: BTreeMap::new(),
             })
             .collect();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use atomos_core::history::list_append::ListOp;
 use atomos_core::{Engine, EngineConfig, TxError, TxOptions};
 use atomos_protocols::oss::{
-    CommitMode, OssBug, OssConfig, OssDelivery, OssError, OssMsg, OssNode, OssRequest,
+    AbortReason, CommitMode, OssBug, OssConfig, OssDelivery, OssError, OssMsg, OssNode, OssRequest,
 };
 use atomos_sim::workload::bank_account as account;
 use atomos_sim::workload::{
@@ -269,6 +269,14 @@ impl Node {
                         Some(Waiting::Transfer) => Output::Deliver(Note::Transferred),
                         None => Output::Warn(format!("an answer for unknown commit {tx}")),
                     }
+                }
+                Output::Deliver(OssDelivery::Aborted {
+                    tx,
+                    reason: AbortReason::Unknown,
+                }) => {
+                    // Whether it committed is not known: neither done nor aborted.
+                    self.waiting.remove(&tx);
+                    Output::Warn(format!("the outcome of commit {tx} is unknown"))
                 }
                 Output::Deliver(OssDelivery::Aborted { tx, .. }) => {
                     match self.waiting.remove(&tx) {
