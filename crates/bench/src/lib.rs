@@ -14,6 +14,7 @@ pub mod open_loop;
 pub mod order;
 pub mod processes;
 pub mod report;
+pub mod soak;
 pub mod workloads;
 
 pub use cluster::{BenchNodes, ClusterSpec, TransportKind};

@@ -45,6 +45,11 @@ pub struct OrderBenchConfig {
     pub link_delay: Duration,
     /// What the replicas run.
     pub machine: OrderMachine,
+    /// Each replica's clients are retired after this many requests, later requests coming
+    /// from new clients (0: never): load from many short-lived clients.
+    pub client_requests: u64,
+    /// Sample memory, logs, snapshots and bookkeeping this often (see [`crate::soak`]).
+    pub sample_every: Option<Duration>,
 }
 
 /// The state machine of an order benchmark's replicas.
@@ -108,6 +113,12 @@ pub struct OrderReport {
     /// `confirmed / (confirmed + rerun)`.
     #[serde(default)]
     pub confirmed_ratio: f64,
+    /// Requests per client before it is retired (0: never).
+    #[serde(default)]
+    pub client_requests: u64,
+    /// Samples taken every `--sample-every` seconds (none without it).
+    #[serde(default)]
+    pub samples: Vec<crate::soak::SoakSample>,
 }
 
 /// Two percentiles.
@@ -133,6 +144,18 @@ impl OrderReport {
         } else {
             String::new()
         };
+        let samples = if self.samples.is_empty() {
+            String::new()
+        } else {
+            let clients = match self.client_requests {
+                0 => String::new(),
+                k => format!(
+                    "; clients retired after {k} requests (about {} clients)",
+                    (self.ordered_per_s * self.duration_s) as u64 / k
+                ),
+            };
+            format!("{clients}\n{}", crate::soak::summary(&self.samples))
+        };
         format!(
             "order: {} replicas, {} B requests, fsync {}: {:.0} requests ordered/s; {} opt-delivered, {} revoked ({:.2}%); opt->final p50 {:.0} us, p99 {:.0} us; {} leader kills, final term {}",
             self.nodes,
@@ -147,6 +170,7 @@ impl OrderReport {
             self.leader_kills,
             self.max_term
         ) + &speculation
+            + &samples
     }
 }
 
@@ -180,6 +204,7 @@ fn node_config(cfg: &OrderBenchConfig, m: &Member, ids: &[u64]) -> OrderNodeConf
     c.wal = Some((m.wal.clone(), cfg.fsync));
     c.load_clients = cfg.clients_per_node;
     c.load_request_bytes = cfg.request_bytes;
+    c.client_requests_max = cfg.client_requests;
     c
 }
 
@@ -253,8 +278,21 @@ async fn run_cluster(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
     let started = Instant::now();
     let mut kills = 0;
     let mut next_kill = cfg.kill_leader_every.map(|d| started + d);
+    let mut samples = Vec::new();
+    let mut next_sample = cfg.sample_every.map(|d| started + d);
     while started.elapsed() < cfg.duration {
         tokio::time::sleep(Duration::from_millis(20)).await;
+        if let (Some(at), Some(every)) = (next_sample, cfg.sample_every) {
+            if Instant::now() >= at {
+                next_sample = Some(at + every);
+                let now = totals(&members);
+                samples.push(sample(
+                    &members,
+                    started,
+                    now.answered + carried.answered - start_totals.answered,
+                ));
+            }
+        }
         if next_kill.is_some_and(|t| Instant::now() >= t) {
             next_kill = cfg.kill_leader_every.map(|d| Instant::now() + d);
             if let Some(i) = members
@@ -322,6 +360,8 @@ async fn run_cluster(cfg: &OrderBenchConfig) -> Result<OrderReport, String> {
         speculated,
         confirmed,
         rerun,
+        client_requests: cfg.client_requests,
+        samples,
         confirmed_ratio: if confirmed + rerun == 0 {
             0.0
         } else {
@@ -432,6 +472,27 @@ fn totals(members: &[Member]) -> Totals {
         }
     }
     t
+}
+
+/// A sample of the cluster now, `ordered` requests into the measurement.
+fn sample(members: &[Member], started: Instant, ordered: u64) -> crate::soak::SoakSample {
+    let live: Vec<_> = members
+        .iter()
+        .filter_map(|m| m.node.as_ref().map(|n| n.stats().kept))
+        .collect();
+    crate::soak::SoakSample {
+        at_s: started.elapsed().as_secs_f64(),
+        ordered,
+        rss_bytes: crate::soak::rss_bytes(),
+        wal_bytes: members
+            .iter()
+            .filter_map(|m| std::fs::metadata(&m.wal).ok())
+            .map(|md| md.len())
+            .sum(),
+        snapshot_bytes: live.iter().map(|k| k.snapshot_bytes).max().unwrap_or(0),
+        sessions: live.iter().map(|k| k.sessions).max().unwrap_or(0),
+        batches: live.iter().map(|k| k.batches).max().unwrap_or(0),
+    }
 }
 
 fn answered(members: &[Member]) -> u64 {

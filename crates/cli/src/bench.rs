@@ -130,6 +130,14 @@ pub(crate) struct BenchArgs {
     /// Order: closed-loop clients per replica.
     #[arg(long, default_value_t = 256)]
     clients: usize,
+    /// Order: retire each client after this many requests, so that later ones come from new
+    /// clients (0: never).
+    #[arg(long, default_value_t = 0)]
+    client_requests: u64,
+    /// Order: every this many seconds, sample resident memory, log and snapshot sizes and the
+    /// replicas' bookkeeping, and report whether each levels off.
+    #[arg(long)]
+    sample_every: Option<f64>,
     /// Oss: how commits are numbered: ultra-peer, distributed-token or coordinator-token.
     #[arg(long, default_value = "ultra-peer", value_parser = crate::OSS_COMMIT_MODES)]
     oss_commit: String,
@@ -274,6 +282,11 @@ pub(crate) fn run(args: BenchArgs) -> Result<bool, String> {
             clients_per_node: args.clients,
             batch_max: args.batch.max(1),
             link_delay,
+            client_requests: args.client_requests,
+            sample_every: args
+                .sample_every
+                .map(|s| seconds(s, "--sample-every"))
+                .transpose()?,
             machine: match args.protocol.as_str() {
                 "local" => atomos_bench::order::OrderMachine::Register,
                 "active" => atomos_bench::order::OrderMachine::Active {

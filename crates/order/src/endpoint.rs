@@ -127,6 +127,9 @@ pub struct Endpoint<S: StateMachine> {
     busy: BTreeMap<u64, (Client, Submission)>,
     /// Clients with nothing in flight, kept with their numbering.
     idle: Vec<Client>,
+    /// A client is retired after this many requests (0: never; see
+    /// [`Endpoint::retire_clients_after`]).
+    client_requests_max: u64,
     /// Messages to this node held until the writes emitted before them are durable.
     gate: Gate<OrderMsg>,
     /// Messages to this node that may be acted on now.
@@ -152,9 +155,17 @@ impl<S: StateMachine> Endpoint<S> {
             clients_made: 0,
             busy: BTreeMap::new(),
             idle: Vec::new(),
+            client_requests_max: 0,
             gate: Gate::new(),
             local: VecDeque::new(),
         }
+    }
+
+    /// Retires each of this node's clients once it sent `requests` requests (0: never), so
+    /// that later submissions come from new clients: load that stands for many short-lived
+    /// clients, whose sessions the cluster must forget (benchmarks of its bookkeeping).
+    pub fn retire_clients_after(&mut self, requests: u64) {
+        self.client_requests_max = requests;
     }
 
     /// The replica.
@@ -312,7 +323,12 @@ impl<S: StateMachine> Endpoint<S> {
                     continue;
                 }
             }
-            self.idle.push(c);
+            if self.client_requests_max == 0 || c.next_number() <= self.client_requests_max {
+                // An idle client keeps no expired payload.
+                let mut c = c;
+                let _ = c.take_expired(seq);
+                self.idle.push(c);
+            }
             out.push(Output::Deliver(EndpointDelivery::Answered {
                 ticket: submission.ticket,
                 client,

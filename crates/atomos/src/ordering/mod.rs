@@ -84,6 +84,9 @@ pub struct OrderNodeConfig {
     pub load_clients: usize,
     /// Payload bytes of a generated request.
     pub load_request_bytes: usize,
+    /// Each of the node's clients is retired after this many requests, and later ones come
+    /// from new clients (0: never; see [`atomos_order::Endpoint::retire_clients_after`]).
+    pub client_requests_max: u64,
     /// Ticks a client waits for an answer before re-sending to the next replica.
     pub client_resend_ticks: u64,
     /// How generated requests are made and reported (default: `load_request_bytes` of 7s,
@@ -131,6 +134,7 @@ impl OrderNodeConfig {
             wal: None,
             load_clients: 0,
             load_request_bytes: 64,
+            client_requests_max: 0,
             client_resend_ticks: 40,
             load_hooks: None,
             health: None,
@@ -167,6 +171,19 @@ pub struct OrderNodeStats {
     /// The state machine's own counters ([`StateMachine::counters`]), as of at most
     /// [`MACHINE_COUNTERS_EVERY`] ago.
     pub machine: Vec<(&'static str, u64)>,
+    /// What the replica keeps, as of at most [`MACHINE_COUNTERS_EVERY`] ago.
+    pub kept: Kept,
+}
+
+/// What a replica keeps that could grow with time: its latest snapshot and its bookkeeping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// The encoded size of its latest snapshot's state.
+    pub snapshot_bytes: u64,
+    /// Client sessions held.
+    pub sessions: u64,
+    /// Delivered batches remembered (to deliver each once).
+    pub batches: u64,
 }
 
 /// How many committed positions a ready replica may still have to apply (see
@@ -247,6 +264,7 @@ struct Shared {
     opt_delivered: AtomicU64,
     revoked: AtomicU64,
     requests_delivered: AtomicU64,
+    kept: Mutex<Kept>,
     load_answered: AtomicU64,
     opt_to_final: Mutex<Histogram<u64>>,
     deliveries: Mutex<Option<mpsc::UnboundedSender<Delivery>>>,
@@ -345,6 +363,7 @@ impl OrderNode {
             opt_delivered: AtomicU64::new(0),
             revoked: AtomicU64::new(0),
             requests_delivered: AtomicU64::new(0),
+            kept: Mutex::new(Kept::default()),
             load_answered: AtomicU64::new(0),
             opt_to_final: Mutex::new(
                 Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds"),
@@ -391,7 +410,8 @@ impl OrderNode {
             resend_ticks: cfg.client_resend_ticks,
             request_lifetime_ms: atomos_order::REQUEST_LIFETIME_MS,
         };
-        let endpoint = Endpoint::new(replica, &cfg.replica.replicas, endpoint_cfg);
+        let mut endpoint = Endpoint::new(replica, &cfg.replica.replicas, endpoint_cfg);
+        endpoint.retire_clients_after(cfg.client_requests_max);
         let abandon = match &disk {
             LogDisk::Thread(worker) => Some(worker.abandoner()),
             LogDisk::Nowhere | LogDisk::Inline(_) => None,
@@ -524,6 +544,7 @@ impl OrderNode {
             sends_refused: self.shared.refused.count(),
             last_refused: self.shared.refused.last(),
             machine: self.shared.machine.lock().clone(),
+            kept: *self.shared.kept.lock(),
         }
     }
 

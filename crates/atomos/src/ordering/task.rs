@@ -371,6 +371,12 @@ impl<S: StateMachine> Task<S> {
             self.io.counters_due = now + MACHINE_COUNTERS_EVERY;
             let counters = replica.machine().counters();
             self.io.shared.publish_machine(self.io.me, counters);
+            let (batches, _) = replica.remembered_batches();
+            *self.io.shared.kept.lock() = super::Kept {
+                snapshot_bytes: replica.snapshot_bytes() as u64,
+                sessions: replica.sessions() as u64,
+                batches: batches as u64,
+            };
             publish_replica(self.io.me, replica);
         }
         Ok(produced > 0)

@@ -274,7 +274,8 @@ impl ClientTable {
     }
 
     /// Whether request `seq` of `client` is decided: it or a later one of its client was
-    /// finally delivered and its session lives.
+    /// finally delivered in the session the table holds (which may have ended and not been
+    /// swept yet: the request was decided all the same).
     pub(super) fn decided(&self, client: u64, seq: u64) -> bool {
         self.sessions.get(&client).is_some_and(|s| seq <= s.seq)
     }
