@@ -237,7 +237,11 @@ impl OssNode {
             return;
         };
         let domain = image.domain as usize;
-        self.domains[domain].assembly.clear();
+        // Images from other members no further than this one are of no more use.
+        let through = image.through;
+        self.domains[domain]
+            .assembly
+            .retain(|_, a| a.through > through);
         // Only keys of the domain: an image naming another's (or a node-local key) is not
         // one this node made.
         let foreign = image
