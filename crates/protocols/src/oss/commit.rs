@@ -231,22 +231,24 @@ impl OssNode {
             .pending
             .get(&tx)
             .is_some_and(|p| p.epoch == epoch && p.decided_through.is_none());
-        if !current {
-            return;
+        if current {
+            self.give_up(tx, AbortReason::Conflict(key), out);
         }
+    }
+
+    /// Waiting commit `tx` ends without committing here, for `reason`: it is never sent
+    /// again (if it was logged to be sent after a restart, it is logged refused first), and
+    /// its caller is answered.
+    pub(super) fn give_up(&mut self, tx: TxId, reason: AbortReason, out: &mut Vec<OssOutput>) {
         let Some(p) = self.pending.remove(&tx) else {
             return;
         };
         if !p.local_writes.is_empty() || !p.local_reads.is_empty() {
-            // It was logged to be sent again after a restart: logged as refused first.
             self.persist(vec![OssRecord::Refused(tx)], out);
         }
         if let Some(caller) = p.caller {
             self.counters.aborts += 1;
-            out.push(Output::Deliver(OssDelivery::Aborted {
-                tx: caller,
-                reason: AbortReason::Conflict(key),
-            }));
+            out.push(Output::Deliver(OssDelivery::Aborted { tx: caller, reason }));
         }
     }
 

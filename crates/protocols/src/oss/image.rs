@@ -333,20 +333,7 @@ impl OssNode {
         d.progress_at = self.ticks;
         self.counters.images_installed += 1;
         for tx in unknown {
-            let Some(p) = self.pending.remove(&tx) else {
-                continue;
-            };
-            if !p.local_writes.is_empty() || !p.local_reads.is_empty() {
-                // Logged to be sent again after a restart: never again.
-                self.persist(vec![OssRecord::Refused(tx)], out);
-            }
-            if let Some(caller) = p.caller {
-                self.counters.aborts += 1;
-                out.push(Output::Deliver(OssDelivery::Aborted {
-                    tx: caller,
-                    reason: AbortReason::Unknown,
-                }));
-            }
+            self.give_up(tx, AbortReason::Unknown, out);
         }
         for caller in callers {
             self.counters.commits += 1;
