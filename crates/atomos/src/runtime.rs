@@ -158,7 +158,8 @@ impl NodeRuntime {
             Some(key) => key.clone(),
             None => KeyPair::generate().map_err(|e| RuntimeError::Key(e.to_string()))?,
         };
-        let identity = Identity::member(settings.cluster.clone(), settings.node_id, secret, key)?;
+        let identity = Identity::member(settings.cluster.clone(), settings.node_id, secret, key)?
+            .speaking_up_to(settings.wire_version)?;
         let roster = Arc::new(roster_of(settings));
         let members = settings.peers.iter().map(|p| (p.id, p.address)).collect();
         let mut cfg = TcpConfig::new(identity, members, roster.clone());

@@ -85,6 +85,36 @@ pub enum NodeMsg {
     BackupChunk(Result<Vec<u8>, Refusal>),
 }
 
+impl atomos_net::wire::WireMessage for NodeMsg {
+    /// Every message here, and every variant of the protocols' messages inside, was spoken by
+    /// wire version 17, the oldest this build speaks (0: every version spoken has it). A variant added later says its version
+    /// here (the match is exhaustive so that adding one asks the question); so does a new
+    /// variant of a protocol's message, by matching it inside its `NodeMsg` variant.
+    fn since(&self) -> u16 {
+        match self {
+            NodeMsg::Ping(_)
+            | NodeMsg::Pong(_)
+            | NodeMsg::Order(_)
+            | NodeMsg::Tfa(_)
+            | NodeMsg::Describe
+            | NodeMsg::Catalog { .. }
+            | NodeMsg::Query { .. }
+            | NodeMsg::QueryAnswer(_)
+            | NodeMsg::Oss(_)
+            | NodeMsg::Submit { .. }
+            | NodeMsg::SubmitAnswer(_)
+            | NodeMsg::Status
+            | NodeMsg::StatusReport(_)
+            | NodeMsg::ChangeMembership(_)
+            | NodeMsg::MembershipChanged(_)
+            | NodeMsg::BackupBegin
+            | NodeMsg::BackupReady(_)
+            | NodeMsg::BackupFetch { .. }
+            | NodeMsg::BackupChunk(_) => 0,
+        }
+    }
+}
+
 /// A backup a member keeps for a client to fetch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackupOffer {

@@ -93,6 +93,8 @@ enum NetMsg {
     Data(Vec<u8>),
 }
 
+impl atomos::net::wire::WireMessage for NetMsg {}
+
 type Node = (Rpc<NetMsg>, Arc<TcpTransport<Envelope<NetMsg>>>);
 
 /// The shortest run: each phase needs time for some round trips.

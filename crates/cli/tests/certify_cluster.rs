@@ -7,7 +7,6 @@
 //! audit on every replica found the total; no audit failed; every transfer a node saw
 //! acknowledged is counted in the replicated state.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -129,51 +128,7 @@ fn run_cluster(protocol: &str, nodes: usize, name: &str, extra: &[&str]) {
         }
     }
 
-    // Replicas compared their digests (every 5 s) and never found each other apart.
-    for log in &all_logs {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        assert!(
-            !text.contains("replicas diverged"),
-            "{} reports a divergence",
-            log.display()
-        );
-    }
-    // Every audit anywhere saw the total.
-    let mut acked: BTreeMap<u64, u64> = BTreeMap::new();
-    for log in &all_logs {
-        for a in audits(log) {
-            assert_eq!(a.total, TOTAL, "{} audited a wrong total", log.display());
-            let e = acked.entry(a.run).or_default();
-            *e = (*e).max(a.transfers);
-        }
-    }
-    assert!(acked.len() >= nodes + 3, "runs: {acked:?}");
-    let total_acked: u64 = acked.values().sum();
-    assert!(
-        total_acked > 50,
-        "only {total_acked} transfers acknowledged"
-    );
-    // Every transfer a killed run saw acknowledged is counted on every replica now; a live
-    // run's own audit counts at least what it had acknowledged when the audit began.
-    let dead: Vec<u64> = all_logs
-        .iter()
-        .filter(|l| !current.contains(l))
-        .flat_map(|l| audits(l).into_iter().map(|a| a.run))
-        .collect();
-    for log in &current {
-        let last = audits(log).pop().expect("an audit");
-        let mut runs: Vec<u64> = dead.clone();
-        runs.push(last.run);
-        for run in runs {
-            let counted = last.counted.get(&run).copied().unwrap_or(0);
-            assert!(
-                counted >= acked[&run],
-                "{}: run {run} saw {} transfers acknowledged, the state counts {counted}",
-                log.display(),
-                acked[&run]
-            );
-        }
-    }
+    common::bank::nothing_acknowledged_lost(&all_logs, &current, TOTAL, nodes + 3);
 
     if protocol == "oss" {
         // Commits went through the protocol as configured (metrics are published each second).

@@ -2,8 +2,10 @@
 //! (pattern `XXpsk0`, via the `snow` crate), keyed by the cluster secret and by each side's own
 //! static key pair (see [`keys`](crate::keys)).
 //!
-//! 1. Both sides send a [`Preamble`] in the clear: the wire version and the cluster name, so a
-//!    node of another version or cluster gets a clear refusal. Nothing secret is in it.
+//! 1. Both sides send a [`Preamble`] in the clear: the oldest and newest wire versions it
+//!    speaks and the cluster name, so a node of another cluster, or with no version in common,
+//!    gets a clear refusal. The connection speaks the newest version both sides do. Nothing
+//!    secret is in it.
 //! 2. The dialler (initiator) sends Noise's first message: a fresh ephemeral key and its
 //!    [`Claim`] (member id, or the number a client's id derives from), encrypted under a key mixed from
 //!    a pre-shared key derived from the cluster secret (and the cluster name). Only a peer that
@@ -37,7 +39,7 @@ use crate::keys::{KeyPair, PublicKey, KEY_BYTES};
 use crate::roster::{client_id, Claim, Rejection, Roster};
 use crate::secure::{self, Opener, Sealer};
 use crate::transport::{is_client, NodeId, CLIENT_BIT};
-use crate::wire::WIRE_VERSION;
+use crate::wire::{OLDEST_WIRE_VERSION, WIRE_VERSION};
 
 /// The Noise protocol every connection speaks.
 pub const NOISE_PATTERN: &str = "Noise_XXpsk0_25519_ChaChaPoly_BLAKE2s";
@@ -55,10 +57,98 @@ const LABEL: &[u8] = b"atomos noise v2\0";
 /// What each side sends first, in the clear.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Preamble {
-    /// The wire version the sender speaks.
-    pub wire_version: u16,
+    /// The oldest wire version the sender speaks. Builds of version 17 sent only this and the
+    /// cluster, meaning the one version they speak, and refuse a peer whose first field differs:
+    /// so it comes first, and `newest` after the cluster, where they do not read.
+    pub oldest: u16,
     /// The sender's cluster.
     pub cluster: String,
+    /// The newest wire version the sender speaks (absent from a version 17 build's preamble).
+    pub newest: u16,
+}
+
+/// The first wire version whose preamble carries [`Preamble::newest`]; a side speaking an older
+/// one sends the preamble without it, as builds of that version did.
+pub const RANGED_PREAMBLE_SINCE: u16 = 18;
+
+/// A preamble as version 17 builds sent it.
+#[derive(Serialize, Deserialize)]
+struct PreambleV17 {
+    version: u16,
+    cluster: String,
+}
+
+impl Preamble {
+    /// This side's preamble when it speaks up to `newest`, as bytes.
+    fn encode(cluster: &str, newest: u16) -> Vec<u8> {
+        let cluster = cluster.to_string();
+        // A string and integers always encode; the name is bounded by `Identity::checked`.
+        if newest < RANGED_PREAMBLE_SINCE {
+            postcard::to_stdvec(&PreambleV17 {
+                version: newest,
+                cluster,
+            })
+            .unwrap_or_default()
+        } else {
+            postcard::to_stdvec(&Preamble {
+                oldest: OLDEST_WIRE_VERSION,
+                cluster,
+                newest,
+            })
+            .unwrap_or_default()
+        }
+    }
+
+    /// Reads a peer's preamble, in either form; every byte must belong to it.
+    pub fn decode(bytes: &[u8]) -> Result<Preamble, Refusal> {
+        let malformed = |e: postcard::Error| Refusal::Malformed(format!("preamble: {e}"));
+        let (old, rest): (PreambleV17, &[u8]) =
+            postcard::take_from_bytes(bytes).map_err(malformed)?;
+        let newest = match rest {
+            [] => old.version,
+            _ => {
+                let (newest, rest): (u16, &[u8]) =
+                    postcard::take_from_bytes(rest).map_err(malformed)?;
+                if !rest.is_empty() {
+                    return Err(Refusal::Malformed(format!(
+                        "preamble: {} bytes after its end",
+                        rest.len()
+                    )));
+                }
+                newest
+            }
+        };
+        if newest < old.version {
+            return Err(Refusal::Malformed(format!(
+                "preamble: newest wire version {newest} below the oldest {}",
+                old.version
+            )));
+        }
+        Ok(Preamble {
+            oldest: old.version,
+            cluster: old.cluster,
+            newest,
+        })
+    }
+}
+
+/// The wire versions one side speaks, oldest to newest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Speaks {
+    /// The oldest.
+    pub oldest: u16,
+    /// The newest.
+    pub newest: u16,
+}
+
+impl fmt::Display for Speaks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.oldest == self.newest {
+            write!(f, "wire version {}", self.oldest)
+        } else {
+            write!(f, "wire versions {} to {}", self.oldest, self.newest)
+        }
+    }
 }
 
 /// This node's (or client's) identity for handshakes: its cluster, the cluster secret, its own
@@ -70,6 +160,8 @@ pub struct Identity {
     node: NodeId,
     secret: Vec<u8>,
     keys: KeyPair,
+    /// The newest wire version this side speaks.
+    newest: u16,
 }
 
 impl fmt::Debug for Identity {
@@ -78,6 +170,7 @@ impl fmt::Debug for Identity {
             .field("cluster", &self.cluster)
             .field("node", &self.node)
             .field("key", &self.keys.public())
+            .field("newest", &self.newest)
             .field("secret", &"<hidden>")
             .finish()
     }
@@ -98,6 +191,12 @@ pub enum IdentityError {
     /// A member's id has the client bit set.
     #[error("member id {0} has the client bit set: a member's id must be below {CLIENT_BIT}")]
     ClientBit(NodeId),
+    /// A wire version this build does not speak.
+    #[error(
+        "wire version {0} is not spoken by this build: it speaks {OLDEST_WIRE_VERSION} to \
+         {WIRE_VERSION}"
+    )]
+    WireVersion(u16),
 }
 
 impl Identity {
@@ -160,7 +259,28 @@ impl Identity {
             node,
             secret,
             keys,
+            newest: WIRE_VERSION,
         })
+    }
+
+    /// This identity speaking wire versions up to `newest` only (from
+    /// [`OLDEST_WIRE_VERSION`]): its connections speak the previous release's messages, and,
+    /// below [`RANGED_PREAMBLE_SINCE`], open with that release's preamble. A stand-in for a
+    /// member not yet upgraded.
+    pub fn speaking_up_to(mut self, newest: u16) -> Result<Identity, IdentityError> {
+        if !(OLDEST_WIRE_VERSION..=WIRE_VERSION).contains(&newest) {
+            return Err(IdentityError::WireVersion(newest));
+        }
+        self.newest = newest;
+        Ok(self)
+    }
+
+    /// The wire versions this identity speaks.
+    pub fn speaks(&self) -> Speaks {
+        Speaks {
+            oldest: OLDEST_WIRE_VERSION,
+            newest: self.newest,
+        }
     }
 
     /// The node id: a member's own, or a client's derived one (with [`CLIENT_BIT`] set).
@@ -204,13 +324,13 @@ pub enum Refusal {
         /// The peer's.
         theirs: String,
     },
-    /// The peer speaks another wire version.
-    #[error("peer speaks wire version {theirs}, this node speaks {ours}")]
+    /// The peer speaks no wire version this node does.
+    #[error("peer speaks {theirs}, this node {ours}: no version in common")]
     Version {
         /// Ours.
-        ours: u16,
+        ours: Speaks,
         /// The peer's.
-        theirs: u16,
+        theirs: Speaks,
     },
     /// The peer's handshake does not open with the cluster secret and the keys it claims: it
     /// does not know the secret, does not hold its key, or the handshake was tampered with.
@@ -246,6 +366,8 @@ pub enum Progress {
     Established {
         /// The peer's node id (a client's derived from its key).
         peer: NodeId,
+        /// The wire version the connection speaks: the newest both sides do.
+        version: u16,
         /// The static key the peer proved.
         key: PublicKey,
         /// Seals what this side sends.
@@ -259,8 +381,13 @@ impl fmt::Debug for Progress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Progress::Pending => write!(f, "Pending"),
-            Progress::Established { peer, key, .. } => {
-                write!(f, "Established {{ peer: {peer}, key: {key:?} }}")
+            Progress::Established {
+                peer, key, version, ..
+            } => {
+                write!(
+                    f,
+                    "Established {{ peer: {peer}, key: {key:?}, version: {version} }}"
+                )
             }
         }
     }
@@ -288,6 +415,8 @@ pub struct Handshake {
     /// The dialler's peer: any other is refused before it is sent the dialler's key.
     dialled: Option<NodeId>,
     preamble: Vec<u8>,
+    /// The wire version agreed, once the peer's preamble is read.
+    version: u16,
     state: State,
 }
 
@@ -320,13 +449,9 @@ impl Handshake {
         dialled: Option<NodeId>,
         out: &mut Vec<u8>,
     ) -> Handshake {
-        let preamble = Preamble {
-            wire_version: WIRE_VERSION,
-            cluster: me.cluster.clone(),
-        };
-        // A string and an integer always encode; the name is bounded by `Identity::checked`.
-        let preamble = postcard::to_stdvec(&preamble).unwrap_or_default();
+        let preamble = Preamble::encode(&me.cluster, me.newest);
         let _ = frame::encode(&preamble, MAX_HANDSHAKE_FRAME, out);
+        let version = me.newest;
         Handshake {
             me,
             roster,
@@ -337,6 +462,7 @@ impl Handshake {
             },
             dialled,
             preamble,
+            version,
             state: State::AwaitPreamble,
         }
     }
@@ -419,6 +545,7 @@ impl Handshake {
                 self.state = State::Over("finished");
                 Ok(Progress::Established {
                     peer,
+                    version: self.version,
                     key,
                     sealer,
                     opener,
@@ -438,6 +565,7 @@ impl Handshake {
                 self.state = State::Over("finished");
                 Ok(Progress::Established {
                     peer,
+                    version: self.version,
                     key,
                     sealer,
                     opener,
@@ -447,14 +575,18 @@ impl Handshake {
         }
     }
 
-    /// Checks the peer's preamble; returns its bytes.
-    fn check_preamble<'a>(&self, payload: &'a [u8]) -> Result<&'a [u8], Refusal> {
-        let theirs: Preamble = postcard::from_bytes(payload)
-            .map_err(|e| Refusal::Malformed(format!("preamble: {e}")))?;
-        if theirs.wire_version != WIRE_VERSION {
+    /// Checks the peer's preamble and settles the wire version; returns the preamble's bytes.
+    fn check_preamble<'a>(&mut self, payload: &'a [u8]) -> Result<&'a [u8], Refusal> {
+        let theirs = Preamble::decode(payload)?;
+        let ours = self.me.speaks();
+        let version = ours.newest.min(theirs.newest);
+        if version < ours.oldest.max(theirs.oldest) {
             return Err(Refusal::Version {
-                ours: WIRE_VERSION,
-                theirs: theirs.wire_version,
+                ours,
+                theirs: Speaks {
+                    oldest: theirs.oldest,
+                    newest: theirs.newest,
+                },
             });
         }
         if theirs.cluster != self.me.cluster {
@@ -463,6 +595,7 @@ impl Handshake {
                 theirs: theirs.cluster,
             });
         }
+        self.version = version;
         Ok(payload)
     }
 }

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::transport::{Deliver, NodeId, SendError, Transport};
+use crate::wire::WireMessage;
 
 /// How requests, responses and one-way messages travel.
 #[derive(Debug, Serialize, Deserialize)]
@@ -43,6 +44,16 @@ pub enum Envelope<M> {
         /// The answer.
         body: M,
     },
+}
+
+impl<M: WireMessage> WireMessage for Envelope<M> {
+    fn since(&self) -> u16 {
+        match self {
+            Envelope::OneWay(body)
+            | Envelope::Request { body, .. }
+            | Envelope::Response { body, .. } => body.since(),
+        }
+    }
 }
 
 /// What the application receives.

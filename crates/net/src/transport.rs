@@ -46,6 +46,19 @@ pub enum SendError {
         /// The codec's explanation.
         reason: String,
     },
+    /// The message is of a kind the peer's wire version does not have (the peer runs an older
+    /// build); it was not sent.
+    #[error(
+        "node {peer} speaks wire version {speaks}, which lacks this message (introduced in {since})"
+    )]
+    TooNew {
+        /// The receiver.
+        peer: NodeId,
+        /// The version that introduced the message.
+        since: u16,
+        /// The version the link to the receiver speaks.
+        speaks: u16,
+    },
     /// The transport has been shut down.
     #[error("the transport is shut down")]
     Closed,

@@ -17,6 +17,8 @@ enum Msg {
     Hs(Preamble),
 }
 
+impl wire::WireMessage for Msg {}
+
 fn msg() -> impl Strategy<Value = Msg> {
     let bytes = || proptest::collection::vec(any::<u8>(), 0..40);
     prop_oneof![
@@ -27,10 +29,11 @@ fn msg() -> impl Strategy<Value = Msg> {
             proptest::collection::vec((bytes(), any::<u64>()), 0..5)
         )
             .prop_map(|(a, b)| Msg::Commit(a, b)),
-        (".{0,12}", any::<u16>()).prop_map(|(cluster, wire_version)| {
+        (".{0,12}", any::<u16>(), any::<u16>()).prop_map(|(cluster, oldest, newest)| {
             Msg::Hs(Preamble {
-                wire_version,
+                oldest,
                 cluster,
+                newest,
             })
         }),
     ]

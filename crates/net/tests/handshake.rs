@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use atomos_net::frame::{self, Decoder, DEFAULT_MAX_FRAME};
 use atomos_net::handshake::{
-    Handshake, Identity, IdentityError, Preamble, Progress, Refusal, MAX_CLUSTER_NAME,
+    Handshake, Identity, IdentityError, Preamble, Progress, Refusal, Speaks, MAX_CLUSTER_NAME,
 };
 use atomos_net::keys::KeyPair;
 use atomos_net::roster::{Rejection, Roster};
 use atomos_net::secure::{Opener, SealError, Sealer, MAX_PLAIN};
 use atomos_net::transport::{is_client, CLIENT_BIT};
-use atomos_net::wire::WIRE_VERSION;
+use atomos_net::wire::{OLDEST_WIRE_VERSION, WIRE_VERSION};
 
 const KEY: &str = "a cluster secret of thirty-two bytes!";
 
@@ -62,6 +62,8 @@ struct Side {
     ended: Option<Ended>,
     /// Every frame it sent, in order.
     sent: Vec<Vec<u8>>,
+    /// The wire version the connection speaks, once established.
+    version: Option<u16>,
 }
 
 impl Side {
@@ -73,10 +75,14 @@ impl Side {
             Ok(Progress::Pending) => {}
             Ok(Progress::Established {
                 peer,
+                version,
                 sealer,
                 opener,
                 ..
-            }) => self.ended = Some(Ok((peer, sealer, opener))),
+            }) => {
+                self.version = Some(version);
+                self.ended = Some(Ok((peer, sealer, opener)))
+            }
             Err(e) => self.ended = Some(Err(e)),
         }
     }
@@ -102,11 +108,13 @@ fn connect_with(
         hs: Handshake::dial(i, roster_i, to, &mut to_r),
         ended: None,
         sent: Vec::new(),
+        version: None,
     };
     let mut sr = Side {
         hs: Handshake::accept(r, roster_r, &mut to_i),
         ended: None,
         sent: Vec::new(),
+        version: None,
     };
     while !to_r.is_empty() || !to_i.is_empty() {
         let (for_r, for_i) = (
@@ -228,16 +236,82 @@ fn another_cluster_or_wire_version_is_refused_clearly() {
     let mut out = Vec::new();
     let mut h = Handshake::accept(id("prod", 1, KEY), roster(), &mut out);
     let preamble = Preamble {
-        wire_version: WIRE_VERSION + 1,
+        oldest: WIRE_VERSION + 1,
         cluster: "prod".into(),
+        newest: WIRE_VERSION + 2,
     };
     let err = h.step(&postcard::to_stdvec(&preamble).unwrap(), &mut out);
     assert_eq!(
         err.unwrap_err(),
         Refusal::Version {
-            ours: WIRE_VERSION,
-            theirs: WIRE_VERSION + 1
+            ours: Speaks {
+                oldest: OLDEST_WIRE_VERSION,
+                newest: WIRE_VERSION
+            },
+            theirs: Speaks {
+                oldest: WIRE_VERSION + 1,
+                newest: WIRE_VERSION + 2
+            }
         }
+    );
+    // A build that speaks only a version before ours, with the old preamble.
+    let mut h = Handshake::accept(id("prod", 1, KEY), roster(), &mut out);
+    let old = postcard::to_stdvec(&(OLDEST_WIRE_VERSION - 1, "prod")).unwrap();
+    assert!(matches!(
+        h.step(&old, &mut out),
+        Err(Refusal::Version { .. })
+    ));
+    // A preamble whose newest version is below its oldest, or with bytes after it.
+    for bad in [
+        postcard::to_stdvec(&(WIRE_VERSION, "prod", WIRE_VERSION - 1)).unwrap(),
+        postcard::to_stdvec(&(WIRE_VERSION, "prod", WIRE_VERSION, 0u8)).unwrap(),
+    ] {
+        let mut h = Handshake::accept(id("prod", 1, KEY), roster(), &mut out);
+        assert!(matches!(h.step(&bad, &mut out), Err(Refusal::Malformed(_))));
+    }
+}
+
+#[test]
+fn a_connection_speaks_the_newest_version_both_sides_do() {
+    let (i, r) = connect(id("c", 1, KEY), id("c", 2, KEY));
+    assert_eq!(
+        (i.version, r.version),
+        (Some(WIRE_VERSION), Some(WIRE_VERSION))
+    );
+    let old = |node| {
+        id("c", node, KEY)
+            .speaking_up_to(OLDEST_WIRE_VERSION)
+            .unwrap()
+    };
+    for (dialler, acceptor) in [(old(1), id("c", 2, KEY)), (id("c", 1, KEY), old(2))] {
+        let (i, r) = connect(dialler, acceptor);
+        assert!(i.ended.as_ref().is_some_and(|e| e.is_ok()));
+        assert_eq!(
+            (i.version, r.version),
+            (Some(OLDEST_WIRE_VERSION), Some(OLDEST_WIRE_VERSION))
+        );
+    }
+    assert_eq!(
+        id("c", 1, KEY)
+            .speaking_up_to(WIRE_VERSION + 1)
+            .unwrap_err(),
+        IdentityError::WireVersion(WIRE_VERSION + 1)
+    );
+}
+
+#[test]
+fn the_preamble_reads_as_the_previous_release_expects() {
+    // Version 17 builds read `(version, cluster)` with `postcard::from_bytes`, which leaves
+    // trailing bytes unread, and refuse a version other than their own.
+    let (i, _) = connect(id("c", 1, KEY), id("c", 2, KEY));
+    let (first, _): (u16, String) = postcard::from_bytes(&i.sent[0]).unwrap();
+    assert_eq!(first, OLDEST_WIRE_VERSION);
+    // A side speaking the previous release's version sends its preamble, byte for byte.
+    let old = id("c", 1, KEY).speaking_up_to(OLDEST_WIRE_VERSION).unwrap();
+    let (i, _) = connect(old, id("c", 2, KEY));
+    assert_eq!(
+        i.sent[0],
+        postcard::to_stdvec(&(OLDEST_WIRE_VERSION, "c")).unwrap()
     );
 }
 
@@ -267,13 +341,15 @@ fn a_replayed_first_message_establishes_nothing() {
 
 #[test]
 fn tampered_preambles_self_connections_and_late_messages_are_refused() {
-    // A preamble changed on the way (same cluster and version, other bytes) breaks the
-    // handshake: both preambles are bound into it.
+    // A preamble changed on the way (here to push the connection down to an older wire
+    // version) breaks the handshake: both preambles are bound into it.
     let (mut to_r, mut to_i) = (Vec::new(), Vec::new());
     let mut hi = Handshake::dial(id("c", 1, KEY), roster(), 2, &mut to_r);
     let mut hr = Handshake::accept(id("c", 2, KEY), roster(), &mut to_i);
-    let mut preamble_of_r = frames(&to_i).remove(0);
-    preamble_of_r.push(0); // trailing byte: postcard ignores it, the prologue does not
+    let mut preamble_of_r = Preamble::decode(&frames(&to_i)[0]).unwrap();
+    assert_eq!(preamble_of_r.newest, WIRE_VERSION);
+    preamble_of_r.newest = OLDEST_WIRE_VERSION;
+    let preamble_of_r = postcard::to_stdvec(&preamble_of_r).unwrap();
     let mut first = Vec::new();
     hi.step(&preamble_of_r, &mut first).unwrap();
     hr.step(&frames(&to_r)[0], &mut Vec::new()).unwrap();

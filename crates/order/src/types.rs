@@ -191,6 +191,10 @@ pub enum OrderMsg {
     },
 }
 
+/// Every kind of message here was spoken by wire version 17, the oldest a build still speaks;
+/// a variant added later overrides [`atomos_seam::WireMessage::since`].
+impl atomos_seam::WireMessage for OrderMsg {}
+
 /// What a streamed snapshot is for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]

@@ -32,6 +32,20 @@ pub use gate::Gate;
 
 use std::fmt::{Debug, Display};
 
+/// A message type that crosses links between builds of different wire versions (a rolling
+/// upgrade). A new kind of message is a new enum variant appended after the others, and says
+/// here the wire version that introduced it: a link that speaks an older version does not carry
+/// it (see `atomos_net::wire`).
+pub trait WireMessage {
+    /// The wire version that introduced this message's kind. The default, 0, means every
+    /// version a build still speaks has it.
+    fn since(&self) -> u16 {
+        0
+    }
+}
+
+impl WireMessage for () {}
+
 /// A node's id: its address in the cluster's transports and its Raft id. Never 0 in a
 /// configured cluster.
 pub type NodeId = u64;

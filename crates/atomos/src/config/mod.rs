@@ -165,6 +165,9 @@ pub struct NodeSettings {
     pub metrics_hot_spot_keys: bool,
     /// Largest frame accepted from a peer.
     pub max_frame_bytes: usize,
+    /// The newest wire version the node speaks (see `atomos_net::wire`); by default this
+    /// build's.
+    pub wire_version: u16,
     /// How long the transport busy-polls after network activity (see
     /// `atomos_net::tcp::TcpConfig::busy_poll`); zero: never.
     pub busy_poll: Duration,

@@ -52,6 +52,7 @@ pub(super) fn defaults() -> NodeSettings {
         metrics: None,
         metrics_hot_spot_keys: false,
         max_frame_bytes: 16 << 20,
+        wire_version: atomos_net::wire::WIRE_VERSION,
         busy_poll: atomos_net::tcp::DEFAULT_BUSY_POLL,
         answer_poll: crate::answer::DEFAULT_ANSWER_POLL,
         order: false,
@@ -81,7 +82,7 @@ pub(super) fn defaults() -> NodeSettings {
 }
 
 /// Every key, in the order a configuration file lists them.
-pub static SETTINGS: [Setting; 37] = [
+pub static SETTINGS: [Setting; 38] = [
     Setting {
         key: "cluster",
         kind: Kind::Text,
@@ -272,6 +273,36 @@ pub static SETTINGS: [Setting; 37] = [
             Ok(())
         },
         show: |s| integer(s.max_frame_bytes),
+    },
+    Setting {
+        key: "wire_version",
+        kind: Kind::Integer,
+        readers: Readers::Every,
+        meaning: "The newest wire version this node speaks, from the oldest this build speaks \
+                  (the previous release's) to its own. Each connection speaks the newest \
+                  version both ends do, so a rolling upgrade needs no setting; a lower value \
+                  makes this node speak as the previous release would.",
+        default_note: None,
+        apply: |s, name, raw| {
+            use atomos_net::wire::{OLDEST_WIRE_VERSION, WIRE_VERSION};
+            let text = raw.text();
+            s.wire_version = text
+                .trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|v| (OLDEST_WIRE_VERSION..=WIRE_VERSION).contains(v))
+                .ok_or_else(|| {
+                    invalid(
+                        name,
+                        format!(
+                            "{text:?} is not a wire version this build speaks (from \
+                             {OLDEST_WIRE_VERSION} to {WIRE_VERSION})"
+                        ),
+                    )
+                })?;
+            Ok(())
+        },
+        show: |s| integer(s.wire_version),
     },
     Setting {
         key: "busy_poll_us",

@@ -23,12 +23,14 @@ use crate::handshake::{Handshake, Progress, Role, MAX_HANDSHAKE_FRAME};
 use crate::keys::PublicKey;
 use crate::secure::{Opener, Sealer, MAX_RECORD};
 use crate::transport::NodeId;
-use crate::wire;
+use crate::wire::{self, WireMessage};
 
 /// A connection whose peer is authenticated.
 pub(super) struct Opened {
     stream: TcpStream,
     pub(super) peer: NodeId,
+    /// The wire version the connection speaks.
+    pub(super) version: u16,
     /// The static key the peer proved.
     pub(super) key: PublicKey,
     sealer: Sealer,
@@ -46,7 +48,7 @@ pub(super) async fn open_connection<M>(
     expect: Option<NodeId>,
 ) -> Result<Opened, (Reason, Option<NodeId>)>
 where
-    M: Serialize + DeserializeOwned + Send + 'static,
+    M: Serialize + DeserializeOwned + WireMessage + Send + 'static,
 {
     let io_err = |e: io::Error| (format!("connection failed during the handshake: {e}"), None);
     stream.set_nodelay(true).map_err(io_err)?;
@@ -78,6 +80,7 @@ where
             }
             if let Progress::Established {
                 peer,
+                version,
                 key,
                 sealer,
                 opener,
@@ -99,6 +102,7 @@ where
                 return Ok(Opened {
                     stream,
                     peer,
+                    version,
                     key,
                     sealer,
                     opener,
@@ -124,7 +128,7 @@ where
 /// Runs an established connection until it fails, is replaced, or the transport stops.
 pub(super) async fn run_connection<M>(shared: &Shared<M>, link: &Arc<Link>, opened: Opened)
 where
-    M: Serialize + DeserializeOwned + Send + 'static,
+    M: Serialize + DeserializeOwned + WireMessage + Send + 'static,
 {
     let me = shared.cfg.identity.node();
     // Watched from before the check, so a reload racing with this connection's start is
@@ -150,12 +154,23 @@ where
         conn.cancel();
         return;
     }
+    link.speak(opened.version);
     // A client comes and goes as it pleases: its links are logged at debug level.
     let client = crate::transport::is_client(link.peer);
     if client {
-        debug!(node = me, client = link.peer, "client connected");
+        debug!(
+            node = me,
+            client = link.peer,
+            wire_version = opened.version,
+            "client connected"
+        );
     } else {
-        info!(node = me, peer = link.peer, "link up");
+        info!(
+            node = me,
+            peer = link.peer,
+            wire_version = opened.version,
+            "link up"
+        );
     }
     connection_event(me, Some(link.peer), "up");
     shared.deliver.link(link.peer, true);
@@ -177,7 +192,15 @@ where
         shared.cfg.keepalive,
         shared.cfg.max_frame,
     ));
-    let reason = read_loop(shared, link, rd, opened.opener, opened.records, &conn).await;
+    let reason = read_loop(
+        shared,
+        link,
+        rd,
+        (opened.opener, opened.version),
+        opened.records,
+        &conn,
+    )
+    .await;
     conn.cancel();
     let reason = match writer.await {
         Ok(Err(e)) => format!("write failed: {e}"),
@@ -276,7 +299,12 @@ async fn write_loop(
                 if Instant::now() >= idle_until {
                     let mut outbox = link.outbox.lock();
                     // A keep-alive cannot fail to encode: it is a unit variant.
-                    let _ = wire::encode(&LinkFrame::<()>::KeepAlive, max_frame, &mut outbox.ready);
+                    let _ = wire::encode_as(
+                        link.version(),
+                        &LinkFrame::<()>::KeepAlive,
+                        max_frame,
+                        &mut outbox.ready,
+                    );
                 }
             }
         }
@@ -300,17 +328,18 @@ async fn queue_behind() {
     .await
 }
 
-/// Reads and delivers until the connection ends; returns why it ended.
+/// Reads and delivers until the connection ends; returns why it ended. `opener` opens what the
+/// peer seals; every message must be stamped with `version`, the connection's.
 async fn read_loop<M>(
     shared: &Shared<M>,
     link: &Link,
     mut rd: OwnedReadHalf,
-    mut opener: Opener,
+    (mut opener, version): (Opener, u16),
     mut records: Decoder,
     conn: &CancellationToken,
 ) -> Reason
 where
-    M: Serialize + DeserializeOwned + Send + 'static,
+    M: Serialize + DeserializeOwned + WireMessage + Send + 'static,
 {
     let mut buf = vec![0u8; 64 << 10];
     let mut frames = Decoder::new(shared.cfg.max_frame);
@@ -327,7 +356,7 @@ where
                 return e.to_string();
             }
             frames.push(&plain);
-            if let Err(reason) = deliver_frames(shared, link, &mut frames) {
+            if let Err(reason) = deliver_frames(shared, link, version, &mut frames) {
                 return reason;
             }
         }
@@ -360,20 +389,31 @@ where
     }
 }
 
-/// Delivers the whole frames of opened plaintext; an error is why the connection must close.
-fn deliver_frames<M>(shared: &Shared<M>, link: &Link, frames: &mut Decoder) -> Result<(), Reason>
+/// Delivers the whole frames of opened plaintext, each a message stamped with the connection's
+/// wire `version`; an error is why the connection must close.
+fn deliver_frames<M>(
+    shared: &Shared<M>,
+    link: &Link,
+    version: u16,
+    frames: &mut Decoder,
+) -> Result<(), Reason>
 where
-    M: Serialize + DeserializeOwned + Send + 'static,
+    M: Serialize + DeserializeOwned + WireMessage + Send + 'static,
 {
     while let Some(payload) = frames.next_frame().map_err(|e| format!("bad frame: {e}"))? {
-        match wire::decode::<LinkFrame<M>>(payload) {
-            Ok(LinkFrame::App(msg)) => {
+        match wire::decode_stamped::<LinkFrame<M>>(payload) {
+            Ok((stamped, _)) if stamped != version => {
+                return Err(format!(
+                    "a message of wire version {stamped} on a connection that speaks {version}"
+                ))
+            }
+            Ok((_, LinkFrame::App(msg))) => {
                 link.counters.received_messages.increment(1);
                 if !shared.faults.refuse_incoming(link.peer) {
                     shared.deliver.message(link.peer, msg);
                 }
             }
-            Ok(LinkFrame::KeepAlive) => {}
+            Ok((_, LinkFrame::KeepAlive)) => {}
             Err(e) => return Err(format!("bad message: {e}")),
         }
     }

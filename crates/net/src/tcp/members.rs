@@ -12,10 +12,11 @@ use super::{dial_loop, invalid, Link, TcpTransport};
 use crate::counters::LinkCounters;
 use crate::keys::PublicKey;
 use crate::transport::{is_client, NodeId};
+use crate::wire::WireMessage;
 
 impl<M> TcpTransport<M>
 where
-    M: Serialize + DeserializeOwned + Send + 'static,
+    M: Serialize + DeserializeOwned + WireMessage + Send + 'static,
 {
     /// Member `id`, listening at `addr` and proving one of `keys`, joined the cluster: it is
     /// admitted, sent to, and dialled if its id is above this node's (the lower id dials, as
@@ -46,6 +47,7 @@ where
                 addr,
                 LinkCounters::new(me, id),
                 s.stop.child_token(),
+                s.cfg.identity.speaks().newest,
             ));
             if let Some(old) = links.insert(id, link.clone()) {
                 old.leave();
@@ -57,6 +59,16 @@ where
             tokio::spawn(dial_loop(s.clone(), link));
         }
         Ok(())
+    }
+
+    /// The wire version the connection to member or client `peer` speaks, if one is open now.
+    pub fn wire_version(&self, peer: NodeId) -> Option<u16> {
+        let link = self
+            .shared
+            .member_link(peer)
+            .or_else(|| self.shared.clients.lock().get(&peer).cloned())?;
+        let open = link.current.lock().is_some();
+        open.then(|| link.version())
     }
 
     /// How many clients are connected now.

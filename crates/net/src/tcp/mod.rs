@@ -39,7 +39,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,7 +60,7 @@ use crate::roster::Roster;
 use crate::transport::{
     is_client, Deliver, FaultRules, NodeId, SendError, Transport, Verdict, CLIENT_BIT,
 };
-use crate::wire;
+use crate::wire::{self, WireMessage};
 use busy_poll::BusyPoll;
 use connection::{open_connection, run_connection};
 
@@ -71,6 +71,15 @@ pub enum LinkFrame<M> {
     KeepAlive,
     /// An application message.
     App(M),
+}
+
+impl<M: WireMessage> WireMessage for LinkFrame<M> {
+    fn since(&self) -> u16 {
+        match self {
+            LinkFrame::KeepAlive => 0,
+            LinkFrame::App(msg) => msg.since(),
+        }
+    }
 }
 
 /// Settings of a TCP transport. [`TcpConfig::new`] gives defaults suited to a LAN.
@@ -173,6 +182,9 @@ struct Link {
     key: Option<PublicKey>,
     /// Cancelled when the member leaves: its dialling stops.
     gone: CancellationToken,
+    /// The wire version of the latest connection (before the first, the newest this node
+    /// speaks): what is queued is stamped with it.
+    version: AtomicU16,
 }
 
 #[derive(Default)]
@@ -206,7 +218,7 @@ impl Outbox {
 
 impl<M> TcpTransport<M>
 where
-    M: Serialize + DeserializeOwned + Send + 'static,
+    M: Serialize + DeserializeOwned + WireMessage + Send + 'static,
 {
     /// Listens on `listen` and starts connecting to the members. Must be called inside a tokio
     /// runtime. What arrives is handed to `deliver`.
@@ -282,7 +294,7 @@ impl<M> Drop for TcpTransport<M> {
 
 impl<M> Transport<M> for TcpTransport<M>
 where
-    M: Serialize + DeserializeOwned + Send + 'static,
+    M: Serialize + DeserializeOwned + WireMessage + Send + 'static,
 {
     fn id(&self) -> NodeId {
         self.shared.cfg.identity.node()
@@ -318,8 +330,18 @@ where
             peer: to,
             reason: e.to_string(),
         };
-        let frame = LinkFrame::App(&msg);
         let mut outbox = link.outbox.lock();
+        // Read under the outbox's lock, which a new connection's version is set under: what is
+        // queued is all of one version.
+        let version = link.version();
+        if msg.since() > version {
+            return Err(SendError::TooNew {
+                peer: to,
+                since: msg.since(),
+                speaks: version,
+            });
+        }
+        let frame = LinkFrame::App(&msg);
         let queued = outbox.queued();
         if queued > s.cfg.max_backlog {
             return Err(SendError::Backlog {
@@ -330,12 +352,13 @@ where
         }
         let wake = if delay.is_none() && outbox.delayed.is_empty() {
             let was_empty = outbox.ready.is_empty();
-            wire::encode(&frame, s.cfg.max_frame, &mut outbox.ready).map_err(encode_error)?;
+            wire::encode_as(version, &frame, s.cfg.max_frame, &mut outbox.ready)
+                .map_err(encode_error)?;
             was_empty
         } else {
             // Delayed frames keep their order: none is due before the one queued ahead of it.
             let mut bytes = Vec::new();
-            wire::encode(&frame, s.cfg.max_frame, &mut bytes).map_err(encode_error)?;
+            wire::encode_as(version, &frame, s.cfg.max_frame, &mut bytes).map_err(encode_error)?;
             let mut due = Instant::now() + delay.unwrap_or_default();
             if let Some((last, _)) = outbox.delayed.back() {
                 due = due.max(*last);
@@ -390,6 +413,7 @@ impl Link {
         addr: SocketAddr,
         counters: LinkCounters,
         gone: CancellationToken,
+        version: u16,
     ) -> Link {
         Link {
             peer,
@@ -401,6 +425,28 @@ impl Link {
             counters,
             key: None,
             gone,
+            version: AtomicU16::new(version),
+        }
+    }
+
+    /// The wire version what is sent to this peer now is stamped with.
+    fn version(&self) -> u16 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// A connection that speaks `version` opened. Frames queued for a connection of another
+    /// version are dropped (as bytes in flight are when a connection breaks): the peer might
+    /// not read them.
+    fn speak(&self, version: u16) {
+        let mut outbox = self.outbox.lock();
+        if self.version.swap(version, Ordering::AcqRel) != version {
+            outbox.ready.clear();
+            outbox.delayed.clear();
+            outbox.delayed_bytes = 0;
+        }
+        drop(outbox);
+        if !is_client(self.peer) {
+            self.counters.wire_version.set(version as f64);
         }
     }
 
@@ -417,6 +463,7 @@ impl<M> Shared<M> {
     fn new(cfg: TcpConfig, local_addr: SocketAddr, deliver: Arc<dyn Deliver<M>>) -> Arc<Self> {
         let me = cfg.identity.node();
         let cfg_busy_poll = cfg.busy_poll;
+        let newest = cfg.identity.speaks().newest;
         let stop = CancellationToken::new();
         let links = cfg
             .peers
@@ -424,7 +471,7 @@ impl<M> Shared<M> {
             .filter(|(id, _)| *id != me)
             .map(|&(peer, addr)| {
                 let counters = LinkCounters::new(me, peer);
-                let link = Link::new(peer, addr, counters, stop.child_token());
+                let link = Link::new(peer, addr, counters, stop.child_token(), newest);
                 (peer, Arc::new(link))
             })
             .collect();
@@ -471,6 +518,7 @@ impl<M> Shared<M> {
             from,
             LinkCounters::for_clients(me),
             self.stop.child_token(),
+            self.cfg.identity.speaks().newest,
         );
         link.key = Some(key);
         let link = Arc::new(link);
@@ -500,7 +548,7 @@ impl<M> Shared<M> {
 
 async fn accept_loop<M>(shared: Arc<Shared<M>>, listener: TcpListener)
 where
-    M: Serialize + DeserializeOwned + Send + 'static,
+    M: Serialize + DeserializeOwned + WireMessage + Send + 'static,
 {
     let me = shared.cfg.identity.node();
     let pending = Arc::new(Semaphore::new(shared.cfg.max_pending_handshakes));
@@ -561,7 +609,7 @@ where
 
 async fn dial_loop<M>(shared: Arc<Shared<M>>, link: Arc<Link>)
 where
-    M: Serialize + DeserializeOwned + Send + 'static,
+    M: Serialize + DeserializeOwned + WireMessage + Send + 'static,
 {
     let me = shared.cfg.identity.node();
     let mut backoff = shared.cfg.reconnect_min;

@@ -24,6 +24,17 @@ pub enum Msg {
     Ping(u64),
     Pong(u64),
     Note(u64),
+    /// A one-way note of a kind the newest wire version introduced.
+    Fresh(u64),
+}
+
+impl atomos_net::wire::WireMessage for Msg {
+    fn since(&self) -> u16 {
+        match self {
+            Msg::Fresh(_) => atomos_net::wire::WIRE_VERSION,
+            _ => atomos_net::wire::OLDEST_WIRE_VERSION,
+        }
+    }
 }
 
 pub const SECRET: &str = "loopback secret";
@@ -113,7 +124,8 @@ fn serve(
                     let _ = reply.send(Msg::Pong(n));
                 }
                 Inbound::Message {
-                    msg: Msg::Note(n), ..
+                    msg: Msg::Note(n) | Msg::Fresh(n),
+                    ..
                 } => {
                     let _ = notes_tx.send(n);
                 }
