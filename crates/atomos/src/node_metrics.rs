@@ -9,7 +9,7 @@ use std::time::Duration;
 use atomos_core::AbortCounts;
 use atomos_net::rpc::Envelope;
 use atomos_net::tcp::TcpTransport;
-use atomos_net::transport::NodeId;
+use atomos_net::transport::{NodeId, Transport};
 use tokio_util::sync::CancellationToken;
 
 use crate::node::Node;
@@ -59,8 +59,10 @@ pub(crate) async fn publish(id: NodeId, node: Node, stop: CancellationToken) {
     }
 }
 
-/// Publishes how many clients are connected to node `id` (`atomos_client_connections`) once
-/// a second until `stop` or until the transport is gone.
+/// Publishes how many clients are connected to node `id` (`atomos_client_connections`) and
+/// the wire version each open member link speaks (`atomos_link_wire_version{peer}`; a link
+/// that stays down drops out after the recorder's idle time) once a second until `stop` or
+/// until the transport is gone.
 pub(crate) async fn publish_connections(
     id: NodeId,
     transport: Weak<TcpTransport<Envelope<NodeMsg>>>,
@@ -78,6 +80,16 @@ pub(crate) async fn publish_connections(
             return;
         };
         gauge.set(transport.clients_connected() as f64);
+        for peer in transport.peers() {
+            if let Some(version) = transport.wire_version(peer) {
+                metrics::gauge!(
+                    "atomos_link_wire_version",
+                    "node" => id.to_string(),
+                    "peer" => peer.to_string()
+                )
+                .set(version as f64);
+            }
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! installs one; no-ops otherwise). Handles are registered once per link, so counting a message
 //! is one atomic add.
 
-use metrics::{Counter, Gauge};
+use metrics::Counter;
 
 use crate::transport::NodeId;
 
@@ -12,8 +12,6 @@ pub(crate) struct LinkCounters {
     pub sent_bytes: Counter,
     pub received_messages: Counter,
     pub received_bytes: Counter,
-    /// The wire version the link's latest connection speaks (members' links only).
-    pub wire_version: Gauge,
 }
 
 impl LinkCounters {
@@ -34,7 +32,6 @@ impl LinkCounters {
             sent_bytes: metrics::counter!("atomos_bytes_sent_total", &labels),
             received_messages: metrics::counter!("atomos_messages_received_total", &labels),
             received_bytes: metrics::counter!("atomos_bytes_received_total", &labels),
-            wire_version: metrics::gauge!("atomos_link_wire_version", &labels),
         }
     }
 }

@@ -117,6 +117,26 @@ proptest! {
     }
 
     #[test]
+    fn random_and_mutated_preambles_decode_or_fail(
+        bytes in proptest::collection::vec(any::<u8>(), 0..64),
+        oldest in any::<u16>(),
+        newest in any::<u16>(),
+        cluster in ".{0,12}",
+        flip in (any::<prop::sample::Index>(), any::<u8>()),
+    ) {
+        let _ = Preamble::decode(&bytes);
+        let mut sent = postcard::to_stdvec(&Preamble { oldest, cluster, newest }).unwrap();
+        if let Ok(p) = Preamble::decode(&sent) {
+            prop_assert!(p.newest >= p.oldest);
+        }
+        let i = flip.0.index(sent.len());
+        sent[i] ^= flip.1 | 1;
+        if let Ok(p) = Preamble::decode(&sent) {
+            prop_assert!(p.newest >= p.oldest);
+        }
+    }
+
+    #[test]
     fn mutated_transport_frames_decode_whole_or_fail(
         m in msg(),
         id in any::<u64>(),

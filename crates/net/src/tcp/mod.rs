@@ -444,10 +444,6 @@ impl Link {
             outbox.delayed.clear();
             outbox.delayed_bytes = 0;
         }
-        drop(outbox);
-        if !is_client(self.peer) {
-            self.counters.wire_version.set(version as f64);
-        }
     }
 
     /// The member left: its dialling stops and its connection closes.
