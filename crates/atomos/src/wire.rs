@@ -86,21 +86,20 @@ pub enum NodeMsg {
 }
 
 impl atomos_net::wire::WireMessage for NodeMsg {
-    /// Every message here, and every variant of the protocols' messages inside, was spoken by
-    /// wire version 17, the oldest this build speaks (0: every version spoken has it). A variant added later says its version
-    /// here (the match is exhaustive so that adding one asks the question); so does a new
-    /// variant of a protocol's message, by matching it inside its `NodeMsg` variant.
+    /// Every message here was spoken by wire version 17, the oldest this build speaks (0: every
+    /// version spoken has it); the protocols' messages say their own. A variant added later
+    /// says the version that introduced it (the match is exhaustive so that adding one asks).
     fn since(&self) -> u16 {
         match self {
+            NodeMsg::Order(msg) => atomos_net::wire::WireMessage::since(msg),
+            NodeMsg::Tfa(msg) => atomos_net::wire::WireMessage::since(msg),
+            NodeMsg::Oss(msg) => atomos_net::wire::WireMessage::since(msg),
             NodeMsg::Ping(_)
             | NodeMsg::Pong(_)
-            | NodeMsg::Order(_)
-            | NodeMsg::Tfa(_)
             | NodeMsg::Describe
             | NodeMsg::Catalog { .. }
             | NodeMsg::Query { .. }
             | NodeMsg::QueryAnswer(_)
-            | NodeMsg::Oss(_)
             | NodeMsg::Submit { .. }
             | NodeMsg::SubmitAnswer(_)
             | NodeMsg::Status

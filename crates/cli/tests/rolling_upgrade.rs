@@ -90,7 +90,12 @@ fn a_cluster_upgraded_one_member_at_a_time_under_load_loses_nothing() {
     for victim in 0..NODES {
         kill_dead(pids[victim]);
         // Restarted from its data directory without the switch: this build's version.
-        let (child, log) = restart_with(&dir, victim, victim + 1, &[]);
+        let (child, log) = restart_with(
+            &dir,
+            victim,
+            victim + 1,
+            &[("ATOMOS_ORDER_SNAPSHOT_EVERY", "200")],
+        );
         pids[victim] = child.id();
         cleanup.0.push(child.id());
         restarted.push(child);

@@ -99,7 +99,9 @@ impl Preamble {
         }
     }
 
-    /// Reads a peer's preamble, in either form; every byte must belong to it.
+    /// Reads a peer's preamble, in either form. Bytes after `newest` are left unread, as
+    /// version 17 builds left `newest`: a later version may append fields (they are bound into
+    /// the handshake all the same, as part of the prologue).
     pub fn decode(bytes: &[u8]) -> Result<Preamble, Refusal> {
         let malformed = |e: postcard::Error| Refusal::Malformed(format!("preamble: {e}"));
         let (old, rest): (PreambleV17, &[u8]) =
@@ -107,14 +109,8 @@ impl Preamble {
         let newest = match rest {
             [] => old.version,
             _ => {
-                let (newest, rest): (u16, &[u8]) =
+                let (newest, _later_fields): (u16, &[u8]) =
                     postcard::take_from_bytes(rest).map_err(malformed)?;
-                if !rest.is_empty() {
-                    return Err(Refusal::Malformed(format!(
-                        "preamble: {} bytes after its end",
-                        rest.len()
-                    )));
-                }
                 newest
             }
         };

@@ -125,9 +125,12 @@ proptest! {
         flip in (any::<prop::sample::Index>(), any::<u8>()),
     ) {
         let _ = Preamble::decode(&bytes);
-        let mut sent = postcard::to_stdvec(&Preamble { oldest, cluster, newest }).unwrap();
-        if let Ok(p) = Preamble::decode(&sent) {
-            prop_assert!(p.newest >= p.oldest);
+        let preamble = Preamble { oldest, cluster, newest };
+        let mut sent = postcard::to_stdvec(&preamble).unwrap();
+        if newest >= oldest {
+            prop_assert_eq!(Preamble::decode(&sent), Ok(preamble));
+        } else {
+            prop_assert!(Preamble::decode(&sent).is_err());
         }
         let i = flip.0.index(sent.len());
         sent[i] ^= flip.1 | 1;

@@ -38,6 +38,9 @@ async fn an_old_member_and_new_ones_each_speak_what_both_ends_do() {
     let mut ls = ls.into_iter();
     let new = |id, l| start(config(id, SECRET, &members), l);
     let mut a = new(1, ls.next().unwrap());
+    // Sent before any connection: stamped with the oldest version, read by either build.
+    a.transport.send(2, Envelope::OneWay(Msg::Note(1))).unwrap();
+    a.transport.send(3, Envelope::OneWay(Msg::Note(2))).unwrap();
     // Member 2 runs as the previous release would.
     let mut old_cfg = config(2, SECRET, &members);
     old_cfg.identity = old_cfg
@@ -47,6 +50,8 @@ async fn an_old_member_and_new_ones_each_speak_what_both_ends_do() {
     let mut b = start(old_cfg, ls.next().unwrap());
     let mut c = new(3, ls.next().unwrap());
 
+    assert_eq!(note(&mut b).await, 1);
+    assert_eq!(note(&mut c).await, 2);
     assert_eq!(wait_version(&a, 2).await, OLDEST_WIRE_VERSION);
     assert_eq!(wait_version(&b, 1).await, OLDEST_WIRE_VERSION);
     assert_eq!(wait_version(&a, 3).await, WIRE_VERSION);

@@ -191,9 +191,31 @@ pub enum OrderMsg {
     },
 }
 
-/// Every kind of message here was spoken by wire version 17, the oldest a build still speaks;
-/// a variant added later overrides [`atomos_seam::WireMessage::since`].
-impl atomos_seam::WireMessage for OrderMsg {}
+/// Every kind of message here was spoken by wire version 17, the oldest a build still speaks
+/// (0: every version spoken has it). A variant added later says the version that introduced it
+/// (the match is exhaustive so that adding one asks the question).
+impl atomos_seam::WireMessage for OrderMsg {
+    fn since(&self) -> u16 {
+        match self {
+            OrderMsg::Raft { .. }
+            | OrderMsg::Batch { .. }
+            | OrderMsg::BatchAck { .. }
+            | OrderMsg::FetchBatch { .. }
+            | OrderMsg::FetchState { .. }
+            | OrderMsg::State { .. }
+            | OrderMsg::Request { .. }
+            | OrderMsg::Behind { .. }
+            | OrderMsg::Reply { .. }
+            | OrderMsg::Expired { .. }
+            | OrderMsg::StreamOffer { .. }
+            | OrderMsg::StreamChunk { .. }
+            | OrderMsg::StreamAck { .. }
+            | OrderMsg::StreamRefused { .. }
+            | OrderMsg::Delivered { .. }
+            | OrderMsg::Unknown { .. } => 0,
+        }
+    }
+}
 
 /// What a streamed snapshot is for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

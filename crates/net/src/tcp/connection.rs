@@ -145,8 +145,14 @@ where
     }
     let conn = shared.stop.child_token();
     let generation = link.generation.fetch_add(1, Ordering::AcqRel) + 1;
-    if let Some((_, old)) = link.current.lock().replace((generation, conn.clone())) {
-        old.cancel();
+    {
+        // The version is set with the connection, under its lock: a connection replaced as this
+        // one starts leaves the link at the version of the one that won.
+        let mut current = link.current.lock();
+        if let Some((_, old)) = current.replace((generation, conn.clone())) {
+            old.cancel();
+        }
+        link.speak(opened.version);
     }
     // The member left, or its link was replaced (another address), while this connection
     // opened: it carries nothing.
@@ -154,7 +160,6 @@ where
         conn.cancel();
         return;
     }
-    link.speak(opened.version);
     // A client comes and goes as it pleases: its links are logged at debug level.
     let client = crate::transport::is_client(link.peer);
     if client {
@@ -263,6 +268,10 @@ async fn write_loop(
     loop {
         let next_due = {
             let mut outbox = link.outbox.lock();
+            // A newer connection replaced this one: what is queued is for it.
+            if conn.is_cancelled() {
+                return Ok(());
+            }
             let next_due = outbox.release_due(Instant::now());
             std::mem::swap(&mut outbox.ready, &mut batch);
             next_due
@@ -289,6 +298,7 @@ async fn write_loop(
         let idle_until = last_write + keepalive;
         let wake_at = next_due.map_or(idle_until, |d| d.min(idle_until));
         tokio::select! {
+            biased;
             _ = conn.cancelled() => return Ok(()),
             _ = link.wake.notified() => {
                 // Let the tasks queued on this worker run first: what they send joins this
@@ -329,7 +339,7 @@ async fn queue_behind() {
 }
 
 /// Reads and delivers until the connection ends; returns why it ended. `opener` opens what the
-/// peer seals; every message must be stamped with `version`, the connection's.
+/// peer seals; no message may be stamped with a version above `version`, the connection's.
 async fn read_loop<M>(
     shared: &Shared<M>,
     link: &Link,
@@ -389,8 +399,9 @@ where
     }
 }
 
-/// Delivers the whole frames of opened plaintext, each a message stamped with the connection's
-/// wire `version`; an error is why the connection must close.
+/// Delivers the whole frames of opened plaintext, each a message stamped with at most the
+/// connection's wire `version` (frames queued before the connection opened carry an older
+/// stamp); an error is why the connection must close.
 fn deliver_frames<M>(
     shared: &Shared<M>,
     link: &Link,
@@ -402,7 +413,7 @@ where
 {
     while let Some(payload) = frames.next_frame().map_err(|e| format!("bad frame: {e}"))? {
         match wire::decode_stamped::<LinkFrame<M>>(payload) {
-            Ok((stamped, _)) if stamped != version => {
+            Ok((stamped, _)) if stamped > version => {
                 return Err(format!(
                     "a message of wire version {stamped} on a connection that speaks {version}"
                 ))

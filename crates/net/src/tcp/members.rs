@@ -47,7 +47,7 @@ where
                 addr,
                 LinkCounters::new(me, id),
                 s.stop.child_token(),
-                s.cfg.identity.speaks().newest,
+                crate::wire::OLDEST_WIRE_VERSION,
             ));
             if let Some(old) = links.insert(id, link.clone()) {
                 old.leave();
@@ -67,8 +67,9 @@ where
             .shared
             .member_link(peer)
             .or_else(|| self.shared.clients.lock().get(&peer).cloned())?;
-        let open = link.current.lock().is_some();
-        open.then(|| link.version())
+        // Read under the connection's lock, which its version is set under.
+        let current = link.current.lock();
+        current.is_some().then(|| link.version())
     }
 
     /// How many clients are connected now.

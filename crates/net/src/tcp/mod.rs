@@ -182,8 +182,8 @@ struct Link {
     key: Option<PublicKey>,
     /// Cancelled when the member leaves: its dialling stops.
     gone: CancellationToken,
-    /// The wire version of the latest connection (before the first, the newest this node
-    /// speaks): what is queued is stamped with it.
+    /// The wire version of the latest connection (before the first, the oldest this build
+    /// speaks, which every peer it can talk to reads): what is queued is stamped with it.
     version: AtomicU16,
 }
 
@@ -434,12 +434,12 @@ impl Link {
         self.version.load(Ordering::Acquire)
     }
 
-    /// A connection that speaks `version` opened. Frames queued for a connection of another
-    /// version are dropped (as bytes in flight are when a connection breaks): the peer might
-    /// not read them.
+    /// A connection that speaks `version` opened. Frames queued with a newer stamp are dropped
+    /// (as bytes in flight are when a connection breaks): the peer does not read them. Frames
+    /// with an older stamp stay: the peer reads every version up to the connection's.
     fn speak(&self, version: u16) {
         let mut outbox = self.outbox.lock();
-        if self.version.swap(version, Ordering::AcqRel) != version {
+        if self.version.swap(version, Ordering::AcqRel) > version {
             outbox.ready.clear();
             outbox.delayed.clear();
             outbox.delayed_bytes = 0;
@@ -459,7 +459,6 @@ impl<M> Shared<M> {
     fn new(cfg: TcpConfig, local_addr: SocketAddr, deliver: Arc<dyn Deliver<M>>) -> Arc<Self> {
         let me = cfg.identity.node();
         let cfg_busy_poll = cfg.busy_poll;
-        let newest = cfg.identity.speaks().newest;
         let stop = CancellationToken::new();
         let links = cfg
             .peers
@@ -467,7 +466,13 @@ impl<M> Shared<M> {
             .filter(|(id, _)| *id != me)
             .map(|&(peer, addr)| {
                 let counters = LinkCounters::new(me, peer);
-                let link = Link::new(peer, addr, counters, stop.child_token(), newest);
+                let link = Link::new(
+                    peer,
+                    addr,
+                    counters,
+                    stop.child_token(),
+                    wire::OLDEST_WIRE_VERSION,
+                );
                 (peer, Arc::new(link))
             })
             .collect();
@@ -507,6 +512,7 @@ impl<M> Shared<M> {
         peer: NodeId,
         key: PublicKey,
         from: SocketAddr,
+        version: u16,
     ) -> Option<Arc<Link>> {
         let me = self.cfg.identity.node();
         let mut link = Link::new(
@@ -514,7 +520,7 @@ impl<M> Shared<M> {
             from,
             LinkCounters::for_clients(me),
             self.stop.child_token(),
-            self.cfg.identity.speaks().newest,
+            version,
         );
         link.key = Some(key);
         let link = Arc::new(link);
@@ -581,7 +587,8 @@ where
                     Some(link) => run_connection(&shared, &link, opened).await,
                     None => {
                         // `open_connection` admits no other peer than a member or a client.
-                        match shared.client_connected(opened.peer, opened.key, from) {
+                        match shared.client_connected(opened.peer, opened.key, from, opened.version)
+                        {
                             Some(link) => {
                                 run_connection(&shared, &link, opened).await;
                                 shared.client_gone(&link);

@@ -108,6 +108,29 @@ pub enum OssMsg {
     ImagePart(ImagePart),
 }
 
+/// Every kind of message here was spoken by wire version 17, the oldest a build still speaks
+/// (0: every version spoken has it); the control log's messages say their own. A variant added
+/// later says the version that introduced it (the match is exhaustive so that adding one asks).
+impl atomos_seam::WireMessage for OssMsg {
+    fn since(&self) -> u16 {
+        match self {
+            OssMsg::Order(msg) => atomos_seam::WireMessage::since(msg),
+            OssMsg::Commit { .. }
+            | OssMsg::Refused { .. }
+            | OssMsg::WriteSets { .. }
+            | OssMsg::Held { .. }
+            | OssMsg::Fetch { .. }
+            | OssMsg::RejoinProbe { .. }
+            | OssMsg::RejoinAnswer { .. }
+            | OssMsg::Report { .. }
+            | OssMsg::Token { .. }
+            | OssMsg::TokenAck { .. }
+            | OssMsg::TokenRequest { .. }
+            | OssMsg::ImagePart { .. } => 0,
+        }
+    }
+}
+
 /// The commit token of one domain in one epoch: whoever holds it numbers its own commits
 /// from `next` on. Each pass increments `hop`; a node takes a token only with a hop above
 /// every one it took or passed in that epoch (and logs it first), so a token duplicated or

@@ -181,6 +181,37 @@ pub enum Body {
     Forwarded(PassedRead),
 }
 
+/// Every kind of message here was spoken by wire version 17, the oldest a build still speaks
+/// (0: every version spoken has it). A variant added later says the version that introduced it
+/// (the match is exhaustive so that adding one asks the question).
+impl atomos_seam::WireMessage for TfaMsg {
+    fn since(&self) -> u16 {
+        match &self.body {
+            Body::Fetch { .. }
+            | Body::FetchLock { .. }
+            | Body::Fetched { .. }
+            | Body::Lock { .. }
+            | Body::Locked { .. }
+            | Body::Validate { .. }
+            | Body::Validated { .. }
+            | Body::Decided { .. }
+            | Body::Done { .. }
+            | Body::Ask { .. }
+            | Body::Track { .. }
+            | Body::Lost { .. }
+            | Body::Hello
+            | Body::Welcome { .. }
+            | Body::Tracked { .. }
+            | Body::AbstractLock { .. }
+            | Body::AbstractLocked { .. }
+            | Body::AbstractRelease { .. }
+            | Body::FamilyAlive { .. }
+            | Body::FamilyState { .. }
+            | Body::Forwarded { .. } => 0,
+        }
+    }
+}
+
 /// A read of another node (its `Fetch` or `FetchLock`), as a node serves it or passes it on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
