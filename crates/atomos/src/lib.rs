@@ -66,7 +66,7 @@ pub use atomos_core::{
     decode_result, encode_arguments, AbortCause, AbortCounts, ContentionPolicy, Engine,
     EngineConfig, ExecutorStats, Invocation, Key, Message, Object, Outcome, Procedure,
     ProcedureKind, Procedures, RegisterError, SerialExecutor, Stats, Step, StoredName, TRef, Tx,
-    TxError, TxOptions,
+    TxError, TxOptions, Value, ValueError,
 };
 /// Networking: wire format, transports, requests (re-exported from `atomos-net`).
 pub use atomos_net as net;

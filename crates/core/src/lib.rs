@@ -34,6 +34,7 @@ mod store;
 mod tref;
 mod tx;
 mod urgent;
+mod value;
 mod version;
 
 pub use atomos_derive::Object;
@@ -57,3 +58,4 @@ pub use speculative::{ExecutorStats, Invocation, Outcome, SerialExecutor, Slot};
 pub use stats::{AbortCause, AbortCounts, Stats};
 pub use tref::TRef;
 pub use tx::Tx;
+pub use value::{Value, ValueError};

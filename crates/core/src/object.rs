@@ -156,7 +156,7 @@ impl StoredName {
     }
 
     /// A standard name (no dot, so it never meets a declared one).
-    const fn standard(base: &'static str, params: &'static [StoredName]) -> StoredName {
+    pub(crate) const fn standard(base: &'static str, params: &'static [StoredName]) -> StoredName {
         StoredName {
             base,
             params,
