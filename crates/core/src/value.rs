@@ -323,6 +323,14 @@ mod tests {
     }
 
     #[test]
+    fn bytes_nested_past_the_decoders_depth_are_refused_not_a_crash() {
+        // 200,000 lists each holding the next: from another program, or damaged.
+        let mut bytes = vec![0x91u8; 200_000];
+        bytes.push(0xc0);
+        assert!(rmp_serde::from_slice::<Value>(&bytes).is_err());
+    }
+
+    #[test]
     fn maps_keyed_by_anything_but_text_are_refused() {
         let mut by_number = BTreeMap::new();
         by_number.insert(1u32, "one");
