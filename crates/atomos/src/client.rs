@@ -53,10 +53,12 @@ use tokio_util::sync::CancellationToken;
 use crate::wire::NodeMsg;
 
 mod backup;
+mod blocking;
 mod members;
 mod settings;
 mod status;
 
+pub use blocking::BlockingClient;
 pub use settings::{ClientConfig, ClientError};
 
 /// How often the client's driver counts time for re-sends.

@@ -79,7 +79,7 @@ pub use atomos_protocols as protocols;
 pub use atomos_sched::fiber;
 pub use atomos_sched::fiber::Fiber;
 pub use certify::{CertifyOptions, CommitOutcome, DEFAULT_COMMIT_LIMIT, DIGEST_COST_FACTOR};
-pub use client::{Client, ClientConfig, ClientError};
+pub use client::{BlockingClient, Client, ClientConfig, ClientError};
 pub use cluster::{Cluster, ClusterError};
 pub use linked::{Linked, LinkedHandle};
 pub use node::{Node, NodeConfig, Protocol, Steps, TxBuilder};

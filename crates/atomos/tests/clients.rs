@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use atomos::config::{load, write_key_file, NodeSettings};
-use atomos::{Client, ClientConfig, ClientError, NodeRuntime, ProcedureKind, Procedures};
+use atomos::{
+    BlockingClient, Client, ClientConfig, ClientError, NodeRuntime, ProcedureKind, Procedures,
+};
 use atomos::{TRef, Tx, TxError};
 use tcp_members::{client_key, free_addresses, member_key, SECRET};
 
@@ -174,6 +176,42 @@ async fn clients_fail_over_when_their_reference_stops_and_nothing_runs_twice() {
             .unwrap();
         assert_eq!(n, (80, 80), "node {}", node.id());
     }
+    for node in nodes.iter().flatten() {
+        node.shutdown();
+    }
+}
+
+/// A program without an async runtime: the blocking client's calls wait on the calling
+/// thread, from several threads at once; a call from inside a runtime and a call after
+/// `close` get typed errors.
+#[test]
+fn a_blocking_client_serves_threads_without_a_runtime() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (nodes, members) = rt.block_on(cluster(3, "active", "blocking"));
+    let client = BlockingClient::connect(client_config(&members, 1)).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let client = &client;
+            s.spawn(move || {
+                let name = format!("blocking-{t}");
+                for expected in 1..=10u64 {
+                    let got: u64 = client.invoke("count", &name).unwrap();
+                    assert_eq!(got, expected, "{name}");
+                }
+            });
+        }
+    });
+    let n: u64 = client.invoke("read", &"blocking-2".to_string()).unwrap();
+    assert_eq!(n, 10);
+    // Inside a runtime the call is refused rather than blocking a worker.
+    let inside = rt.block_on(async { client.invoke::<_, u64>("read", &"blocking-2".to_string()) });
+    assert!(matches!(inside, Err(ClientError::Config(_))), "{inside:?}");
+    client.close();
+    assert!(matches!(
+        client.invoke::<_, u64>("read", &"blocking-2".to_string()),
+        Err(ClientError::Closed)
+    ));
+    drop(client);
     for node in nodes.iter().flatten() {
         node.shutdown();
     }
